@@ -1,0 +1,65 @@
+//! The one error type of this crate.
+
+/// Everything that can go wrong when building a [`Sampler`](crate::Sampler) or
+/// asking it for indices.
+///
+/// Every variant carries the numbers that explain it, so the message alone is
+/// enough to fix the call. Nothing in this crate panics on bad arguments: each
+/// bad argument maps to one of these variants.
+#[non_exhaustive]
+#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The index space `[0, length)` is empty (`length == 0`), so there is
+    /// nothing to sample. Open a store with at least one record.
+    #[error("the index space is empty (length 0); a sampler needs at least one record")]
+    EmptyIndexSpace,
+
+    /// The batch size is zero. Ask for at least one index per step.
+    #[error("batch size is 0; a batch needs at least one index")]
+    ZeroBatch,
+
+    /// The global batch, `min(batch_size, length)` indices, is longer than
+    /// this crate will hand out in one step ([`MAX_BATCH`](crate::MAX_BATCH)).
+    /// Use a smaller batch size.
+    #[error("a batch of {batch} indices is larger than the maximum of {max}")]
+    BatchTooLarge {
+        /// The global batch length that was asked for.
+        batch: u64,
+        /// The largest batch length allowed.
+        max: u64,
+    },
+
+    /// A shard must have `count >= 1` and `index < count`.
+    #[error("shard {index} of {count} is not a shard: need count >= 1 and index < count")]
+    BadShard {
+        /// The shard index that was given.
+        index: u32,
+        /// The shard count that was given.
+        count: u32,
+    },
+
+    /// The shard count does not divide the global batch length, so the shards
+    /// would get slices of different lengths. Pick a shard count that divides
+    /// the batch, or a batch size that is a multiple of the shard count.
+    #[error("{count} shards do not divide the global batch of {batch} indices evenly")]
+    ShardDoesNotDivide {
+        /// The global batch length.
+        batch: u64,
+        /// The shard count that was given.
+        count: u32,
+    },
+
+    /// A mode number other than 0 (sequential), 1 (iid) or 2 (cyclic).
+    #[error("mode {0} is not a sampler mode: use 0 (sequential), 1 (iid) or 2 (cyclic)")]
+    BadMode(u8),
+
+    /// The output buffer has the wrong length: it must hold exactly one
+    /// (global or shard) batch.
+    #[error("the output buffer holds {got} indices but the batch has {expected}")]
+    BufferLength {
+        /// The batch length the buffer must have.
+        expected: u64,
+        /// The length of the buffer that was given.
+        got: u64,
+    },
+}

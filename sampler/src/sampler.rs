@@ -1,0 +1,299 @@
+//! The sampler: modes, state, and the per-step index computation.
+
+use serde::{Deserialize, Serialize};
+
+use crate::feistel::Domain;
+use crate::mix::{mix64, Lemire, GOLDEN, SLOT_GAMMA};
+use crate::{Error, Shard};
+
+/// The longest global batch a sampler hands out in one step: `2^32` indices
+/// (32 GiB of `u64`), or less where `usize` is narrower.
+pub const MAX_BATCH: u64 = {
+    let widest_vec = isize::MAX as u64 / 8;
+    if widest_vec < 1 << 32 {
+        widest_vec
+    } else {
+        1 << 32
+    }
+};
+
+/// Domain-separation constants: the iid and cyclic streams of one seed are
+/// derived from different keys, so they share no structure.
+const IID_KEY: u64 = 0x5A17_1D00_0000_0001;
+const CYCLIC_KEY: u64 = 0x5A17_C7C1_0000_0002;
+
+/// How indices are drawn. The numbering matches loaderx's `Sampler.Mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[repr(u8)]
+pub enum Mode {
+    /// In order: batch `k` holds `(k * B + j) mod length` for `j < B`, wrapping
+    /// around the end of the index space so no batch is cut short.
+    Sequential = 0,
+    /// Independent and uniform, with replacement: every index of every batch
+    /// is a fresh unbiased draw from `[0, length)`.
+    Iid = 1,
+    /// Without replacement: each cycle is a fresh random permutation of
+    /// `[0, length)`, cut into full batches.
+    Cyclic = 2,
+}
+
+impl Mode {
+    /// The mode with number `v` (0 sequential, 1 iid, 2 cyclic), or
+    /// [`Error::BadMode`].
+    pub fn from_u8(v: u8) -> Result<Mode, Error> {
+        match v {
+            0 => Ok(Mode::Sequential),
+            1 => Ok(Mode::Iid),
+            2 => Ok(Mode::Cyclic),
+            _ => Err(Error::BadMode(v)),
+        }
+    }
+}
+
+/// Everything needed to rebuild a sampler at the same point:
+/// [`Sampler::from_state`] of [`Sampler::state`] continues identically.
+///
+/// It holds no shard, so a run may resume with a different shard count.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct SamplerState {
+    /// The sampling mode.
+    pub mode: Mode,
+    /// The seed every random choice derives from.
+    pub seed: u64,
+    /// The step whose batch [`Sampler::next_batch`] returns next.
+    pub step: u64,
+    /// The size of the index space `[0, length)`.
+    pub length: u64,
+    /// The requested batch size (the batch is shorter if `length` is smaller).
+    pub batch_size: u64,
+}
+
+/// The per-mode constants, computed once in [`Sampler::new`].
+#[derive(Clone, Copy, Debug)]
+enum Kernel {
+    Sequential,
+    Iid {
+        /// The key of this seed's iid stream.
+        key: u64,
+        /// Reduction of 64-bit words into `[0, length)`.
+        lemire: Lemire,
+    },
+    Cyclic {
+        /// The key of this seed's sequence of per-cycle permutations.
+        key: u64,
+        /// The Feistel domain for `length`.
+        domain: Domain,
+        /// `length / batch_len`: full batches in one cycle.
+        steps_per_cycle: u64,
+    },
+}
+
+/// A seekable, shardable stream of index batches over `[0, length)`.
+///
+/// The batch of a step is a pure function of `(mode, seed, length,
+/// batch_size, step)`: [`Sampler::batch`] computes any step directly, and the
+/// only mutable part is the current step used by [`Sampler::next_batch`].
+/// See the [crate docs](crate) for what each mode draws.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    mode: Mode,
+    seed: u64,
+    step: u64,
+    length: u64,
+    batch_size: u64,
+    batch_len: usize,
+    kernel: Kernel,
+}
+
+impl Sampler {
+    /// A sampler at step 0 over `[0, length)` with batches of `batch_size`
+    /// (or of `length` when that is smaller).
+    ///
+    /// Errors: [`Error::EmptyIndexSpace`] for `length == 0`,
+    /// [`Error::ZeroBatch`] for `batch_size == 0`, [`Error::BatchTooLarge`]
+    /// when `min(batch_size, length)` exceeds [`MAX_BATCH`].
+    pub fn new(mode: Mode, length: u64, batch_size: u64, seed: u64) -> Result<Sampler, Error> {
+        if length == 0 {
+            return Err(Error::EmptyIndexSpace);
+        }
+        if batch_size == 0 {
+            return Err(Error::ZeroBatch);
+        }
+        let batch = batch_size.min(length);
+        if batch > MAX_BATCH {
+            return Err(Error::BatchTooLarge {
+                batch,
+                max: MAX_BATCH,
+            });
+        }
+        let kernel = match mode {
+            Mode::Sequential => Kernel::Sequential,
+            Mode::Iid => Kernel::Iid {
+                key: mix64(seed ^ IID_KEY),
+                lemire: Lemire::new(length, 64),
+            },
+            Mode::Cyclic => Kernel::Cyclic {
+                key: mix64(seed ^ CYCLIC_KEY),
+                domain: Domain::new(length),
+                steps_per_cycle: length / batch,
+            },
+        };
+        Ok(Sampler {
+            mode,
+            seed,
+            step: 0,
+            length,
+            batch_size,
+            // Lossless: batch <= MAX_BATCH <= isize::MAX.
+            batch_len: batch as usize,
+            kernel,
+        })
+    }
+
+    /// The global batch length, `min(batch_size, length)`: a store smaller
+    /// than one batch gives a shorter batch.
+    pub fn batch_len(&self) -> usize {
+        self.batch_len
+    }
+
+    /// The length of `shard`'s slice of each global batch, or
+    /// [`Error::BadShard`] / [`Error::ShardDoesNotDivide`].
+    pub fn shard_len(&self, shard: Shard) -> Result<usize, Error> {
+        let (start, end) = shard.range(self.batch_len)?;
+        Ok(end - start)
+    }
+
+    /// Writes the global batch of `step` into `out`, which must hold exactly
+    /// [`batch_len`](Sampler::batch_len) indices ([`Error::BufferLength`]
+    /// otherwise).
+    pub fn fill(&self, step: u64, out: &mut [u64]) -> Result<(), Error> {
+        self.fill_shard(step, Shard::ALL, out)
+    }
+
+    /// Writes `shard`'s contiguous slice of the global batch of `step` into
+    /// `out`, which must hold exactly [`shard_len`](Sampler::shard_len)
+    /// indices. Computes only this shard's indices and allocates nothing.
+    pub fn fill_shard(&self, step: u64, shard: Shard, out: &mut [u64]) -> Result<(), Error> {
+        let (start, end) = shard.range(self.batch_len)?;
+        if out.len() != end - start {
+            return Err(Error::BufferLength {
+                expected: (end - start) as u64,
+                got: out.len() as u64,
+            });
+        }
+        self.fill_positions(step, start, out);
+        Ok(())
+    }
+
+    /// The global batch of `step`, newly allocated.
+    pub fn batch(&self, step: u64) -> Vec<u64> {
+        let mut out = vec![0; self.batch_len];
+        self.fill_positions(step, 0, &mut out);
+        out
+    }
+
+    /// The batch of the current step; then advances to the next step.
+    pub fn next_batch(&mut self) -> Vec<u64> {
+        let out = self.batch(self.step);
+        // The stream is defined for every u64 step; past the last it wraps.
+        self.step = self.step.wrapping_add(1);
+        out
+    }
+
+    /// Moves to `step`, in constant time: the next
+    /// [`next_batch`](Sampler::next_batch) returns that step's batch.
+    pub fn seek(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// The step whose batch [`next_batch`](Sampler::next_batch) returns next.
+    pub fn step(&self) -> u64 {
+        self.step
+    }
+
+    /// The state to save for an exact resume.
+    pub fn state(&self) -> SamplerState {
+        SamplerState {
+            mode: self.mode,
+            seed: self.seed,
+            step: self.step,
+            length: self.length,
+            batch_size: self.batch_size,
+        }
+    }
+
+    /// Rebuilds a sampler from a saved state; fails like [`Sampler::new`] on
+    /// a state that no sampler could have produced.
+    pub fn from_state(state: &SamplerState) -> Result<Sampler, Error> {
+        let mut sampler = Sampler::new(state.mode, state.length, state.batch_size, state.seed)?;
+        sampler.step = state.step;
+        Ok(sampler)
+    }
+
+    /// Writes positions `start .. start + out.len()` of the global batch of
+    /// `step`. The caller has checked that this range lies in the batch.
+    fn fill_positions(&self, step: u64, start: usize, out: &mut [u64]) {
+        let b = self.batch_len as u64;
+        let start = start as u64;
+        match self.kernel {
+            Kernel::Sequential => {
+                let n = u128::from(self.length);
+                let pos = u128::from(step) * u128::from(b) + u128::from(start);
+                // Lossless: the remainder is below length.
+                let first = (pos % n) as u64;
+                // Up to the end of the index space, then wrap to 0. The batch
+                // is at most `length` long, so it wraps at most once.
+                let head = (self.length - first).min(out.len() as u64) as usize;
+                let (before_wrap, after_wrap) = out.split_at_mut(head);
+                for (o, i) in before_wrap.iter_mut().zip(first..) {
+                    *o = i;
+                }
+                for (o, i) in after_wrap.iter_mut().zip(0..) {
+                    *o = i;
+                }
+            }
+            Kernel::Iid { key, lemire } => {
+                // The step's own key: SplitMix64 output `step` of the seed's
+                // key. Slot `j` then reads counter `j` of that step's stream.
+                let step_key = mix64(key.wrapping_add(step.wrapping_mul(GOLDEN)));
+                for (o, slot) in out.iter_mut().zip(start..) {
+                    let word = mix64(step_key.wrapping_add(slot.wrapping_mul(SLOT_GAMMA)));
+                    *o = match lemire.reduce(word) {
+                        Some(index) => index,
+                        None => redraw(step_key, slot, b, &lemire),
+                    };
+                }
+            }
+            Kernel::Cyclic {
+                key,
+                domain,
+                steps_per_cycle,
+            } => {
+                // A cycle holds `steps_per_cycle` whole batches, so a batch
+                // never straddles two cycles: the cycle and its round keys are
+                // computed once per call.
+                let cycle = step / steps_per_cycle;
+                let first = (step % steps_per_cycle) * b + start;
+                let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
+                for (o, pos) in out.iter_mut().zip(first..) {
+                    *o = perm.apply(pos);
+                }
+            }
+        }
+    }
+}
+
+/// A rejected iid draw: slot `j` of a batch of `b` tries counters `j + b`,
+/// `j + 2b`, ... of the same step's stream, which no first draw uses. Each try
+/// is rejected with probability below `length / 2^64`.
+#[cold]
+fn redraw(step_key: u64, slot: u64, b: u64, lemire: &Lemire) -> u64 {
+    let mut counter = slot;
+    loop {
+        counter = counter.wrapping_add(b);
+        let word = mix64(step_key.wrapping_add(counter.wrapping_mul(SLOT_GAMMA)));
+        if let Some(index) = lemire.reduce(word) {
+            return index;
+        }
+    }
+}
