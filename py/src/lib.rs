@@ -1,1 +1,55 @@
+//! The compiled half of the Python package `zring` (`zring._zring`).
+//!
+//! This crate only converts: NumPy arrays and Python values in, engine,
+//! sampler and loader calls (with the GIL released), NumPy arrays and dicts
+//! out. The Python half (`python/zring/`) builds the loaderx-compatible API
+//! (`Dataset`, `DataLoader`, `write_dataset`, ...) on these classes:
+//!
+//! - `Store` ([`store::PyStore`]): an open record store.
+//! - `Sampler` ([`sampler::PySampler`]): the index stream on its own.
+//! - `Loader` ([`loader::PyLoader`]): the step pipeline, with batches lent to
+//!   NumPy through `BatchBuffer` owners.
+//! - the exception hierarchy under `ZringError` ([`error`]).
 
+mod convert;
+mod error;
+mod loader;
+mod sampler;
+mod store;
+
+use pyo3::prelude::*;
+
+/// Convert the loaderx store at `src` into a new zring store at `dst`.
+#[pyfunction]
+fn import_loaderx<'py>(
+    py: Python<'py>,
+    src: std::path::PathBuf,
+    dst: std::path::PathBuf,
+) -> PyResult<Bound<'py, PyAny>> {
+    let report = py
+        .detach(|| zring_engine::import_loaderx(&src, &dst))
+        .map_err(error::engine)?;
+    convert::to_py(py, &report)
+}
+
+#[pymodule]
+fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<store::PyStore>()?;
+    m.add_class::<sampler::PySampler>()?;
+    m.add_class::<loader::PyLoader>()?;
+    m.add_class::<loader::PyBatchBuffer>()?;
+    m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
+    m.add("ZringError", py.get_type::<error::ZringError>())?;
+    m.add("CorruptError", py.get_type::<error::CorruptError>())?;
+    m.add("ChecksumError", py.get_type::<error::ChecksumError>())?;
+    m.add("NotAStoreError", py.get_type::<error::NotAStoreError>())?;
+    m.add(
+        "UnsupportedVersionError",
+        py.get_type::<error::UnsupportedVersionError>(),
+    )?;
+    m.add("LockedError", py.get_type::<error::LockedError>())?;
+    m.add("PoisonedError", py.get_type::<error::PoisonedError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

@@ -1,0 +1,48 @@
+"""zring: a persistent record store and endless step-based data loader.
+
+A drop-in for loaderx 0.7.3 (``import zring as loaderx``): the same
+``write_dataset``/``Dataset``/``RaggedDataset``/``pad``/``DataLoader``/
+``Zrecord`` API, on a Rust engine. Extras: exact resume (``DataLoader(...,
+state=...)``, ``DataLoader.state()``), sharding, ``stats()``, ``verify()``,
+a typed exception hierarchy under :class:`ZringError`, and the ``zring``
+command.
+"""
+
+from ._zring import (
+    ChecksumError,
+    CorruptError,
+    LockedError,
+    NotAStoreError,
+    PoisonedError,
+    Store,
+    UnsupportedVersionError,
+    ZringError,
+    import_loaderx,
+)
+from ._sampler import Sampler
+from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
+from .dataloader import DataLoader
+from .dataset import Dataset, RaggedDataset, pad
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ChecksumError",
+    "CorruptError",
+    "DataLoader",
+    "Dataset",
+    "LockedError",
+    "NotAStoreError",
+    "PoisonedError",
+    "RaggedDataset",
+    "Sampler",
+    "Store",
+    "UnsupportedVersionError",
+    "Zrecord",
+    "ZrecordError",
+    "ZringError",
+    "import_loaderx",
+    "pad",
+    "write_dataset",
+    "write_ragged",
+]

@@ -1,0 +1,136 @@
+"""The ``schema.json`` a dataset store carries: per-sample dtype and shape.
+
+The file has the same fields as loaderx writes (``format``, ``version``,
+``dtype``, ``shape`` or ``ragged``/``item_shape``, ``codec``), so a store
+written by either library describes itself the same way. ``dtype`` holds
+NumPy's ``dtype.str`` (byte order, kind, size: ``"<f4"``).
+
+``dtype.str`` alone does not name every fixed-size dtype: ml_dtypes types
+such as bfloat16 and structured dtypes all collapse to a void code like
+``"<V2"``. For those the schema carries one more field that readers which do
+not know it can ignore: ``dtype_name`` (``"bfloat16"``, resolved through
+ml_dtypes when it is installed) or ``dtype_descr`` (``dtype.descr`` of a
+structured dtype). A reader that lacks ml_dtypes still opens the store and
+sees the raw void bytes' size correctly only if it asks for them; zring
+raises a clear TypeError instead of guessing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+SCHEMA = "schema.json"
+FORMAT = "loaderx-zrecord"
+VERSION = 1
+CODECS = ("raw", "zstd", "zstd_dict")
+
+
+def check_codec(codec: Any) -> str:
+    """Return ``codec`` if it names a codec, else raise ValueError."""
+    if not isinstance(codec, str) or codec not in CODECS:
+        raise ValueError(f"unknown codec {codec!r}, expected one of {sorted(CODECS)}")
+    return codec
+
+
+def _ml_dtypes():
+    try:
+        import ml_dtypes  # noqa: F401  (registers bfloat16 & co. with NumPy)
+    except ImportError:
+        return None
+    return ml_dtypes
+
+
+def check_dtype(dtype: Any) -> np.dtype:
+    """Normalise ``dtype`` and reject the ones a record cannot hold."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError as exc:
+        # "bfloat16" and friends only resolve after ml_dtypes is imported.
+        if isinstance(dtype, str) and _ml_dtypes() is not None:
+            dt = np.dtype(dtype)
+        else:
+            raise TypeError(f"{dtype!r} is not a NumPy dtype: {exc}") from None
+    if dt.hasobject:
+        raise TypeError(
+            f"dtype {dt} holds Python objects; a record stores fixed-size values only "
+            "(bool, integers, floats, complex, bytes/str, datetimes, structured, ml_dtypes)"
+        )
+    if dt.itemsize == 0:
+        raise TypeError(f"dtype {dt!r} has no fixed size; give a size such as 'S8' or '<U4'")
+    return dt
+
+
+def encode_dtype(dt: np.dtype) -> dict[str, Any]:
+    """The schema fields that name ``dt`` (``dtype`` plus a hint when needed)."""
+    fields: dict[str, Any] = {"dtype": dt.str}
+    if np.dtype(dt.str) == dt:
+        return fields
+    if dt.names is not None:
+        fields["dtype_descr"] = dt.descr
+    else:
+        # An extension dtype (ml_dtypes): its name is what resolves it again.
+        fields["dtype_name"] = dt.name
+    return fields
+
+
+def _descr(obj: Any) -> Any:
+    # JSON turns dtype.descr's tuples into lists; np.dtype wants tuples back.
+    if isinstance(obj, list):
+        return [tuple(_descr(x) for x in item) if isinstance(item, list) else item for item in obj]
+    return obj
+
+
+def decode_dtype(schema: dict[str, Any]) -> np.dtype:
+    """Invert :func:`encode_dtype`."""
+    if "dtype_descr" in schema:
+        return np.dtype(_descr(schema["dtype_descr"]))
+    name = schema.get("dtype_name")
+    if name is not None:
+        if _ml_dtypes() is None:
+            raise TypeError(
+                f"this store holds {name} values; install ml_dtypes to read them"
+            )
+        return np.dtype(name)
+    return np.dtype(schema["dtype"])
+
+
+def fixed_schema(dt: np.dtype, shape: tuple[int, ...], codec: str) -> dict[str, Any]:
+    """The schema of a fixed-shape dataset."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        **encode_dtype(dt),
+        "shape": list(shape),
+        "codec": codec,
+    }
+
+
+def ragged_schema(dt: np.dtype, item_shape: tuple[int, ...], codec: str) -> dict[str, Any]:
+    """The schema of a ragged dataset."""
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "ragged": True,
+        **encode_dtype(dt),
+        "item_shape": list(item_shape),
+        "codec": codec,
+    }
+
+
+def dumps(schema: dict[str, Any]) -> str:
+    """Serialise a schema the way it is stored on disk."""
+    return json.dumps(schema, indent=2) + "\n"
+
+
+def loads(text: str, where: str) -> dict[str, Any]:
+    """Parse a stored schema, naming ``where`` in the error."""
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{where} is not valid JSON: {exc}") from None
+    if not isinstance(schema, dict) or schema.get("format") != FORMAT:
+        raise ValueError(f"{where} is not a {FORMAT} schema")
+    return schema

@@ -1,0 +1,399 @@
+"""Raw byte records (:class:`Zrecord`) and NumPy-to-store conversion.
+
+A store holds opaque byte records in a dense index space ``0..len``; what the
+bytes mean is the caller's business. :func:`write_dataset` and
+:func:`write_ragged` add a ``schema.json`` so :class:`zring.Dataset` and
+:class:`zring.RaggedDataset` can read the records back as arrays.
+
+Every call that touches the disk runs in the Rust engine with the GIL
+released, so several Python threads can gather at once.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from itertools import chain
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+import numpy as np
+
+from . import _schema, _util
+from ._zring import Store, ZringError
+
+#: loaderx's name for the base error class; an alias of :class:`ZringError`.
+ZrecordError = ZringError
+
+#: Largest dictionary trained when no ``dict_size`` is given, and the smallest.
+DICT_MAX = 1 << 20
+DICT_MIN = 8 << 10
+#: Dictionary training looks at no more records and bytes than this.
+DICT_MAX_SAMPLES = 8192
+DICT_SAMPLE_BYTES = 256 << 20
+#: Default upper bound on the bytes handed to one append call.
+WRITE_CHUNK_BYTES = 64 << 20
+
+
+class Zrecord:
+    """A store of opaque byte records with a dense index space ``0..len``.
+
+    Opening takes the store's single-writer lock (``readonly=False``, the
+    default) and creates the store when the directory holds none. Pass
+    ``readonly=True`` to read a store another process is writing or to open a
+    loaderx store in place.
+
+    Deleting swaps the last record into each hole, so an index names the same
+    record only until the next :meth:`delete`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], codec: str = "zstd", *, readonly: bool = False):
+        """Open (or create) the store at ``path``.
+
+        Args:
+            path: Directory holding the store.
+            codec: Default compression for :meth:`append`: ``"raw"``,
+                ``"zstd"`` or ``"zstd_dict"`` (needs :meth:`train_dict` first).
+            readonly: Open without the writer lock; writes then raise.
+
+        Raises:
+            ValueError: ``codec`` names no codec.
+            LockedError: Another writer holds the store.
+            NotAStoreError: ``path`` holds something that is not a store.
+        """
+        self.codec = _schema.check_codec(codec)
+        self.path = Path(path)
+        self._store: Store | None = None
+        self._store = Store(str(self.path), "r" if readonly else "a", codec=codec)
+
+    @property
+    def _s(self) -> Store:
+        if self._store is None:
+            raise ValueError(f"Zrecord {str(self.path)!r} is closed")
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._s)
+
+    def sync(self) -> None:
+        """Make every appended record and the record table durable on disk."""
+        self._s.sync()
+
+    def lengths(self, idxs: Any) -> np.ndarray:
+        """Logical (uncompressed) byte length of each record, as uint32."""
+        idx = _util.as_u64(idxs, "idxs")
+        return self._s.lengths(idx).astype(np.uint32)
+
+    def gather(self, idxs: Any, dst: np.ndarray, stride: int) -> None:
+        """Decode records ``idxs`` into ``dst`` in place, one every ``stride`` bytes.
+
+        Every record must be exactly ``stride`` bytes long, and ``dst`` must
+        be C-contiguous, writable and at least ``len(idxs) * stride`` bytes.
+        """
+        idx = _util.as_u64(idxs, "idxs")
+        self._s.gather(idx, _util.as_writable_bytes(dst, "dst"), int(stride))
+
+    def gather_var(self, idxs: Any, dst: np.ndarray, offsets: Any) -> None:
+        """Decode variable-length records ``idxs`` into ``dst`` at byte ``offsets``."""
+        idx = _util.as_u64(idxs, "idxs")
+        off = _util.as_u64(offsets, "offsets")
+        self._s.gather_var(idx, _util.as_writable_bytes(dst, "dst"), off)
+
+    def append(self, src: np.ndarray, n: int, item_len: int, codec: str | None = None) -> int:
+        """Append ``n`` records of ``item_len`` bytes each, taken in order from ``src``.
+
+        Returns the index given to the first new record.
+        """
+        flat = _util.as_bytes(src, "src")
+        n, item_len = int(n), int(item_len)
+        if n < 0 or item_len < 0:
+            raise ValueError(f"n and item_len must be non-negative, got n={n}, item_len={item_len}")
+        if flat.size < n * item_len:
+            raise ValueError(
+                f"src holds {flat.size} bytes, fewer than n * item_len = {n} * {item_len}"
+            )
+        if codec is not None:
+            _schema.check_codec(codec)
+        return self._s.append_fixed(flat[: n * item_len], item_len, codec)
+
+    def append_var(self, src: np.ndarray, offsets: Any, lens: Any, codec: str | None = None) -> int:
+        """Append records of different lengths: record ``i`` is ``src[offsets[i]:][:lens[i]]``.
+
+        Returns the index given to the first new record.
+        """
+        flat = _util.as_bytes(src, "src")
+        off = _util.as_u64(offsets, "offsets")
+        ln = _util.as_u64(lens, "lens")
+        if off.size != ln.size:
+            raise ValueError(f"offsets has {off.size} entries but lens has {ln.size}")
+        if codec is not None:
+            _schema.check_codec(codec)
+        return self._s.append(flat, off, ln, codec)
+
+    def train_dict(self, samples: Any, sizes: Any, target: int) -> int:
+        """Train a zstd dictionary on concatenated ``samples`` and install it.
+
+        ``sizes`` gives each sample's byte length; ``target`` caps the size.
+        Returns the dictionary's size in bytes. Needed before appending with
+        ``codec="zstd_dict"``.
+        """
+        buf = np.ascontiguousarray(samples)
+        flat = _util.as_bytes(buf, "samples")
+        sz = _util.as_u64(sizes, "sizes")
+        return self._s.train_dict(flat, sz, int(target))
+
+    def has_dict(self) -> bool:
+        """True when the store has a trained zstd dictionary."""
+        return self._s.has_dict()
+
+    def delete(self, idxs: Any) -> None:
+        """Remove records, keeping the index space dense (the tail fills holes).
+
+        The bytes stay on disk until :meth:`compact`. Duplicates and any order
+        are accepted.
+        """
+        self._s.delete(_util.as_u64(idxs, "idxs"))
+
+    def compact(self) -> dict[str, Any]:
+        """Reclaim the space deleted records left behind; returns a report dict."""
+        return self._s.compact()
+
+    def stats(self) -> dict[str, Any]:
+        """Storage usage: ``records``, ``live_bytes``, ``chunk_bytes``, ``reclaimable``, ..."""
+        return self._s.stats()
+
+    def verify(self) -> dict[str, Any]:
+        """Read and check every record; raises CorruptError/ChecksumError on damage."""
+        return self._s.verify()
+
+    def close(self) -> None:
+        """Release the store (and its writer lock). Safe to call twice."""
+        store, self._store = self._store, None
+        if store is not None:
+            store.close()
+
+    def __enter__(self) -> "Zrecord":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        state = "closed" if self._store is None else f"{len(self)} records"
+        return f"Zrecord({str(self.path)!r}, codec={self.codec!r}, {state})"
+
+
+# ---------------------------------------------------------------- conversion
+
+
+def _progress(total: int, desc: str, progress: bool | None):
+    """A tqdm bar when asked for (or, by default, when stderr is a terminal)."""
+    if progress is None:
+        try:
+            progress = sys.stderr is not None and sys.stderr.isatty()
+        except (AttributeError, ValueError):
+            progress = False
+    if not progress:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    return tqdm(total=total, desc=desc, unit="rec", unit_scale=True, file=sys.stderr)
+
+
+def _dict_target(sample_bytes: int, dict_size: int | None) -> int:
+    if dict_size is not None:
+        if int(dict_size) <= 0:
+            raise ValueError(f"dict_size must be positive, got {dict_size}")
+        return int(dict_size)
+    return min(DICT_MAX, max(DICT_MIN, sample_bytes // 100))
+
+
+def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
+                    describe: str) -> Store:
+    """Open (or create) the store and check or write its schema."""
+    path.mkdir(parents=True, exist_ok=True)
+    store = Store(str(path), "a", codec=schema["codec"])
+    try:
+        text = store.schema()
+        if text is None:
+            store.set_schema(_schema.dumps(schema))
+        else:
+            existing = _schema.loads(text, str(path / _schema.SCHEMA))
+            if not same(existing):
+                raise ValueError(
+                    f"{path} holds records described as {_describe(existing)}, "
+                    f"cannot append {describe}"
+                )
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def _describe(schema: dict[str, Any]) -> str:
+    dt = schema.get("dtype_name") or schema.get("dtype")
+    if schema.get("ragged"):
+        return f"ragged {dt} rows of shape {tuple(schema.get('item_shape', ()))}"
+    return f"{dt} samples of shape {tuple(schema.get('shape', ()))}"
+
+
+def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
+                  chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
+                  *, progress: bool | None = None) -> int:
+    """Store ``array`` one record per slice along axis 0; returns the record count.
+
+    The array is read in blocks of at most ``chunk_bytes`` bytes, so a
+    ``np.load(..., mmap_mode='r')`` array converts without being loaded whole.
+    A ``schema.json`` records dtype and sample shape for :class:`Dataset`.
+    Writing into an existing dataset appends, if dtype and shape agree.
+
+    Args:
+        path: Destination directory.
+        array: Samples stacked along axis 0 (a 1-D array gives scalar samples).
+        codec: ``"zstd"`` (default), ``"raw"`` or ``"zstd_dict"``.
+        chunk_bytes: Upper bound on the bytes submitted per append.
+        dict_size: Dictionary size cap for ``"zstd_dict"``; adapts when None.
+        progress: Show a tqdm bar; by default only when stderr is a terminal.
+
+    Raises:
+        ValueError: Bad codec, a 0-d array, or a schema mismatch on append.
+        TypeError: The dtype holds Python objects.
+    """
+    _schema.check_codec(codec)
+    array = np.asanyarray(array)
+    if array.ndim < 1:
+        raise ValueError("array must have a sample axis (ndim >= 1), got a 0-d array")
+    if int(chunk_bytes) <= 0:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    dtype = _schema.check_dtype(array.dtype)
+    shape = tuple(int(d) for d in array.shape[1:])
+    itemsize = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    schema = _schema.fixed_schema(dtype, shape, codec)
+    encoded = _schema.encode_dtype(dtype)
+
+    def same(existing: dict[str, Any]) -> bool:
+        return (not existing.get("ragged")
+                and {k: existing.get(k) for k in ("dtype", "dtype_name")} ==
+                {k: encoded.get(k) for k in ("dtype", "dtype_name")}
+                and tuple(existing.get("shape", ())) == shape)
+
+    path = Path(path)
+    count = len(array)
+    store = _open_for_write(path, schema, same, f"{dtype} samples of shape {shape}")
+    bar = _progress(count, f"write {path.name}", progress)
+    try:
+        if codec == "zstd_dict" and count and not store.has_dict():
+            k = min(count, DICT_MAX_SAMPLES, max(1, DICT_SAMPLE_BYTES // max(itemsize, 1)))
+            picks = np.unique(np.linspace(0, count - 1, k).astype(np.int64))
+            rows = np.ascontiguousarray(array[picks], dtype=dtype)
+            flat = rows.reshape(-1).view(np.uint8)
+            sizes = np.full(len(picks), itemsize, dtype=np.uint64)
+            store.train_dict(flat, sizes, _dict_target(flat.size, dict_size))
+        step = max(1, int(chunk_bytes) // max(itemsize, 1))
+        for start in range(0, count, step):
+            block = np.ascontiguousarray(array[start:start + step], dtype=dtype)
+            store.append_fixed(block.reshape(-1).view(np.uint8), itemsize, codec)
+            if bar is not None:
+                bar.update(len(block))
+        store.sync()
+    finally:
+        if bar is not None:
+            bar.close()
+        store.close()
+    return count
+
+
+def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any = None,
+                 item_shape: Iterable[int] | None = None, codec: str = "zstd",
+                 chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
+                 *, progress: bool | None = None) -> int:
+    """Store variable-length arrays, one record each; returns the record count.
+
+    Each array is ``(rows, *item_shape)``; ``dtype`` and ``item_shape`` are
+    taken from the first array when omitted. Open the result with
+    :class:`RaggedDataset`.
+
+    Raises:
+        ValueError: No arrays, a bad codec, or an array whose row shape is not
+            ``item_shape``.
+    """
+    _schema.check_codec(codec)
+    if int(chunk_bytes) <= 0:
+        raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
+    it = iter(arrays)
+    try:
+        first = np.asarray(next(it))
+    except StopIteration:
+        raise ValueError("no arrays to write") from None
+    dt = _schema.check_dtype(first.dtype if dtype is None else dtype)
+    if item_shape is None:
+        ishape = tuple(int(d) for d in first.shape[1:])
+    else:
+        ishape = tuple(int(d) for d in item_shape)
+    schema = _schema.ragged_schema(dt, ishape, codec)
+    encoded = _schema.encode_dtype(dt)
+
+    def same(existing: dict[str, Any]) -> bool:
+        return (bool(existing.get("ragged"))
+                and {k: existing.get(k) for k in ("dtype", "dtype_name")} ==
+                {k: encoded.get(k) for k in ("dtype", "dtype_name")}
+                and tuple(existing.get("item_shape", ())) == ishape)
+
+    def prepared(i: int, a: Any) -> np.ndarray:
+        a = np.ascontiguousarray(a, dtype=dt)
+        if a.ndim < 1 or tuple(a.shape[1:]) != ishape:
+            raise ValueError(
+                f"array {i} has shape {a.shape}; expected (rows, *{ishape})"
+            )
+        return a
+
+    path = Path(path)
+    store = _open_for_write(path, schema, same, f"ragged {dt} rows of shape {ishape}")
+    bar = _progress(0, f"write {path.name}", progress)
+    total = 0
+    need_dict = codec == "zstd_dict" and not store.has_dict()
+    block: list[np.ndarray] = []
+    block_bytes = 0
+
+    def flush() -> None:
+        nonlocal block, block_bytes, need_dict, total
+        if not block:
+            return
+        lens = np.array([a.nbytes for a in block], dtype=np.uint64)
+        offsets = np.zeros(len(block), dtype=np.uint64)
+        np.cumsum(lens[:-1], out=offsets[1:])
+        src = np.concatenate([a.reshape(-1).view(np.uint8) for a in block]) if block_bytes \
+            else np.zeros(0, dtype=np.uint8)
+        if need_dict:
+            k = min(len(block), DICT_MAX_SAMPLES)
+            end = int(offsets[k - 1] + lens[k - 1])
+            store.train_dict(src[:end], lens[:k], _dict_target(end, dict_size))
+            need_dict = False
+        store.append(src, offsets, lens, codec)
+        total += len(block)
+        if bar is not None:
+            bar.update(len(block))
+        block, block_bytes = [], 0
+
+    try:
+        for i, a in enumerate(chain([first], it)):
+            a = prepared(i, a)
+            block.append(a)
+            block_bytes += a.nbytes
+            if block_bytes >= chunk_bytes:
+                flush()
+        flush()
+        store.sync()
+    finally:
+        if bar is not None:
+            bar.close()
+        store.close()
+    return total

@@ -1,0 +1,193 @@
+"""The ``zring`` command: inspect, check, convert, compact and benchmark stores.
+
+    zring info PATH
+    zring verify PATH
+    zring convert SRC DST [--codec zstd] [--chunk-bytes N]
+    zring compact PATH
+    zring bench PATH [--batch-size 256] [--batches 200] [--seed 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from . import _schema
+from ._zring import Store, ZringError, import_loaderx
+from ._zrecord import WRITE_CHUNK_BYTES, write_dataset
+
+
+def _disk_bytes(path: Path) -> int:
+    """Bytes allocated on disk by every file under ``path``."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for f in files:
+            try:
+                st = os.stat(os.path.join(root, f))
+            except OSError:
+                continue
+            total += st.st_blocks * 512 if hasattr(st, "st_blocks") else st.st_size
+    return total
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"
+
+
+def _describe_schema(text: str | None) -> tuple[str, str, str]:
+    if text is None:
+        return "raw records (no schema.json)", "-", "-"
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError:
+        return "unreadable schema.json", "-", "-"
+    dtype = schema.get("dtype_name") or schema.get("dtype", "?")
+    if schema.get("ragged"):
+        return "ragged dataset", str(dtype), f"(rows, {', '.join(map(str, schema.get('item_shape', [])))})"
+    return "dataset", str(dtype), str(tuple(schema.get("shape", [])))
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    with Store(args.path, "r") as store:
+        stats = store.stats()
+        kind, dtype, shape = _describe_schema(store.schema())
+        codec = json.loads(store.schema() or "{}").get("codec", "-")
+    disk = _disk_bytes(Path(args.path))
+    logical = stats.get("logical_bytes", stats.get("live_bytes", 0))
+    print(f"path          {args.path}")
+    print(f"kind          {kind}")
+    print(f"records       {stats.get('records', 0)}")
+    print(f"codec         {codec}")
+    print(f"dtype         {dtype}")
+    print(f"sample shape  {shape}")
+    print(f"logical size  {_human(logical)}")
+    print(f"on disk       {_human(disk)}")
+    print(f"ratio         {logical / disk:.2f}x" if disk else "ratio         -")
+    print(f"reclaimable   {_human(stats.get('reclaimable', 0))}")
+    print(f"dictionary    {'yes' if stats.get('has_dict') else 'no'}")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    with Store(args.path, "r") as store:
+        try:
+            report = store.verify()
+        except ZringError as exc:
+            print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+            return 1
+    print("ok: " + ", ".join(f"{k}={v}" for k, v in report.items()))
+    return 0
+
+
+def cmd_convert(args: argparse.Namespace) -> int:
+    src, dst = Path(args.src), Path(args.dst)
+    if src.is_file() and src.suffix == ".npy":
+        array = np.load(src, mmap_mode="r")
+        n = write_dataset(dst, array, codec=args.codec, chunk_bytes=args.chunk_bytes)
+        print(f"wrote {n} records of {array.dtype} {array.shape[1:]} to {dst}")
+        return 0
+    if src.is_dir():
+        report = import_loaderx(str(src), str(dst))
+        print(f"imported {src} into {dst}: {report}")
+        return 0
+    print(f"error: {src} is neither a .npy file nor a loaderx store directory", file=sys.stderr)
+    return 2
+
+
+def cmd_compact(args: argparse.Namespace) -> int:
+    with Store(args.path, "a") as store:
+        before = store.stats()
+        report = store.compact()
+        after = store.stats()
+    print(f"compacted {args.path}: chunk bytes {_human(before.get('chunk_bytes', 0))} -> "
+          f"{_human(after.get('chunk_bytes', 0))}")
+    if report:
+        print("report: " + ", ".join(f"{k}={v}" for k, v in report.items()))
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    """Random batch gathers: throughput and latency percentiles."""
+    with Store(args.path, "r") as store:
+        n = len(store)
+        if n == 0:
+            print("error: the store is empty", file=sys.stderr)
+            return 2
+        rng = np.random.default_rng(args.seed)
+        lat = np.empty(args.batches, dtype=np.int64)
+        total_bytes = 0
+        start = time.perf_counter_ns()
+        for i in range(args.batches):
+            idx = rng.integers(0, n, size=args.batch_size, dtype=np.uint64)
+            t0 = time.perf_counter_ns()
+            lens = store.lengths(idx)
+            offsets = np.zeros(idx.size, dtype=np.uint64)
+            np.cumsum(lens[:-1], out=offsets[1:])
+            dst = np.empty(int(lens.sum()), dtype=np.uint8)
+            store.gather_var(idx, dst, offsets)
+            lat[i] = time.perf_counter_ns() - t0
+            total_bytes += dst.size
+        elapsed = (time.perf_counter_ns() - start) / 1e9
+    q = np.percentile(lat, [50, 90, 99, 99.9]) / 1e3
+    print(f"{args.batches} batches of {args.batch_size} random records from {n} "
+          f"in {elapsed:.3f} s")
+    print(f"throughput: {args.batches / elapsed:.1f} batches/s, "
+          f"{args.batches * args.batch_size / elapsed:,.0f} records/s, "
+          f"{total_bytes / elapsed / 2**20:.1f} MiB/s")
+    print()
+    print("| p50 (µs) | p90 (µs) | p99 (µs) | p99.9 (µs) | max (µs) |")
+    print("|---------:|---------:|---------:|-----------:|---------:|")
+    print(f"| {q[0]:8.1f} | {q[1]:8.1f} | {q[2]:8.1f} | {q[3]:10.1f} | {lat.max() / 1e3:8.1f} |")
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zring", description="Inspect and manage zring stores.")
+    sub = p.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("info", help="records, codec, dtype/shape, size on disk, ratio")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_info)
+    s = sub.add_parser("verify", help="read and checksum every record")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_verify)
+    s = sub.add_parser("convert", help="a .npy file or a loaderx store into a zring store")
+    s.add_argument("src")
+    s.add_argument("dst")
+    s.add_argument("--codec", default="zstd", choices=_schema.CODECS)
+    s.add_argument("--chunk-bytes", type=int, default=WRITE_CHUNK_BYTES)
+    s.set_defaults(func=cmd_convert)
+    s = sub.add_parser("compact", help="reclaim the space of deleted records")
+    s.add_argument("path")
+    s.set_defaults(func=cmd_compact)
+    s = sub.add_parser("bench", help="random-gather throughput and latency percentiles")
+    s.add_argument("path")
+    s.add_argument("--batch-size", type=int, default=256)
+    s.add_argument("--batches", type=int, default=200)
+    s.add_argument("--seed", type=int, default=0)
+    s.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``zring`` command; returns the exit status."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ZringError, OSError, ValueError, TypeError) as exc:
+        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

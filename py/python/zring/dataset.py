@@ -1,0 +1,247 @@
+"""Array views over a store: :class:`Dataset` (fixed shape), :class:`RaggedDataset`.
+
+The dtype and shape come from the store's ``schema.json``. Reads decode
+straight into a freshly allocated output array; nothing is staged in a
+temporary buffer. Datasets open the store read-only, so any number of them
+(in any number of processes) can read one store at once.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from . import _schema, _util
+from ._zring import Store
+
+
+def _open(path: str | os.PathLike[str], ragged: bool) -> tuple[Path, Store, dict[str, Any]]:
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
+    store = Store(str(p), "r")
+    try:
+        text = store.schema()
+        where = str(p / _schema.SCHEMA)
+        if text is None:
+            raise FileNotFoundError(
+                f"{where} not found; {p} is a raw store, not a dataset (open it with Zrecord)"
+            )
+        schema = _schema.loads(text, where)
+        if ragged and not schema.get("ragged"):
+            raise ValueError(f"{p} is a fixed-shape dataset; open it with Dataset")
+        if not ragged and schema.get("ragged"):
+            raise ValueError(f"{p} is a ragged dataset; open it with RaggedDataset")
+    except BaseException:
+        store.close()
+        raise
+    return p, store, schema
+
+
+class _Base:
+    path: Path
+    codec: str
+    dtype: np.dtype
+    _store: Store | None
+
+    @property
+    def _s(self) -> Store:
+        if self._store is None:
+            raise ValueError(f"{type(self).__name__} {str(self.path)!r} is closed")
+        return self._store
+
+    def __len__(self) -> int:
+        return len(self._s)
+
+    def verify(self) -> dict[str, Any]:
+        """Read and check every record; raises CorruptError/ChecksumError on damage."""
+        return self._s.verify()
+
+    def stats(self) -> dict[str, Any]:
+        """Storage usage of the underlying store."""
+        return self._s.stats()
+
+    def close(self) -> None:
+        """Release the store. Safe to call twice."""
+        store, self._store = getattr(self, "_store", None), None
+        if store is not None:
+            store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class Dataset(_Base):
+    """Fixed-shape samples stored one per record.
+
+    ``ds[i]`` is one sample shaped :attr:`shape`; ``ds[slice]``, ``ds[list]``,
+    ``ds[int_array]`` and ``ds[bool_mask]`` return a stacked batch shaped
+    ``(n, *shape)``. Negative indices count from the end.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        """Open the dataset at ``path`` (written by :func:`write_dataset`, or by loaderx).
+
+        Raises:
+            FileNotFoundError: ``path`` is missing or has no ``schema.json``.
+            ValueError: ``path`` is a ragged dataset.
+            NotAStoreError: ``path`` holds no store.
+        """
+        self._store = None
+        self.path, self._store, schema = _open(path, ragged=False)
+        self.dtype: np.dtype = _schema.decode_dtype(schema)
+        self.shape: tuple[int, ...] = tuple(int(d) for d in schema["shape"])
+        self.codec: str = schema.get("codec", "zstd")
+        self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def record_bytes(self) -> int:
+        """Bytes in one sample."""
+        return self._itemsize
+
+    def __getitem__(self, idx: Any) -> np.ndarray:
+        """One sample for an integer; a stacked batch for a slice, sequence or mask."""
+        if _util.is_int(idx):
+            i = _util.scalar_index(idx, len(self))
+            return self.__getitems__(np.array([i], dtype=np.uint64))[0]
+        if isinstance(idx, slice):
+            idx = np.arange(*idx.indices(len(self)), dtype=np.int64)
+        elif isinstance(idx, tuple):
+            raise IndexError("multi-axis indexing is not supported; index the result instead")
+        return self.__getitems__(idx)
+
+    def __getitems__(self, idxs: Any) -> np.ndarray:
+        """Gather records into an array shaped ``(len(idxs), *self.shape)``."""
+        idx = _util.indices(idxs, len(self))
+        out = np.empty((idx.size, *self.shape), dtype=self.dtype)
+        self._s.gather(idx, out.reshape(-1).view(np.uint8), self._itemsize)
+        return out
+
+    def __repr__(self) -> str:
+        return f"Dataset({str(self.path)!r}, len={len(self) if self._store else 'closed'}, dtype={self.dtype}, shape={self.shape})"
+
+
+def pad(values: np.ndarray, row_splits: Any, max_len: int | None = None,
+        pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Turn a packed ``(values, row_splits)`` batch into a dense padded array.
+
+    Returns ``(padded, lengths)``: ``padded`` is ``(B, max_len, *tail)``,
+    ``lengths`` the row count of each record. ``max_len`` defaults to the
+    longest record; a record longer than an explicit ``max_len`` raises
+    ValueError rather than being cut.
+    """
+    values = np.asarray(values)
+    splits = np.asarray(row_splits)
+    if splits.ndim != 1 or splits.size == 0:
+        raise ValueError(f"row_splits must be 1-D with at least one entry, got shape {splits.shape}")
+    lengths = np.diff(splits)
+    if lengths.size and lengths.min() < 0:
+        raise ValueError("row_splits must be non-decreasing")
+    if int(splits[-1]) > len(values):
+        raise ValueError(f"row_splits ends at {int(splits[-1])} but values has {len(values)} rows")
+    b = int(lengths.size)
+    longest = int(lengths.max()) if b else 0
+    ml = longest if max_len is None else int(max_len)
+    if longest > ml:
+        raise ValueError(f"a record has {longest} rows, over max_len={ml}")
+    padded = np.full((b, ml, *values.shape[1:]), pad_value, dtype=values.dtype)
+    if b:
+        # Row r of the packed values lands at (its record, its row within it).
+        rec = np.repeat(np.arange(b), lengths)
+        first = splits[0]
+        pos = np.arange(int(splits[-1]) - int(first)) - np.repeat(splits[:-1] - first, lengths)
+        padded[rec, pos] = values[int(first):int(splits[-1])]
+    return padded, lengths
+
+
+class RaggedDataset(_Base):
+    """Variable-length records, each ``(rows, *item_shape)``.
+
+    A batch comes back packed, as ``(values, row_splits)``: every row of every
+    record in one flat array, record ``k`` being
+    ``values[row_splits[k]:row_splits[k + 1]]``. ``ds[i]`` is record ``i``
+    alone, shaped ``(rows, *item_shape)``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        """Open the ragged dataset at ``path`` (written by :func:`write_ragged`).
+
+        Raises:
+            FileNotFoundError: ``path`` is missing or has no ``schema.json``.
+            ValueError: ``path`` is a fixed-shape dataset.
+        """
+        self._store = None
+        self.path, self._store, schema = _open(path, ragged=True)
+        self.dtype: np.dtype = _schema.decode_dtype(schema)
+        self.item_shape: tuple[int, ...] = tuple(int(d) for d in schema["item_shape"])
+        self.codec: str = schema.get("codec", "zstd")
+        self._row_bytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
+
+    @property
+    def row_bytes(self) -> int:
+        """Bytes in one row of a record."""
+        return self._row_bytes
+
+    def __getitem__(self, idx: Any):
+        """Record ``idx`` as ``(rows, *item_shape)``; a packed batch for anything else."""
+        if _util.is_int(idx):
+            i = _util.scalar_index(idx, len(self))
+            values, _ = self.__getitems__(np.array([i], dtype=np.uint64))
+            return values
+        if isinstance(idx, slice):
+            idx = np.arange(*idx.indices(len(self)), dtype=np.int64)
+        return self.__getitems__(idx)
+
+    def _rows(self, idx: np.ndarray) -> np.ndarray:
+        byte_lens = self._s.lengths(idx).astype(np.int64)
+        if self._row_bytes == 0:
+            return np.zeros(idx.size, dtype=np.int64)
+        bad = byte_lens % self._row_bytes
+        if bad.any():
+            k = int(np.flatnonzero(bad)[0])
+            raise ValueError(
+                f"record {int(idx[k])} holds {int(byte_lens[k])} bytes, not a whole number "
+                f"of {self._row_bytes}-byte rows"
+            )
+        return byte_lens // self._row_bytes
+
+    def __getitems__(self, idxs: Any) -> tuple[np.ndarray, np.ndarray]:
+        """Gather records into packed ``(values, row_splits)``."""
+        idx = _util.indices(idxs, len(self))
+        rows = self._rows(idx)
+        row_splits = np.zeros(idx.size + 1, dtype=np.int64)
+        np.cumsum(rows, out=row_splits[1:])
+        values = np.empty((int(row_splits[-1]), *self.item_shape), dtype=self.dtype)
+        offsets = (row_splits[:-1] * self._row_bytes).astype(np.uint64)
+        self._s.gather_var(idx, values.reshape(-1).view(np.uint8), offsets)
+        return values, row_splits
+
+    def getitems_padded(self, idxs: Any, max_len: int | None = None,
+                        pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Gather records straight into a dense padded batch; see :func:`pad`."""
+        idx = _util.indices(idxs, len(self))
+        rows = self._rows(idx)
+        b = int(idx.size)
+        longest = int(rows.max()) if b else 0
+        ml = longest if max_len is None else int(max_len)
+        if longest > ml:
+            raise ValueError(f"a record has {longest} rows, over max_len={ml}")
+        padded = np.full((b, ml, *self.item_shape), pad_value, dtype=self.dtype)
+        offsets = np.arange(b, dtype=np.uint64) * np.uint64(ml * self._row_bytes)
+        self._s.gather_var(idx, padded.reshape(-1).view(np.uint8), offsets)
+        return padded, rows
+
+    def __repr__(self) -> str:
+        return f"RaggedDataset({str(self.path)!r}, dtype={self.dtype}, item_shape={self.item_shape})"

@@ -1,0 +1,240 @@
+//! `Loader`: the Rust step pipeline behind `zring.DataLoader`.
+//!
+//! The Python `DataLoader` builds one `Loader` from its streams and calls
+//! `next()` on the consumer thread. Gather threads run entirely in Rust; the
+//! GIL is released while `next()` waits. Each batch buffer is handed to NumPy
+//! without a copy: a `BatchBuffer` object owns the pooled buffer and is the
+//! array's base object, so the buffer returns to the loader's pool when the
+//! last NumPy view of it is gone.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use numpy::ndarray::ArrayViewMut1;
+use numpy::{PyArray1, PyArrayMethods};
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyTuple};
+use zring_engine::Store;
+use zring_loader::{
+    Layout, Loader, LoaderConfig, LoaderState, PooledBuf, Shard, Source, SourceError, Stream,
+};
+
+use crate::convert::{from_json, to_py};
+use crate::error;
+use crate::sampler::mode;
+use crate::store::extract_store;
+
+/// A store seen by the loader as a [`Source`] with a fixed or ragged layout.
+struct StoreSource {
+    store: Arc<Store>,
+    layout: Layout,
+}
+
+impl Source for StoreSource {
+    fn len(&self) -> u64 {
+        self.store.len()
+    }
+
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Err("gather called on a ragged stream".into());
+        };
+        Ok(self.store.gather(indices, dst, record_bytes)?)
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        Ok(self.store.lengths(indices, out)?)
+    }
+
+    fn gather_var(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> Result<(), SourceError> {
+        // The loader passes len + 1 boundaries; the engine wants one start
+        // per record.
+        let starts = offsets.get(..indices.len()).ok_or("too few offsets")?;
+        Ok(self.store.gather_var(indices, dst, starts)?)
+    }
+}
+
+/// Owner of one pooled batch buffer while NumPy arrays view it (the Python
+/// class `BatchBuffer`; it has no methods of its own).
+#[pyclass(name = "BatchBuffer", module = "zring._zring", frozen)]
+pub struct PyBatchBuffer {
+    /// Never read or written through this field after construction: NumPy
+    /// owns all access via the pointer taken in [`lend`]. It is kept only so
+    /// that dropping this object returns the buffer to the pool.
+    _buf: PooledBuf,
+}
+
+/// Wraps `buf` as a writable 1-D uint8 NumPy array without copying.
+fn lend(py: Python<'_>, mut buf: PooledBuf) -> PyResult<Bound<'_, PyArray1<u8>>> {
+    let len = buf.len();
+    let ptr = buf.as_mut_slice().as_mut_ptr();
+    // Moving `buf` into the Python object moves the `Vec` header only; its
+    // heap block (where `ptr` points) stays where it is.
+    let owner = Bound::new(py, PyBatchBuffer { _buf: buf })?;
+    // SAFETY: `ptr` points at `len` initialised bytes of the heap block that
+    // `owner` now owns, and the pointer was derived from a unique `&mut`
+    // borrow, so writes through it are allowed. Nothing else reads or
+    // writes that block: `PyBatchBuffer` exposes no access to `_buf`, and
+    // the pool only gets the block back when `owner` is dropped.
+    let view = unsafe { ArrayViewMut1::from_shape_ptr(len, ptr) };
+    // SAFETY: `borrow_from_array` requires that `container` keep the data
+    // valid and unmoved for as long as the NumPy array exists. The array
+    // holds a strong reference to `owner` as its base object, `owner` owns
+    // the heap block and never reallocates it (it is never mutated after
+    // construction), and the block is released (returned to the pool) only
+    // in `owner`'s drop, which cannot run while the array (or any view of
+    // it, which references the array or `owner`) is alive.
+    Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
+}
+
+/// The step pipeline (the Python class `Loader`).
+#[pyclass(name = "Loader", module = "zring._zring", frozen)]
+pub struct PyLoader {
+    /// `None` once closed. `next()` holds the lock while it waits (with the
+    /// GIL released); `close()` takes it after that step arrives.
+    inner: Mutex<Option<Loader>>,
+}
+
+impl PyLoader {
+    fn with<T>(&self, f: impl FnOnce(&mut Loader) -> T) -> PyResult<T> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let loader = guard
+            .as_mut()
+            .ok_or_else(|| PyValueError::new_err("the loader is closed"))?;
+        Ok(f(loader))
+    }
+}
+
+#[pymethods]
+impl PyLoader {
+    /// Build a loader over `streams`, a list of `(name, Store, record_bytes)`
+    /// where `record_bytes` is the size of every record (fixed layout) or
+    /// None (ragged). `state` is the JSON text of a saved `state()`; when
+    /// given it sets batch size, mode, seed, start step (and shard, unless
+    /// `shard` is given).
+    #[new]
+    #[pyo3(signature = (streams, *, batch_size, mode = 1, seed = 42, shard = None, depth = 4, threads = 4, state = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        streams: &Bound<'_, PyList>,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        shard: Option<(u32, u32)>,
+        depth: usize,
+        threads: usize,
+        state: Option<&str>,
+    ) -> PyResult<Self> {
+        let mut list = Vec::with_capacity(streams.len());
+        for item in streams.iter() {
+            let tuple = item.cast::<PyTuple>().map_err(|_| {
+                PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple")
+            })?;
+            let name: String = tuple.get_item(0)?.extract()?;
+            let store = extract_store(&tuple.get_item(1)?, &format!("stream {name:?}"))?;
+            let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
+            let layout = match record_bytes {
+                Some(record_bytes) => Layout::Fixed { record_bytes },
+                None => Layout::Ragged,
+            };
+            list.push(Stream::new(name, Arc::new(StoreSource { store, layout })));
+        }
+        let mut config = match state {
+            Some(text) => {
+                let saved: LoaderState = from_json(text, "loader state")?;
+                LoaderConfig::from_state(&saved)
+            }
+            None => {
+                let mut c = LoaderConfig::new(batch_size);
+                c.mode = self::mode(mode)?;
+                c.seed = seed;
+                c
+            }
+        };
+        if let Some((index, count)) = shard {
+            config.shard = Shard::new(index, count).map_err(error::sampler)?;
+        }
+        config.depth = depth;
+        config.threads = threads;
+        let loader = py
+            .detach(|| Loader::new(list, config))
+            .map_err(error::loader)?;
+        Ok(PyLoader {
+            inner: Mutex::new(Some(loader)),
+        })
+    }
+
+    /// Wait for the next step. Returns `(step, indices, columns)` where
+    /// `columns` is a list of `(name, data, offsets)`: `data` a uint8 array
+    /// viewing the pooled buffer, `offsets` the `len + 1` byte boundaries of
+    /// a ragged column (uint64 array) or None.
+    fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let batch = py
+            .detach(|| self.with(|l| l.next()))?
+            .map_err(error::loader)?;
+        let step = batch.step;
+        let indices = PyArray1::from_slice(py, &batch.indices);
+        let columns = PyList::empty(py);
+        for column in batch.into_columns() {
+            let (name, data, offsets) = column.into_parts();
+            let data = lend(py, data)?;
+            let offsets = match offsets {
+                Some(o) => PyArray1::from_slice(py, &o).into_any(),
+                None => py.None().into_bound(py),
+            };
+            columns.append((&*name, data, offsets))?;
+        }
+        PyTuple::new(py, [step.into_pyobject(py)?.into_any(), indices.into_any(), columns.into_any()])
+    }
+
+    /// The state to resume from, as a dict; its step is the next one `next()`
+    /// would return.
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let state = self.with(|l| l.state())?;
+        to_py(py, &state)
+    }
+
+    /// The records per batch this loader delivers.
+    fn batch_len(&self) -> PyResult<usize> {
+        self.with(|l| l.batch_len())
+    }
+
+    /// Pipeline statistics (wait and gather percentiles, counters) as a dict.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let stats = self.with(|l| l.stats())?;
+        to_py(py, &stats)
+    }
+
+    /// Stop the gather threads and release the streams. Safe to call twice.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = py.detach(|| {
+            self.inner
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take()
+        });
+        if let Some(mut loader) = taken {
+            py.detach(|| loader.close()).map_err(error::loader)?;
+        }
+        Ok(())
+    }
+
+    /// Whether `close()` has been called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_none()
+    }
+}

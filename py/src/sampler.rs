@@ -1,0 +1,73 @@
+//! `Sampler`: the index stream of the loader, usable on its own.
+
+use numpy::PyArray1;
+use pyo3::prelude::*;
+use zring_sampler::{Mode, Sampler, SamplerState};
+
+use crate::convert::{from_json, to_py};
+use crate::error;
+
+/// Parses a mode number (0 sequential, 1 iid, 2 cyclic).
+pub fn mode(mode: u64) -> PyResult<Mode> {
+    let m = u8::try_from(mode).unwrap_or(u8::MAX);
+    Mode::from_u8(m).map_err(error::sampler)
+}
+
+/// A seekable stream of index batches (the Python class `Sampler`).
+#[pyclass(name = "Sampler", module = "zring._zring")]
+pub struct PySampler {
+    inner: Sampler,
+}
+
+#[pymethods]
+impl PySampler {
+    /// Batches of `batch_size` indices over `[0, length)`; mode 0
+    /// sequential, 1 iid (with replacement), 2 cyclic (without).
+    #[new]
+    #[pyo3(signature = (length, batch_size, mode = 1, seed = 42))]
+    fn new(length: u64, batch_size: u64, mode: u64, seed: u64) -> PyResult<Self> {
+        let inner = Sampler::new(self::mode(mode)?, length, batch_size, seed)
+            .map_err(error::sampler)?;
+        Ok(PySampler { inner })
+    }
+
+    /// Rebuild a sampler from `state()` (JSON text).
+    #[staticmethod]
+    fn from_state_json(text: &str) -> PyResult<Self> {
+        let state: SamplerState = from_json(text, "sampler state")?;
+        let inner = Sampler::from_state(&state).map_err(error::sampler)?;
+        Ok(PySampler { inner })
+    }
+
+    /// The batch of the current step as a uint64 array; advances one step.
+    fn next<'py>(&mut self, py: Python<'py>) -> Bound<'py, PyArray1<u64>> {
+        PyArray1::from_vec(py, self.inner.next_batch())
+    }
+
+    /// The batch of any step, without moving.
+    fn batch<'py>(&self, py: Python<'py>, step: u64) -> Bound<'py, PyArray1<u64>> {
+        PyArray1::from_vec(py, self.inner.batch(step))
+    }
+
+    /// Move to `step` (0-based); the next `next()` returns its batch.
+    fn seek(&mut self, step: u64) {
+        self.inner.seek(step);
+    }
+
+    /// The step whose batch `next()` returns next.
+    #[getter]
+    fn step(&self) -> u64 {
+        self.inner.step()
+    }
+
+    /// Indices per batch: `min(batch_size, length)`.
+    #[getter]
+    fn batch_len(&self) -> usize {
+        self.inner.batch_len()
+    }
+
+    /// The state as a dict (mode, seed, step, length, batch_size).
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        to_py(py, &self.inner.state())
+    }
+}
