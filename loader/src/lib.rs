@@ -1,1 +1,109 @@
-//! placeholder
+//! zring-loader is the part of zring a training loop touches: an endless,
+//! step-based loader over named streams of records. While the loop works on
+//! step `s`, a few Rust threads already gather steps `s + 1`, `s + 2`, ...
+//! from the store, and [`Loader::next`] hands them over strictly in step
+//! order, so the loop rarely waits for I/O.
+//!
+//! Which records make up a step is decided by `zring-sampler`: a pure
+//! function of `(mode, seed, length, batch size, step)`. The loader adds no
+//! randomness of its own, so the batch sequence does not depend on the number
+//! of threads or the pipeline depth, and a saved [`LoaderState`] resumes a run
+//! exactly.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use zring_loader::{Layout, Loader, LoaderConfig, Source, SourceError, Stream};
+//!
+//! /// Record `i` is the 4 little-endian bytes of `i`.
+//! struct Numbers(u64);
+//!
+//! impl Source for Numbers {
+//!     fn len(&self) -> u64 { self.0 }
+//!     fn layout(&self) -> Layout { Layout::Fixed { record_bytes: 4 } }
+//!     fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+//!         for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(4)) {
+//!             out.copy_from_slice(&u32::try_from(i)?.to_le_bytes());
+//!         }
+//!         Ok(())
+//!     }
+//!     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
+//!         Err("fixed layout".into())
+//!     }
+//!     fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
+//!         Err("fixed layout".into())
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), zring_loader::Error> {
+//! let streams = vec![Stream::new("x", Arc::new(Numbers(1000)))];
+//! let mut loader = Loader::new(streams, LoaderConfig::new(32))?;
+//! let batch = loader.next()?;
+//! assert_eq!(batch.step, 0);
+//! assert_eq!(batch.column("x").unwrap().data().len(), 32 * 4);
+//!
+//! // Save the position, e.g. next to a model checkpoint, and resume later.
+//! let state = loader.state();
+//! let mut resumed = Loader::new(
+//!     vec![Stream::new("x", Arc::new(Numbers(1000)))],
+//!     LoaderConfig::from_state(&state),
+//! )?;
+//! assert_eq!(resumed.next()?.indices[..], loader.next()?.indices[..]);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Overview of types and modules
+//!
+//! * [`Source`] (module `source`) is the seam to the store: gather the records
+//!   at some indices into a buffer, in a [`Layout`] that is either fixed-size
+//!   or ragged. Tests use
+//!   in-memory sources.
+//! * [`Stream`] names a source. All streams of a loader have the same length
+//!   and are gathered at the same indices, so their records line up.
+//! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
+//!   depth, thread count and start step; [`LoaderState`] is the serde-able
+//!   position for an exact resume.
+//! * [`Loader`] runs the pipeline; [`Batch`] is one step: the shard's indices
+//!   and one [`Column`] per stream (bytes, plus offsets for ragged streams).
+//! * [`Pooled`] / [`PooledBuf`] are the recycled buffers inside a batch. They
+//!   own their memory, so a batch can be kept (or handed to NumPy as a base
+//!   object) as long as needed, and they go back to the loader's pool on drop.
+//! * [`LoaderStats`] reports the consumer's wait and the gather time per step
+//!   as percentiles, and the records and bytes gathered.
+//! * [`Error`] is the one error type. A failed step reaches the caller in step
+//!   order, then the loader is poisoned.
+//!
+//! # Trade-offs
+//!
+//! * One worker gathers one whole step. Parallelism comes from gathering
+//!   several steps at once (up to `depth`), not from splitting a step; the
+//!   store parallelises the reads inside one gather. See the `loader` module
+//!   source for how depth, threads and held buffers interact.
+//! * The loader never waits for the caller to return a buffer: when every
+//!   pooled buffer is held, it allocates. Holding batches therefore costs
+//!   memory, never a deadlock, and the steady state allocates no data
+//!   buffers. The small per-step `Vec` of column handles is allocated anew.
+//! * Delivery is strictly in step order: a slow step holds back faster later
+//!   ones (which are kept ready), the price of a reproducible sequence.
+//! * A gather in progress is not interrupted: `close()` waits for running
+//!   source calls to return.
+
+#![forbid(unsafe_code)]
+#![deny(missing_docs)]
+
+mod batch;
+mod config;
+mod error;
+mod loader;
+mod pool;
+mod source;
+mod stats;
+
+pub use batch::{Batch, Column};
+pub use config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
+pub use error::Error;
+pub use loader::{Loader, Stream};
+pub use pool::{Pooled, PooledBuf};
+pub use source::{Layout, Source, SourceError};
+pub use stats::{LoaderStats, Percentiles};
+pub use zring_sampler::{Mode, SamplerState, Shard};

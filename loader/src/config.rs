@@ -1,0 +1,95 @@
+//! How a loader is configured, and the state it saves for an exact resume.
+
+use serde::{Deserialize, Serialize};
+use zring_sampler::{Mode, SamplerState, Shard};
+
+/// The largest accepted [`LoaderConfig::depth`]. Each step in flight holds a
+/// batch buffer set, so depth is memory; thousands of steps ahead buy nothing.
+pub const MAX_DEPTH: usize = 1024;
+
+/// The largest accepted [`LoaderConfig::threads`].
+pub const MAX_THREADS: usize = 256;
+
+/// The parameters of a [`Loader`](crate::Loader).
+///
+/// [`LoaderConfig::new`] gives the defaults for a batch size;
+/// [`LoaderConfig::from_state`] gives the configuration that resumes a saved
+/// run. Fields are public so a caller can adjust them in between.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LoaderConfig {
+    /// Records per step in the global batch (before sharding). A batch is
+    /// shorter when the streams hold fewer records.
+    pub batch_size: u64,
+    /// How the sampler draws indices.
+    pub mode: Mode,
+    /// The seed of the sampler.
+    pub seed: u64,
+    /// Which slice of each global batch this loader delivers.
+    pub shard: Shard,
+    /// Steps gathered ahead of the consumer, in flight or ready, at most;
+    /// `>= 1`. With depth `d`, while the caller works on step `s` the workers
+    /// may gather steps `s + 1 ..= s + d`. Default 2.
+    pub depth: usize,
+    /// Gather threads, `>= 1`. Each works on one whole step at a time, so
+    /// more threads than `depth` never run at once. Default 2.
+    pub threads: usize,
+    /// The first step to deliver. Default 0.
+    pub start_step: u64,
+    /// When set, the streams must hold exactly this many records. A
+    /// configuration made by [`LoaderConfig::from_state`] sets it, so a saved
+    /// run cannot silently resume over different data.
+    pub expect_length: Option<u64>,
+}
+
+impl LoaderConfig {
+    /// Defaults for `batch_size`: cyclic mode (every record once per cycle),
+    /// seed 0, all shards, depth 2, 2 threads, from step 0.
+    pub fn new(batch_size: u64) -> Self {
+        LoaderConfig {
+            batch_size,
+            mode: Mode::Cyclic,
+            seed: 0,
+            shard: Shard::ALL,
+            depth: 2,
+            threads: 2,
+            start_step: 0,
+            expect_length: None,
+        }
+    }
+
+    /// The configuration that continues a saved run: a loader built with it
+    /// (over the same streams) yields the same batches the saved loader would
+    /// have yielded next. Depth and threads take the defaults and may be
+    /// changed freely; they never change the batches.
+    pub fn from_state(state: &LoaderState) -> Self {
+        LoaderConfig {
+            batch_size: state.sampler.batch_size,
+            mode: state.sampler.mode,
+            seed: state.sampler.seed,
+            shard: state.shard,
+            start_step: state.sampler.step,
+            expect_length: Some(state.sampler.length),
+            ..LoaderConfig::new(state.sampler.batch_size)
+        }
+    }
+}
+
+/// Everything needed to continue a run exactly, from
+/// [`Loader::state`](crate::Loader::state); serialise it with serde next to
+/// a checkpoint and pass it to [`LoaderConfig::from_state`] to resume.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LoaderState {
+    /// The sampler's parameters. Its `step` is the step of the batch the
+    /// next `next()` call returns (not the last one returned).
+    pub sampler: SamplerState,
+    /// The shard the loader delivered. A run may resume with another shard
+    /// count by changing [`LoaderConfig::shard`] after `from_state`.
+    pub shard: Shard,
+}
+
+impl LoaderState {
+    /// The step of the batch the next `next()` call would return.
+    pub fn next_step(&self) -> u64 {
+        self.sampler.step
+    }
+}

@@ -1,0 +1,628 @@
+//! The step pipeline: worker threads gather steps ahead of the consumer and
+//! hand them over in step order.
+//!
+//! # Why the limits are what they are
+//!
+//! Three limits meet here: `depth` (steps gathered ahead of the consumer),
+//! `threads` (workers), and the buffers the caller still holds.
+//!
+//! * The window. A worker may claim step `s` only while
+//!   `s < next_deliver + depth`, where `next_deliver` is the step the
+//!   consumer's next `next()` returns. So at most `depth` steps are in flight
+//!   or ready at once, whatever the thread count, and the ready steps fit a
+//!   ring of exactly `depth` slots indexed by `s - next_deliver`: claiming
+//!   hands out steps in increasing order and `next_deliver` only grows, so a
+//!   finished step always has a slot. Delivery in step order falls out of the
+//!   ring: the consumer only ever takes slot 0.
+//!
+//! * Threads versus depth. A worker gathers one whole step (every stream), so
+//!   at most `min(threads, depth)` gathers run at a time; threads beyond
+//!   `depth` sleep. We do not split a step across workers: a store such as
+//!   zring-engine already batches and parallelises the reads of one gather
+//!   call, and splitting would only add a join per step. More threads help
+//!   when single gathers are latency-bound (cold cache, slow disk) and the
+//!   window is deep enough to keep several in flight.
+//!
+//! * Buffers the caller holds. Batches own their buffers ([`crate::Pooled`]), and a
+//!   worker that finds its pool empty allocates instead of waiting. Waiting
+//!   for the caller to return a buffer could deadlock: a caller may hold any
+//!   number of batches while it calls `next()`, and `next()` waits for a
+//!   worker. So memory is bounded by `depth` buffer sets plus what the caller
+//!   holds, and the pools keep at most [`retain_for`] free sets so a burst of
+//!   held batches does not pin its memory forever. In the steady state (the
+//!   caller drops or reuses a batch before it needs many more) every buffer
+//!   comes from the pool and nothing is allocated for data.
+//!
+//! * Nothing blocks forever. Workers wait on one condition variable for the
+//!   window to open or for shutdown; the consumer waits on another for slot 0
+//!   to fill, for shutdown, or for a worker to have died. Workers never wait
+//!   on the caller's buffers or on a full queue (the ring cannot overflow, see
+//!   above), so `close()` only has to set the flag, wake both sides and join.
+//!   A gather already running inside a source is not interrupted; `close()`
+//!   returns once it ends.
+
+use std::any::Any;
+use std::collections::{HashSet, VecDeque};
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use zring_sampler::{Sampler, Shard};
+
+use crate::batch::{Batch, Column};
+use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
+use crate::error::Error;
+use crate::pool::Pool;
+use crate::source::{Layout, Source};
+use crate::stats::{self, GatherStats, LoaderStats};
+
+/// One named input of a loader. Every stream is gathered at the same indices,
+/// so record `i` of each stream lines up: an image stream and a label stream
+/// of the same length make (image, label) samples.
+#[derive(Clone)]
+pub struct Stream {
+    /// The name of the stream's column in each [`Batch`].
+    pub name: String,
+    /// Where the stream's records come from.
+    pub source: Arc<dyn Source>,
+}
+
+impl Stream {
+    /// A stream called `name` over `source`.
+    pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Self {
+        Stream {
+            name: name.into(),
+            source,
+        }
+    }
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream")
+            .field("name", &self.name)
+            .field("len", &self.source.len())
+            .field("layout", &self.source.layout())
+            .finish()
+    }
+}
+
+/// How many free buffers each pool keeps for a pipeline of `depth`: the
+/// `depth` steps in flight, the batch the caller works on, the one it may
+/// still hold while asking for the next, and a little slack for callers that
+/// keep a few batches alive (an asynchronous device copy, say).
+fn retain_for(depth: usize) -> usize {
+    depth + 4
+}
+
+/// A stream as the workers see it: its layout read once, its pools.
+struct StreamCtx {
+    name: Arc<str>,
+    source: Arc<dyn Source>,
+    layout: Layout,
+    data: Arc<Pool<u8>>,
+    /// Offsets for ragged streams; unused for fixed ones.
+    offsets: Arc<Pool<u64>>,
+}
+
+/// What every worker reads and nothing changes after construction.
+struct Ctx {
+    sampler: Sampler,
+    shard: Shard,
+    shard_len: usize,
+    depth: usize,
+    streams: Vec<StreamCtx>,
+    indices: Arc<Pool<u64>>,
+}
+
+/// The part of the pipeline under the lock.
+struct State {
+    /// Set by close(), Drop and poisoning; workers exit when they see it.
+    shutdown: bool,
+    /// The next step a worker will claim.
+    next_claim: u64,
+    /// The step the consumer's next `next()` returns.
+    next_deliver: u64,
+    /// Finished steps: slot `k` holds step `next_deliver + k`. Always `depth`
+    /// long.
+    slots: VecDeque<Option<Result<Batch, Error>>>,
+    /// Set when a worker thread died of a panic outside a step's gather.
+    died: Option<String>,
+    gather: GatherStats,
+}
+
+struct Shared {
+    ctx: Ctx,
+    state: Mutex<State>,
+    /// Workers wait here for the window to open or for shutdown.
+    work: Condvar,
+    /// The consumer waits here for slot 0, a dead worker or shutdown.
+    ready: Condvar,
+}
+
+impl Shared {
+    /// The state, even if a thread panicked while holding the lock: every
+    /// update leaves it consistent, and a dead worker is reported separately.
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn shut_down(&self) {
+        self.lock().shutdown = true;
+        self.work.notify_all();
+        self.ready.notify_all();
+    }
+}
+
+/// An endless, step-based loader over named streams.
+///
+/// Built with [`Loader::new`], it starts `threads` workers that gather up to
+/// `depth` steps ahead; [`Loader::next`] returns the batches in step order,
+/// blocking until the next one is ready. [`Loader::state`] saves the position
+/// for an exact resume; [`Loader::stats`] reports where the time went.
+/// [`Loader::close`] (or dropping the loader) stops and joins the workers.
+pub struct Loader {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+    /// The step the next `next()` returns (mirrors `State::next_deliver`).
+    next_step: u64,
+    /// The step whose failure poisoned the loader.
+    poisoned: Option<u64>,
+    closed: bool,
+    delivered: u64,
+    wait: Histogram<u64>,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("next_step", &self.next_step)
+            .field("streams", &self.shared.ctx.streams.len())
+            .field("threads", &self.workers.len())
+            .field("depth", &self.shared.ctx.depth)
+            .field("poisoned", &self.poisoned)
+            .field("closed", &self.closed)
+            .finish()
+    }
+}
+
+/// Steps are counted in `u64`; starting at most here leaves 2^63 steps before
+/// the counters could overflow.
+const MAX_START_STEP: u64 = 1 << 63;
+
+fn check_range(
+    field: &'static str,
+    value: usize,
+    max: usize,
+    expected: &'static str,
+) -> Result<(), Error> {
+    if value == 0 || value > max {
+        return Err(Error::InvalidConfig {
+            field,
+            value: value as u64,
+            expected,
+        });
+    }
+    Ok(())
+}
+
+impl Loader {
+    /// Validates the streams and configuration and starts the workers, which
+    /// begin gathering `config.start_step` at once.
+    ///
+    /// Errors: [`Error::NoStreams`], [`Error::DuplicateStream`],
+    /// [`Error::LengthMismatch`] (listing every stream's length),
+    /// [`Error::StateMismatch`], [`Error::InvalidConfig`] for a depth or
+    /// thread count out of range, [`Error::Sampler`] for an empty index
+    /// space, a zero batch size or a shard that does not fit the batch, and
+    /// [`Error::Spawn`] when a thread cannot be started.
+    pub fn new(streams: Vec<Stream>, config: LoaderConfig) -> Result<Loader, Error> {
+        if streams.is_empty() {
+            return Err(Error::NoStreams);
+        }
+        let mut names = HashSet::new();
+        for s in &streams {
+            if !names.insert(s.name.as_str()) {
+                return Err(Error::DuplicateStream {
+                    name: s.name.clone(),
+                });
+            }
+        }
+        let lengths: Vec<(String, u64)> = streams
+            .iter()
+            .map(|s| (s.name.clone(), s.source.len()))
+            .collect();
+        let length = lengths[0].1;
+        if lengths.iter().any(|(_, l)| *l != length) {
+            return Err(Error::LengthMismatch { lengths });
+        }
+        if let Some(expected) = config.expect_length {
+            if expected != length {
+                return Err(Error::StateMismatch {
+                    state_length: expected,
+                    stream_length: length,
+                });
+            }
+        }
+        check_range("depth", config.depth, MAX_DEPTH, "1 ..= 1024")?;
+        check_range("threads", config.threads, MAX_THREADS, "1 ..= 256")?;
+        if config.start_step > MAX_START_STEP {
+            return Err(Error::InvalidConfig {
+                field: "start_step",
+                value: config.start_step,
+                expected: "at most 2^63",
+            });
+        }
+
+        let sampler = Sampler::new(config.mode, length, config.batch_size, config.seed)?;
+        let shard_len = sampler.shard_len(config.shard)?;
+
+        let retain = retain_for(config.depth);
+        // Pre-allocate what the steady state uses: `depth` steps in flight
+        // plus the batch the caller holds. Ragged buffers start empty and
+        // grow to fit.
+        let prefill = config.depth + 1;
+        let streams = streams
+            .into_iter()
+            .map(|s| {
+                let layout = s.source.layout();
+                let (data, offsets) = match layout {
+                    Layout::Fixed { record_bytes } => {
+                        let bytes = shard_len.saturating_mul(record_bytes);
+                        (Pool::new(retain, prefill, bytes), Pool::new(0, 0, 0))
+                    }
+                    Layout::Ragged => (
+                        Pool::new(retain, 0, 0),
+                        Pool::new(retain, prefill, shard_len + 1),
+                    ),
+                };
+                StreamCtx {
+                    name: Arc::from(s.name),
+                    source: s.source,
+                    layout,
+                    data,
+                    offsets,
+                }
+            })
+            .collect();
+
+        let mut slots = VecDeque::with_capacity(config.depth);
+        slots.resize_with(config.depth, || None);
+        let shared = Arc::new(Shared {
+            ctx: Ctx {
+                sampler,
+                shard: config.shard,
+                shard_len,
+                depth: config.depth,
+                streams,
+                indices: Pool::new(retain, prefill, shard_len),
+            },
+            state: Mutex::new(State {
+                shutdown: false,
+                next_claim: config.start_step,
+                next_deliver: config.start_step,
+                slots,
+                died: None,
+                gather: GatherStats::new(),
+            }),
+            work: Condvar::new(),
+            ready: Condvar::new(),
+        });
+
+        let mut workers = Vec::with_capacity(config.threads);
+        for i in 0..config.threads {
+            let worker_shared = Arc::clone(&shared);
+            let spawned = thread::Builder::new()
+                .name(format!("zring-loader-{i}"))
+                .spawn(move || worker(&worker_shared));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                Err(e) => {
+                    shared.shut_down();
+                    for handle in workers {
+                        // A worker's panic is already recorded in the state;
+                        // there is nothing more to report while failing.
+                        let _ = handle.join();
+                    }
+                    return Err(Error::Spawn(e));
+                }
+            }
+        }
+
+        Ok(Loader {
+            shared,
+            workers,
+            next_step: config.start_step,
+            poisoned: None,
+            closed: false,
+            delivered: 0,
+            wait: stats::histogram(),
+        })
+    }
+
+    /// The batch of the next step, blocking until it is gathered.
+    ///
+    /// Steps come strictly in order. If gathering this step failed, the
+    /// failure is returned ([`Error::Gather`], [`Error::Panicked`], ...) and
+    /// the loader is poisoned: later calls return [`Error::Poisoned`]. After
+    /// [`Loader::close`] this returns [`Error::Closed`].
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "the loader never ends and every call can fail, so Iterator's Option would only add an always-Some layer"
+    )]
+    pub fn next(&mut self) -> Result<Batch, Error> {
+        if let Some(step) = self.poisoned {
+            return Err(Error::Poisoned { step });
+        }
+        if self.closed {
+            return Err(Error::Closed);
+        }
+        let started = Instant::now();
+        let shared = &*self.shared;
+        let mut state = shared.lock();
+        let outcome = loop {
+            if let Some(outcome) = state.slots[0].take() {
+                state.slots.pop_front();
+                state.slots.push_back(None);
+                state.next_deliver += 1;
+                break outcome;
+            }
+            if let Some(message) = &state.died {
+                break Err(Error::Panicked {
+                    step: None,
+                    stream: None,
+                    message: message.clone(),
+                });
+            }
+            if state.shutdown {
+                // Only close() and poisoning set it, and both are seen above;
+                // kept so a future path cannot leave the consumer waiting.
+                break Err(Error::Closed);
+            }
+            state = shared
+                .ready
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        };
+        drop(state);
+        stats::record(&mut self.wait, started.elapsed());
+        match outcome {
+            Ok(batch) => {
+                shared.work.notify_one();
+                self.next_step += 1;
+                self.delivered += 1;
+                Ok(batch)
+            }
+            Err(e) => {
+                self.poisoned = Some(self.next_step);
+                shared.shut_down();
+                Err(e)
+            }
+        }
+    }
+
+    /// The state that resumes this run exactly: its step is the step of the
+    /// batch the next [`Loader::next`] returns. After a failure it is the
+    /// failed step, so a loader rebuilt from it retries that step.
+    pub fn state(&self) -> LoaderState {
+        let mut sampler = self.shared.ctx.sampler.state();
+        sampler.step = self.next_step;
+        LoaderState {
+            sampler,
+            shard: self.shared.ctx.shard,
+        }
+    }
+
+    /// The step of the batch the next [`Loader::next`] returns.
+    pub fn next_step(&self) -> u64 {
+        self.next_step
+    }
+
+    /// The number of records per batch of this loader's shard.
+    pub fn batch_len(&self) -> usize {
+        self.shared.ctx.shard_len
+    }
+
+    /// A snapshot of the pipeline's counters and latency percentiles.
+    pub fn stats(&self) -> LoaderStats {
+        let state = self.shared.lock();
+        stats::snapshot(self.delivered, &self.wait, &state.gather)
+    }
+
+    /// Stops the workers and waits for them to exit. Batches already returned
+    /// stay valid. Returns [`Error::Panicked`] if a worker thread died of a
+    /// panic that was not already reported; calling it again does nothing.
+    pub fn close(&mut self) -> Result<(), Error> {
+        self.closed = true;
+        self.shared.shut_down();
+        let mut result = Ok(());
+        for handle in self.workers.drain(..) {
+            if let Err(payload) = handle.join() {
+                if result.is_ok() && self.poisoned.is_none() {
+                    result = Err(Error::Panicked {
+                        step: None,
+                        stream: None,
+                        message: panic_message(payload.as_ref()),
+                    });
+                }
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Loader {
+    fn drop(&mut self) {
+        // A worker's death has nowhere to go from a destructor; close() is
+        // the way to observe it.
+        let _ = self.close();
+    }
+}
+
+/// Marks the pipeline dead if its worker unwinds, so the consumer gets an
+/// error instead of waiting for a step that will never come.
+struct DeathWatch<'a>(&'a Shared);
+
+impl Drop for DeathWatch<'_> {
+    fn drop(&mut self) {
+        if thread::panicking() {
+            let mut state = self.0.lock();
+            state
+                .died
+                .get_or_insert_with(|| "a gather thread died".to_owned());
+            drop(state);
+            self.0.ready.notify_all();
+        }
+    }
+}
+
+fn worker(shared: &Shared) {
+    let _watch = DeathWatch(shared);
+    loop {
+        let step = {
+            let mut state = shared.lock();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                let window_end = state.next_deliver.saturating_add(shared.ctx.depth as u64);
+                if state.next_claim < window_end {
+                    let step = state.next_claim;
+                    state.next_claim += 1;
+                    break step;
+                }
+                state = shared
+                    .work
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner);
+            }
+        };
+
+        let started = Instant::now();
+        let mut current_stream: Option<Arc<str>> = None;
+        let gathered = panic::catch_unwind(AssertUnwindSafe(|| {
+            gather_step(&shared.ctx, step, &mut current_stream)
+        }));
+        let elapsed = started.elapsed();
+        let outcome = match gathered {
+            Ok(outcome) => outcome,
+            Err(payload) => Err(Error::Panicked {
+                step: Some(step),
+                stream: current_stream.map(|s| s.to_string()),
+                message: panic_message(payload.as_ref()),
+            }),
+        };
+
+        let mut state = shared.lock();
+        if let Ok(batch) = &outcome {
+            let g = &mut state.gather;
+            g.steps += 1;
+            g.records += (batch.indices.len() * batch.columns.len()) as u64;
+            g.bytes += batch
+                .columns
+                .iter()
+                .map(|c| c.data.len() as u64)
+                .sum::<u64>();
+            stats::record(&mut g.time, elapsed);
+        }
+        // The window guarantees next_deliver <= step < next_deliver + depth.
+        let slot = (step - state.next_deliver) as usize;
+        let is_next = slot == 0;
+        state.slots[slot] = Some(outcome);
+        drop(state);
+        if is_next {
+            shared.ready.notify_one();
+        }
+    }
+}
+
+/// Gathers every stream of `step`. `current` names the stream being gathered,
+/// so a panic in a source can be attributed to it.
+fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<Batch, Error> {
+    let mut indices = ctx.indices.take(ctx.shard_len);
+    ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
+    let mut columns = Vec::with_capacity(ctx.streams.len());
+    for stream in &ctx.streams {
+        *current = Some(Arc::clone(&stream.name));
+        let gather_err = |source| Error::Gather {
+            step,
+            stream: stream.name.to_string(),
+            source,
+        };
+        let too_large = |bytes: u128| Error::BatchTooLarge {
+            step,
+            stream: stream.name.to_string(),
+            bytes,
+        };
+        let column = match stream.layout {
+            Layout::Fixed { record_bytes } => {
+                let bytes = indices
+                    .len()
+                    .checked_mul(record_bytes)
+                    .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
+                let mut data = stream.data.take(bytes);
+                stream
+                    .source
+                    .gather(&indices, &mut data)
+                    .map_err(gather_err)?;
+                Column {
+                    name: Arc::clone(&stream.name),
+                    data,
+                    offsets: None,
+                }
+            }
+            Layout::Ragged => {
+                let mut offsets = stream.offsets.take(indices.len() + 1);
+                let (first, lengths) = offsets.split_at_mut(1);
+                first[0] = 0;
+                stream
+                    .source
+                    .lengths(&indices, lengths)
+                    .map_err(gather_err)?;
+                let total = prefix_sum(lengths).ok_or_else(|| {
+                    too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>())
+                })?;
+                let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
+                let mut data = stream.data.take(bytes);
+                stream
+                    .source
+                    .gather_var(&indices, &mut data, &offsets)
+                    .map_err(gather_err)?;
+                Column {
+                    name: Arc::clone(&stream.name),
+                    data,
+                    offsets: Some(offsets),
+                }
+            }
+        };
+        columns.push(column);
+    }
+    *current = None;
+    Ok(Batch {
+        step,
+        indices,
+        columns,
+    })
+}
+
+/// Turns lengths into end offsets in place; `None` if the total overflows.
+fn prefix_sum(lengths: &mut [u64]) -> Option<u64> {
+    let mut total = 0u64;
+    for l in lengths {
+        total = total.checked_add(*l)?;
+        *l = total;
+    }
+    Some(total)
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic with a non-string payload".to_owned()
+    }
+}

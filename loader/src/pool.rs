@@ -1,0 +1,183 @@
+//! Recycled buffers.
+//!
+//! A [`Pooled`] value owns a `Vec` outright, so nothing can write to it while
+//! the caller holds it; recycling happens only in `Drop`, when the caller has
+//! given it up. That is the whole safety argument for reuse, and it needs no
+//! `unsafe`: a batch the caller still holds can never be overwritten because
+//! no one else has a reference to its memory.
+//!
+//! Buffers go back with their length unchanged. The next [`Pool::take`]
+//! resizes to the length it needs, which writes zeros only over the part that
+//! grows, so a fixed-layout stream (same length every step) neither
+//! allocates nor clears memory in a steady state.
+
+use std::fmt;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// A buffer of gathered bytes that returns to its loader's pool when dropped.
+pub type PooledBuf = Pooled<u8>;
+
+/// A free list of `Vec<T>`s, shared by the loader's workers and by every
+/// [`Pooled`] value taken from it.
+#[derive(Debug)]
+pub(crate) struct Pool<T> {
+    free: Mutex<Vec<Vec<T>>>,
+    /// At most this many free buffers are kept; more are freed on return.
+    retain: usize,
+}
+
+impl<T: Clone + Default + Send + 'static> Pool<T> {
+    /// A pool keeping up to `retain` free buffers, `prefill` of them
+    /// allocated now with `len` elements each.
+    pub(crate) fn new(retain: usize, prefill: usize, len: usize) -> Arc<Self> {
+        let mut free = Vec::with_capacity(retain);
+        for _ in 0..prefill.min(retain) {
+            free.push(vec![T::default(); len]);
+        }
+        Arc::new(Pool {
+            free: Mutex::new(free),
+            retain,
+        })
+    }
+
+    /// A buffer of exactly `len` elements: a recycled one if any is free
+    /// (its old contents are not cleared), a new one otherwise.
+    pub(crate) fn take(self: &Arc<Self>, len: usize) -> Pooled<T> {
+        let recycled = self
+            .free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pop();
+        let mut vec = recycled.unwrap_or_default();
+        vec.resize(len, T::default());
+        Pooled {
+            vec,
+            pool: Some(Arc::clone(self)),
+        }
+    }
+
+    /// The number of free buffers (for tests).
+    #[cfg(test)]
+    pub(crate) fn free_len(&self) -> usize {
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
+    }
+
+    fn give_back(&self, vec: Vec<T>) {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        if free.len() < self.retain {
+            free.push(vec);
+        }
+    }
+}
+
+/// A buffer owned by one holder that goes back to the loader's pool when
+/// dropped, so steady-state loading reuses memory instead of allocating it.
+///
+/// It dereferences to `[T]` and may be kept for as long as needed (for
+/// example as the base object of a NumPy array): the loader allocates a new
+/// buffer rather than wait for or touch a held one. [`Pooled::into_vec`]
+/// detaches the buffer from the pool for callers that want a plain `Vec`.
+pub struct Pooled<T: Clone + Default + Send + 'static> {
+    vec: Vec<T>,
+    /// `None` once detached; dropping then simply frees the memory.
+    pool: Option<Arc<Pool<T>>>,
+}
+
+impl<T: Clone + Default + Send + 'static> Pooled<T> {
+    /// The buffer as a slice.
+    pub fn as_slice(&self) -> &[T] {
+        &self.vec
+    }
+
+    /// The buffer as a mutable slice. The holder owns it exclusively, so
+    /// writing to it affects nothing else.
+    pub fn as_mut_slice(&mut self) -> &mut [T] {
+        &mut self.vec
+    }
+
+    /// Takes the buffer out of the pool's cycle and returns it as a plain
+    /// `Vec` (no copy). The pool allocates a replacement when it next needs one.
+    pub fn into_vec(mut self) -> Vec<T> {
+        self.pool = None;
+        std::mem::take(&mut self.vec)
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> Drop for Pooled<T> {
+    fn drop(&mut self) {
+        if let Some(pool) = self.pool.take() {
+            pool.give_back(std::mem::take(&mut self.vec));
+        }
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> Deref for Pooled<T> {
+    type Target = [T];
+    fn deref(&self) -> &[T] {
+        &self.vec
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> DerefMut for Pooled<T> {
+    fn deref_mut(&mut self) -> &mut [T] {
+        &mut self.vec
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> AsRef<[T]> for Pooled<T> {
+    fn as_ref(&self) -> &[T] {
+        &self.vec
+    }
+}
+
+impl<T: Clone + Default + Send + 'static> fmt::Debug for Pooled<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Pooled")
+            .field("len", &self.vec.len())
+            .field("pooled", &self.pool.is_some())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_are_reused_not_shared() {
+        let pool = Pool::<u8>::new(4, 0, 0);
+        let mut a = pool.take(8);
+        a.copy_from_slice(&[7; 8]);
+        let ptr = a.as_ptr();
+        drop(a);
+        assert_eq!(pool.free_len(), 1);
+        // The recycled buffer comes back with the requested length; while it
+        // is held, another take gets a different buffer.
+        let b = pool.take(8);
+        assert_eq!(b.as_ptr(), ptr);
+        let c = pool.take(8);
+        assert_ne!(c.as_ptr(), b.as_ptr());
+        assert_eq!(c.len(), 8);
+    }
+
+    #[test]
+    fn retention_is_capped() {
+        let pool = Pool::<u64>::new(2, 0, 0);
+        let held: Vec<_> = (0..5).map(|_| pool.take(3)).collect();
+        drop(held);
+        assert_eq!(pool.free_len(), 2);
+    }
+
+    #[test]
+    fn into_vec_detaches() {
+        let pool = Pool::<u8>::new(2, 1, 4);
+        let buf = pool.take(4);
+        let v = buf.into_vec();
+        assert_eq!(v.len(), 4);
+        assert_eq!(pool.free_len(), 0);
+    }
+}

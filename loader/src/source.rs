@@ -1,0 +1,66 @@
+//! The seam between the loader and whatever holds the records.
+//!
+//! The loader never reads files itself. It asks a [`Source`] to copy the
+//! records at a list of indices into a buffer the loader owns, which keeps the
+//! pipeline testable with an in-memory source and lets the store choose how to
+//! batch its reads.
+
+/// The error a [`Source`] returns. It is boxed so any store's error type fits;
+/// the loader wraps it in [`Error::Gather`](crate::Error::Gather) together with
+/// the step and stream it belongs to.
+pub type SourceError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How the records of a [`Source`] are laid out in a gathered buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Every record is exactly `record_bytes` long, so a batch of `n` records
+    /// is one `n * record_bytes` buffer and needs no offsets.
+    Fixed {
+        /// The length of each record in bytes.
+        record_bytes: usize,
+    },
+    /// Records have their own lengths; a batch is one buffer plus `n + 1`
+    /// offsets delimiting the records in it.
+    Ragged,
+}
+
+/// What the loader gathers from: a random-access collection of `len()`
+/// records.
+///
+/// Implementations are shared between the loader's threads, so every method
+/// takes `&self` and may be called concurrently for different batches. A
+/// method must fill its output completely or return an error; the loader never
+/// hands a partly written buffer to the caller.
+pub trait Source: Send + Sync + 'static {
+    /// The number of records; valid indices are `0..len()`.
+    fn len(&self) -> u64;
+
+    /// Whether the source holds no records. A loader refuses empty sources.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How gathered records are laid out. The loader reads this once, when it
+    /// is built, and relies on it for its whole life.
+    fn layout(&self) -> Layout;
+
+    /// [`Layout::Fixed`] only: copies record `indices[i]` to
+    /// `dst[i * record_bytes..][..record_bytes]`. `dst.len()` is exactly
+    /// `indices.len() * record_bytes`.
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError>;
+
+    /// [`Layout::Ragged`] only: writes the byte length of record `indices[i]`
+    /// to `out[i]`. `out.len() == indices.len()`.
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError>;
+
+    /// [`Layout::Ragged`] only: copies record `indices[i]` to
+    /// `dst[offsets[i]..offsets[i + 1]]`. `offsets.len() == indices.len() + 1`,
+    /// `offsets[0] == 0`, and the last offset is `dst.len()`; the offsets come
+    /// from the lengths [`Source::lengths`] reported for the same indices.
+    fn gather_var(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> Result<(), SourceError>;
+}

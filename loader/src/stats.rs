@@ -1,0 +1,111 @@
+//! Pipeline statistics: where the time of a step went.
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+/// The longest duration the histograms resolve (one hour, in microseconds);
+/// longer ones are recorded as this value.
+const MAX_MICROS: u64 = 3_600_000_000;
+
+/// A distribution of durations in microseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    /// How many durations were recorded.
+    pub count: u64,
+    /// The mean.
+    pub mean_us: f64,
+    /// The median.
+    pub p50_us: u64,
+    /// The 90th percentile.
+    pub p90_us: u64,
+    /// The 99th percentile.
+    pub p99_us: u64,
+    /// The 99.9th percentile.
+    pub p999_us: u64,
+    /// The longest.
+    pub max_us: u64,
+}
+
+impl Percentiles {
+    fn of(h: &Histogram<u64>) -> Self {
+        if h.is_empty() {
+            return Percentiles::default();
+        }
+        Percentiles {
+            count: h.len(),
+            mean_us: h.mean(),
+            p50_us: h.value_at_quantile(0.5),
+            p90_us: h.value_at_quantile(0.9),
+            p99_us: h.value_at_quantile(0.99),
+            p999_us: h.value_at_quantile(0.999),
+            max_us: h.max(),
+        }
+    }
+}
+
+/// A snapshot of a loader's statistics, from [`Loader::stats`](crate::Loader::stats).
+///
+/// `wait` is what the training loop feels: the time each `next()` call spent
+/// blocked. Near-zero waits mean the pipeline keeps ahead; waits close to
+/// `gather` mean it does not, and more depth or threads (or a faster store)
+/// would help.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LoaderStats {
+    /// Batches returned by `next()`.
+    pub steps_delivered: u64,
+    /// Steps gathered by the workers (including ones not yet delivered).
+    pub steps_gathered: u64,
+    /// Records gathered, counted once per stream.
+    pub records_gathered: u64,
+    /// Bytes gathered over all streams.
+    pub bytes_gathered: u64,
+    /// Time each `next()` call blocked waiting for its step.
+    pub wait: Percentiles,
+    /// Time a worker took to gather one step (all streams).
+    pub gather: Percentiles,
+}
+
+/// A histogram of microseconds with its bounds preset, so recording never
+/// allocates.
+pub(crate) fn histogram() -> Histogram<u64> {
+    // The bounds are constants that hdrhistogram accepts; failure would be a
+    // programming error caught by every test that builds a loader.
+    Histogram::new_with_bounds(1, MAX_MICROS, 3).expect("valid histogram bounds")
+}
+
+/// Records a duration in microseconds, clamping to the histogram's range.
+pub(crate) fn record(h: &mut Histogram<u64>, d: std::time::Duration) {
+    let micros = u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+    h.saturating_record(micros);
+}
+
+/// The worker side of the counters, kept under the pipeline's lock.
+#[derive(Debug)]
+pub(crate) struct GatherStats {
+    pub(crate) steps: u64,
+    pub(crate) records: u64,
+    pub(crate) bytes: u64,
+    pub(crate) time: Histogram<u64>,
+}
+
+impl GatherStats {
+    pub(crate) fn new() -> Self {
+        GatherStats {
+            steps: 0,
+            records: 0,
+            bytes: 0,
+            time: histogram(),
+        }
+    }
+}
+
+pub(crate) fn snapshot(delivered: u64, wait: &Histogram<u64>, gather: &GatherStats) -> LoaderStats {
+    LoaderStats {
+        steps_delivered: delivered,
+        steps_gathered: gather.steps,
+        records_gathered: gather.records,
+        bytes_gathered: gather.bytes,
+        wait: Percentiles::of(wait),
+        gather: Percentiles::of(&gather.time),
+    }
+}

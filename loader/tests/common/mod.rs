@@ -1,0 +1,252 @@
+//! In-memory sources and a deadlock guard shared by the loader's tests.
+
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use std::panic::{self, AssertUnwindSafe};
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::thread;
+use std::time::Duration;
+
+use zring_loader::{Batch, Layout, Loader, Source, SourceError, Stream};
+
+/// How long a pipeline test may take before it counts as deadlocked. Far
+/// above what any of them needs, so a loaded machine does not fail them.
+pub const DEADLOCK: Duration = Duration::from_secs(10);
+
+/// Runs `f` on its own thread and fails the test if it does not finish within
+/// `limit`, so a deadlocked pipeline fails fast instead of hanging the suite.
+pub fn with_timeout<T: Send + 'static>(
+    limit: Duration,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || {
+        let _ = tx.send(panic::catch_unwind(AssertUnwindSafe(f)));
+    });
+    match rx.recv_timeout(limit) {
+        Ok(Ok(v)) => v,
+        Ok(Err(payload)) => panic::resume_unwind(payload),
+        Err(_) => panic!("did not finish within {limit:?}: the pipeline is stuck"),
+    }
+}
+
+/// Byte `j` of fixed-size record `i`: differs between records and positions.
+pub fn fixed_byte(i: u64, j: usize) -> u8 {
+    let x = i.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (j as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (x >> 56) as u8 ^ (i as u8) ^ (j as u8)
+}
+
+/// The content of fixed-size record `i`.
+pub fn fixed_record(i: u64, record_bytes: usize) -> Vec<u8> {
+    (0..record_bytes).map(|j| fixed_byte(i, j)).collect()
+}
+
+/// The content of ragged record `i`: `i % 13` bytes (some records are empty).
+pub fn ragged_record(i: u64) -> Vec<u8> {
+    (0..(i % 13) as usize)
+        .map(|j| fixed_byte(i, j + 1000))
+        .collect()
+}
+
+/// What a [`MemSource`] does besides answering.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Faults {
+    /// Return an error when asked for this record.
+    pub fail_on: Option<u64>,
+    /// Panic when asked for this record.
+    pub panic_on: Option<u64>,
+    /// Sleep up to this many microseconds per gather (varying with the
+    /// indices), so steps finish out of order on several threads.
+    pub jitter_us: u64,
+}
+
+/// Records computed from their index, fixed-size or ragged.
+#[derive(Debug)]
+pub struct MemSource {
+    pub len: u64,
+    pub layout: Layout,
+    pub faults: Faults,
+}
+
+impl MemSource {
+    pub fn fixed(len: u64, record_bytes: usize) -> Arc<Self> {
+        Arc::new(MemSource {
+            len,
+            layout: Layout::Fixed { record_bytes },
+            faults: Faults::default(),
+        })
+    }
+
+    pub fn ragged(len: u64) -> Arc<Self> {
+        Arc::new(MemSource {
+            len,
+            layout: Layout::Ragged,
+            faults: Faults::default(),
+        })
+    }
+
+    pub fn with_faults(len: u64, layout: Layout, faults: Faults) -> Arc<Self> {
+        Arc::new(MemSource {
+            len,
+            layout,
+            faults,
+        })
+    }
+
+    fn check(&self, indices: &[u64]) -> Result<(), SourceError> {
+        if let Some(bad) = self.faults.fail_on {
+            if indices.contains(&bad) {
+                return Err(format!("record {bad} is unreadable").into());
+            }
+        }
+        if let Some(bad) = self.faults.panic_on {
+            if indices.contains(&bad) {
+                panic!("source panicked on record {bad}");
+            }
+        }
+        for &i in indices {
+            if i >= self.len {
+                return Err(format!("index {i} out of range {}", self.len).into());
+            }
+        }
+        if self.faults.jitter_us > 0 {
+            let first = indices.first().copied().unwrap_or(0);
+            let us = first.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+            thread::sleep(Duration::from_micros(us % self.faults.jitter_us));
+        }
+        Ok(())
+    }
+}
+
+impl Source for MemSource {
+    fn len(&self) -> u64 {
+        self.len
+    }
+
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        self.check(indices)?;
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Err("gather called on a ragged source".into());
+        };
+        assert_eq!(
+            dst.len(),
+            indices.len() * record_bytes,
+            "loader sized dst wrongly"
+        );
+        for (&i, out) in indices
+            .iter()
+            .zip(dst.chunks_exact_mut(record_bytes.max(1)))
+        {
+            for (j, b) in out.iter_mut().enumerate() {
+                *b = fixed_byte(i, j);
+            }
+        }
+        Ok(())
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        self.check(indices)?;
+        assert_eq!(out.len(), indices.len());
+        for (&i, o) in indices.iter().zip(out) {
+            *o = i % 13;
+        }
+        Ok(())
+    }
+
+    fn gather_var(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+    ) -> Result<(), SourceError> {
+        self.check(indices)?;
+        assert_eq!(offsets.len(), indices.len() + 1);
+        assert_eq!(offsets[0], 0);
+        assert_eq!(*offsets.last().unwrap() as usize, dst.len());
+        for (k, &i) in indices.iter().enumerate() {
+            let rec = ragged_record(i);
+            dst[offsets[k] as usize..offsets[k + 1] as usize].copy_from_slice(&rec);
+        }
+        Ok(())
+    }
+}
+
+/// A batch flattened to plain values, for comparing sequences.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Snapshot {
+    pub step: u64,
+    pub indices: Vec<u64>,
+    pub columns: Vec<(String, Vec<u8>, Option<Vec<u64>>)>,
+}
+
+pub fn snapshot(b: &Batch) -> Snapshot {
+    Snapshot {
+        step: b.step,
+        indices: b.indices.to_vec(),
+        columns: b
+            .columns
+            .iter()
+            .map(|c| {
+                (
+                    c.name().to_owned(),
+                    c.data().to_vec(),
+                    c.offsets().map(<[u64]>::to_vec),
+                )
+            })
+            .collect(),
+    }
+}
+
+/// The next `n` batches of `loader`, flattened.
+pub fn take(loader: &mut Loader, n: usize) -> Vec<Snapshot> {
+    (0..n)
+        .map(|_| snapshot(&loader.next().expect("a batch")))
+        .collect()
+}
+
+/// A fixed stream "img" (12-byte records) and a ragged stream "txt", both of
+/// `len` records.
+pub fn two_streams(len: u64) -> Vec<Stream> {
+    vec![
+        Stream::new("img", MemSource::fixed(len, 12)),
+        Stream::new("txt", MemSource::ragged(len)),
+    ]
+}
+
+/// Asserts that every column of `b` holds what the source holds at its indices.
+pub fn assert_matches_source(b: &Batch) {
+    for c in &b.columns {
+        match c.offsets() {
+            None => {
+                let width = c.data().len() / b.indices.len();
+                for (k, &i) in b.indices.iter().enumerate() {
+                    assert_eq!(
+                        &c.data()[k * width..][..width],
+                        &fixed_record(i, width)[..],
+                        "step {} column {} record {k} (index {i})",
+                        b.step,
+                        c.name()
+                    );
+                }
+            }
+            Some(offsets) => {
+                assert_eq!(offsets.len(), b.indices.len() + 1);
+                assert_eq!(*offsets.last().unwrap() as usize, c.data().len());
+                for (k, &i) in b.indices.iter().enumerate() {
+                    assert_eq!(
+                        &c.data()[offsets[k] as usize..offsets[k + 1] as usize],
+                        &ragged_record(i)[..],
+                        "step {} column {} record {k} (index {i})",
+                        b.step,
+                        c.name()
+                    );
+                }
+            }
+        }
+    }
+}
