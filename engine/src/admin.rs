@@ -1,0 +1,242 @@
+//! Whole-store operations: statistics, verification, the dictionary, the
+//! schema file, and conversion from loaderx.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::codec::{Codec, Dict};
+use crate::error::{io_err, Error, Result};
+use crate::head::write_atomic;
+use crate::store::{Item, Store};
+use crate::table::Format;
+use crate::write::{Stored, DICT_FILE};
+
+const SCHEMA_FILE: &str = "schema.json";
+/// Records verified per batch.
+const VERIFY_BATCH: u64 = 4096;
+
+/// Numbers describing a store; see [`Store::stats`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct Stats {
+    /// On-disk layout.
+    pub format: Format,
+    /// Number of records.
+    pub records: u64,
+    /// Sum of the records' decoded lengths.
+    pub logical_bytes: u64,
+    /// Sum of the records' stored lengths.
+    pub live_bytes: u64,
+    /// Bytes in the chunk files (committed part).
+    pub chunk_bytes: u64,
+    /// `chunk_bytes - live_bytes`: what [`Store::compact`] would reclaim.
+    pub reclaimable: u64,
+    /// Number of chunk files.
+    pub chunks: u64,
+    /// Whether a zstd dictionary is installed.
+    pub has_dict: bool,
+    /// Size of the dictionary.
+    pub dict_bytes: u64,
+    /// Records stored raw.
+    pub raw_records: u64,
+    /// Records stored as plain zstd.
+    pub zstd_records: u64,
+    /// Records stored as zstd with the dictionary.
+    pub zstd_dict_records: u64,
+    /// The I/O backend ("io_uring" or "pread").
+    pub backend: &'static str,
+    /// Whether reads use O_DIRECT.
+    pub direct: bool,
+}
+
+/// What [`Store::verify`] checked.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct VerifyReport {
+    /// Records read, checksummed and decoded.
+    pub records: u64,
+    /// Stored bytes read.
+    pub stored_bytes: u64,
+    /// Decoded bytes produced.
+    pub logical_bytes: u64,
+}
+
+impl Store {
+    /// Counts records, bytes and codecs (a scan of the table, no data reads).
+    pub fn stats(&self) -> Result<Stats> {
+        let snap = self.snapshot();
+        let mut s = Stats {
+            format: snap.table.format,
+            records: snap.records(),
+            logical_bytes: 0,
+            live_bytes: 0,
+            chunk_bytes: snap.chunks.iter().map(|c| c.len).sum(),
+            reclaimable: 0,
+            chunks: snap.chunks.len() as u64,
+            has_dict: snap.dict.is_some(),
+            dict_bytes: snap.dict.as_ref().map_or(0, |d| d.bytes.len() as u64),
+            raw_records: 0,
+            zstd_records: 0,
+            zstd_dict_records: 0,
+            backend: self.backend.name(),
+            direct: self.direct,
+        };
+        for i in 0..snap.records() {
+            let e = snap.entry(i)?;
+            s.logical_bytes += u64::from(e.logical_len);
+            s.live_bytes += u64::from(e.stored_len);
+            match e.codec {
+                Codec::Raw => s.raw_records += 1,
+                Codec::Zstd => s.zstd_records += 1,
+                Codec::ZstdDict => s.zstd_dict_records += 1,
+            }
+        }
+        s.reclaimable = s.chunk_bytes.saturating_sub(s.live_bytes);
+        Ok(s)
+    }
+
+    /// Reads every record, checks its checksum and decodes it: the explicit
+    /// full scan that `open` does not do. The first damaged record is the error.
+    pub fn verify(&self) -> Result<VerifyReport> {
+        let snap = self.snapshot();
+        let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
+        let mut buf = Vec::new();
+        let mut start = 0;
+        while start < snap.records() {
+            let end = (start + VERIFY_BATCH).min(snap.records());
+            let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
+            let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
+            buf.resize(total, 0);
+            let mut rest: &mut [u8] = &mut buf;
+            let mut items = Vec::with_capacity(entries.len());
+            for (k, e) in entries.iter().enumerate() {
+                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
+                rest = tail;
+                items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: false });
+                rep.stored_bytes += u64::from(e.stored_len);
+                rep.logical_bytes += u64::from(e.logical_len);
+            }
+            self.read_items(&snap, items)?;
+            rep.records += end - start;
+            start = end;
+        }
+        Ok(rep)
+    }
+
+    /// Whether the store has a zstd dictionary.
+    pub fn has_dict(&self) -> bool {
+        self.snapshot().dict.is_some()
+    }
+
+    /// Trains a zstd dictionary of at most `max_size` bytes on `samples`,
+    /// stores it durably and installs it for `zstd_dict` appends. A store has
+    /// at most one dictionary, fixed once trained. Returns its size.
+    pub fn train_dict(&self, samples: &[&[u8]], max_size: usize) -> Result<usize> {
+        if samples.is_empty() || max_size < 256 {
+            return Err(Error::InvalidArgument(format!(
+                "train_dict needs samples and a max_size of at least 256 bytes (got {} samples, max_size {max_size})",
+                samples.len()
+            )));
+        }
+        let bytes = zstd::dict::from_samples(samples, max_size)
+            .map_err(|e| Error::InvalidArgument(format!("zstd could not train a dictionary from these samples: {e}")))?;
+        self.install_dict(bytes)
+    }
+
+    /// Installs dictionary bytes (trained here or copied from another store).
+    pub(crate) fn install_dict(&self, bytes: Vec<u8>) -> Result<usize> {
+        let mut w = self.writer()?;
+        if w.head.dict_len != 0 {
+            return Err(Error::InvalidArgument(
+                "the store already has a dictionary; records encoded with it depend on it, so it cannot be replaced".into(),
+            ));
+        }
+        let dict = Dict::new(bytes, Some(self.dict_level))?;
+        let n = dict.bytes.len();
+        write_atomic(&self.dir, DICT_FILE, &dict.bytes)?;
+        w.head.dict_len = n as u32;
+        w.head.dict_crc = crc32c::crc32c(&dict.bytes);
+        // Commit a head naming the dictionary (with any pending appends).
+        let head = crate::head::Head { records: w.records, chunk_count: w.chunk_count, tail_len: w.tail_len, ..w.head };
+        w.head.dict_len = 0;
+        w.sync(&self.dir)?;
+        if let Err(e) = head.commit(&self.dir) {
+            return w.poison(e);
+        }
+        w.head = head;
+        let old = self.snapshot();
+        self.publish(crate::store::Snapshot {
+            table: crate::table::Table::open_native(&self.dir, w.head.generation, w.records)?,
+            chunk_base: old.chunk_base,
+            chunks: old.chunks.clone(),
+            dict: Some(Arc::new(dict)),
+        });
+        Ok(n)
+    }
+
+    /// The contents of `schema.json`, the Python layer's metadata, if any.
+    pub fn schema(&self) -> Result<Option<String>> {
+        let p = self.dir.join(SCHEMA_FILE);
+        match std::fs::read_to_string(&p) {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("read", &p)(e)),
+        }
+    }
+
+    /// Replaces `schema.json` atomically.
+    pub fn set_schema(&self, json: &str) -> Result<()> {
+        let _w = self.writer()?;
+        write_atomic(&self.dir, SCHEMA_FILE, json.as_bytes())
+    }
+}
+
+/// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
+/// copying every record's stored bytes unchanged (no recompression) with a
+/// checksum added, the dictionary, and `schema.json`.
+pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
+    let from = Store::open(src.as_ref())?;
+    if from.format() != Format::Loaderx {
+        return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
+    }
+    let to = Store::builder(dst.as_ref()).create()?;
+    let snap = from.snapshot();
+    if let Some(d) = &snap.dict {
+        to.install_dict(d.bytes.clone())?;
+    }
+    let mut start = 0u64;
+    while start < snap.records() {
+        let mut end = start;
+        let mut bytes = 0u64;
+        let mut entries = Vec::new();
+        while end < snap.records() && (end == start || bytes < 64 << 20) {
+            let e = snap.entry(end)?;
+            bytes += u64::from(e.stored_len);
+            entries.push(e);
+            end += 1;
+        }
+        let mut buf = vec![0u8; bytes as usize];
+        let mut rest: &mut [u8] = &mut buf;
+        let mut items = Vec::with_capacity(entries.len());
+        for (k, e) in entries.iter().enumerate() {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
+            rest = tail;
+            items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: true });
+        }
+        from.read_items(&snap, items)?;
+        let mut stored = Vec::with_capacity(entries.len());
+        let mut pos = 0usize;
+        for e in &entries {
+            let b = &buf[pos..pos + e.stored_len as usize];
+            pos += b.len();
+            stored.push(Stored { bytes: std::borrow::Cow::Borrowed(b), logical_len: e.logical_len, codec: e.codec, crc: crc32c::crc32c(b) });
+        }
+        let mut w = to.writer()?;
+        to.append_stored(&mut w, &stored)?;
+        drop(w);
+        start = end;
+    }
+    if let Some(schema) = from.schema()? {
+        to.set_schema(&schema)?;
+    }
+    to.sync()?;
+    Ok(to)
+}

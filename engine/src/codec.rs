@@ -1,0 +1,189 @@
+//! Per-record codecs: raw, zstd, and zstd against a dictionary trained on the data.
+//!
+//! Every record is compressed on its own so any record can be read alone. A
+//! record that does not shrink is stored raw, which also lets raw records be
+//! read straight into the caller's buffer.
+
+use std::cell::RefCell;
+
+use zstd::zstd_safe::{CCtx, CDict, DCtx, DDict};
+
+use crate::error::{Error, Result};
+
+/// How a record's bytes are stored. The tags match loaderx 0.7.3's, so its
+/// tables decode unchanged.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[repr(u8)]
+pub enum Codec {
+    /// Stored as given.
+    Raw = 0,
+    /// zstd, each record its own frame.
+    Zstd = 1,
+    /// zstd against the store's trained dictionary.
+    ZstdDict = 2,
+}
+
+impl Codec {
+    /// The codec with this on-disk tag.
+    pub fn from_tag(tag: u8) -> Option<Codec> {
+        match tag {
+            0 => Some(Codec::Raw),
+            1 => Some(Codec::Zstd),
+            2 => Some(Codec::ZstdDict),
+            _ => None,
+        }
+    }
+
+    /// Parses the names the Python API uses: `raw`, `zstd`, `zstd_dict`.
+    pub fn from_name(name: &str) -> Result<Codec> {
+        match name {
+            "raw" => Ok(Codec::Raw),
+            "zstd" => Ok(Codec::Zstd),
+            "zstd_dict" | "zstdict" => Ok(Codec::ZstdDict),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown codec {other:?}, expected one of \"raw\", \"zstd\", \"zstd_dict\""
+            ))),
+        }
+    }
+
+    /// The name [`Codec::from_name`] accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Raw => "raw",
+            Codec::Zstd => "zstd",
+            Codec::ZstdDict => "zstd_dict",
+        }
+    }
+}
+
+/// A trained dictionary, digested once for both directions and shared by all
+/// threads (zstd's digested dictionaries are immutable).
+pub(crate) struct Dict {
+    pub bytes: Vec<u8>,
+    pub ddict: DDict<'static>,
+    pub cdict: Option<(i32, CDict<'static>)>,
+}
+
+impl Dict {
+    pub fn new(bytes: Vec<u8>, level: Option<i32>) -> Result<Dict> {
+        let ddict = DDict::try_create(&bytes)
+            .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?;
+        let cdict = match level {
+            Some(l) => Some((
+                l,
+                CDict::try_create(&bytes, l)
+                    .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?,
+            )),
+            None => None,
+        };
+        Ok(Dict { bytes, ddict, cdict })
+    }
+}
+
+thread_local! {
+    // One context per thread, reused for every record it handles. A context
+    // made before fork() is plain memory, so a forked child may keep using it.
+    static DCTX: RefCell<DCtx<'static>> = RefCell::new(DCtx::create());
+    static CCTX: RefCell<CCtx<'static>> = RefCell::new(CCtx::create());
+}
+
+/// Decodes `src` (stored with `codec`) into exactly `dst`. Returns a
+/// description of what went wrong; the caller turns it into a typed error
+/// naming the record.
+pub(crate) fn decode(codec: Codec, src: &[u8], dst: &mut [u8], dict: Option<&Dict>) -> std::result::Result<(), String> {
+    match codec {
+        Codec::Raw => {
+            if src.len() != dst.len() {
+                return Err(format!("raw record of {} bytes for a {}-byte slot", src.len(), dst.len()));
+            }
+            dst.copy_from_slice(src);
+            Ok(())
+        }
+        Codec::Zstd | Codec::ZstdDict => {
+            let n = DCTX.with(|c| {
+                let mut c = c.borrow_mut();
+                match (codec, dict) {
+                    (Codec::ZstdDict, Some(d)) => c.decompress_using_ddict(dst, src, &d.ddict),
+                    (Codec::ZstdDict, None) => Err(usize::MAX),
+                    _ => c.decompress(dst, src),
+                }
+            });
+            match n {
+                Ok(n) if n == dst.len() => Ok(()),
+                Ok(n) => Err(format!("decoded {n} bytes, table says {}", dst.len())),
+                Err(usize::MAX) => Err("zstd_dict record but the store has no dictionary".into()),
+                Err(code) => Err(format!("zstd: {}", zstd::zstd_safe::get_error_name(code))),
+            }
+        }
+    }
+}
+
+/// Compresses `src`; returns `None` when the result would not be smaller (the
+/// record is then stored raw).
+pub(crate) fn encode(codec: Codec, level: i32, src: &[u8], dict: Option<&Dict>) -> Result<Option<Vec<u8>>> {
+    if codec == Codec::Raw || src.is_empty() {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(src.len()));
+    let r = CCTX.with(|c| {
+        let mut c = c.borrow_mut();
+        match codec {
+            Codec::ZstdDict => {
+                let d = dict.ok_or(Error::NoDictionary)?;
+                let (_, cdict) = d.cdict.as_ref().ok_or(Error::NoDictionary)?;
+                Ok(c.compress_using_cdict(&mut out, src, cdict))
+            }
+            _ => Ok(c.compress(&mut out, src, level)),
+        }
+    })?;
+    match r {
+        Ok(n) if n < src.len() => {
+            out.truncate(n);
+            Ok(Some(out))
+        }
+        Ok(_) => Ok(None),
+        Err(code) => Err(Error::InvalidArgument(format!(
+            "zstd could not compress a record: {}",
+            zstd::zstd_safe::get_error_name(code)
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for c in [Codec::Raw, Codec::Zstd, Codec::ZstdDict] {
+            assert_eq!(Codec::from_name(c.name()).unwrap(), c);
+            assert_eq!(Codec::from_tag(c as u8), Some(c));
+        }
+        assert!(Codec::from_name("gzip").is_err());
+        assert_eq!(Codec::from_tag(3), None);
+    }
+
+    #[test]
+    fn incompressible_records_stay_raw_and_garbage_is_an_error() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let noise: Vec<u8> = (0..4096)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 32) as u8
+            })
+            .collect();
+        assert!(encode(Codec::Zstd, 3, &noise, None).unwrap().is_none());
+        let zeros = vec![0u8; 4096];
+        let z = encode(Codec::Zstd, 3, &zeros, None).unwrap().unwrap();
+        let mut back = vec![1u8; 4096];
+        decode(Codec::Zstd, &z, &mut back, None).unwrap();
+        assert_eq!(back, zeros);
+        let mut short = vec![0u8; 100];
+        assert!(decode(Codec::Zstd, &z, &mut short, None).is_err());
+        assert!(decode(Codec::Zstd, &noise, &mut back, None).is_err());
+        assert!(decode(Codec::ZstdDict, &z, &mut back, None).is_err());
+    }
+}

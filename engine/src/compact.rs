@@ -1,0 +1,224 @@
+//! Delete and compact: the operations that rewrite the record table.
+//!
+//! Both write a new table generation (and compaction new chunk files), make
+//! them durable, and only then commit a head naming them. Files of the old
+//! state are removed after the commit; a crash in between leaves files that
+//! [`crate::write::recover`] removes.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+
+use crate::error::{io_err, Result};
+use crate::head::{sync_dir, Head};
+use crate::record::{check_index, ChunkId, Entry, ENTRY_BYTES};
+use crate::store::{chunk_name, Item, Store};
+use crate::table::{table_header, table_name, Format};
+use crate::write::Writer;
+
+/// Records are copied by compaction in groups of about this many bytes.
+const COMPACT_GROUP_BYTES: u64 = 64 << 20;
+
+/// What [`Store::compact`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CompactReport {
+    /// Chunk bytes before.
+    pub bytes_before: u64,
+    /// Chunk bytes after.
+    pub bytes_after: u64,
+    /// Records copied.
+    pub records: u64,
+}
+
+impl Store {
+    /// Removes records, keeping the index space dense: each hole is filled by
+    /// the record at the end of the table, in descending index order (the
+    /// semantics of loaderx 0.7.3, so the same deletes give the same order).
+    /// Indices of survivors may change. Duplicates and any order are fine;
+    /// every index is checked before anything changes. Only the table is
+    /// rewritten; [`Store::compact`] reclaims the bytes.
+    pub fn delete(&self, indices: &[u64]) -> Result<()> {
+        let mut w = self.writer()?;
+        let snap = self.snapshot();
+        for &i in indices {
+            check_index(i, w.records)?;
+        }
+        let mut order = indices.to_vec();
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        order.dedup();
+        let mut bytes = snap.table.native_bytes()[..w.records as usize * ENTRY_BYTES].to_vec();
+        let mut len = w.records as usize;
+        for i in order {
+            let i = i as usize;
+            let last = len - 1;
+            if i != last {
+                bytes.copy_within(last * ENTRY_BYTES..len * ENTRY_BYTES, i * ENTRY_BYTES);
+            }
+            len -= 1;
+        }
+        bytes.truncate(len * ENTRY_BYTES);
+        let gen = w.head.generation + 1;
+        let r = self.commit_table(&mut w, gen, &bytes, None);
+        match r {
+            Ok(()) => self.republish(&w),
+            Err(e) => w.poison(e),
+        }
+    }
+
+    /// Reclaims the bytes of deleted records: copies every live record, in
+    /// index order, into new chunk files, then commits a table naming them and
+    /// removes the old files. Needs free space for the live data. Concurrent
+    /// gathers keep reading the old files through their snapshot.
+    pub fn compact(&self) -> Result<CompactReport> {
+        let mut w = self.writer()?;
+        w.sync(&self.dir)?;
+        let snap = self.snapshot();
+        let before: u64 = snap.chunks.iter().map(|c| c.len).sum();
+        let mut live = 0u64;
+        let mut entries = Vec::with_capacity(snap.records() as usize);
+        for i in 0..snap.records() {
+            let e = snap.entry(i)?;
+            live += u64::from(e.stored_len);
+            entries.push(e);
+        }
+        if live == before {
+            return Ok(CompactReport { bytes_before: before, bytes_after: before, records: 0 });
+        }
+        let base = w.head.chunk_base + w.head.chunk_count;
+        let mut out = NewChunks { dir: &self.dir, base, count: 0, len: 0, target: w.head.chunk_target, file: None };
+        let mut table = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+        let r: Result<()> = (|| {
+            let mut start = 0usize;
+            while start < entries.len() {
+                let mut end = start;
+                let mut bytes = 0u64;
+                while end < entries.len() && (end == start || bytes + u64::from(entries[end].stored_len) <= COMPACT_GROUP_BYTES) {
+                    bytes += u64::from(entries[end].stored_len);
+                    end += 1;
+                }
+                let mut buf = vec![0u8; bytes as usize];
+                let mut items = Vec::with_capacity(end - start);
+                let mut rest: &mut [u8] = &mut buf;
+                for (k, e) in entries[start..end].iter().enumerate() {
+                    let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
+                    rest = tail;
+                    items.push(Item { index: (start + k) as u64, entry: *e, dst: slot, keep_stored: true });
+                }
+                self.read_items(&snap, items)?;
+                let mut pos = 0usize;
+                for e in &entries[start..end] {
+                    let n = e.stored_len as usize;
+                    let (id, offset) = out.put(&buf[pos..pos + n])?;
+                    pos += n;
+                    table.extend_from_slice(&Entry { chunk: id, offset, ..*e }.encode());
+                }
+                start = end;
+            }
+            out.finish()
+        })();
+        if let Err(e) = r {
+            // Nothing committed: the new chunks are garbage, removed now or by
+            // the next writer's recovery.
+            for k in 0..=out.count {
+                let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
+            }
+            return Err(e);
+        }
+        let gen = w.head.generation + 1;
+        let new_chunks = (base, out.count.max(1), out.len);
+        let old = (w.head.chunk_base, w.head.chunk_count);
+        if let Err(e) = self.commit_table(&mut w, gen, &table, Some(new_chunks)) {
+            return w.poison(e);
+        }
+        for k in 0..old.1 {
+            let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
+        }
+        self.republish(&w)?;
+        Ok(CompactReport { bytes_before: before, bytes_after: live, records: entries.len() as u64 })
+    }
+
+    /// Writes table generation `gen` holding `entries`, makes it (and any
+    /// pending data) durable, commits a head naming it, and removes the old
+    /// table. `chunks` = (base, count, tail length) when compaction replaced them.
+    fn commit_table(&self, w: &mut Writer, gen: u64, entries: &[u8], chunks: Option<(u32, u32, u64)>) -> Result<()> {
+        let tp = self.dir.join(table_name(gen));
+        let mut f = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&tp).map_err(io_err("create", &tp))?;
+        f.write_all(&table_header(gen)).and_then(|_| f.write_all(entries)).map_err(io_err("write", &tp))?;
+        f.sync_all().map_err(io_err("fsync", &tp))?;
+        w.sync(&self.dir)?;
+        sync_dir(&self.dir)?;
+        let mut head = Head { generation: gen, records: (entries.len() / ENTRY_BYTES) as u64, ..w.head };
+        if let Some((base, count, tail)) = chunks {
+            head.chunk_base = base;
+            head.chunk_count = count;
+            head.tail_len = tail;
+        }
+        head.commit(&self.dir)?;
+        let old_table = self.dir.join(table_name(w.head.generation));
+        let _ = std::fs::remove_file(old_table);
+        w.head = head;
+        w.records = head.records;
+        w.chunk_count = head.chunk_count;
+        w.tail_len = head.tail_len;
+        w.table = f;
+        if chunks.is_some() {
+            let cp = self.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
+            w.tail = OpenOptions::new().read(true).write(true).open(&cp).map_err(io_err("open", &cp))?;
+        }
+        Ok(())
+    }
+}
+
+/// Sequential writer of compaction's new chunk files.
+struct NewChunks<'a> {
+    dir: &'a std::path::Path,
+    base: u32,
+    /// Chunks finished so far.
+    count: u32,
+    /// Bytes in the current chunk.
+    len: u64,
+    target: u64,
+    file: Option<std::io::BufWriter<File>>,
+}
+
+impl NewChunks<'_> {
+    fn path(&self) -> std::path::PathBuf {
+        self.dir.join(chunk_name(Format::Native, ChunkId(self.base + self.count)))
+    }
+
+    fn put(&mut self, bytes: &[u8]) -> Result<(ChunkId, u64)> {
+        if self.file.is_some() && self.len > 0 && self.len + bytes.len() as u64 > self.target {
+            self.seal()?;
+            self.count += 1;
+            self.len = 0;
+        }
+        if self.file.is_none() {
+            let p = self.path();
+            let f = OpenOptions::new().write(true).create_new(true).open(&p).map_err(io_err("create", &p))?;
+            self.file = Some(std::io::BufWriter::with_capacity(8 << 20, f));
+        }
+        let p = self.path();
+        self.file.as_mut().expect("opened above").write_all(bytes).map_err(io_err("write", &p))?;
+        let at = self.len;
+        self.len += bytes.len() as u64;
+        Ok((ChunkId(self.base + self.count), at))
+    }
+
+    fn seal(&mut self) -> Result<()> {
+        let p = self.path();
+        if let Some(f) = self.file.take() {
+            let f = f.into_inner().map_err(|e| io_err("write", &p)(e.into_error()))?;
+            f.sync_all().map_err(io_err("fsync", &p))?;
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        if self.file.is_none() {
+            // An empty store still has one (empty) chunk.
+            let p = self.path();
+            File::create(&p).map_err(io_err("create", &p))?;
+        }
+        self.seal()?;
+        sync_dir(self.dir)
+    }
+}

@@ -1,0 +1,113 @@
+//! The engine's one error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the store. Each variant carries the numbers
+/// that explain it, so a message read in a training log says what to fix.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// An operating-system call failed. `op` names what the store was doing.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What the store was doing ("open", "read", "write", "fsync", ...).
+        op: &'static str,
+        /// The file or directory concerned.
+        path: PathBuf,
+        /// The error the operating system returned.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The directory holds no zring store (nor a loaderx store).
+    #[error("{path} is not a zring store: {reason}")]
+    NotAStore {
+        /// The directory that was opened.
+        path: PathBuf,
+        /// What was missing or wrong.
+        reason: String,
+    },
+    /// The store was written by a format version this build cannot read.
+    #[error("{path}: format version {found} is not supported (this build reads version {supported})")]
+    UnsupportedVersion {
+        /// The file whose version is unknown.
+        path: PathBuf,
+        /// The version found on disk.
+        found: u32,
+        /// The version this build reads and writes.
+        supported: u32,
+    },
+    /// Bytes on disk contradict the store's own metadata (a torn or damaged file).
+    /// Run `verify()` for a full scan; restore the store from a copy.
+    #[error("corrupted store: {what}: {detail}")]
+    Corrupted {
+        /// Which structure is damaged ("head", "table entry 17", "chunk 3").
+        what: String,
+        /// What was found instead of what was expected.
+        detail: String,
+    },
+    /// A record's bytes do not match the checksum in its table entry.
+    #[error("record {record}: checksum mismatch (table says {expected:#010x}, data gives {got:#010x})")]
+    ChecksumMismatch {
+        /// The record index.
+        record: u64,
+        /// The crc32c stored in the table.
+        expected: u32,
+        /// The crc32c of the bytes read.
+        got: u32,
+    },
+    /// An index is not below the store's length.
+    #[error("index {index} is out of range for a store of {len} records")]
+    IndexOutOfRange {
+        /// The offending index.
+        index: u64,
+        /// The store's length.
+        len: u64,
+    },
+    /// A record does not fit the slot the caller gave it.
+    #[error("record {record} is {len} bytes but its slot holds {slot} bytes")]
+    RecordSize {
+        /// The record index.
+        record: u64,
+        /// The record's logical length.
+        len: u64,
+        /// The room in the destination.
+        slot: u64,
+    },
+    /// Another writer holds the store's lock.
+    #[error("{path} is locked by another writer (one writer at a time; readers may open it read-only)")]
+    Locked {
+        /// The store directory.
+        path: PathBuf,
+    },
+    /// The store was opened read-only (or is a loaderx store, which zring only reads).
+    #[error("the store is read-only: {0}")]
+    ReadOnly(String),
+    /// An argument is malformed; the message says what was expected.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A `zstd_dict` record was requested but the store has no dictionary.
+    #[error("the store has no zstd dictionary: call train_dict before appending zstd_dict records")]
+    NoDictionary,
+    /// An earlier write or fsync failed; the writer refuses further writes because
+    /// what reached the disk is unknown. Reopen the store to recover the last synced state.
+    #[error("the store's writer is poisoned by an earlier failure ({0}); reopen the store")]
+    Poisoned(String),
+    /// `create` found a store (or other files) already there.
+    #[error("{path} already exists")]
+    AlreadyExists {
+        /// The directory.
+        path: PathBuf,
+    },
+}
+
+/// Result alias of the engine.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+pub(crate) fn io_err(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
+    let path = path.into();
+    move |source| Error::Io { op, path, source }
+}
+
+pub(crate) fn corrupted(what: impl Into<String>, detail: impl Into<String>) -> Error {
+    Error::Corrupted { what: what.into(), detail: detail.into() }
+}

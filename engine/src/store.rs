@@ -1,0 +1,619 @@
+//! The store: opening, the read path (gather), and shared state.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use rayon::prelude::*;
+
+use crate::codec::{self, Codec, Dict};
+use crate::error::{corrupted, io_err, Error, Result};
+use crate::head::{Head, HEAD_FILE};
+use crate::record::{check_index, ChunkId, Entry};
+use crate::table::{Format, Table, LOADERX_META};
+use crate::uring::{self, AlignedBuf, BackendKind, ReqErrorKind, ALIGN};
+use crate::write::Writer;
+
+/// zstd level of plain `zstd` records unless the builder says otherwise.
+pub const DEFAULT_LEVEL: i32 = 3;
+/// zstd level of `zstd_dict` records. Chosen by measurement (see DESIGN.md):
+/// level 19 keeps a few percent more ratio at a small fraction of the speed.
+pub const DEFAULT_DICT_LEVEL: i32 = 7;
+/// Size at which a chunk file is sealed and the next one started.
+pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 30;
+/// A gather below this many bytes runs on the calling thread alone.
+const PARALLEL_MIN_BYTES: u64 = 128 << 10;
+
+pub(crate) fn chunk_name(format: Format, id: ChunkId) -> String {
+    match format {
+        Format::Native => format!("chunk-{:06}.zr", id.0),
+        Format::Loaderx => format!("{}.zr", id.0),
+    }
+}
+
+/// One chunk file as readers see it.
+#[derive(Clone)]
+pub(crate) struct Chunk {
+    pub file: Arc<File>,
+    /// The same file opened with O_DIRECT, when direct reads are on and the
+    /// file system supports them.
+    pub direct: Option<Arc<File>>,
+    /// Bytes of this chunk that committed records may occupy.
+    pub len: u64,
+}
+
+/// An immutable view of the store; gathers hold one for their whole duration,
+/// so a concurrent append, delete or compaction never changes what they see.
+pub(crate) struct Snapshot {
+    pub table: Table,
+    pub chunk_base: u32,
+    pub chunks: Vec<Chunk>,
+    pub dict: Option<Arc<Dict>>,
+}
+
+impl Snapshot {
+    pub fn records(&self) -> u64 {
+        self.table.records
+    }
+
+    pub fn chunk(&self, id: ChunkId) -> Option<&Chunk> {
+        id.0.checked_sub(self.chunk_base).and_then(|k| self.chunks.get(k as usize))
+    }
+
+    /// Entry `index`, checked against the chunk it points into, so a damaged
+    /// table is an error before any I/O is issued.
+    pub fn entry(&self, index: u64) -> Result<Entry> {
+        check_index(index, self.records())?;
+        let e = self.table.entry(index)?;
+        let chunk = self.chunk(e.chunk).ok_or_else(|| {
+            corrupted(format!("table entry {index}"), format!("names chunk {} which the store does not have", e.chunk.0))
+        })?;
+        if e.end() > chunk.len {
+            return Err(corrupted(
+                format!("table entry {index}"),
+                format!("bytes {}..{} lie past the end of chunk {} ({} bytes)", e.offset, e.end(), e.chunk.0, chunk.len),
+            ));
+        }
+        Ok(e)
+    }
+}
+
+/// Configures and opens a [`Store`].
+#[derive(Clone, Debug)]
+pub struct StoreBuilder {
+    path: PathBuf,
+    codec: Codec,
+    level: i32,
+    dict_level: i32,
+    chunk_bytes: u64,
+    backend: BackendKind,
+    direct: Option<bool>,
+}
+
+impl StoreBuilder {
+    /// Default codec of [`Store::append`] when the call names none.
+    pub fn codec(mut self, codec: Codec) -> Self {
+        self.codec = codec;
+        self
+    }
+    /// zstd level of plain `zstd` records (default 3).
+    pub fn level(mut self, level: i32) -> Self {
+        self.level = level;
+        self
+    }
+    /// zstd level of `zstd_dict` records.
+    pub fn dict_level(mut self, level: i32) -> Self {
+        self.dict_level = level;
+        self
+    }
+    /// Size at which a new chunk file is started (a new store only; an existing
+    /// store keeps the size it was created with).
+    pub fn chunk_bytes(mut self, bytes: u64) -> Self {
+        self.chunk_bytes = bytes.max(1);
+        self
+    }
+    /// Which I/O backend carries reads and writes.
+    pub fn backend(mut self, backend: BackendKind) -> Self {
+        self.backend = backend;
+        self
+    }
+    /// Force O_DIRECT reads on (`true`) or off (`false`). By default they are on
+    /// when the store's data is larger than half the machine's memory, the point
+    /// where the page cache stops helping random reads; `ZRING_DIRECT=0|1`
+    /// overrides the default.
+    pub fn direct(mut self, direct: bool) -> Self {
+        self.direct = Some(direct);
+        self
+    }
+
+    /// Opens an existing store (zring's or loaderx 0.7.3's) for reading.
+    pub fn open(self) -> Result<Store> {
+        self.open_inner(false)
+    }
+
+    /// Opens a store for reading and writing, creating it if the directory
+    /// holds none. Takes the single-writer lock.
+    pub fn open_writable(self) -> Result<Store> {
+        if !self.path.join(HEAD_FILE).exists() && !self.path.join(LOADERX_META).exists() {
+            return self.create();
+        }
+        self.open_inner(true)
+    }
+
+    /// Creates a new, empty store; fails if one is already there.
+    pub fn create(self) -> Result<Store> {
+        let dir = &self.path;
+        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
+        if dir.join(HEAD_FILE).exists() || dir.join(LOADERX_META).exists() {
+            return Err(Error::AlreadyExists { path: dir.clone() });
+        }
+        let lock = crate::write::lock(dir)?;
+        crate::write::init(dir, self.chunk_bytes)?;
+        self.finish_open(Some(lock))
+    }
+
+    fn open_inner(self, writable: bool) -> Result<Store> {
+        let dir = &self.path;
+        if !dir.is_dir() {
+            return Err(Error::NotAStore { path: dir.clone(), reason: "no such directory".into() });
+        }
+        if !dir.join(HEAD_FILE).exists() {
+            if dir.join(LOADERX_META).exists() {
+                if writable {
+                    return Err(Error::ReadOnly(format!(
+                        "{} is a loaderx store; convert it with import_loaderx to write to it",
+                        dir.display()
+                    )));
+                }
+                return self.finish_open(None);
+            }
+            return Err(Error::NotAStore { path: dir.clone(), reason: "no head.zr (nor loaderx meta.zr)".into() });
+        }
+        let lock = if writable {
+            let lock = crate::write::lock(dir)?;
+            crate::write::recover(dir)?;
+            Some(lock)
+        } else {
+            None
+        };
+        self.finish_open(lock)
+    }
+
+    fn finish_open(self, lock: Option<File>) -> Result<Store> {
+        let backend = self.backend.resolve().map_err(io_err("set up io_uring for", &self.path))?;
+        // A reader can race a writer's compaction, which replaces files and
+        // then the head: read the head again when a file it names is gone.
+        let mut attempt = 0;
+        let (snap, head) = loop {
+            match load(&self.path, self.dict_level, self.direct) {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && attempt < 5 => {
+                    attempt += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                r => break r?,
+            }
+        };
+        let direct = snap.chunks.iter().any(|c| c.direct.is_some());
+        let writer = match (lock, head) {
+            (Some(lock), Some(head)) => Some(Mutex::new(Writer::new(&self.path, lock, head)?)),
+            _ => None,
+        };
+        Ok(Store {
+            dir: self.path,
+            backend,
+            direct,
+            codec: self.codec,
+            level: self.level,
+            dict_level: self.dict_level,
+            snap: RwLock::new(Arc::new(snap)),
+            writer,
+        })
+    }
+}
+
+fn want_direct(force: Option<bool>, data_bytes: u64) -> bool {
+    if let Some(f) = force {
+        return f;
+    }
+    match std::env::var("ZRING_DIRECT").ok().as_deref() {
+        Some("1") => return true,
+        Some("0") => return false,
+        _ => {}
+    }
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
+        })
+        .map(|kib| kib * 1024);
+    matches!(mem, Some(m) if data_bytes > m / 2)
+}
+
+pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
+    let path = dir.join(chunk_name(format, id));
+    let file = File::open(&path).map_err(io_err("open", &path))?;
+    let size = file.metadata().map_err(io_err("stat", &path))?.len();
+    let len = match len {
+        Some(l) if l > size => {
+            return Err(corrupted(format!("chunk {}", id.0), format!("{} is {size} bytes, the head says {l}", path.display())))
+        }
+        Some(l) => l,
+        None => size,
+    };
+    let direct = if direct {
+        OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).ok().map(Arc::new)
+    } else {
+        None
+    };
+    Ok(Chunk { file: Arc::new(file), direct, len })
+}
+
+/// Loads a snapshot (and for native stores the head it came from).
+pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<(Snapshot, Option<Head>)> {
+    if dir.join(HEAD_FILE).exists() {
+        let head = Head::read(dir)?;
+        let table = Table::open_native(dir, head.generation, head.records)?;
+        let sizes: Vec<Option<u64>> =
+            (0..head.chunk_count).map(|k| (k + 1 == head.chunk_count).then_some(head.tail_len)).collect();
+        let data: u64 = (0..head.chunk_count)
+            .map(|k| std::fs::metadata(dir.join(chunk_name(Format::Native, ChunkId(head.chunk_base + k)))).map_or(0, |m| m.len()))
+            .sum();
+        let direct = want_direct(direct, data);
+        let chunks = (0..head.chunk_count)
+            .map(|k| open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), sizes[k as usize], direct))
+            .collect::<Result<Vec<_>>>()?;
+        let dict = if head.dict_len > 0 {
+            let p = dir.join(crate::write::DICT_FILE);
+            let bytes = std::fs::read(&p).map_err(io_err("read", &p))?;
+            if bytes.len() != head.dict_len as usize || crc32c::crc32c(&bytes) != head.dict_crc {
+                return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
+            }
+            Some(Arc::new(Dict::new(bytes, Some(dict_level))?))
+        } else {
+            None
+        };
+        Ok((Snapshot { table, chunk_base: head.chunk_base, chunks, dict }, Some(head)))
+    } else {
+        let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
+        // loaderx chunk files are 4 GiB sparse files; only the data below the
+        // frontier counts toward the direct-read threshold.
+        let direct = want_direct(direct, u64::from(tail_chunk) * (1 << 32) + tail_offset);
+        let chunks = (0..=tail_chunk)
+            .map(|k| open_chunk(dir, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct))
+            .collect::<Result<Vec<_>>>()?;
+        let p = dir.join(crate::write::DICT_FILE);
+        let dict = match std::fs::read(&p) {
+            Ok(bytes) => Some(Arc::new(Dict::new(bytes, None)?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err("read", &p)(e)),
+        };
+        Ok((Snapshot { table, chunk_base: 0, chunks, dict }, None))
+    }
+}
+
+/// A record store: a directory of chunk files, a record table and a head.
+///
+/// `Store` is `Send + Sync`; share it as `Arc<Store>`. Gathers run
+/// concurrently with each other and with a writer's appends, deletes and
+/// compactions: each gather works on the snapshot it started with.
+pub struct Store {
+    pub(crate) dir: PathBuf,
+    pub(crate) backend: BackendKind,
+    pub(crate) direct: bool,
+    pub(crate) codec: Codec,
+    pub(crate) level: i32,
+    pub(crate) dict_level: i32,
+    pub(crate) snap: RwLock<Arc<Snapshot>>,
+    pub(crate) writer: Option<Mutex<Writer>>,
+}
+
+/// One record to read: where it is and where it goes.
+pub(crate) struct Item<'a> {
+    pub index: u64,
+    pub entry: Entry,
+    /// Exactly the record's logical length, or its stored length with `keep_stored`.
+    pub dst: &'a mut [u8],
+    /// Copy the stored bytes without decoding (compaction, import).
+    pub keep_stored: bool,
+}
+
+impl Store {
+    /// A builder for the store at `path`.
+    pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
+        StoreBuilder {
+            path: path.as_ref().to_path_buf(),
+            codec: Codec::Zstd,
+            level: DEFAULT_LEVEL,
+            dict_level: DEFAULT_DICT_LEVEL,
+            chunk_bytes: DEFAULT_CHUNK_BYTES,
+            backend: BackendKind::Auto,
+            direct: None,
+        }
+    }
+
+    /// Opens an existing store for reading.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        Store::builder(path).open()
+    }
+
+    /// The store's directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.snapshot().records()
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The on-disk layout.
+    pub fn format(&self) -> Format {
+        self.snapshot().table.format
+    }
+
+    /// The I/O backend in use.
+    pub fn backend(&self) -> BackendKind {
+        self.backend
+    }
+
+    /// Whether reads bypass the page cache (O_DIRECT).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Whether this handle may write.
+    pub fn is_writable(&self) -> bool {
+        self.writer.is_some()
+    }
+
+    /// The default codec of appends.
+    pub fn codec(&self) -> Codec {
+        self.codec
+    }
+
+    pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        self.snap.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn publish(&self, snap: Snapshot) {
+        *self.snap.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+    }
+
+    pub(crate) fn writer(&self) -> Result<MutexGuard<'_, Writer>> {
+        let w = self.writer.as_ref().ok_or_else(|| {
+            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
+        })?;
+        let g = w.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(g)
+    }
+
+    /// Logical (decoded) length of each record in `indices`, into `out`.
+    pub fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<()> {
+        if indices.len() != out.len() {
+            return Err(Error::InvalidArgument(format!(
+                "lengths: {} indices but an output of {} entries",
+                indices.len(),
+                out.len()
+            )));
+        }
+        let snap = self.snapshot();
+        for (i, o) in indices.iter().zip(out.iter_mut()) {
+            *o = u64::from(snap.entry(*i)?.logical_len);
+        }
+        Ok(())
+    }
+
+    /// Logical length of one record.
+    pub fn record_len(&self, index: u64) -> Result<u64> {
+        Ok(u64::from(self.snapshot().entry(index)?.logical_len))
+    }
+
+    /// Reads records `indices` into `dst`, record `k` at `dst[k * stride..]`.
+    /// A record shorter than `stride` leaves the rest of its slot zeroed.
+    ///
+    /// Every index and entry is checked before anything is written to `dst`.
+    pub fn gather(&self, indices: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        let need = indices.len().checked_mul(stride).ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
+        if dst.len() != need {
+            return Err(Error::InvalidArgument(format!(
+                "gather: destination is {} bytes, expected {} indices × stride {stride} = {need}",
+                dst.len(),
+                indices.len()
+            )));
+        }
+        let snap = self.snapshot();
+        let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
+        for (&i, e) in indices.iter().zip(&entries) {
+            if e.logical_len as usize > stride {
+                return Err(Error::RecordSize { record: i, len: u64::from(e.logical_len), slot: stride as u64 });
+            }
+        }
+        let items: Vec<Item<'_>> = dst
+            .chunks_exact_mut(stride.max(1))
+            .take(indices.len())
+            .zip(indices.iter().zip(entries))
+            .map(|(slot, (&index, entry))| {
+                let (rec, rest) = slot.split_at_mut(entry.logical_len as usize);
+                rest.fill(0);
+                Item { index, entry, dst: rec, keep_stored: false }
+            })
+            .collect();
+        if stride == 0 {
+            return Ok(());
+        }
+        self.read_items(&snap, items)
+    }
+
+    /// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
+    /// where `len_k` is its logical length ([`Store::lengths`]). Slots must lie
+    /// inside `dst` and must not overlap.
+    pub fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        if offsets.len() != indices.len() {
+            return Err(Error::InvalidArgument(format!(
+                "gather_var: {} indices but {} offsets",
+                indices.len(),
+                offsets.len()
+            )));
+        }
+        let snap = self.snapshot();
+        let mut order: Vec<(u64, u64, Entry)> = Vec::with_capacity(indices.len());
+        for (&i, &o) in indices.iter().zip(offsets) {
+            order.push((o, i, snap.entry(i)?));
+        }
+        order.sort_unstable_by_key(|t| t.0);
+        let mut end = 0u64;
+        for &(o, i, e) in &order {
+            if o < end {
+                return Err(Error::InvalidArgument(format!("gather_var: the slot of record {i} at offset {o} overlaps the previous slot")));
+            }
+            end = o + u64::from(e.logical_len);
+            if end > dst.len() as u64 {
+                return Err(Error::RecordSize { record: i, len: u64::from(e.logical_len), slot: (dst.len() as u64).saturating_sub(o) });
+            }
+        }
+        let mut items = Vec::with_capacity(order.len());
+        let mut rest: &mut [u8] = dst;
+        let mut pos = 0u64;
+        for (o, index, entry) in order {
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((o - pos) as usize);
+            let (slot, tail) = tail.split_at_mut(entry.logical_len as usize);
+            rest = tail;
+            pos = o + u64::from(entry.logical_len);
+            items.push(Item { index, entry, dst: slot, keep_stored: false });
+        }
+        self.read_items(&snap, items)
+    }
+
+    /// Reads `items` in parallel groups: each group is one batch of reads on
+    /// its thread's ring, decoded as its completions arrive.
+    pub(crate) fn read_items(&self, snap: &Snapshot, mut items: Vec<Item<'_>>) -> Result<()> {
+        let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
+        let pool = crate::pool::get();
+        let threads = pool.current_num_threads().max(1);
+        if items.len() < 2 || total < PARALLEL_MIN_BYTES || threads == 1 {
+            return self.read_group(snap, &mut items);
+        }
+        let per = items.len().div_ceil(threads);
+        pool.install(|| items.par_chunks_mut(per).try_for_each(|g| self.read_group(snap, g)))
+    }
+
+    fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>]) -> Result<()> {
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+        }
+        let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
+        let r = self.read_group_with(snap, items, &mut scratch);
+        SCRATCH.with(|s| *s.borrow_mut() = scratch);
+        r
+    }
+
+    fn read_group_with(&self, snap: &Snapshot, items: &mut [Item<'_>], scratch: &mut AlignedBuf) -> Result<()> {
+        // Plan: where each record's stored bytes are read to. Raw records read
+        // through the page cache go straight into their slot; everything else
+        // goes to scratch. O_DIRECT spans come first in scratch, so each starts
+        // at an ALIGN boundary (their lengths are multiples of ALIGN).
+        struct Plan<'f> {
+            fd: std::os::fd::BorrowedFd<'f>,
+            offset: u64,
+            len: usize,
+            need: usize,
+            skip: usize,
+            scratch: bool,
+            direct: bool,
+        }
+        let mut plans = Vec::with_capacity(items.len());
+        for it in items.iter() {
+            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+            let stored = it.entry.stored_len as usize;
+            let p = match &chunk.direct {
+                Some(d) => {
+                    let start = it.entry.offset / ALIGN as u64 * ALIGN as u64;
+                    let end = it.entry.end().div_ceil(ALIGN as u64) * ALIGN as u64;
+                    let skip = (it.entry.offset - start) as usize;
+                    Plan { fd: d.as_fd(), offset: start, len: (end - start) as usize, need: skip + stored, skip, scratch: true, direct: true }
+                }
+                None => {
+                    let in_place = it.entry.codec == Codec::Raw || it.keep_stored;
+                    Plan { fd: chunk.file.as_fd(), offset: it.entry.offset, len: stored, need: stored, skip: 0, scratch: !in_place, direct: false }
+                }
+            };
+            plans.push(p);
+        }
+        let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
+        let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
+        let buf = scratch.get(direct_bytes + buffered_bytes);
+        let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
+        let mut reads = Vec::with_capacity(items.len());
+        for (it, p) in items.iter_mut().zip(&plans) {
+            let buf: &mut [u8] = if p.scratch {
+                let area = if p.direct { &mut direct_area } else { &mut buffered_area };
+                let (piece, rest) = std::mem::take(area).split_at_mut(p.len);
+                *area = rest;
+                piece
+            } else {
+                // Read in place: the slot travels with the read and comes back
+                // in the completion.
+                std::mem::take(&mut it.dst)
+            };
+            reads.push(uring::ReadBuf { fd: p.fd, offset: p.offset, buf, need: p.need });
+        }
+        let dict = snap.dict.as_deref();
+        let mut first_err: Option<Error> = None;
+        let r = uring::read_batch(self.backend, reads, &mut |i, buf| {
+            let it = &mut items[i];
+            let stored_len = it.entry.stored_len as usize;
+            let r = if plans[i].scratch {
+                let skip = plans[i].skip;
+                finish_record(it, &buf[skip..skip + stored_len], dict)
+            } else {
+                crc_check(it.index, &it.entry, &buf[..stored_len])
+            };
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        });
+        if let Err(e) = r {
+            let it = &items[e.req.min(items.len().saturating_sub(1))];
+            let path = self.dir.join(chunk_name(snap.table.format, it.entry.chunk));
+            return Err(match e.kind {
+                ReqErrorKind::Eof { got } => corrupted(
+                    format!("chunk {}", it.entry.chunk.0),
+                    format!("{} ends after {got} bytes of record {}", path.display(), it.index),
+                ),
+                ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
+            });
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
+    if let Some(expected) = e.checksum {
+        let got = crc32c::crc32c(stored);
+        if got != expected {
+            return Err(Error::ChecksumMismatch { record: index, expected, got });
+        }
+    }
+    Ok(())
+}
+
+fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
+    crc_check(it.index, &it.entry, stored)?;
+    let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
+    codec::decode(codec, stored, it.dst, dict).map_err(|d| corrupted(format!("record {}", it.index), d))
+}

@@ -1,0 +1,366 @@
+//! The write path: the single writer, append, sync and recovery.
+//!
+//! Appends only ever write past the committed end of the tail chunk and of the
+//! record table; nothing a committed head refers to is modified. `sync` makes
+//! the new bytes durable and then commits a new head. A crash before that
+//! commit leaves the old head, and the bytes past it are cut off the next time
+//! a writer opens the store ([`recover`]).
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsFd;
+use std::path::Path;
+
+use rayon::prelude::*;
+
+use crate::codec::{self, Codec};
+use crate::error::{io_err, Error, Result};
+use crate::head::{sync_dir, Head};
+use crate::record::{ChunkId, Entry, ENTRY_BYTES};
+use crate::store::{chunk_name, open_chunk, Snapshot, Store};
+use crate::table::{table_header, table_name, Format, Table, TABLE_HEADER_BYTES};
+use crate::uring::{self, ReqErrorKind};
+
+pub(crate) const DICT_FILE: &str = "dict.zr";
+const LOCK_FILE: &str = "lock";
+/// Records are encoded and written in groups of about this many bytes, which
+/// bounds the memory an append of a huge batch needs.
+const APPEND_GROUP_BYTES: usize = 64 << 20;
+/// Largest record: lengths are stored as u32.
+pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
+
+/// Takes the single-writer lock (an advisory lock on `lock`, released by the
+/// kernel when the process exits, however it exits).
+pub(crate) fn lock(dir: &Path) -> Result<File> {
+    let p = dir.join(LOCK_FILE);
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&p).map_err(io_err("open", &p))?;
+    match f.try_lock() {
+        Ok(()) => Ok(f),
+        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
+        Err(std::fs::TryLockError::Error(e)) => Err(io_err("lock", &p)(e)),
+    }
+}
+
+/// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
+pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
+    let tp = dir.join(table_name(1));
+    std::fs::write(&tp, table_header(1)).map_err(io_err("write", &tp))?;
+    File::open(&tp).and_then(|f| f.sync_all()).map_err(io_err("fsync", &tp))?;
+    let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
+    File::create(&cp).and_then(|f| f.sync_all()).map_err(io_err("create", &cp))?;
+    sync_dir(dir)?;
+    Head { generation: 1, records: 0, chunk_base: 0, chunk_count: 1, tail_len: 0, dict_len: 0, dict_crc: 0, chunk_target }.commit(dir)
+}
+
+/// Brings the files back to exactly what the head describes: cuts the table
+/// and the tail chunk to their committed lengths and removes files that no
+/// committed state refers to (left by a crash mid-append, -delete or -compact).
+pub(crate) fn recover(dir: &Path) -> Result<()> {
+    let head = Head::read(dir)?;
+    let live_table = table_name(head.generation);
+    let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
+    let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
+    for e in entries {
+        let e = e.map_err(io_err("list", dir))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let stale = if let Some(id) = name.strip_prefix("chunk-").and_then(|s| s.strip_suffix(".zr")) {
+            id.parse::<u32>().map_or(false, |id| !live_chunks.contains(&id))
+        } else if name.starts_with("table-") && name.ends_with(".zr") {
+            name != live_table
+        } else {
+            name.ends_with(".tmp") || (name == DICT_FILE && head.dict_len == 0)
+        };
+        if stale {
+            let p = e.path();
+            std::fs::remove_file(&p).map_err(io_err("remove", &p))?;
+        }
+    }
+    let tp = dir.join(&live_table);
+    let t = OpenOptions::new().write(true).open(&tp).map_err(io_err("open", &tp))?;
+    t.set_len(TABLE_HEADER_BYTES as u64 + head.records * ENTRY_BYTES as u64).map_err(io_err("truncate", &tp))?;
+    let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
+    let c = OpenOptions::new().write(true).open(&cp).map_err(io_err("open", &cp))?;
+    let size = c.metadata().map_err(io_err("stat", &cp))?.len();
+    if size < head.tail_len {
+        return Err(crate::error::corrupted(
+            format!("chunk {}", head.last_chunk()),
+            format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
+        ));
+    }
+    c.set_len(head.tail_len).map_err(io_err("truncate", &cp))?;
+    sync_dir(dir)
+}
+
+/// The writer's state; lives behind the store's mutex.
+pub(crate) struct Writer {
+    _lock: File,
+    /// The last committed head.
+    pub head: Head,
+    /// Live state, ahead of `head` by the appends not yet synced.
+    pub records: u64,
+    pub chunk_count: u32,
+    pub tail_len: u64,
+    pub table: File,
+    pub tail: File,
+    /// Chunk files written since the last sync (ids).
+    dirty: Vec<u32>,
+    new_files: bool,
+    /// Set by a failed write or fsync: what reached the disk is unknown.
+    pub poisoned: Option<String>,
+}
+
+fn open_rw(p: &Path) -> Result<File> {
+    OpenOptions::new().read(true).write(true).open(p).map_err(io_err("open", p))
+}
+
+impl Writer {
+    pub fn new(dir: &Path, lock: File, head: Head) -> Result<Writer> {
+        Ok(Writer {
+            _lock: lock,
+            head,
+            records: head.records,
+            chunk_count: head.chunk_count,
+            tail_len: head.tail_len,
+            table: open_rw(&dir.join(table_name(head.generation)))?,
+            tail: open_rw(&dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk()))))?,
+            dirty: Vec::new(),
+            new_files: false,
+            poisoned: None,
+        })
+    }
+
+    fn tail_id(&self) -> u32 {
+        self.head.chunk_base + self.chunk_count - 1
+    }
+
+    pub(crate) fn poison<T>(&mut self, e: Error) -> Result<T> {
+        self.poisoned = Some(e.to_string());
+        Err(e)
+    }
+
+    /// Makes every appended byte durable and commits a head naming it.
+    pub fn sync(&mut self, dir: &Path) -> Result<()> {
+        let head = Head { records: self.records, chunk_count: self.chunk_count, tail_len: self.tail_len, ..self.head };
+        if head == self.head {
+            return Ok(());
+        }
+        if let Err(e) = self.flush(dir) {
+            return self.poison(e);
+        }
+        if let Err(e) = head.commit(dir) {
+            return self.poison(e);
+        }
+        self.head = head;
+        Ok(())
+    }
+
+    /// fsyncs the chunk files written since the last sync, the table and, if
+    /// files were created, the directory.
+    fn flush(&mut self, dir: &Path) -> Result<()> {
+        for id in std::mem::take(&mut self.dirty) {
+            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+            File::open(&p).and_then(|f| f.sync_all()).map_err(io_err("fsync", &p))?;
+        }
+        self.table.sync_all().map_err(io_err("fsync", dir.join(table_name(self.head.generation))))?;
+        if std::mem::take(&mut self.new_files) {
+            sync_dir(dir)?;
+        }
+        Ok(())
+    }
+
+    /// Places stored records at the end of the tail chunk (starting a new
+    /// chunk when the tail is full), writes them and their table entries in
+    /// batched transfers, and returns their entries.
+    fn write_records(&mut self, dir: &Path, backend: uring::BackendKind, recs: &[Stored<'_>]) -> Result<Vec<Entry>> {
+        let mut entries = Vec::with_capacity(recs.len());
+        // Chunks sealed by this call stay open until its writes are done.
+        let mut sealed: Vec<(u32, File)> = Vec::new();
+        let mut places: Vec<(u32, u64)> = Vec::with_capacity(recs.len());
+        for r in recs {
+            let len = r.bytes.len() as u64;
+            if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target {
+                let id = self.head.chunk_base + self.chunk_count;
+                let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+                let f = OpenOptions::new().read(true).write(true).create_new(true).open(&p).map_err(io_err("create", &p))?;
+                let old = std::mem::replace(&mut self.tail, f);
+                sealed.push((id - 1, old));
+                self.chunk_count += 1;
+                self.tail_len = 0;
+                self.new_files = true;
+            }
+            let id = self.tail_id();
+            if self.dirty.last() != Some(&id) {
+                self.dirty.push(id);
+            }
+            places.push((id, self.tail_len));
+            entries.push(Entry {
+                chunk: ChunkId(id),
+                offset: self.tail_len,
+                stored_len: r.bytes.len() as u32,
+                logical_len: r.logical_len,
+                checksum: Some(r.crc),
+                codec: r.codec,
+            });
+            self.tail_len += len;
+        }
+        let tail_id = self.tail_id();
+        let mut table_bytes = Vec::with_capacity(entries.len() * ENTRY_BYTES);
+        for e in &entries {
+            table_bytes.extend_from_slice(&e.encode());
+        }
+        let mut writes = Vec::with_capacity(recs.len() + 1);
+        for (r, (id, offset)) in recs.iter().zip(&places) {
+            let fd = if *id == tail_id {
+                self.tail.as_fd()
+            } else {
+                sealed.iter().find(|(s, _)| s == id).map(|(_, f)| f.as_fd()).expect("sealed chunk kept open")
+            };
+            writes.push((fd, *offset, &*r.bytes));
+        }
+        let table_at = TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64;
+        writes.push((self.table.as_fd(), table_at, &table_bytes[..]));
+        let r = uring::write_batch(backend, &writes);
+        drop(writes);
+        drop(sealed);
+        if let Err(e) = r {
+            let source = match e.kind {
+                ReqErrorKind::Os(s) => s,
+                ReqErrorKind::Eof { .. } => std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0"),
+            };
+            return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
+        }
+        self.records += entries.len() as u64;
+        Ok(entries)
+    }
+}
+
+/// A record as it goes to disk.
+pub(crate) struct Stored<'a> {
+    pub bytes: std::borrow::Cow<'a, [u8]>,
+    pub logical_len: u32,
+    pub codec: Codec,
+    pub crc: u32,
+}
+
+impl Store {
+    /// Appends records, compressing them in parallel with `codec` (the store's
+    /// default when `None`). Returns the index of the first. The records are
+    /// visible to this handle's readers at once and durable after [`Store::sync`].
+    pub fn append(&self, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
+        let codec = codec.unwrap_or(self.codec);
+        for r in records {
+            if r.len() as u64 > MAX_RECORD_BYTES {
+                return Err(Error::InvalidArgument(format!(
+                    "a record of {} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes",
+                    r.len()
+                )));
+            }
+        }
+        let mut w = self.writer()?;
+        let snap = self.snapshot();
+        let dict = snap.dict.clone();
+        if codec == Codec::ZstdDict && dict.is_none() {
+            return Err(Error::NoDictionary);
+        }
+        let first = w.records;
+        let pool = crate::pool::get();
+        let mut start = 0;
+        while start < records.len() {
+            let mut end = start;
+            let mut bytes = 0;
+            while end < records.len() && (end == start || bytes + records[end].len() <= APPEND_GROUP_BYTES) {
+                bytes += records[end].len();
+                end += 1;
+            }
+            let level = self.level;
+            let stored = pool.install(|| {
+                records[start..end]
+                    .par_iter()
+                    .map(|r| {
+                        let enc = codec::encode(codec, level, r, dict.as_deref())?;
+                        let (bytes, c) = match enc {
+                            Some(b) => (std::borrow::Cow::Owned(b), codec),
+                            None => (std::borrow::Cow::Borrowed(*r), Codec::Raw),
+                        };
+                        Ok(Stored { crc: crc32c::crc32c(&bytes), bytes, logical_len: r.len() as u32, codec: c })
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })?;
+            self.append_stored(&mut w, &stored)?;
+            start = end;
+        }
+        Ok(first)
+    }
+
+    /// Appends `src.len() / item_len` records of `item_len` bytes each.
+    pub fn append_fixed(&self, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
+        if item_len == 0 || src.len() % item_len != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "append_fixed: {} bytes do not split into records of {item_len} bytes",
+                src.len()
+            )));
+        }
+        let recs: Vec<&[u8]> = src.chunks_exact(item_len).collect();
+        self.append(&recs, codec)
+    }
+
+    pub(crate) fn append_stored(&self, w: &mut Writer, stored: &[Stored<'_>]) -> Result<()> {
+        match w.write_records(&self.dir, self.backend, stored) {
+            Ok(_) => {}
+            Err(e) => return w.poison(e),
+        }
+        self.republish(w)
+    }
+
+    /// Publishes a snapshot of the writer's live state to readers.
+    pub(crate) fn republish(&self, w: &Writer) -> Result<()> {
+        let old = self.snapshot();
+        let table = Table::open_native(&self.dir, w.head.generation, w.records)?;
+        let mut chunks = old.chunks.clone();
+        let base = w.head.chunk_base;
+        if old.chunk_base != base {
+            chunks.clear();
+        }
+        for k in 0..w.chunk_count {
+            let id = base + k;
+            let len = if k + 1 == w.chunk_count {
+                w.tail_len
+            } else {
+                std::fs::metadata(self.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
+            };
+            match chunks.get_mut(k as usize) {
+                Some(c) => c.len = len,
+                None => chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.direct)?),
+            }
+        }
+        chunks.truncate(w.chunk_count as usize);
+        self.publish(Snapshot { table, chunk_base: base, chunks, dict: old.dict.clone() });
+        Ok(())
+    }
+
+    /// Makes every appended record durable: fsyncs the data and table, then
+    /// atomically replaces the head. After a crash the store reopens with
+    /// every record appended before the last successful `sync`.
+    pub fn sync(&self) -> Result<()> {
+        let mut w = self.writer()?;
+        w.sync(&self.dir)
+    }
+
+    /// Syncs (if writable). Dropping a store does the same, ignoring errors.
+    pub fn close(&self) -> Result<()> {
+        if self.writer.is_some() {
+            self.sync()?;
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Store {
+    fn drop(&mut self) {
+        if let Some(w) = &self.writer {
+            let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
+            if w.poisoned.is_none() {
+                let _ = w.sync(&self.dir);
+            }
+        }
+    }
+}
