@@ -97,12 +97,18 @@ impl Store {
     /// full scan that `open` does not do. The first damaged record is the error.
     pub fn verify(&self) -> Result<VerifyReport> {
         let snap = self.snapshot();
-        let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
+        let mut rep = VerifyReport {
+            records: 0,
+            stored_bytes: 0,
+            logical_bytes: 0,
+        };
         let mut buf = Vec::new();
         let mut start = 0;
         while start < snap.records() {
             let end = (start + VERIFY_BATCH).min(snap.records());
-            let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
+            let entries = (start..end)
+                .map(|i| snap.entry(i))
+                .collect::<Result<Vec<_>>>()?;
             let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
             buf.resize(total, 0);
             let mut rest: &mut [u8] = &mut buf;
@@ -110,7 +116,12 @@ impl Store {
             for (k, e) in entries.iter().enumerate() {
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
                 rest = tail;
-                items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: false });
+                items.push(Item {
+                    index: start + k as u64,
+                    entry: *e,
+                    dst: slot,
+                    keep_stored: false,
+                });
                 rep.stored_bytes += u64::from(e.stored_len);
                 rep.logical_bytes += u64::from(e.logical_len);
             }
@@ -136,8 +147,11 @@ impl Store {
                 samples.len()
             )));
         }
-        let bytes = zstd::dict::from_samples(samples, max_size)
-            .map_err(|e| Error::InvalidArgument(format!("zstd could not train a dictionary from these samples: {e}")))?;
+        let bytes = zstd::dict::from_samples(samples, max_size).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "zstd could not train a dictionary from these samples: {e}"
+            ))
+        })?;
         self.install_dict(bytes)
     }
 
@@ -155,7 +169,12 @@ impl Store {
         w.head.dict_len = n as u32;
         w.head.dict_crc = crc32c::crc32c(&dict.bytes);
         // Commit a head naming the dictionary (with any pending appends).
-        let head = crate::head::Head { records: w.records, chunk_count: w.chunk_count, tail_len: w.tail_len, ..w.head };
+        let head = crate::head::Head {
+            records: w.records,
+            chunk_count: w.chunk_count,
+            tail_len: w.tail_len,
+            ..w.head
+        };
         w.head.dict_len = 0;
         w.sync(&self.dir)?;
         if let Err(e) = head.commit(&self.dir) {
@@ -195,7 +214,10 @@ impl Store {
 pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
     let from = Store::open(src.as_ref())?;
     if from.format() != Format::Loaderx {
-        return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a loaderx store",
+            src.as_ref().display()
+        )));
     }
     let to = Store::builder(dst.as_ref()).create()?;
     let snap = from.snapshot();
@@ -219,7 +241,12 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         for (k, e) in entries.iter().enumerate() {
             let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
             rest = tail;
-            items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: true });
+            items.push(Item {
+                index: start + k as u64,
+                entry: *e,
+                dst: slot,
+                keep_stored: true,
+            });
         }
         from.read_items(&snap, items)?;
         let mut stored = Vec::with_capacity(entries.len());
@@ -227,7 +254,12 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         for e in &entries {
             let b = &buf[pos..pos + e.stored_len as usize];
             pos += b.len();
-            stored.push(Stored { bytes: std::borrow::Cow::Borrowed(b), logical_len: e.logical_len, codec: e.codec, crc: crc32c::crc32c(b) });
+            stored.push(Stored {
+                bytes: std::borrow::Cow::Borrowed(b),
+                logical_len: e.logical_len,
+                codec: e.codec,
+                crc: crc32c::crc32c(b),
+            });
         }
         let mut w = to.writer()?;
         to.append_stored(&mut w, &stored)?;

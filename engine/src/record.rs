@@ -53,8 +53,12 @@ impl Entry {
                 format!("entry checksum {got:#010x} != stored {want:#010x}"),
             ));
         }
-        let codec = Codec::from_tag(b[24])
-            .ok_or_else(|| corrupted(format!("table entry {index}"), format!("unknown codec tag {}", b[24])))?;
+        let codec = Codec::from_tag(b[24]).ok_or_else(|| {
+            corrupted(
+                format!("table entry {index}"),
+                format!("unknown codec tag {}", b[24]),
+            )
+        })?;
         let e = Entry {
             offset: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
             chunk: ChunkId(u32_at(b, 8)),
@@ -73,8 +77,12 @@ impl Entry {
         if b.len() != 16 {
             return Err(corrupted(format!("loaderx entry {index}"), "short entry"));
         }
-        let codec = Codec::from_tag(b[14])
-            .ok_or_else(|| corrupted(format!("loaderx entry {index}"), format!("unknown codec tag {}", b[14])))?;
+        let codec = Codec::from_tag(b[14]).ok_or_else(|| {
+            corrupted(
+                format!("loaderx entry {index}"),
+                format!("unknown codec tag {}", b[14]),
+            )
+        })?;
         let e = Entry {
             offset: u64::from(u32_at(b, 0)),
             stored_len: u32_at(b, 4),
@@ -91,7 +99,10 @@ impl Entry {
         if self.codec == Codec::Raw && self.stored_len != self.logical_len {
             return Err(corrupted(
                 format!("table entry {index}"),
-                format!("raw record stored as {} bytes but {} logical", self.stored_len, self.logical_len),
+                format!(
+                    "raw record stored as {} bytes but {} logical",
+                    self.stored_len, self.logical_len
+                ),
             ));
         }
         Ok(())
@@ -138,7 +149,10 @@ mod tests {
         for bit in 0..(ENTRY_BYTES * 8) {
             let mut c = b;
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(Entry::decode(0, &c).is_err(), "flip of bit {bit} went unnoticed");
+            assert!(
+                Entry::decode(0, &c).is_err(),
+                "flip of bit {bit} went unnoticed"
+            );
         }
     }
 }
