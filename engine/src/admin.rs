@@ -97,18 +97,12 @@ impl Store {
     /// full scan that `open` does not do. The first damaged record is the error.
     pub fn verify(&self) -> Result<VerifyReport> {
         let snap = self.snapshot();
-        let mut rep = VerifyReport {
-            records: 0,
-            stored_bytes: 0,
-            logical_bytes: 0,
-        };
+        let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
         let mut buf = Vec::new();
         let mut start = 0;
         while start < snap.records() {
             let end = (start + VERIFY_BATCH).min(snap.records());
-            let entries = (start..end)
-                .map(|i| snap.entry(i))
-                .collect::<Result<Vec<_>>>()?;
+            let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
             let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
             buf.resize(total, 0);
             let mut rest: &mut [u8] = &mut buf;
@@ -116,12 +110,7 @@ impl Store {
             for (k, e) in entries.iter().enumerate() {
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
                 rest = tail;
-                items.push(Item {
-                    index: start + k as u64,
-                    entry: *e,
-                    dst: slot,
-                    keep_stored: false,
-                });
+                items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: false });
                 rep.stored_bytes += u64::from(e.stored_len);
                 rep.logical_bytes += u64::from(e.logical_len);
             }
@@ -148,9 +137,7 @@ impl Store {
             )));
         }
         let bytes = zstd::dict::from_samples(samples, max_size).map_err(|e| {
-            Error::InvalidArgument(format!(
-                "zstd could not train a dictionary from these samples: {e}"
-            ))
+            Error::InvalidArgument(format!("zstd could not train a dictionary from these samples: {e}"))
         })?;
         self.install_dict(bytes)
     }
@@ -160,7 +147,8 @@ impl Store {
         let mut w = self.writer()?;
         if w.head.dict_len != 0 {
             return Err(Error::InvalidArgument(
-                "the store already has a dictionary; records encoded with it depend on it, so it cannot be replaced".into(),
+                "the store already has a dictionary; records encoded with it depend on it, so it cannot be replaced"
+                    .into(),
             ));
         }
         let dict = Dict::new(bytes, Some(self.dict_level))?;
@@ -169,12 +157,7 @@ impl Store {
         w.head.dict_len = n as u32;
         w.head.dict_crc = crc32c::crc32c(&dict.bytes);
         // Commit a head naming the dictionary (with any pending appends).
-        let head = crate::head::Head {
-            records: w.records,
-            chunk_count: w.chunk_count,
-            tail_len: w.tail_len,
-            ..w.head
-        };
+        let head = crate::head::Head { records: w.records, chunk_count: w.chunk_count, tail_len: w.tail_len, ..w.head };
         w.head.dict_len = 0;
         w.sync(&self.dir)?;
         if let Err(e) = head.commit(&self.dir) {
@@ -214,10 +197,7 @@ impl Store {
 pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
     let from = Store::open(src.as_ref())?;
     if from.format() != Format::Loaderx {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a loaderx store",
-            src.as_ref().display()
-        )));
+        return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
     }
     let to = Store::builder(dst.as_ref()).create()?;
     let snap = from.snapshot();
@@ -241,12 +221,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         for (k, e) in entries.iter().enumerate() {
             let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
             rest = tail;
-            items.push(Item {
-                index: start + k as u64,
-                entry: *e,
-                dst: slot,
-                keep_stored: true,
-            });
+            items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: true });
         }
         from.read_items(&snap, items)?;
         let mut stored = Vec::with_capacity(entries.len());

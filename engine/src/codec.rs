@@ -67,23 +67,17 @@ pub(crate) struct Dict {
 
 impl Dict {
     pub fn new(bytes: Vec<u8>, level: Option<i32>) -> Result<Dict> {
-        let ddict = DDict::try_create(&bytes).ok_or_else(|| {
-            crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes")
-        })?;
+        let ddict = DDict::try_create(&bytes)
+            .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?;
         let cdict = match level {
             Some(l) => Some((
                 l,
-                CDict::try_create(&bytes, l).ok_or_else(|| {
-                    crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes")
-                })?,
+                CDict::try_create(&bytes, l)
+                    .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?,
             )),
             None => None,
         };
-        Ok(Dict {
-            bytes,
-            ddict,
-            cdict,
-        })
+        Ok(Dict { bytes, ddict, cdict })
     }
 }
 
@@ -97,20 +91,11 @@ thread_local! {
 /// Decodes `src` (stored with `codec`) into exactly `dst`. Returns a
 /// description of what went wrong; the caller turns it into a typed error
 /// naming the record.
-pub(crate) fn decode(
-    codec: Codec,
-    src: &[u8],
-    dst: &mut [u8],
-    dict: Option<&Dict>,
-) -> std::result::Result<(), String> {
+pub(crate) fn decode(codec: Codec, src: &[u8], dst: &mut [u8], dict: Option<&Dict>) -> std::result::Result<(), String> {
     match codec {
         Codec::Raw => {
             if src.len() != dst.len() {
-                return Err(format!(
-                    "raw record of {} bytes for a {}-byte slot",
-                    src.len(),
-                    dst.len()
-                ));
+                return Err(format!("raw record of {} bytes for a {}-byte slot", src.len(), dst.len()));
             }
             dst.copy_from_slice(src);
             Ok(())
@@ -136,12 +121,7 @@ pub(crate) fn decode(
 
 /// Compresses `src`; returns `None` when the result would not be smaller (the
 /// record is then stored raw).
-pub(crate) fn encode(
-    codec: Codec,
-    level: i32,
-    src: &[u8],
-    dict: Option<&Dict>,
-) -> Result<Option<Vec<u8>>> {
+pub(crate) fn encode(codec: Codec, level: i32, src: &[u8], dict: Option<&Dict>) -> Result<Option<Vec<u8>>> {
     if codec == Codec::Raw || src.is_empty() {
         return Ok(None);
     }

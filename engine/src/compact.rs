@@ -81,21 +81,10 @@ impl Store {
             entries.push(e);
         }
         if live == before {
-            return Ok(CompactReport {
-                bytes_before: before,
-                bytes_after: before,
-                records: 0,
-            });
+            return Ok(CompactReport { bytes_before: before, bytes_after: before, records: 0 });
         }
         let base = w.head.chunk_base + w.head.chunk_count;
-        let mut out = NewChunks {
-            dir: &self.dir,
-            base,
-            count: 0,
-            len: 0,
-            target: w.head.chunk_target,
-            file: None,
-        };
+        let mut out = NewChunks { dir: &self.dir, base, count: 0, len: 0, target: w.head.chunk_target, file: None };
         let mut table = Vec::with_capacity(entries.len() * ENTRY_BYTES);
         let r: Result<()> = (|| {
             let mut start = 0usize;
@@ -103,8 +92,7 @@ impl Store {
                 let mut end = start;
                 let mut bytes = 0u64;
                 while end < entries.len()
-                    && (end == start
-                        || bytes + u64::from(entries[end].stored_len) <= COMPACT_GROUP_BYTES)
+                    && (end == start || bytes + u64::from(entries[end].stored_len) <= COMPACT_GROUP_BYTES)
                 {
                     bytes += u64::from(entries[end].stored_len);
                     end += 1;
@@ -113,15 +101,9 @@ impl Store {
                 let mut items = Vec::with_capacity(end - start);
                 let mut rest: &mut [u8] = &mut buf;
                 for (k, e) in entries[start..end].iter().enumerate() {
-                    let (slot, tail) =
-                        std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
+                    let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
                     rest = tail;
-                    items.push(Item {
-                        index: (start + k) as u64,
-                        entry: *e,
-                        dst: slot,
-                        keep_stored: true,
-                    });
+                    items.push(Item { index: (start + k) as u64, entry: *e, dst: slot, keep_stored: true });
                 }
                 self.read_items(&snap, items)?;
                 let mut pos = 0usize;
@@ -129,14 +111,7 @@ impl Store {
                     let n = e.stored_len as usize;
                     let (id, offset) = out.put(&buf[pos..pos + n])?;
                     pos += n;
-                    table.extend_from_slice(
-                        &Entry {
-                            chunk: id,
-                            offset,
-                            ..*e
-                        }
-                        .encode(),
-                    );
+                    table.extend_from_slice(&Entry { chunk: id, offset, ..*e }.encode());
                 }
                 start = end;
             }
@@ -146,9 +121,7 @@ impl Store {
             // Nothing committed: the new chunks are garbage, removed now or by
             // the next writer's recovery.
             for k in 0..=out.count {
-                let _ = std::fs::remove_file(
-                    self.dir.join(chunk_name(Format::Native, ChunkId(base + k))),
-                );
+                let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
             }
             return Err(e);
         }
@@ -159,29 +132,16 @@ impl Store {
             return w.poison(e);
         }
         for k in 0..old.1 {
-            let _ = std::fs::remove_file(
-                self.dir
-                    .join(chunk_name(Format::Native, ChunkId(old.0 + k))),
-            );
+            let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
         }
         self.republish(&w)?;
-        Ok(CompactReport {
-            bytes_before: before,
-            bytes_after: live,
-            records: entries.len() as u64,
-        })
+        Ok(CompactReport { bytes_before: before, bytes_after: live, records: entries.len() as u64 })
     }
 
     /// Writes table generation `gen` holding `entries`, makes it (and any
     /// pending data) durable, commits a head naming it, and removes the old
     /// table. `chunks` = (base, count, tail length) when compaction replaced them.
-    fn commit_table(
-        &self,
-        w: &mut Writer,
-        gen: u64,
-        entries: &[u8],
-        chunks: Option<(u32, u32, u64)>,
-    ) -> Result<()> {
+    fn commit_table(&self, w: &mut Writer, gen: u64, entries: &[u8], chunks: Option<(u32, u32, u64)>) -> Result<()> {
         let tp = self.dir.join(table_name(gen));
         let mut f = OpenOptions::new()
             .read(true)
@@ -190,17 +150,11 @@ impl Store {
             .truncate(true)
             .open(&tp)
             .map_err(io_err("create", &tp))?;
-        f.write_all(&table_header(gen))
-            .and_then(|_| f.write_all(entries))
-            .map_err(io_err("write", &tp))?;
+        f.write_all(&table_header(gen)).and_then(|_| f.write_all(entries)).map_err(io_err("write", &tp))?;
         f.sync_all().map_err(io_err("fsync", &tp))?;
         w.sync(&self.dir)?;
         sync_dir(&self.dir)?;
-        let mut head = Head {
-            generation: gen,
-            records: (entries.len() / ENTRY_BYTES) as u64,
-            ..w.head
-        };
+        let mut head = Head { generation: gen, records: (entries.len() / ENTRY_BYTES) as u64, ..w.head };
         if let Some((base, count, tail)) = chunks {
             head.chunk_base = base;
             head.chunk_count = count;
@@ -215,14 +169,8 @@ impl Store {
         w.tail_len = head.tail_len;
         w.table = f;
         if chunks.is_some() {
-            let cp = self
-                .dir
-                .join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-            w.tail = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&cp)
-                .map_err(io_err("open", &cp))?;
+            let cp = self.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
+            w.tail = OpenOptions::new().read(true).write(true).open(&cp).map_err(io_err("open", &cp))?;
         }
         Ok(())
     }
@@ -242,8 +190,7 @@ struct NewChunks<'a> {
 
 impl NewChunks<'_> {
     fn path(&self) -> std::path::PathBuf {
-        self.dir
-            .join(chunk_name(Format::Native, ChunkId(self.base + self.count)))
+        self.dir.join(chunk_name(Format::Native, ChunkId(self.base + self.count)))
     }
 
     fn put(&mut self, bytes: &[u8]) -> Result<(ChunkId, u64)> {
@@ -254,19 +201,11 @@ impl NewChunks<'_> {
         }
         if self.file.is_none() {
             let p = self.path();
-            let f = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&p)
-                .map_err(io_err("create", &p))?;
+            let f = OpenOptions::new().write(true).create_new(true).open(&p).map_err(io_err("create", &p))?;
             self.file = Some(std::io::BufWriter::with_capacity(8 << 20, f));
         }
         let p = self.path();
-        self.file
-            .as_mut()
-            .expect("opened above")
-            .write_all(bytes)
-            .map_err(io_err("write", &p))?;
+        self.file.as_mut().expect("opened above").write_all(bytes).map_err(io_err("write", &p))?;
         let at = self.len;
         self.len += bytes.len() as u64;
         Ok((ChunkId(self.base + self.count), at))
@@ -275,9 +214,7 @@ impl NewChunks<'_> {
     fn seal(&mut self) -> Result<()> {
         let p = self.path();
         if let Some(f) = self.file.take() {
-            let f = f
-                .into_inner()
-                .map_err(|e| io_err("write", &p)(e.into_error()))?;
+            let f = f.into_inner().map_err(|e| io_err("write", &p)(e.into_error()))?;
             f.sync_all().map_err(io_err("fsync", &p))?;
         }
         Ok(())

@@ -27,9 +27,7 @@ pub enum Error {
         reason: String,
     },
     /// The store was written by a format version this build cannot read.
-    #[error(
-        "{path}: format version {found} is not supported (this build reads version {supported})"
-    )]
+    #[error("{path}: format version {found} is not supported (this build reads version {supported})")]
     UnsupportedVersion {
         /// The file whose version is unknown.
         path: PathBuf,
@@ -48,9 +46,7 @@ pub enum Error {
         detail: String,
     },
     /// A record's bytes do not match the checksum in its table entry.
-    #[error(
-        "record {record}: checksum mismatch (table says {expected:#010x}, data gives {got:#010x})"
-    )]
+    #[error("record {record}: checksum mismatch (table says {expected:#010x}, data gives {got:#010x})")]
     ChecksumMismatch {
         /// The record index.
         record: u64,
@@ -78,9 +74,7 @@ pub enum Error {
         slot: u64,
     },
     /// Another writer holds the store's lock.
-    #[error(
-        "{path} is locked by another writer (one writer at a time; readers may open it read-only)"
-    )]
+    #[error("{path} is locked by another writer (one writer at a time; readers may open it read-only)")]
     Locked {
         /// The store directory.
         path: PathBuf,
@@ -92,9 +86,7 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
     /// A `zstd_dict` record was requested but the store has no dictionary.
-    #[error(
-        "the store has no zstd dictionary: call train_dict before appending zstd_dict records"
-    )]
+    #[error("the store has no zstd dictionary: call train_dict before appending zstd_dict records")]
     NoDictionary,
     /// An earlier write or fsync failed; the writer refuses further writes because
     /// what reached the disk is unknown. Reopen the store to recover the last synced state.
@@ -111,17 +103,11 @@ pub enum Error {
 /// Result alias of the engine.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
-pub(crate) fn io_err(
-    op: &'static str,
-    path: impl Into<PathBuf>,
-) -> impl FnOnce(std::io::Error) -> Error {
+pub(crate) fn io_err(op: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Error {
     let path = path.into();
     move |source| Error::Io { op, path, source }
 }
 
 pub(crate) fn corrupted(what: impl Into<String>, detail: impl Into<String>) -> Error {
-    Error::Corrupted {
-        what: what.into(),
-        detail: detail.into(),
-    }
+    Error::Corrupted { what: what.into(), detail: detail.into() }
 }

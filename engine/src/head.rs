@@ -47,32 +47,19 @@ impl Head {
 
     pub fn decode(path: &Path, b: &[u8]) -> Result<Head> {
         if b.len() < 8 || &b[0..4] != MAGIC {
-            return Err(Error::NotAStore {
-                path: path.into(),
-                reason: "head.zr has no ZRNG magic".into(),
-            });
+            return Err(Error::NotAStore { path: path.into(), reason: "head.zr has no ZRNG magic".into() });
         }
         let version = u32_at(b, 4);
         if version != FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion {
-                path: path.into(),
-                found: version,
-                supported: FORMAT_VERSION,
-            });
+            return Err(Error::UnsupportedVersion { path: path.into(), found: version, supported: FORMAT_VERSION });
         }
         if b.len() != HEAD_BYTES {
-            return Err(corrupted(
-                "head",
-                format!("{} bytes, expected {HEAD_BYTES}", b.len()),
-            ));
+            return Err(corrupted("head", format!("{} bytes, expected {HEAD_BYTES}", b.len())));
         }
         let want = u32_at(b, 60);
         let got = crc32c::crc32c(&b[..60]);
         if want != got {
-            return Err(corrupted(
-                "head",
-                format!("checksum {got:#010x} != stored {want:#010x}"),
-            ));
+            return Err(corrupted("head", format!("checksum {got:#010x} != stored {want:#010x}")));
         }
         let h = Head {
             generation: u64_at(b, 8),
@@ -114,9 +101,7 @@ impl Head {
 
 /// Makes a directory's entries (creations, renames, removals) durable.
 pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(io_err("fsync", dir))
+    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync", dir))
 }
 
 /// Writes a small file atomically (temporary, fsync, rename, fsync directory).
@@ -152,13 +137,7 @@ mod tests {
         assert!(matches!(Head::decode(p, &b), Err(Error::Corrupted { .. })));
         let mut b = h.encode();
         b[4] = 7;
-        assert!(matches!(
-            Head::decode(p, &b),
-            Err(Error::UnsupportedVersion { found: 7, .. })
-        ));
-        assert!(matches!(
-            Head::decode(p, b"garbage"),
-            Err(Error::NotAStore { .. })
-        ));
+        assert!(matches!(Head::decode(p, &b), Err(Error::UnsupportedVersion { found: 7, .. })));
+        assert!(matches!(Head::decode(p, b"garbage"), Err(Error::NotAStore { .. })));
     }
 }

@@ -54,19 +54,13 @@ mod codec;
 mod compact;
 mod error;
 mod head;
-#[allow(
-    unsafe_code,
-    reason = "memory-maps record tables; the invariant is argued at the one unsafe call"
-)]
+#[allow(unsafe_code, reason = "memory-maps record tables; the invariant is argued at the one unsafe call")]
 mod mmap;
 mod pool;
 mod record;
 mod store;
 mod table;
-#[allow(
-    unsafe_code,
-    reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument"
-)]
+#[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
 mod uring;
 mod write;
 

@@ -42,9 +42,8 @@ impl Entry {
     /// Decodes a native entry, checking its own crc so a damaged table is an
     /// error rather than a wild read.
     pub fn decode(index: u64, b: &[u8]) -> Result<Entry> {
-        let b: &[u8; ENTRY_BYTES] = b
-            .try_into()
-            .map_err(|_| corrupted(format!("table entry {index}"), "short entry"))?;
+        let b: &[u8; ENTRY_BYTES] =
+            b.try_into().map_err(|_| corrupted(format!("table entry {index}"), "short entry"))?;
         let want = u32_at(b, 28);
         let got = crc32c::crc32c(&b[..28]);
         if want != got {
@@ -53,12 +52,8 @@ impl Entry {
                 format!("entry checksum {got:#010x} != stored {want:#010x}"),
             ));
         }
-        let codec = Codec::from_tag(b[24]).ok_or_else(|| {
-            corrupted(
-                format!("table entry {index}"),
-                format!("unknown codec tag {}", b[24]),
-            )
-        })?;
+        let codec = Codec::from_tag(b[24])
+            .ok_or_else(|| corrupted(format!("table entry {index}"), format!("unknown codec tag {}", b[24])))?;
         let e = Entry {
             offset: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
             chunk: ChunkId(u32_at(b, 8)),
@@ -77,12 +72,8 @@ impl Entry {
         if b.len() != 16 {
             return Err(corrupted(format!("loaderx entry {index}"), "short entry"));
         }
-        let codec = Codec::from_tag(b[14]).ok_or_else(|| {
-            corrupted(
-                format!("loaderx entry {index}"),
-                format!("unknown codec tag {}", b[14]),
-            )
-        })?;
+        let codec = Codec::from_tag(b[14])
+            .ok_or_else(|| corrupted(format!("loaderx entry {index}"), format!("unknown codec tag {}", b[14])))?;
         let e = Entry {
             offset: u64::from(u32_at(b, 0)),
             stored_len: u32_at(b, 4),
@@ -99,10 +90,7 @@ impl Entry {
         if self.codec == Codec::Raw && self.stored_len != self.logical_len {
             return Err(corrupted(
                 format!("table entry {index}"),
-                format!(
-                    "raw record stored as {} bytes but {} logical",
-                    self.stored_len, self.logical_len
-                ),
+                format!("raw record stored as {} bytes but {} logical", self.stored_len, self.logical_len),
             ));
         }
         Ok(())
@@ -149,10 +137,7 @@ mod tests {
         for bit in 0..(ENTRY_BYTES * 8) {
             let mut c = b;
             c[bit / 8] ^= 1 << (bit % 8);
-            assert!(
-                Entry::decode(0, &c).is_err(),
-                "flip of bit {bit} went unnoticed"
-            );
+            assert!(Entry::decode(0, &c).is_err(), "flip of bit {bit} went unnoticed");
         }
     }
 }

@@ -59,8 +59,7 @@ impl Snapshot {
     }
 
     pub fn chunk(&self, id: ChunkId) -> Option<&Chunk> {
-        id.0.checked_sub(self.chunk_base)
-            .and_then(|k| self.chunks.get(k as usize))
+        id.0.checked_sub(self.chunk_base).and_then(|k| self.chunks.get(k as usize))
     }
 
     /// Entry `index`, checked against the chunk it points into, so a damaged
@@ -167,10 +166,7 @@ impl StoreBuilder {
     fn open_inner(self, writable: bool) -> Result<Store> {
         let dir = &self.path;
         if !dir.is_dir() {
-            return Err(Error::NotAStore {
-                path: dir.clone(),
-                reason: "no such directory".into(),
-            });
+            return Err(Error::NotAStore { path: dir.clone(), reason: "no such directory".into() });
         }
         if !dir.join(HEAD_FILE).exists() {
             if dir.join(LOADERX_META).exists() {
@@ -182,10 +178,7 @@ impl StoreBuilder {
                 }
                 return self.finish_open(None);
             }
-            return Err(Error::NotAStore {
-                path: dir.clone(),
-                reason: "no head.zr (nor loaderx meta.zr)".into(),
-            });
+            return Err(Error::NotAStore { path: dir.clone(), reason: "no head.zr (nor loaderx meta.zr)".into() });
         }
         let lock = if writable {
             let lock = crate::write::lock(dir)?;
@@ -198,18 +191,13 @@ impl StoreBuilder {
     }
 
     fn finish_open(self, lock: Option<File>) -> Result<Store> {
-        let backend = self
-            .backend
-            .resolve()
-            .map_err(io_err("set up io_uring for", &self.path))?;
+        let backend = self.backend.resolve().map_err(io_err("set up io_uring for", &self.path))?;
         // A reader can race a writer's compaction, which replaces files and
         // then the head: read the head again when a file it names is gone.
         let mut attempt = 0;
         let (snap, head) = loop {
             match load(&self.path, self.dict_level, self.direct) {
-                Err(Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound && attempt < 5 =>
-                {
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && attempt < 5 => {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
@@ -248,23 +236,13 @@ fn want_direct(force: Option<bool>, data_bytes: u64) -> bool {
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| {
-                    l.split_whitespace()
-                        .nth(1)
-                        .and_then(|k| k.parse::<u64>().ok())
-                })
+                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
         })
         .map(|kib| kib * 1024);
     matches!(mem, Some(m) if data_bytes > m / 2)
 }
 
-pub(crate) fn open_chunk(
-    dir: &Path,
-    format: Format,
-    id: ChunkId,
-    len: Option<u64>,
-    direct: bool,
-) -> Result<Chunk> {
+pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
     let path = dir.join(chunk_name(format, id));
     let file = File::open(&path).map_err(io_err("open", &path))?;
     let size = file.metadata().map_err(io_err("stat", &path))?.len();
@@ -279,91 +257,48 @@ pub(crate) fn open_chunk(
         None => size,
     };
     let direct = if direct {
-        OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_DIRECT)
-            .open(&path)
-            .ok()
-            .map(Arc::new)
+        OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).ok().map(Arc::new)
     } else {
         None
     };
-    Ok(Chunk {
-        file: Arc::new(file),
-        direct,
-        len,
-    })
+    Ok(Chunk { file: Arc::new(file), direct, len })
 }
 
 /// Loads a snapshot (and for native stores the head it came from).
-pub(crate) fn load(
-    dir: &Path,
-    dict_level: i32,
-    direct: Option<bool>,
-) -> Result<(Snapshot, Option<Head>)> {
+pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<(Snapshot, Option<Head>)> {
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         let table = Table::open_native(dir, head.generation, head.records)?;
-        let sizes: Vec<Option<u64>> = (0..head.chunk_count)
-            .map(|k| (k + 1 == head.chunk_count).then_some(head.tail_len))
-            .collect();
+        let sizes: Vec<Option<u64>> =
+            (0..head.chunk_count).map(|k| (k + 1 == head.chunk_count).then_some(head.tail_len)).collect();
         let data: u64 = (0..head.chunk_count)
             .map(|k| {
-                std::fs::metadata(
-                    dir.join(chunk_name(Format::Native, ChunkId(head.chunk_base + k))),
-                )
-                .map_or(0, |m| m.len())
+                std::fs::metadata(dir.join(chunk_name(Format::Native, ChunkId(head.chunk_base + k))))
+                    .map_or(0, |m| m.len())
             })
             .sum();
         let direct = want_direct(direct, data);
         let chunks = (0..head.chunk_count)
-            .map(|k| {
-                open_chunk(
-                    dir,
-                    Format::Native,
-                    ChunkId(head.chunk_base + k),
-                    sizes[k as usize],
-                    direct,
-                )
-            })
+            .map(|k| open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), sizes[k as usize], direct))
             .collect::<Result<Vec<_>>>()?;
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::write::DICT_FILE);
             let bytes = std::fs::read(&p).map_err(io_err("read", &p))?;
             if bytes.len() != head.dict_len as usize || crc32c::crc32c(&bytes) != head.dict_crc {
-                return Err(corrupted(
-                    "dictionary",
-                    "dict.zr does not match the length and checksum in the head",
-                ));
+                return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
             }
             Some(Arc::new(Dict::new(bytes, Some(dict_level))?))
         } else {
             None
         };
-        Ok((
-            Snapshot {
-                table,
-                chunk_base: head.chunk_base,
-                chunks,
-                dict,
-            },
-            Some(head),
-        ))
+        Ok((Snapshot { table, chunk_base: head.chunk_base, chunks, dict }, Some(head)))
     } else {
         let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
         // loaderx chunk files are 4 GiB sparse files; only the data below the
         // frontier counts toward the direct-read threshold.
         let direct = want_direct(direct, u64::from(tail_chunk) * (1 << 32) + tail_offset);
         let chunks = (0..=tail_chunk)
-            .map(|k| {
-                open_chunk(
-                    dir,
-                    Format::Loaderx,
-                    ChunkId(k),
-                    (k == tail_chunk).then_some(tail_offset),
-                    direct,
-                )
-            })
+            .map(|k| open_chunk(dir, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct))
             .collect::<Result<Vec<_>>>()?;
         let p = dir.join(crate::write::DICT_FILE);
         let dict = match std::fs::read(&p) {
@@ -371,15 +306,7 @@ pub(crate) fn load(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", &p)(e)),
         };
-        Ok((
-            Snapshot {
-                table,
-                chunk_base: 0,
-                chunks,
-                dict,
-            },
-            None,
-        ))
+        Ok((Snapshot { table, chunk_base: 0, chunks, dict }, None))
     }
 }
 
@@ -478,10 +405,7 @@ impl Store {
 
     pub(crate) fn writer(&self) -> Result<MutexGuard<'_, Writer>> {
         let w = self.writer.as_ref().ok_or_else(|| {
-            Error::ReadOnly(format!(
-                "{} was opened read-only; open it writable to change it",
-                self.dir.display()
-            ))
+            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
         })?;
         let g = w.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(why) = &g.poisoned {
@@ -528,17 +452,10 @@ impl Store {
             )));
         }
         let snap = self.snapshot();
-        let entries = indices
-            .iter()
-            .map(|&i| snap.entry(i))
-            .collect::<Result<Vec<_>>>()?;
+        let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
         for (&i, e) in indices.iter().zip(&entries) {
             if e.logical_len as usize > stride {
-                return Err(Error::RecordSize {
-                    record: i,
-                    len: u64::from(e.logical_len),
-                    slot: stride as u64,
-                });
+                return Err(Error::RecordSize { record: i, len: u64::from(e.logical_len), slot: stride as u64 });
             }
         }
         let items: Vec<Item<'_>> = dst
@@ -548,12 +465,7 @@ impl Store {
             .map(|(slot, (&index, entry))| {
                 let (rec, rest) = slot.split_at_mut(entry.logical_len as usize);
                 rest.fill(0);
-                Item {
-                    index,
-                    entry,
-                    dst: rec,
-                    keep_stored: false,
-                }
+                Item { index, entry, dst: rec, keep_stored: false }
             })
             .collect();
         if stride == 0 {
@@ -603,12 +515,7 @@ impl Store {
             let (slot, tail) = tail.split_at_mut(entry.logical_len as usize);
             rest = tail;
             pos = o + u64::from(entry.logical_len);
-            items.push(Item {
-                index,
-                entry,
-                dst: slot,
-                keep_stored: false,
-            });
+            items.push(Item { index, entry, dst: slot, keep_stored: false });
         }
         self.read_items(&snap, items)
     }
@@ -623,30 +530,20 @@ impl Store {
             return self.read_group(snap, &mut items);
         }
         let per = items.len().div_ceil(threads);
-        pool.install(|| {
-            items
-                .par_chunks_mut(per)
-                .try_for_each(|g| self.read_group(snap, g))
-        })
+        pool.install(|| items.par_chunks_mut(per).try_for_each(|g| self.read_group(snap, g)))
     }
 
     fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>]) -> Result<()> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
         }
-        let mut scratch =
-            SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
+        let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
         let r = self.read_group_with(snap, items, &mut scratch);
         SCRATCH.with(|s| *s.borrow_mut() = scratch);
         r
     }
 
-    fn read_group_with(
-        &self,
-        snap: &Snapshot,
-        items: &mut [Item<'_>],
-        scratch: &mut AlignedBuf,
-    ) -> Result<()> {
+    fn read_group_with(&self, snap: &Snapshot, items: &mut [Item<'_>], scratch: &mut AlignedBuf) -> Result<()> {
         // Plan: where each record's stored bytes are read to. Raw records read
         // through the page cache go straight into their slot; everything else
         // goes to scratch. O_DIRECT spans come first in scratch, so each starts
@@ -662,9 +559,7 @@ impl Store {
         }
         let mut plans = Vec::with_capacity(items.len());
         for it in items.iter() {
-            let chunk = snap
-                .chunk(it.entry.chunk)
-                .expect("entry checked against chunks");
+            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
             let stored = it.entry.stored_len as usize;
             let p = match &chunk.direct {
                 Some(d) => {
@@ -697,21 +592,13 @@ impl Store {
             plans.push(p);
         }
         let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
-        let buffered_bytes: usize = plans
-            .iter()
-            .filter(|p| p.scratch && !p.direct)
-            .map(|p| p.len)
-            .sum();
+        let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
         let buf = scratch.get(direct_bytes + buffered_bytes);
         let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
         let mut reads = Vec::with_capacity(items.len());
         for (it, p) in items.iter_mut().zip(&plans) {
             let buf: &mut [u8] = if p.scratch {
-                let area = if p.direct {
-                    &mut direct_area
-                } else {
-                    &mut buffered_area
-                };
+                let area = if p.direct { &mut direct_area } else { &mut buffered_area };
                 let (piece, rest) = std::mem::take(area).split_at_mut(p.len);
                 *area = rest;
                 piece
@@ -720,12 +607,7 @@ impl Store {
                 // in the completion.
                 std::mem::take(&mut it.dst)
             };
-            reads.push(uring::ReadBuf {
-                fd: p.fd,
-                offset: p.offset,
-                buf,
-                need: p.need,
-            });
+            reads.push(uring::ReadBuf { fd: p.fd, offset: p.offset, buf, need: p.need });
         }
         let dict = snap.dict.as_deref();
         let mut first_err: Option<Error> = None;
@@ -748,17 +630,9 @@ impl Store {
             return Err(match e.kind {
                 ReqErrorKind::Eof { got } => corrupted(
                     format!("chunk {}", it.entry.chunk.0),
-                    format!(
-                        "{} ends after {got} bytes of record {}",
-                        path.display(),
-                        it.index
-                    ),
+                    format!("{} ends after {got} bytes of record {}", path.display(), it.index),
                 ),
-                ReqErrorKind::Os(source) => Error::Io {
-                    op: "read",
-                    path,
-                    source,
-                },
+                ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
             });
         }
         match first_err {
@@ -772,11 +646,7 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
     if let Some(expected) = e.checksum {
         let got = crc32c::crc32c(stored);
         if got != expected {
-            return Err(Error::ChecksumMismatch {
-                record: index,
-                expected,
-                got,
-            });
+            return Err(Error::ChecksumMismatch { record: index, expected, got });
         }
     }
     Ok(())
@@ -784,11 +654,6 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
 
 fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
     crc_check(it.index, &it.entry, stored)?;
-    let codec = if it.keep_stored {
-        Codec::Raw
-    } else {
-        it.entry.codec
-    };
-    codec::decode(codec, stored, it.dst, dict)
-        .map_err(|d| corrupted(format!("record {}", it.index), d))
+    let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
+    codec::decode(codec, stored, it.dst, dict).map_err(|d| corrupted(format!("record {}", it.index), d))
 }

@@ -63,16 +63,9 @@ impl Table {
             return Err(corrupted(path.display().to_string(), "bad table header"));
         }
         if u64_at(h, 8) != generation || u32_at(h, 16) as usize != ENTRY_BYTES {
-            return Err(corrupted(
-                path.display().to_string(),
-                "table header names another generation or entry size",
-            ));
+            return Err(corrupted(path.display().to_string(), "table header names another generation or entry size"));
         }
-        Ok(Table {
-            map: Some(map),
-            format: Format::Native,
-            records,
-        })
+        Ok(Table { map: Some(map), format: Format::Native, records })
     }
 
     /// Maps loaderx's `meta.zr`; returns the table and loaderx's header fields
@@ -81,25 +74,14 @@ impl Table {
         let path = dir.join(LOADERX_META);
         let file = File::open(&path).map_err(io_err("open", &path))?;
         let mut head = [0u8; LOADERX_HEADER];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0).map_err(|_| {
-            Error::NotAStore {
-                path: dir.into(),
-                reason: "meta.zr is shorter than its header".into(),
-            }
-        })?;
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
+            .map_err(|_| Error::NotAStore { path: dir.into(), reason: "meta.zr is shorter than its header".into() })?;
         if &head[0..4] != b"ZREC" {
-            return Err(Error::NotAStore {
-                path: dir.into(),
-                reason: "meta.zr has no ZREC magic".into(),
-            });
+            return Err(Error::NotAStore { path: dir.into(), reason: "meta.zr has no ZREC magic".into() });
         }
         let version = u32::from(u16::from_le_bytes([head[4], head[5]]));
         if version != 3 {
-            return Err(Error::UnsupportedVersion {
-                path: path.clone(),
-                found: version,
-                supported: 3,
-            });
+            return Err(Error::UnsupportedVersion { path: path.clone(), found: version, supported: 3 });
         }
         let tail_chunk = u32::from(u16::from_le_bytes([head[6], head[7]]));
         let tail_offset = u64::from(u32_at(&head, 8));
@@ -107,23 +89,12 @@ impl Table {
         let need = (LOADERX_HEADER + LOADERX_ENTRY * records as usize) as u64;
         check_len(&file, &path, need, "loaderx meta.zr")?;
         let map = crate::mmap::map_table(&file, need as usize).map_err(io_err("mmap", &path))?;
-        Ok((
-            Table {
-                map: Some(map),
-                format: Format::Loaderx,
-                records,
-            },
-            tail_chunk,
-            tail_offset,
-        ))
+        Ok((Table { map: Some(map), format: Format::Loaderx, records }, tail_chunk, tail_offset))
     }
 
     /// The entry of record `i` (caller checked `i < records`).
     pub fn entry(&self, i: u64) -> Result<Entry> {
-        let map = self
-            .map
-            .as_ref()
-            .ok_or(Error::IndexOutOfRange { index: i, len: 0 })?;
+        let map = self.map.as_ref().ok_or(Error::IndexOutOfRange { index: i, len: 0 })?;
         match self.format {
             Format::Native => {
                 let at = TABLE_HEADER_BYTES + i as usize * ENTRY_BYTES;
@@ -148,10 +119,7 @@ impl Table {
 fn check_len(file: &File, path: &PathBuf, need: u64, what: &str) -> Result<()> {
     let len = file.metadata().map_err(io_err("stat", path))?.len();
     if len < need {
-        return Err(corrupted(
-            what,
-            format!("{} is {len} bytes, the head needs {need}", path.display()),
-        ));
+        return Err(corrupted(what, format!("{} is {len} bytes, the head needs {need}", path.display())));
     }
     Ok(())
 }

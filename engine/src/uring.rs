@@ -77,16 +77,9 @@ impl BackendKind {
             BackendKind::Pread => Ok(BackendKind::Pread),
             BackendKind::Uring => match uring_available() {
                 Ok(()) => Ok(BackendKind::Uring),
-                Err(e) => Err(io::Error::new(
-                    e.kind(),
-                    format!("io_uring is unavailable: {e}"),
-                )),
+                Err(e) => Err(io::Error::new(e.kind(), format!("io_uring is unavailable: {e}"))),
             },
-            BackendKind::Auto => Ok(if uring_available().is_ok() {
-                BackendKind::Uring
-            } else {
-                BackendKind::Pread
-            }),
+            BackendKind::Auto => Ok(if uring_available().is_ok() { BackendKind::Uring } else { BackendKind::Pread }),
         }
     }
 
@@ -104,11 +97,7 @@ impl BackendKind {
 pub(crate) fn uring_available() -> Result<(), io::Error> {
     static PROBE: OnceLock<Result<(), (io::ErrorKind, String)>> = OnceLock::new();
     PROBE
-        .get_or_init(|| {
-            IoUring::new(2)
-                .map(drop)
-                .map_err(|e| (e.kind(), e.to_string()))
-        })
+        .get_or_init(|| IoUring::new(2).map(drop).map_err(|e| (e.kind(), e.to_string())))
         .clone()
         .map_err(|(k, m)| io::Error::new(k, m))
 }
@@ -129,12 +118,7 @@ thread_local! {
 /// not overlap, and nothing may access a range until its `on_done` call (the
 /// callback may access range `i` from its call for `i` on). `fd` must stay open
 /// for the whole call.
-unsafe fn run(
-    backend: BackendKind,
-    op: Op,
-    reqs: &[Req],
-    on_done: &mut dyn FnMut(usize),
-) -> Result<(), ReqError> {
+unsafe fn run(backend: BackendKind, op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Result<(), ReqError> {
     match backend {
         BackendKind::Uring => {
             let pid = std::process::id();
@@ -153,12 +137,7 @@ unsafe fn run(
             });
             let mut ring = match ring {
                 Ok(r) => r,
-                Err(e) => {
-                    return Err(ReqError {
-                        req: 0,
-                        kind: ReqErrorKind::Os(e),
-                    })
-                }
+                Err(e) => return Err(ReqError { req: 0, kind: ReqErrorKind::Os(e) }),
             };
             // SAFETY: the caller's contract is forwarded unchanged.
             let r = unsafe { run_uring(&mut ring, op, reqs, on_done) };
@@ -210,10 +189,7 @@ pub(crate) fn read_batch<'a>(
 }
 
 /// Runs a batch of writes of `(fd, offset, bytes)`.
-pub(crate) fn write_batch(
-    backend: BackendKind,
-    writes: &[(BorrowedFd<'_>, u64, &[u8])],
-) -> Result<(), ReqError> {
+pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, &[u8])]) -> Result<(), ReqError> {
     let reqs: Vec<Req> = writes
         .iter()
         .map(|(fd, offset, b)| Req {
@@ -253,19 +229,13 @@ unsafe fn run_sync(op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Resu
                 if matches!(e.raw_os_error(), Some(libc::EINTR) | Some(libc::EAGAIN)) {
                     continue;
                 }
-                return Err(ReqError {
-                    req: i,
-                    kind: ReqErrorKind::Os(e),
-                });
+                return Err(ReqError { req: i, kind: ReqErrorKind::Os(e) });
             }
             if n == 0 {
                 if done >= r.need {
                     break;
                 }
-                return Err(ReqError {
-                    req: i,
-                    kind: ReqErrorKind::Eof { got: done },
-                });
+                return Err(ReqError { req: i, kind: ReqErrorKind::Eof { got: done } });
             }
             done += n as usize;
         }
@@ -310,12 +280,7 @@ impl Drop for InFlight<'_> {
 
 /// # Safety
 /// As for [`run`].
-unsafe fn run_uring(
-    ring: &mut IoUring,
-    op: Op,
-    reqs: &[Req],
-    on_done: &mut dyn FnMut(usize),
-) -> Result<(), ReqError> {
+unsafe fn run_uring(ring: &mut IoUring, op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Result<(), ReqError> {
     let mut done = vec![0usize; reqs.len()];
     let mut next = 0usize; // next request never submitted
     let mut retry: Vec<usize> = Vec::new(); // requests to resubmit (short transfer, EINTR, EAGAIN)
@@ -341,12 +306,10 @@ unsafe fn run_uring(
                 let p = unsafe { r.ptr.add(d) };
                 let len = u32::try_from(r.len - d).unwrap_or(!4095);
                 let entry = match op {
-                    Op::Read => opcode::Read::new(types::Fd(r.fd), p, len)
-                        .offset(r.offset + d as u64)
-                        .build(),
-                    Op::Write => opcode::Write::new(types::Fd(r.fd), p.cast_const(), len)
-                        .offset(r.offset + d as u64)
-                        .build(),
+                    Op::Read => opcode::Read::new(types::Fd(r.fd), p, len).offset(r.offset + d as u64).build(),
+                    Op::Write => {
+                        opcode::Write::new(types::Fd(r.fd), p.cast_const(), len).offset(r.offset + d as u64).build()
+                    }
                 }
                 .user_data(i as u64);
                 // SAFETY: the entry's buffer is valid until its completion (the
@@ -360,16 +323,10 @@ unsafe fn run_uring(
             break;
         }
         if let Err(e) = flight.wait() {
-            failure.get_or_insert(ReqError {
-                req: 0,
-                kind: ReqErrorKind::Os(e),
-            });
+            failure.get_or_insert(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
         }
-        let completed: Vec<(usize, i32)> = flight
-            .ring
-            .completion()
-            .map(|c| (c.user_data() as usize, c.result()))
-            .collect();
+        let completed: Vec<(usize, i32)> =
+            flight.ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
         for (i, res) in completed {
             flight.count -= 1;
             let r = &reqs[i];
@@ -377,19 +334,14 @@ unsafe fn run_uring(
                 if res == -libc::EINTR || res == -libc::EAGAIN {
                     retry.push(i);
                 } else {
-                    failure.get_or_insert(ReqError {
-                        req: i,
-                        kind: ReqErrorKind::Os(io::Error::from_raw_os_error(-res)),
-                    });
+                    failure
+                        .get_or_insert(ReqError { req: i, kind: ReqErrorKind::Os(io::Error::from_raw_os_error(-res)) });
                 }
                 continue;
             }
             if res == 0 && done[i] < r.len {
                 if done[i] < r.need {
-                    failure.get_or_insert(ReqError {
-                        req: i,
-                        kind: ReqErrorKind::Eof { got: done[i] },
-                    });
+                    failure.get_or_insert(ReqError { req: i, kind: ReqErrorKind::Eof { got: done[i] } });
                     continue;
                 }
             } else {
@@ -426,11 +378,7 @@ pub(crate) const ALIGN: usize = 4096;
 
 impl AlignedBuf {
     pub fn new() -> AlignedBuf {
-        AlignedBuf {
-            raw: Vec::new(),
-            start: 0,
-            len: 0,
-        }
+        AlignedBuf { raw: Vec::new(), start: 0, len: 0 }
     }
 
     /// The aligned region of at least `len` bytes; contents unspecified.
@@ -484,31 +432,15 @@ mod tests {
             let mut seen = vec![false; reqs.len()];
             // SAFETY: ranges are disjoint parts of `out`, untouched until the call returns.
             unsafe { run(b, Op::Read, &reqs, &mut |i| seen[i] = true) }.unwrap();
-            assert!(
-                seen.iter().all(|s| *s),
-                "{b:?}: a completion was not reported"
-            );
+            assert!(seen.iter().all(|s| *s), "{b:?}: a completion was not reported");
             for k in 0..600 {
-                assert_eq!(
-                    &out[k * 100..k * 100 + 100],
-                    &data[k * 157..k * 157 + 100],
-                    "{b:?} req {k}"
-                );
+                assert_eq!(&out[k * 100..k * 100 + 100], &data[k * 157..k * 157 + 100], "{b:?} req {k}");
             }
             let mut tail = vec![0u8; 200];
-            let past = Req {
-                fd: f.as_raw_fd(),
-                offset: 99_950,
-                ptr: tail.as_mut_ptr(),
-                len: 200,
-                need: 200,
-            };
+            let past = Req { fd: f.as_raw_fd(), offset: 99_950, ptr: tail.as_mut_ptr(), len: 200, need: 200 };
             // SAFETY: one request into `tail`.
             let err = unsafe { run(b, Op::Read, &[past], &mut |_| {}) }.unwrap_err();
-            assert!(
-                matches!(err.kind, ReqErrorKind::Eof { got: 50 }),
-                "{b:?}: {err:?}"
-            );
+            assert!(matches!(err.kind, ReqErrorKind::Eof { got: 50 }), "{b:?}: {err:?}");
             let ok = Req { need: 50, ..past };
             // SAFETY: as above.
             unsafe { run(b, Op::Read, &[ok], &mut |_| {}) }.unwrap();

@@ -32,12 +32,7 @@ pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 /// kernel when the process exits, however it exits).
 pub(crate) fn lock(dir: &Path) -> Result<File> {
     let p = dir.join(LOCK_FILE);
-    let f = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&p)
-        .map_err(io_err("open", &p))?;
+    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&p).map_err(io_err("open", &p))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
@@ -49,13 +44,9 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
 pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
     std::fs::write(&tp, table_header(1)).map_err(io_err("write", &tp))?;
-    File::open(&tp)
-        .and_then(|f| f.sync_all())
-        .map_err(io_err("fsync", &tp))?;
+    File::open(&tp).and_then(|f| f.sync_all()).map_err(io_err("fsync", &tp))?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
-    File::create(&cp)
-        .and_then(|f| f.sync_all())
-        .map_err(io_err("create", &cp))?;
+    File::create(&cp).and_then(|f| f.sync_all()).map_err(io_err("create", &cp))?;
     sync_dir(dir)?;
     Head {
         generation: 1,
@@ -81,10 +72,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
     for e in entries {
         let e = e.map_err(io_err("list", dir))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        let stale = if let Some(id) = name
-            .strip_prefix("chunk-")
-            .and_then(|s| s.strip_suffix(".zr"))
-        {
+        let stale = if let Some(id) = name.strip_prefix("chunk-").and_then(|s| s.strip_suffix(".zr")) {
             id.parse::<u32>().is_ok_and(|id| !live_chunks.contains(&id))
         } else if name.starts_with("table-") && name.ends_with(".zr") {
             name != live_table
@@ -97,26 +85,15 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         }
     }
     let tp = dir.join(&live_table);
-    let t = OpenOptions::new()
-        .write(true)
-        .open(&tp)
-        .map_err(io_err("open", &tp))?;
-    t.set_len(TABLE_HEADER_BYTES as u64 + head.records * ENTRY_BYTES as u64)
-        .map_err(io_err("truncate", &tp))?;
+    let t = OpenOptions::new().write(true).open(&tp).map_err(io_err("open", &tp))?;
+    t.set_len(TABLE_HEADER_BYTES as u64 + head.records * ENTRY_BYTES as u64).map_err(io_err("truncate", &tp))?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-    let c = OpenOptions::new()
-        .write(true)
-        .open(&cp)
-        .map_err(io_err("open", &cp))?;
+    let c = OpenOptions::new().write(true).open(&cp).map_err(io_err("open", &cp))?;
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
     if size < head.tail_len {
         return Err(crate::error::corrupted(
             format!("chunk {}", head.last_chunk()),
-            format!(
-                "{} is {size} bytes, the head says {}",
-                cp.display(),
-                head.tail_len
-            ),
+            format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
         ));
     }
     c.set_len(head.tail_len).map_err(io_err("truncate", &cp))?;
@@ -142,11 +119,7 @@ pub(crate) struct Writer {
 }
 
 fn open_rw(p: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(p)
-        .map_err(io_err("open", p))
+    OpenOptions::new().read(true).write(true).open(p).map_err(io_err("open", p))
 }
 
 impl Writer {
@@ -176,12 +149,7 @@ impl Writer {
 
     /// Makes every appended byte durable and commits a head naming it.
     pub fn sync(&mut self, dir: &Path) -> Result<()> {
-        let head = Head {
-            records: self.records,
-            chunk_count: self.chunk_count,
-            tail_len: self.tail_len,
-            ..self.head
-        };
+        let head = Head { records: self.records, chunk_count: self.chunk_count, tail_len: self.tail_len, ..self.head };
         if head == self.head {
             return Ok(());
         }
@@ -200,13 +168,9 @@ impl Writer {
     fn flush(&mut self, dir: &Path) -> Result<()> {
         for id in std::mem::take(&mut self.dirty) {
             let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-            File::open(&p)
-                .and_then(|f| f.sync_all())
-                .map_err(io_err("fsync", &p))?;
+            File::open(&p).and_then(|f| f.sync_all()).map_err(io_err("fsync", &p))?;
         }
-        self.table
-            .sync_all()
-            .map_err(io_err("fsync", dir.join(table_name(self.head.generation))))?;
+        self.table.sync_all().map_err(io_err("fsync", dir.join(table_name(self.head.generation))))?;
         if std::mem::take(&mut self.new_files) {
             sync_dir(dir)?;
         }
@@ -216,12 +180,7 @@ impl Writer {
     /// Places stored records at the end of the tail chunk (starting a new
     /// chunk when the tail is full), writes them and their table entries in
     /// batched transfers, and returns their entries.
-    fn write_records(
-        &mut self,
-        dir: &Path,
-        backend: uring::BackendKind,
-        recs: &[Stored<'_>],
-    ) -> Result<Vec<Entry>> {
+    fn write_records(&mut self, dir: &Path, backend: uring::BackendKind, recs: &[Stored<'_>]) -> Result<Vec<Entry>> {
         let mut entries = Vec::with_capacity(recs.len());
         // Chunks sealed by this call stay open until its writes are done.
         let mut sealed: Vec<(u32, File)> = Vec::new();
@@ -268,11 +227,7 @@ impl Writer {
             let fd = if *id == tail_id {
                 self.tail.as_fd()
             } else {
-                sealed
-                    .iter()
-                    .find(|(s, _)| s == id)
-                    .map(|(_, f)| f.as_fd())
-                    .expect("sealed chunk kept open")
+                sealed.iter().find(|(s, _)| s == id).map(|(_, f)| f.as_fd()).expect("sealed chunk kept open")
             };
             writes.push((fd, *offset, &*r.bytes));
         }
@@ -284,15 +239,9 @@ impl Writer {
         if let Err(e) = r {
             let source = match e.kind {
                 ReqErrorKind::Os(s) => s,
-                ReqErrorKind::Eof { .. } => {
-                    std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0")
-                }
+                ReqErrorKind::Eof { .. } => std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0"),
             };
-            return Err(Error::Io {
-                op: "write",
-                path: dir.to_path_buf(),
-                source,
-            });
+            return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
         }
         self.records += entries.len() as u64;
         Ok(entries)
@@ -333,9 +282,7 @@ impl Store {
         while start < records.len() {
             let mut end = start;
             let mut bytes = 0;
-            while end < records.len()
-                && (end == start || bytes + records[end].len() <= APPEND_GROUP_BYTES)
-            {
+            while end < records.len() && (end == start || bytes + records[end].len() <= APPEND_GROUP_BYTES) {
                 bytes += records[end].len();
                 end += 1;
             }
@@ -349,12 +296,7 @@ impl Store {
                             Some(b) => (std::borrow::Cow::Owned(b), codec),
                             None => (std::borrow::Cow::Borrowed(*r), Codec::Raw),
                         };
-                        Ok(Stored {
-                            crc: crc32c::crc32c(&bytes),
-                            bytes,
-                            logical_len: r.len() as u32,
-                            codec: c,
-                        })
+                        Ok(Stored { crc: crc32c::crc32c(&bytes), bytes, logical_len: r.len() as u32, codec: c })
                     })
                     .collect::<Result<Vec<_>>>()
             })?;
@@ -398,27 +340,15 @@ impl Store {
             let len = if k + 1 == w.chunk_count {
                 w.tail_len
             } else {
-                std::fs::metadata(self.dir.join(chunk_name(Format::Native, ChunkId(id))))
-                    .map_or(0, |m| m.len())
+                std::fs::metadata(self.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
             };
             match chunks.get_mut(k as usize) {
                 Some(c) => c.len = len,
-                None => chunks.push(open_chunk(
-                    &self.dir,
-                    Format::Native,
-                    ChunkId(id),
-                    Some(len),
-                    self.direct,
-                )?),
+                None => chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.direct)?),
             }
         }
         chunks.truncate(w.chunk_count as usize);
-        self.publish(Snapshot {
-            table,
-            chunk_base: base,
-            chunks,
-            dict: old.dict.clone(),
-        });
+        self.publish(Snapshot { table, chunk_base: base, chunks, dict: old.dict.clone() });
         Ok(())
     }
 

@@ -22,11 +22,7 @@ fn record(id: u64, len: usize) -> Vec<u8> {
 
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Pread];
-    if Store::builder(tempfile::tempdir().unwrap().path())
-        .backend(BackendKind::Uring)
-        .create()
-        .is_ok()
-    {
+    if Store::builder(tempfile::tempdir().unwrap().path()).backend(BackendKind::Uring).create().is_ok() {
         v.push(BackendKind::Uring);
     } else if std::env::var("ZRING_REQUIRE_URING").as_deref() == Ok("1") {
         panic!("io_uring is required (ZRING_REQUIRE_URING=1) but unavailable");
@@ -42,30 +38,19 @@ fn every_codec_round_trips_from_one_byte_to_eight_mib() {
     for backend in backends() {
         for codec in [Codec::Raw, Codec::Zstd, Codec::ZstdDict] {
             let dir = tempfile::tempdir().unwrap();
-            let store = Store::builder(dir.path())
-                .backend(backend)
-                .codec(codec)
-                .create()
-                .unwrap();
+            let store = Store::builder(dir.path()).backend(backend).codec(codec).create().unwrap();
             if codec == Codec::ZstdDict {
                 let samples: Vec<Vec<u8>> = (0..64).map(|i| record(1000 + i, 2048)).collect();
                 let refs: Vec<&[u8]> = samples.iter().map(|s| s.as_slice()).collect();
                 assert!(store.train_dict(&refs, 16 << 10).unwrap() > 0);
             }
-            let recs: Vec<Vec<u8>> = sizes
-                .iter()
-                .enumerate()
-                .map(|(i, &n)| record(i as u64, n))
-                .collect();
+            let recs: Vec<Vec<u8>> = sizes.iter().enumerate().map(|(i, &n)| record(i as u64, n)).collect();
             let refs: Vec<&[u8]> = recs.iter().map(|r| r.as_slice()).collect();
             assert_eq!(store.append(&refs, None).unwrap(), 0);
             store.sync().unwrap();
             let stats = store.stats().unwrap();
             if codec != Codec::Raw {
-                assert!(
-                    stats.live_bytes < stats.logical_bytes,
-                    "{codec:?} did not compress: {stats:?}"
-                );
+                assert!(stats.live_bytes < stats.logical_bytes, "{codec:?} did not compress: {stats:?}");
             }
             drop(store);
             let store = Store::builder(dir.path()).backend(backend).open().unwrap();
@@ -73,12 +58,7 @@ fn every_codec_round_trips_from_one_byte_to_eight_mib() {
             for (i, r) in recs.iter().enumerate() {
                 let mut out = vec![0u8; r.len()];
                 store.gather(&[i as u64], &mut out, r.len()).unwrap();
-                assert_eq!(
-                    &out,
-                    r,
-                    "{backend:?} {codec:?} record {i} of {} bytes",
-                    r.len()
-                );
+                assert_eq!(&out, r, "{backend:?} {codec:?} record {i} of {} bytes", r.len());
             }
             // All at once, ragged, in a scrambled order.
             let order: Vec<u64> = vec![6, 0, 5, 1, 4, 2, 3, 6];
@@ -103,18 +83,12 @@ fn every_codec_round_trips_from_one_byte_to_eight_mib() {
 #[test]
 fn a_batch_of_fixed_records_gathers_into_strided_slots() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Store::builder(dir.path())
-        .chunk_bytes(64 << 10)
-        .create()
-        .unwrap();
+    let store = Store::builder(dir.path()).chunk_bytes(64 << 10).create().unwrap();
     let n = 2000u64;
     let src: Vec<u8> = (0..n).flat_map(|i| record(i, 300)).collect();
     store.append_fixed(&src, 300, Some(Codec::Zstd)).unwrap();
     let stats = store.stats().unwrap();
-    assert!(
-        stats.chunks > 1,
-        "small chunk size should roll over: {stats:?}"
-    );
+    assert!(stats.chunks > 1, "small chunk size should roll over: {stats:?}");
     let idx: Vec<u64> = (0..1000).map(|k| (k * 7919) % n).collect();
     // A stride wider than the record leaves zeros after it.
     let mut dst = vec![0xffu8; idx.len() * 304];
@@ -129,70 +103,32 @@ fn a_batch_of_fixed_records_gathers_into_strided_slots() {
 fn bad_arguments_are_errors_and_leave_the_destination_alone() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::builder(dir.path()).create().unwrap();
-    store
-        .append(&[&record(0, 10), &record(1, 10)], None)
-        .unwrap();
+    store.append(&[&record(0, 10), &record(1, 10)], None).unwrap();
     let mut dst = vec![7u8; 30];
     let e = store.gather(&[0, 1, 2], &mut dst, 10).unwrap_err();
-    assert!(
-        matches!(e, Error::IndexOutOfRange { index: 2, len: 2 }),
-        "{e}"
-    );
-    assert!(
-        dst.iter().all(|&b| b == 7),
-        "nothing may be written on bad input"
-    );
+    assert!(matches!(e, Error::IndexOutOfRange { index: 2, len: 2 }), "{e}");
+    assert!(dst.iter().all(|&b| b == 7), "nothing may be written on bad input");
     let e = store.gather(&[0], &mut dst, 10).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     let mut small = vec![0u8; 8];
     let e = store.gather(&[0], &mut small, 8).unwrap_err();
-    assert!(
-        matches!(
-            e,
-            Error::RecordSize {
-                record: 0,
-                len: 10,
-                slot: 8
-            }
-        ),
-        "{e}"
-    );
+    assert!(matches!(e, Error::RecordSize { record: 0, len: 10, slot: 8 }), "{e}");
     let mut d = vec![0u8; 15];
     let e = store.gather_var(&[0, 1], &mut d, &[0, 5]).unwrap_err();
-    assert!(
-        matches!(e, Error::InvalidArgument(_)),
-        "overlapping slots: {e}"
-    );
+    assert!(matches!(e, Error::InvalidArgument(_)), "overlapping slots: {e}");
     let e = store.gather_var(&[0, 1], &mut d, &[0, 10]).unwrap_err();
-    assert!(
-        matches!(e, Error::RecordSize { .. }),
-        "slot past the end: {e}"
-    );
-    assert!(matches!(
-        store.delete(&[5]),
-        Err(Error::IndexOutOfRange { index: 5, len: 2 })
-    ));
+    assert!(matches!(e, Error::RecordSize { .. }), "slot past the end: {e}");
+    assert!(matches!(store.delete(&[5]), Err(Error::IndexOutOfRange { index: 5, len: 2 })));
     assert_eq!(store.len(), 2);
-    assert!(matches!(
-        store.append(&[b"x"], Some(Codec::ZstdDict)),
-        Err(Error::NoDictionary)
-    ));
-    assert!(matches!(
-        Codec::from_name("lz4"),
-        Err(Error::InvalidArgument(_))
-    ));
+    assert!(matches!(store.append(&[b"x"], Some(Codec::ZstdDict)), Err(Error::NoDictionary)));
+    assert!(matches!(Codec::from_name("lz4"), Err(Error::InvalidArgument(_))));
 }
 
 #[test]
 fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
     for backend in backends() {
         let dir = tempfile::tempdir().unwrap();
-        let store = Store::builder(dir.path())
-            .backend(backend)
-            .chunk_bytes(4096)
-            .codec(Codec::Raw)
-            .create()
-            .unwrap();
+        let store = Store::builder(dir.path()).backend(backend).chunk_bytes(4096).codec(Codec::Raw).create().unwrap();
         let recs: Vec<Vec<u8>> = (0..100).map(|i| record(i, 200 + i as usize)).collect();
         let refs: Vec<&[u8]> = recs.iter().map(|r| r.as_slice()).collect();
         store.append(&refs, None).unwrap();
@@ -231,10 +167,7 @@ fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
         model.push(0);
         store.sync().unwrap();
         drop(store);
-        let reopened = Store::builder(dir.path())
-            .backend(backend)
-            .open_writable()
-            .unwrap();
+        let reopened = Store::builder(dir.path()).backend(backend).open_writable().unwrap();
         check(&reopened, &model);
         reopened.verify().unwrap();
         // Only the committed files remain.
@@ -242,16 +175,8 @@ fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
             .unwrap()
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
-        assert_eq!(
-            names.iter().filter(|n| n.starts_with("table-")).count(),
-            1,
-            "{names:?}"
-        );
-        assert_eq!(
-            names.iter().filter(|n| n.starts_with("chunk-")).count() as u64,
-            after.chunks,
-            "{names:?}"
-        );
+        assert_eq!(names.iter().filter(|n| n.starts_with("table-")).count(), 1, "{names:?}");
+        assert_eq!(names.iter().filter(|n| n.starts_with("chunk-")).count() as u64, after.chunks, "{names:?}");
     }
 }
 
@@ -259,17 +184,10 @@ fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
 fn one_writer_at_a_time_readers_are_free_and_unsynced_appends_are_visible_to_the_writer() {
     let dir = tempfile::tempdir().unwrap();
     let w = Store::builder(dir.path()).create().unwrap();
-    assert!(matches!(
-        Store::builder(dir.path()).open_writable(),
-        Err(Error::Locked { .. })
-    ));
+    assert!(matches!(Store::builder(dir.path()).open_writable(), Err(Error::Locked { .. })));
     w.append(&[b"abc"], None).unwrap();
     assert_eq!(w.len(), 1, "the writer sees its own unsynced append");
-    assert_eq!(
-        Store::open(dir.path()).unwrap().len(),
-        0,
-        "other handles see the last synced head"
-    );
+    assert_eq!(Store::open(dir.path()).unwrap().len(), 0, "other handles see the last synced head");
     w.sync().unwrap();
     let r = Store::open(dir.path()).unwrap();
     assert_eq!(r.len(), 1);
@@ -277,15 +195,9 @@ fn one_writer_at_a_time_readers_are_free_and_unsynced_appends_are_visible_to_the
     assert!(matches!(r.delete(&[0]), Err(Error::ReadOnly(_))));
     drop(w);
     Store::builder(dir.path()).open_writable().unwrap();
-    assert!(matches!(
-        Store::builder(dir.path()).create(),
-        Err(Error::AlreadyExists { .. })
-    ));
+    assert!(matches!(Store::builder(dir.path()).create(), Err(Error::AlreadyExists { .. })));
     let empty = tempfile::tempdir().unwrap();
-    assert!(matches!(
-        Store::open(empty.path()),
-        Err(Error::NotAStore { .. })
-    ));
+    assert!(matches!(Store::open(empty.path()), Err(Error::NotAStore { .. })));
 }
 
 #[test]
@@ -321,11 +233,7 @@ fn write_loaderx_store(dir: &std::path::Path, recs: &[Vec<u8>]) {
     let mut chunk = Vec::new();
     let mut entries = Vec::new();
     for (i, r) in recs.iter().enumerate() {
-        let (codec, stored) = if i % 2 == 0 {
-            (1u8, zstd::bulk::compress(r, 3).unwrap())
-        } else {
-            (0u8, r.clone())
-        };
+        let (codec, stored) = if i % 2 == 0 { (1u8, zstd::bulk::compress(r, 3).unwrap()) } else { (0u8, r.clone()) };
         entries.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
         entries.extend_from_slice(&(stored.len() as u32).to_le_bytes());
         entries.extend_from_slice(&(r.len() as u32).to_le_bytes());
@@ -353,10 +261,7 @@ fn loaderx_layout_stores_are_read_in_place_and_imported() {
     assert_eq!(lx.format(), Format::Loaderx);
     assert_eq!(lx.len(), 50);
     assert!(matches!(lx.append(&[b"x"], None), Err(Error::ReadOnly(_))));
-    assert!(matches!(
-        Store::builder(&src).open_writable(),
-        Err(Error::ReadOnly(_))
-    ));
+    assert!(matches!(Store::builder(&src).open_writable(), Err(Error::ReadOnly(_))));
     let dst = dir.path().join("native");
     let native = zring_engine::import_loaderx(&src, &dst).unwrap();
     assert_eq!(native.format(), Format::Native);
