@@ -427,8 +427,15 @@ impl Loader {
 
     /// A snapshot of the pipeline's counters and latency percentiles.
     pub fn stats(&self) -> LoaderStats {
+        let ctx = &self.shared.ctx;
+        let allocated = ctx.indices.allocations()
+            + ctx
+                .streams
+                .iter()
+                .map(|s| s.data.allocations() + s.offsets.allocations())
+                .sum::<u64>();
         let state = self.shared.lock();
-        stats::snapshot(self.delivered, &self.wait, &state.gather)
+        stats::snapshot(self.delivered, allocated, &self.wait, &state.gather)
     }
 
     /// Stops the workers and waits for them to exit. Batches already returned
@@ -624,5 +631,33 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "a panic with a non-string payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The Python binding moves loaders and batches across threads (the GIL
+    /// is released around `next()`) and wraps buffers in pyclasses, which
+    /// must be `Send + Sync`.
+    #[test]
+    fn handles_are_send_and_sync() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Loader>();
+        send_sync::<Batch>();
+        send_sync::<Column>();
+        send_sync::<crate::PooledBuf>();
+        send_sync::<crate::Pooled<u64>>();
+        send_sync::<Error>();
+        send_sync::<LoaderState>();
+    }
+
+    #[test]
+    fn prefix_sum_turns_lengths_into_ends() {
+        let mut v = [3, 0, 4, 1];
+        assert_eq!(prefix_sum(&mut v), Some(8));
+        assert_eq!(v, [3, 3, 7, 8]);
+        assert_eq!(prefix_sum(&mut [u64::MAX, 1]), None);
     }
 }

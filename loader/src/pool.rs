@@ -13,6 +13,7 @@
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A buffer of gathered bytes that returns to its loader's pool when dropped.
@@ -25,6 +26,10 @@ pub(crate) struct Pool<T> {
     free: Mutex<Vec<Vec<T>>>,
     /// At most this many free buffers are kept; more are freed on return.
     retain: usize,
+    /// How many times `take` had to allocate (no free buffer, or one too
+    /// small). Flat in a steady state; it grows while the caller holds many
+    /// batches or ragged records outgrow every buffer seen so far.
+    allocations: AtomicU64,
 }
 
 impl<T: Clone + Default + Send + 'static> Pool<T> {
@@ -38,6 +43,7 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
         Arc::new(Pool {
             free: Mutex::new(free),
             retain,
+            allocations: AtomicU64::new(0),
         })
     }
 
@@ -50,11 +56,20 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
             .unwrap_or_else(PoisonError::into_inner)
             .pop();
         let mut vec = recycled.unwrap_or_default();
+        let capacity = vec.capacity();
         vec.resize(len, T::default());
+        if vec.capacity() != capacity {
+            self.allocations.fetch_add(1, Ordering::Relaxed);
+        }
         Pooled {
             vec,
             pool: Some(Arc::clone(self)),
         }
+    }
+
+    /// How many times [`Pool::take`] allocated.
+    pub(crate) fn allocations(&self) -> u64 {
+        self.allocations.load(Ordering::Relaxed)
     }
 
     /// The number of free buffers (for tests).
@@ -159,9 +174,19 @@ mod tests {
         // is held, another take gets a different buffer.
         let b = pool.take(8);
         assert_eq!(b.as_ptr(), ptr);
+        assert_eq!(pool.allocations(), 1);
         let c = pool.take(8);
         assert_ne!(c.as_ptr(), b.as_ptr());
         assert_eq!(c.len(), 8);
+        assert_eq!(pool.allocations(), 2);
+        // Growing a recycled buffer past its capacity counts as allocating;
+        // shrinking it does not.
+        drop(c);
+        let d = pool.take(1 << 16);
+        assert_eq!(pool.allocations(), 3);
+        drop(d);
+        drop(pool.take(4));
+        assert_eq!(pool.allocations(), 3);
     }
 
     #[test]
