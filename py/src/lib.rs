@@ -19,17 +19,23 @@ mod store;
 
 use pyo3::prelude::*;
 
-/// Convert the loaderx store at `src` into a new zring store at `dst`.
+/// Convert the loaderx store at `src` into a new zring store at `dst`
+/// (records, dictionary and schema.json); returns the new store's stats.
 #[pyfunction]
 fn import_loaderx<'py>(
     py: Python<'py>,
     src: std::path::PathBuf,
     dst: std::path::PathBuf,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let report = py
-        .detach(|| zring_engine::import_loaderx(&src, &dst))
+    let stats = py
+        .detach(|| {
+            let store = zring_engine::import_loaderx(&src, &dst)?;
+            let stats = store.stats()?;
+            store.close()?;
+            Ok(stats)
+        })
         .map_err(error::engine)?;
-    convert::to_py(py, &report)
+    convert::to_py(py, &stats)
 }
 
 #[pymodule]

@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use numpy::{PyArray1, PyArrayMethods, PyReadonlyArray1, PyReadwriteArray1};
+use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use zring_engine::Store;
@@ -275,7 +275,7 @@ impl PyStore {
     /// Storage usage as a dict (records, live_bytes, chunk_bytes, ...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store()?;
-        let stats = py.detach(|| store.stats());
+        let stats = py.detach(|| store.stats()).map_err(error::engine)?;
         to_py(py, &stats)
     }
 
@@ -349,7 +349,7 @@ impl PyStore {
         if let Some(store) = taken {
             // Only the last holder closes (flushes, unlocks); a loader may
             // still share this store and keeps it open until it is dropped.
-            if let Ok(store) = Arc::try_unwrap(store) {
+            if Arc::strong_count(&store) == 1 {
                 py.detach(|| store.close()).map_err(error::engine)?;
             }
         }

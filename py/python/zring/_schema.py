@@ -66,8 +66,11 @@ def check_dtype(dtype: Any) -> np.dtype:
 def encode_dtype(dt: np.dtype) -> dict[str, Any]:
     """The schema fields that name ``dt`` (``dtype`` plus a hint when needed)."""
     fields: dict[str, Any] = {"dtype": dt.str}
-    if np.dtype(dt.str) == dt:
-        return fields
+    try:
+        if np.dtype(dt.str) == dt:
+            return fields
+    except TypeError:  # e.g. float8_e5m2 reports "<f1", which NumPy cannot parse
+        pass
     if dt.names is not None:
         fields["dtype_descr"] = dt.descr
     else:

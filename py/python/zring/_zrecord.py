@@ -205,7 +205,18 @@ def _progress(total: int, desc: str, progress: bool | None):
         from tqdm import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=desc, unit="rec", unit_scale=True, file=sys.stderr)
+    # A terminal that reports a 0x0 size (a fresh pty, some containers) makes
+    # tqdm hide the bar (no room for it); assume a classic 80x24 there.
+    size: dict[str, int] = {}
+    try:
+        cols, rows = os.get_terminal_size(sys.stderr.fileno())
+        if cols <= 0:
+            size["ncols"] = 80
+        if rows <= 0:
+            size["nrows"] = 24
+    except (AttributeError, OSError, ValueError):
+        pass
+    return tqdm(total=total, desc=desc, unit="rec", unit_scale=True, file=sys.stderr, **size)
 
 
 def _dict_target(sample_bytes: int, dict_size: int | None) -> int:

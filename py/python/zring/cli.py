@@ -52,7 +52,10 @@ def _describe_schema(text: str | None) -> tuple[str, str, str]:
         schema = json.loads(text)
     except json.JSONDecodeError:
         return "unreadable schema.json", "-", "-"
-    dtype = schema.get("dtype_name") or schema.get("dtype", "?")
+    try:
+        dtype = str(_schema.decode_dtype(schema))
+    except (TypeError, ValueError, KeyError):
+        dtype = schema.get("dtype_name") or schema.get("dtype", "?")
     if schema.get("ragged"):
         return "ragged dataset", str(dtype), f"(rows, {', '.join(map(str, schema.get('item_shape', [])))})"
     return "dataset", str(dtype), str(tuple(schema.get("shape", [])))

@@ -1,0 +1,204 @@
+"""zring: a persistent record store and endless step-based data loader (loaderx-compatible)."""
+
+import os
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from ._zring import (
+    ChecksumError as ChecksumError,
+    CorruptError as CorruptError,
+    LockedError as LockedError,
+    NotAStoreError as NotAStoreError,
+    PoisonedError as PoisonedError,
+    Store as Store,
+    UnsupportedVersionError as UnsupportedVersionError,
+    ZringError as ZringError,
+    import_loaderx as import_loaderx,
+)
+
+__version__: str
+
+_Path = Union[str, os.PathLike[str]]
+_Index = Union[int, slice, Iterable[int], npt.NDArray[Any]]
+
+ZrecordError = ZringError
+
+def write_dataset(
+    path: _Path,
+    array: npt.ArrayLike,
+    codec: str = "zstd",
+    chunk_bytes: int = ...,
+    dict_size: Optional[int] = None,
+    *,
+    progress: Optional[bool] = None,
+) -> int:
+    """Store array one record per slice along axis 0; returns the record count."""
+
+def write_ragged(
+    path: _Path,
+    arrays: Iterable[npt.ArrayLike],
+    dtype: Any = None,
+    item_shape: Optional[Iterable[int]] = None,
+    codec: str = "zstd",
+    chunk_bytes: int = ...,
+    dict_size: Optional[int] = None,
+    *,
+    progress: Optional[bool] = None,
+) -> int:
+    """Store variable-length arrays one record each; returns the record count."""
+
+def pad(
+    values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0
+) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+    """Packed (values, row_splits) to a dense (B, max_len, *tail) array plus lengths."""
+
+class Dataset:
+    """Fixed-shape samples stored one per record."""
+
+    path: Any
+    dtype: np.dtype[Any]
+    shape: tuple[int, ...]
+    codec: str
+    def __init__(self, path: _Path) -> None: ...
+    @property
+    def record_bytes(self) -> int:
+        """Bytes in one sample."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, idx: _Index) -> npt.NDArray[Any]: ...
+    def __getitems__(self, idxs: Union[Iterable[int], npt.NDArray[Any]]) -> npt.NDArray[Any]: ...
+    def verify(self) -> dict[str, Any]:
+        """Check every record."""
+    def stats(self) -> dict[str, Any]:
+        """Storage usage."""
+    def close(self) -> None:
+        """Release the store."""
+    def __enter__(self) -> "Dataset": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class RaggedDataset:
+    """Variable-length records read back packed as (values, row_splits)."""
+
+    path: Any
+    dtype: np.dtype[Any]
+    item_shape: tuple[int, ...]
+    codec: str
+    def __init__(self, path: _Path) -> None: ...
+    @property
+    def row_bytes(self) -> int:
+        """Bytes in one row."""
+    def __len__(self) -> int: ...
+    def __getitem__(self, idx: _Index) -> Any: ...
+    def __getitems__(
+        self, idxs: Union[Iterable[int], npt.NDArray[Any]]
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]: ...
+    def getitems_padded(
+        self, idxs: Union[Iterable[int], npt.NDArray[Any]], max_len: Optional[int] = None, pad_value: Any = 0
+    ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
+        """Gather straight into a dense padded batch."""
+    def verify(self) -> dict[str, Any]:
+        """Check every record."""
+    def stats(self) -> dict[str, Any]:
+        """Storage usage."""
+    def close(self) -> None:
+        """Release the store."""
+    def __enter__(self) -> "RaggedDataset": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class DataLoader:
+    """An endless iterator of batch dicts over named streams."""
+
+    streams: dict[str, Union[Dataset, RaggedDataset]]
+    transform: Callable[[dict[str, Any]], Any]
+    last_indices: Optional[npt.NDArray[np.uint64]]
+    last_step: Optional[int]
+    def __init__(
+        self,
+        streams: Mapping[str, Union[Dataset, RaggedDataset]],
+        num_workers: int = 4,
+        batch_size: int = 256,
+        prefetch_size: int = 4,
+        mode: int = 1,
+        seed: int = 42,
+        transform: Callable[[dict[str, Any]], Any] = ...,
+        *,
+        state: Optional[dict[str, Any]] = None,
+        shard: Optional[tuple[int, int]] = None,
+    ) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> "DataLoader": ...
+    def __next__(self) -> Any: ...
+    def next(self) -> Any:
+        """The next batch."""
+    def state(self) -> dict[str, Any]:
+        """Resume point: pass as state= to continue with the next batch."""
+    def stats(self) -> dict[str, Any]:
+        """Pipeline statistics."""
+    def close(self) -> None:
+        """Stop the gather threads."""
+    def __enter__(self) -> "DataLoader": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class Zrecord:
+    """A store of opaque byte records with a dense index space."""
+
+    path: Any
+    codec: str
+    def __init__(self, path: _Path, codec: str = "zstd", *, readonly: bool = False) -> None: ...
+    def __len__(self) -> int: ...
+    def sync(self) -> None:
+        """Make appends durable."""
+    def lengths(self, idxs: npt.ArrayLike) -> npt.NDArray[np.uint32]:
+        """Logical byte length of each record."""
+    def gather(self, idxs: npt.ArrayLike, dst: npt.NDArray[Any], stride: int) -> None:
+        """Decode records into dst, one every stride bytes."""
+    def gather_var(self, idxs: npt.ArrayLike, dst: npt.NDArray[Any], offsets: npt.ArrayLike) -> None:
+        """Decode records into dst at byte offsets."""
+    def append(self, src: npt.NDArray[Any], n: int, item_len: int, codec: Optional[str] = None) -> int:
+        """Append n records of item_len bytes; returns the first new index."""
+    def append_var(
+        self, src: npt.NDArray[Any], offsets: npt.ArrayLike, lens: npt.ArrayLike, codec: Optional[str] = None
+    ) -> int:
+        """Append records of different lengths; returns the first new index."""
+    def train_dict(self, samples: npt.ArrayLike, sizes: npt.ArrayLike, target: int) -> int:
+        """Train and install a zstd dictionary; returns its size."""
+    def has_dict(self) -> bool:
+        """Whether the store has a dictionary."""
+    def delete(self, idxs: npt.ArrayLike) -> None:
+        """Remove records; the tail fills the holes."""
+    def compact(self) -> dict[str, Any]:
+        """Reclaim deleted space."""
+    def stats(self) -> dict[str, Any]:
+        """Storage usage."""
+    def verify(self) -> dict[str, Any]:
+        """Check every record."""
+    def close(self) -> None:
+        """Release the store and its writer lock."""
+    def __enter__(self) -> "Zrecord": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class Sampler:
+    """Endless seekable index batches over [0, length)."""
+
+    class Mode:
+        SEQUENTIAL: int
+        IID: int
+        CYCLIC: int
+    def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42) -> None: ...
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> "Sampler":
+        """Rebuild from state()."""
+    def next(self) -> npt.NDArray[np.uint64]:
+        """The current step's indices; advances."""
+    def batch(self, step: int) -> npt.NDArray[np.uint64]:
+        """Any step's indices."""
+    def seek(self, step: int) -> None:
+        """Move to step."""
+    @property
+    def step(self) -> int:
+        """The step next() returns next."""
+    def state(self) -> dict[str, Any]:
+        """The resumable state."""
+    def __iter__(self) -> "Sampler": ...
+    def __next__(self) -> npt.NDArray[np.uint64]: ...

@@ -1,0 +1,152 @@
+"""Type stubs of the compiled module ``zring._zring``."""
+
+import os
+from typing import Any, Optional
+
+import numpy as np
+import numpy.typing as npt
+
+__version__: str
+
+class ZringError(RuntimeError):
+    """Base class of every error zring raises for a failing store or loader."""
+
+class CorruptError(ZringError):
+    """Bytes on disk contradict the store's metadata."""
+
+class ChecksumError(CorruptError):
+    """A record's bytes do not match its stored checksum."""
+
+class NotAStoreError(ZringError):
+    """The directory holds neither a zring nor a loaderx store."""
+
+class UnsupportedVersionError(ZringError):
+    """The store's format version is not readable by this build."""
+
+class LockedError(ZringError):
+    """Another writer holds the store's lock."""
+
+class PoisonedError(ZringError):
+    """An earlier failure left the writer or loader unusable."""
+
+class Store:
+    """An open record store. Mode "r" reads, "a" appends (creating if missing), "x" creates."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        mode: str = "r",
+        *,
+        codec: Optional[str] = None,
+        level: Optional[int] = None,
+        chunk_bytes: Optional[int] = None,
+    ) -> None: ...
+    @property
+    def path(self) -> str:
+        """The store's directory."""
+    @property
+    def writable(self) -> bool:
+        """Whether this handle holds the writer lock."""
+    @property
+    def closed(self) -> bool:
+        """Whether close() has been called."""
+    def __len__(self) -> int: ...
+    def lengths(self, idx: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]:
+        """Logical byte length of each record."""
+    def gather(self, idx: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], stride: int) -> None:
+        """Decode records into dst, record i at byte i * stride."""
+    def gather_var(
+        self, idx: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], offsets: npt.NDArray[np.uint64]
+    ) -> None:
+        """Decode records into dst, record i at byte offsets[i]."""
+    def append(
+        self,
+        src: npt.NDArray[np.uint8],
+        offsets: npt.NDArray[np.uint64],
+        lens: npt.NDArray[np.uint64],
+        codec: Optional[str] = None,
+    ) -> int:
+        """Append src[offsets[i]:offsets[i]+lens[i]] for each i; returns the first new index."""
+    def append_fixed(self, src: npt.NDArray[np.uint8], item_len: int, codec: Optional[str] = None) -> int:
+        """Append len(src) / item_len equal records; returns the first new index."""
+    def sync(self) -> None:
+        """Make appended records durable."""
+    def delete(self, idx: npt.NDArray[np.uint64]) -> None:
+        """Delete records; the tail fills the holes."""
+    def compact(self) -> dict[str, Any]:
+        """Reclaim deleted space; returns a report."""
+    def stats(self) -> dict[str, Any]:
+        """Storage usage."""
+    def verify(self) -> dict[str, Any]:
+        """Check every record; raises CorruptError/ChecksumError on damage."""
+    def train_dict(self, samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int) -> int:
+        """Train and install a zstd dictionary; returns its size."""
+    def has_dict(self) -> bool:
+        """Whether the store has a zstd dictionary."""
+    def schema(self) -> Optional[str]:
+        """The schema.json text, or None."""
+    def set_schema(self, text: str) -> None:
+        """Store the schema.json text."""
+    def close(self) -> None:
+        """Release this handle."""
+    def __enter__(self) -> "Store": ...
+    def __exit__(self, *exc: object) -> None: ...
+
+class Sampler:
+    """Seekable index batches over [0, length)."""
+
+    def __init__(self, length: int, batch_size: int, mode: int = 1, seed: int = 42) -> None: ...
+    @staticmethod
+    def from_state_json(text: str) -> "Sampler":
+        """Rebuild from the JSON text of state()."""
+    def next(self) -> npt.NDArray[np.uint64]:
+        """The current step's batch; advances."""
+    def batch(self, step: int) -> npt.NDArray[np.uint64]:
+        """Any step's batch."""
+    def seek(self, step: int) -> None:
+        """Move to step."""
+    @property
+    def step(self) -> int:
+        """The step next() returns next."""
+    @property
+    def batch_len(self) -> int:
+        """Indices per batch."""
+    def state(self) -> dict[str, Any]:
+        """The resumable state."""
+
+class BatchBuffer:
+    """Owner of a pooled batch buffer lent to NumPy (the arrays' base object)."""
+
+class Loader:
+    """The Rust step pipeline behind zring.DataLoader."""
+
+    def __init__(
+        self,
+        streams: list[tuple[str, Store, Optional[int]]],
+        *,
+        batch_size: int,
+        mode: int = 1,
+        seed: int = 42,
+        shard: Optional[tuple[int, int]] = None,
+        depth: int = 4,
+        threads: int = 4,
+        state: Optional[str] = None,
+    ) -> None: ...
+    def next(
+        self,
+    ) -> tuple[int, npt.NDArray[np.uint64], list[tuple[str, npt.NDArray[np.uint8], Optional[npt.NDArray[np.uint64]]]]]:
+        """Wait for the next step: (step, indices, [(name, data, offsets)])."""
+    def state(self) -> dict[str, Any]:
+        """The resumable state."""
+    def batch_len(self) -> int:
+        """Records per delivered batch."""
+    def stats(self) -> dict[str, Any]:
+        """Pipeline statistics."""
+    def close(self) -> None:
+        """Stop the gather threads."""
+    @property
+    def closed(self) -> bool:
+        """Whether close() has been called."""
+
+def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Any:
+    """Convert the loaderx store at src into a new zring store at dst."""

@@ -1,0 +1,142 @@
+"""DataLoader behaviour beyond loaderx: resume, sharding, zero-copy, transform errors."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import zring
+
+
+@pytest.fixture
+def streams(tmp_path):
+    zring.write_dataset(tmp_path / "x", np.arange(100 * 6, dtype=np.float32).reshape(100, 6))
+    zring.write_dataset(tmp_path / "y", np.arange(100, dtype=np.int64))
+    zring.write_ragged(tmp_path / "r", [np.full(i % 5, i, dtype=np.int16) for i in range(100)])
+    out = {"x": zring.Dataset(tmp_path / "x"), "y": zring.Dataset(tmp_path / "y"),
+           "r": zring.RaggedDataset(tmp_path / "r")}
+    yield out
+    for d in out.values():
+        d.close()
+
+
+def _take(loader, n):
+    return [next(loader) for _ in range(n)]
+
+
+def _eq(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if isinstance(a[k], tuple):
+            for x, y in zip(a[k], b[k]):
+                np.testing.assert_array_equal(x, y)
+        else:
+            np.testing.assert_array_equal(a[k], b[k])
+
+
+@pytest.mark.parametrize("mode", [0, 1, 2])
+def test_resume_from_state_gives_identical_batches(streams, mode):
+    with zring.DataLoader(streams, batch_size=16, mode=mode, seed=9, num_workers=2) as dl:
+        _take(dl, 3)
+        state = dl.state()
+        expected = [{k: (tuple(np.copy(p) for p in v) if isinstance(v, tuple) else v.copy())
+                     for k, v in b.items()} for b in _take(dl, 4)]
+    with zring.DataLoader(streams, batch_size=999, mode=1, seed=0, state=state,
+                          num_workers=1, prefetch_size=1) as dl2:
+        for want in expected:
+            _eq(next(dl2), want)
+
+
+def test_ragged_stream_matches_dataset(streams):
+    with zring.DataLoader(streams, batch_size=10, mode=2, seed=3) as dl:
+        for _ in range(4):
+            batch = next(dl)
+            values, splits = batch["r"]
+            ref_v, ref_s = streams["r"][dl.last_indices]
+            np.testing.assert_array_equal(values, ref_v)
+            np.testing.assert_array_equal(splits, ref_s)
+            assert splits.dtype == np.int64
+            np.testing.assert_array_equal(batch["y"], dl.last_indices.astype(np.int64))
+
+
+def test_batches_are_zero_copy_and_writable(streams):
+    with zring.DataLoader({"x": streams["x"]}, batch_size=8, mode=0) as dl:
+        a = next(dl)["x"]
+        assert not a.flags.owndata  # a view of the loader's buffer
+        base = a
+        while isinstance(base, np.ndarray) and base.base is not None:
+            base = base.base
+        assert type(base).__name__ == "BatchBuffer"
+        a[:] = -1  # the batch belongs to the caller
+        b = next(dl)["x"]
+        assert (a == -1).all()
+        np.testing.assert_array_equal(b, streams["x"][8:16])
+    # batches outlive the loader
+    assert (a == -1).all() and b.sum() == streams["x"][8:16].sum()
+
+
+def test_shards_split_the_global_batch(streams):
+    with zring.DataLoader(streams, batch_size=12, mode=1, seed=4) as full:
+        whole = [next(full)["y"].copy() for _ in range(3)]
+    parts = []
+    for i in range(3):
+        with zring.DataLoader({"y": streams["y"]}, batch_size=12, mode=1, seed=4, shard=(i, 3)) as dl:
+            parts.append([next(dl)["y"].copy() for _ in range(3)])
+    for step in range(3):
+        np.testing.assert_array_equal(np.concatenate([p[step] for p in parts]), whole[step])
+
+
+def test_transform_error_surfaces_with_step(streams):
+    calls = []
+
+    def transform(batch):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyError("boom")
+        return {"n": len(batch["y"])}
+
+    with zring.DataLoader(streams, batch_size=4, mode=0, transform=transform) as dl:
+        assert next(dl) == {"n": 4}
+        assert next(dl) == {"n": 4}
+        t0 = time.monotonic()
+        with pytest.raises(KeyError, match="boom") as info:
+            next(dl)
+        assert time.monotonic() - t0 < 30
+        notes = " ".join(getattr(info.value, "__notes__", [])) or str(info.value)
+        assert "step 2" in notes
+        assert next(dl) == {"n": 4}  # the loader goes on
+
+
+def test_stats_and_close(streams):
+    dl = zring.DataLoader({"y": streams["y"]}, batch_size=5, mode=0)
+    _take(dl, 6)
+    st = dl.stats()
+    assert st["steps_delivered"] == 6
+    assert st["records_gathered"] >= 30
+    assert {"p50_us", "p99_us", "p999_us"} <= st["wait"].keys()
+    dl.close()
+    dl.close()
+    with pytest.raises(ValueError, match="closed"):
+        next(dl)
+
+
+def test_close_from_another_thread_does_not_hang(streams):
+    dl = zring.DataLoader(streams, batch_size=32, mode=1, prefetch_size=2, num_workers=2)
+    next(dl)
+    t = threading.Thread(target=dl.close)
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+
+
+def test_sampler_seek_and_state():
+    s = zring.Sampler(50, 8, zring.Sampler.Mode.CYCLIC, seed=1)
+    batches = [s.next() for _ in range(5)]
+    s.seek(2)
+    np.testing.assert_array_equal(s.next(), batches[2])
+    st = s.state()
+    assert st["step"] == 3
+    r = zring.Sampler.from_state(st)
+    np.testing.assert_array_equal(r.next(), batches[3])
+    np.testing.assert_array_equal(zring.Sampler(3, 8, 0).next(), [0, 1, 2])

@@ -1,0 +1,59 @@
+"""A process forked after the parent opened and read a store can still read it.
+
+torch's DataLoader workers are forked from a process that already holds open
+stores; the engine must not reuse the parent's io_uring ring or thread pool in
+the child (they do not survive fork). The child reports through its exit code
+and a pipe, and the parent waits with a deadline so a hang fails the test.
+"""
+
+import os
+import time
+
+import numpy as np
+import pytest
+
+import zring
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
+def test_forked_child_reads(tmp_path):
+    data = np.arange(4000, dtype=np.float32).reshape(200, 20)
+    zring.write_dataset(tmp_path / "d", data)
+    ds = zring.Dataset(tmp_path / "d")
+    idx = [199, 3, 50, 50]
+    np.testing.assert_array_equal(ds[idx], data[idx])  # parent uses the engine first
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child: never return into pytest
+        code = 1
+        try:
+            os.close(r)
+            got = ds[idx]
+            got2 = zring.Dataset(tmp_path / "d")[::7]
+            ok = np.array_equal(got, data[idx]) and np.array_equal(got2, data[::7])
+            os.write(w, b"ok" if ok else b"mismatch")
+            code = 0 if ok else 2
+        except BaseException as exc:  # report, then exit without cleanup
+            os.write(w, repr(exc).encode()[:500])
+        finally:
+            os._exit(code)
+
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("forked child did not finish reading within 60 s")
+        time.sleep(0.02)
+    msg = os.read(r, 1000).decode(errors="replace")
+    os.close(r)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child failed: {msg!r} (status {status})"
+    assert msg == "ok"
+    # the parent keeps working after the fork too
+    np.testing.assert_array_equal(ds[idx], data[idx])
+    ds.close()
