@@ -59,9 +59,7 @@ pub enum Error {
     Sampler(#[from] zring_sampler::Error),
 
     /// A step's records do not fit in memory addressable on this machine.
-    #[error(
-        "step {step}: stream {stream:?} would need {bytes} bytes, more than a buffer can hold"
-    )]
+    #[error("step {step}: stream {stream:?} would need {bytes} bytes, more than a buffer can hold")]
     BatchTooLarge {
         /// The step being gathered.
         step: u64,
@@ -115,9 +113,6 @@ pub enum Error {
 }
 
 fn format_lengths(lengths: &[(String, u64)]) -> String {
-    let parts: Vec<String> = lengths
-        .iter()
-        .map(|(name, len)| format!("{name:?}: {len}"))
-        .collect();
+    let parts: Vec<String> = lengths.iter().map(|(name, len)| format!("{name:?}: {len}")).collect();
     format!("{{{}}}", parts.join(", "))
 }

@@ -72,10 +72,7 @@ pub struct Stream {
 impl Stream {
     /// A stream called `name` over `source`.
     pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Self {
-        Stream {
-            name: name.into(),
-            source,
-        }
+        Stream { name: name.into(), source }
     }
 }
 
@@ -192,18 +189,9 @@ impl std::fmt::Debug for Loader {
 /// the counters could overflow.
 const MAX_START_STEP: u64 = 1 << 63;
 
-fn check_range(
-    field: &'static str,
-    value: usize,
-    max: usize,
-    expected: &'static str,
-) -> Result<(), Error> {
+fn check_range(field: &'static str, value: usize, max: usize, expected: &'static str) -> Result<(), Error> {
     if value == 0 || value > max {
-        return Err(Error::InvalidConfig {
-            field,
-            value: value as u64,
-            expected,
-        });
+        return Err(Error::InvalidConfig { field, value: value as u64, expected });
     }
     Ok(())
 }
@@ -225,25 +213,17 @@ impl Loader {
         let mut names = HashSet::new();
         for s in &streams {
             if !names.insert(s.name.as_str()) {
-                return Err(Error::DuplicateStream {
-                    name: s.name.clone(),
-                });
+                return Err(Error::DuplicateStream { name: s.name.clone() });
             }
         }
-        let lengths: Vec<(String, u64)> = streams
-            .iter()
-            .map(|s| (s.name.clone(), s.source.len()))
-            .collect();
+        let lengths: Vec<(String, u64)> = streams.iter().map(|s| (s.name.clone(), s.source.len())).collect();
         let length = lengths[0].1;
         if lengths.iter().any(|(_, l)| *l != length) {
             return Err(Error::LengthMismatch { lengths });
         }
         if let Some(expected) = config.expect_length {
             if expected != length {
-                return Err(Error::StateMismatch {
-                    state_length: expected,
-                    stream_length: length,
-                });
+                return Err(Error::StateMismatch { state_length: expected, stream_length: length });
             }
         }
         check_range("depth", config.depth, MAX_DEPTH, "1 ..= 1024")?;
@@ -273,18 +253,9 @@ impl Loader {
                         let bytes = shard_len.saturating_mul(record_bytes);
                         (Pool::new(retain, prefill, bytes), Pool::new(0, 0, 0))
                     }
-                    Layout::Ragged => (
-                        Pool::new(retain, 0, 0),
-                        Pool::new(retain, prefill, shard_len + 1),
-                    ),
+                    Layout::Ragged => (Pool::new(retain, 0, 0), Pool::new(retain, prefill, shard_len + 1)),
                 };
-                StreamCtx {
-                    name: Arc::from(s.name),
-                    source: s.source,
-                    layout,
-                    data,
-                    offsets,
-                }
+                StreamCtx { name: Arc::from(s.name), source: s.source, layout, data, offsets }
             })
             .collect();
 
@@ -314,9 +285,8 @@ impl Loader {
         let mut workers = Vec::with_capacity(config.threads);
         for i in 0..config.threads {
             let worker_shared = Arc::clone(&shared);
-            let spawned = thread::Builder::new()
-                .name(format!("zring-loader-{i}"))
-                .spawn(move || worker(&worker_shared));
+            let spawned =
+                thread::Builder::new().name(format!("zring-loader-{i}")).spawn(move || worker(&worker_shared));
             match spawned {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {
@@ -370,21 +340,14 @@ impl Loader {
                 break outcome;
             }
             if let Some(message) = &state.died {
-                break Err(Error::Panicked {
-                    step: None,
-                    stream: None,
-                    message: message.clone(),
-                });
+                break Err(Error::Panicked { step: None, stream: None, message: message.clone() });
             }
             if state.shutdown {
                 // Only close() and poisoning set it, and both are seen above;
                 // kept so a future path cannot leave the consumer waiting.
                 break Err(Error::Closed);
             }
-            state = shared
-                .ready
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
+            state = shared.ready.wait(state).unwrap_or_else(PoisonError::into_inner);
         };
         drop(state);
         stats::record(&mut self.wait, started.elapsed());
@@ -409,10 +372,7 @@ impl Loader {
     pub fn state(&self) -> LoaderState {
         let mut sampler = self.shared.ctx.sampler.state();
         sampler.step = self.next_step;
-        LoaderState {
-            sampler,
-            shard: self.shared.ctx.shard,
-        }
+        LoaderState { sampler, shard: self.shared.ctx.shard }
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -429,11 +389,7 @@ impl Loader {
     pub fn stats(&self) -> LoaderStats {
         let ctx = &self.shared.ctx;
         let allocated = ctx.indices.allocations()
-            + ctx
-                .streams
-                .iter()
-                .map(|s| s.data.allocations() + s.offsets.allocations())
-                .sum::<u64>();
+            + ctx.streams.iter().map(|s| s.data.allocations() + s.offsets.allocations()).sum::<u64>();
         let state = self.shared.lock();
         stats::snapshot(self.delivered, allocated, &self.wait, &state.gather)
     }
@@ -448,11 +404,8 @@ impl Loader {
         for handle in self.workers.drain(..) {
             if let Err(payload) = handle.join() {
                 if result.is_ok() && self.poisoned.is_none() {
-                    result = Err(Error::Panicked {
-                        step: None,
-                        stream: None,
-                        message: panic_message(payload.as_ref()),
-                    });
+                    result =
+                        Err(Error::Panicked { step: None, stream: None, message: panic_message(payload.as_ref()) });
                 }
             }
         }
@@ -476,9 +429,7 @@ impl Drop for DeathWatch<'_> {
     fn drop(&mut self) {
         if thread::panicking() {
             let mut state = self.0.lock();
-            state
-                .died
-                .get_or_insert_with(|| "a gather thread died".to_owned());
+            state.died.get_or_insert_with(|| "a gather thread died".to_owned());
             drop(state);
             self.0.ready.notify_all();
         }
@@ -500,18 +451,13 @@ fn worker(shared: &Shared) {
                     state.next_claim += 1;
                     break step;
                 }
-                state = shared
-                    .work
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner);
+                state = shared.work.wait(state).unwrap_or_else(PoisonError::into_inner);
             }
         };
 
         let started = Instant::now();
         let mut current_stream: Option<Arc<str>> = None;
-        let gathered = panic::catch_unwind(AssertUnwindSafe(|| {
-            gather_step(&shared.ctx, step, &mut current_stream)
-        }));
+        let gathered = panic::catch_unwind(AssertUnwindSafe(|| gather_step(&shared.ctx, step, &mut current_stream)));
         let elapsed = started.elapsed();
         let outcome = match gathered {
             Ok(outcome) => outcome,
@@ -527,11 +473,7 @@ fn worker(shared: &Shared) {
             let g = &mut state.gather;
             g.steps += 1;
             g.records += (batch.indices.len() * batch.columns.len()) as u64;
-            g.bytes += batch
-                .columns
-                .iter()
-                .map(|c| c.data.len() as u64)
-                .sum::<u64>();
+            g.bytes += batch.columns.iter().map(|c| c.data.len() as u64).sum::<u64>();
             stats::record(&mut g.time, elapsed);
         }
         // The window guarantees next_deliver <= step < next_deliver + depth.
@@ -553,16 +495,8 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     let mut columns = Vec::with_capacity(ctx.streams.len());
     for stream in &ctx.streams {
         *current = Some(Arc::clone(&stream.name));
-        let gather_err = |source| Error::Gather {
-            step,
-            stream: stream.name.to_string(),
-            source,
-        };
-        let too_large = |bytes: u128| Error::BatchTooLarge {
-            step,
-            stream: stream.name.to_string(),
-            bytes,
-        };
+        let gather_err = |source| Error::Gather { step, stream: stream.name.to_string(), source };
+        let too_large = |bytes: u128| Error::BatchTooLarge { step, stream: stream.name.to_string(), bytes };
         let column = match stream.layout {
             Layout::Fixed { record_bytes } => {
                 let bytes = indices
@@ -570,48 +504,26 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                stream
-                    .source
-                    .gather(&indices, &mut data)
-                    .map_err(gather_err)?;
-                Column {
-                    name: Arc::clone(&stream.name),
-                    data,
-                    offsets: None,
-                }
+                stream.source.gather(&indices, &mut data).map_err(gather_err)?;
+                Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
                 let mut offsets = stream.offsets.take(indices.len() + 1);
                 let (first, lengths) = offsets.split_at_mut(1);
                 first[0] = 0;
-                stream
-                    .source
-                    .lengths(&indices, lengths)
-                    .map_err(gather_err)?;
-                let total = prefix_sum(lengths).ok_or_else(|| {
-                    too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>())
-                })?;
+                stream.source.lengths(&indices, lengths).map_err(gather_err)?;
+                let total = prefix_sum(lengths)
+                    .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
-                stream
-                    .source
-                    .gather_var(&indices, &mut data, &offsets)
-                    .map_err(gather_err)?;
-                Column {
-                    name: Arc::clone(&stream.name),
-                    data,
-                    offsets: Some(offsets),
-                }
+                stream.source.gather_var(&indices, &mut data, &offsets).map_err(gather_err)?;
+                Column { name: Arc::clone(&stream.name), data, offsets: Some(offsets) }
             }
         };
         columns.push(column);
     }
     *current = None;
-    Ok(Batch {
-        step,
-        indices,
-        columns,
-    })
+    Ok(Batch { step, indices, columns })
 }
 
 /// Turns lengths into end offsets in place; `None` if the total overflows.

@@ -40,31 +40,20 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
         for _ in 0..prefill.min(retain) {
             free.push(vec![T::default(); len]);
         }
-        Arc::new(Pool {
-            free: Mutex::new(free),
-            retain,
-            allocations: AtomicU64::new(0),
-        })
+        Arc::new(Pool { free: Mutex::new(free), retain, allocations: AtomicU64::new(0) })
     }
 
     /// A buffer of exactly `len` elements: a recycled one if any is free
     /// (its old contents are not cleared), a new one otherwise.
     pub(crate) fn take(self: &Arc<Self>, len: usize) -> Pooled<T> {
-        let recycled = self
-            .free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop();
+        let recycled = self.free.lock().unwrap_or_else(PoisonError::into_inner).pop();
         let mut vec = recycled.unwrap_or_default();
         let capacity = vec.capacity();
         vec.resize(len, T::default());
         if vec.capacity() != capacity {
             self.allocations.fetch_add(1, Ordering::Relaxed);
         }
-        Pooled {
-            vec,
-            pool: Some(Arc::clone(self)),
-        }
+        Pooled { vec, pool: Some(Arc::clone(self)) }
     }
 
     /// How many times [`Pool::take`] allocated.
@@ -75,10 +64,7 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
     /// The number of free buffers (for tests).
     #[cfg(test)]
     pub(crate) fn free_len(&self) -> usize {
-        self.free
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.free.lock().unwrap_or_else(PoisonError::into_inner).len()
     }
 
     fn give_back(&self, vec: Vec<T>) {
@@ -151,10 +137,7 @@ impl<T: Clone + Default + Send + 'static> AsRef<[T]> for Pooled<T> {
 
 impl<T: Clone + Default + Send + 'static> fmt::Debug for Pooled<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pooled")
-            .field("len", &self.vec.len())
-            .field("pooled", &self.pool.is_some())
-            .finish()
+        f.debug_struct("Pooled").field("len", &self.vec.len()).field("pooled", &self.pool.is_some()).finish()
     }
 }
 

@@ -57,10 +57,5 @@ pub trait Source: Send + Sync + 'static {
     /// `dst[offsets[i]..offsets[i + 1]]`. `offsets.len() == indices.len() + 1`,
     /// `offsets[0] == 0`, and the last offset is `dst.len()`; the offsets come
     /// from the lengths [`Source::lengths`] reported for the same indices.
-    fn gather_var(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-    ) -> Result<(), SourceError>;
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError>;
 }

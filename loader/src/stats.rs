@@ -97,21 +97,11 @@ pub(crate) struct GatherStats {
 
 impl GatherStats {
     pub(crate) fn new() -> Self {
-        GatherStats {
-            steps: 0,
-            records: 0,
-            bytes: 0,
-            time: histogram(),
-        }
+        GatherStats { steps: 0, records: 0, bytes: 0, time: histogram() }
     }
 }
 
-pub(crate) fn snapshot(
-    delivered: u64,
-    allocated: u64,
-    wait: &Histogram<u64>,
-    gather: &GatherStats,
-) -> LoaderStats {
+pub(crate) fn snapshot(delivered: u64, allocated: u64, wait: &Histogram<u64>, gather: &GatherStats) -> LoaderStats {
     LoaderStats {
         buffers_allocated: allocated,
         steps_delivered: delivered,
@@ -138,12 +128,7 @@ mod tests {
         let p = Percentiles::of(&h);
         assert_eq!(p.count, 1000);
         // Two significant digits: each value within 1% of the exact one.
-        for (got, exact) in [
-            (p.p50_us, 500),
-            (p.p90_us, 900),
-            (p.p99_us, 990),
-            (p.max_us, 1000),
-        ] {
+        for (got, exact) in [(p.p50_us, 500), (p.p90_us, 900), (p.p99_us, 990), (p.max_us, 1000)] {
             assert!(got.abs_diff(exact) <= exact / 100, "{got} vs {exact}");
         }
         assert!((p.mean_us - 500.5).abs() < 5.0, "{}", p.mean_us);

@@ -12,12 +12,7 @@ use zring_loader::{Error, Layout, Loader, LoaderConfig, Mode, Stream};
 
 /// Sequential batches of 10 over 1000 records: record `r` is in step `r / 10`.
 fn config(threads: usize, depth: usize) -> LoaderConfig {
-    LoaderConfig {
-        mode: Mode::Sequential,
-        threads,
-        depth,
-        ..LoaderConfig::new(10)
-    }
+    LoaderConfig { mode: Mode::Sequential, threads, depth, ..LoaderConfig::new(10) }
 }
 
 fn faulty(layout: Layout, faults: Faults) -> Vec<Stream> {
@@ -32,12 +27,8 @@ fn a_gather_error_arrives_at_its_step_then_the_loader_is_poisoned() {
     for layout in [Layout::Fixed { record_bytes: 4 }, Layout::Ragged] {
         for (threads, depth) in [(1, 1), (4, 4)] {
             with_timeout(DEADLOCK, move || {
-                let faults = Faults {
-                    fail_on: Some(123),
-                    ..Faults::default()
-                };
-                let mut loader =
-                    Loader::new(faulty(layout, faults), config(threads, depth)).unwrap();
+                let faults = Faults { fail_on: Some(123), ..Faults::default() };
+                let mut loader = Loader::new(faulty(layout, faults), config(threads, depth)).unwrap();
                 for step in 0..12 {
                     let b = loader.next().unwrap();
                     assert_eq!(b.step, step);
@@ -45,11 +36,7 @@ fn a_gather_error_arrives_at_its_step_then_the_loader_is_poisoned() {
                 }
                 let err = loader.next().unwrap_err();
                 match &err {
-                    Error::Gather {
-                        step,
-                        stream,
-                        source,
-                    } => {
+                    Error::Gather { step, stream, source } => {
                         assert_eq!(*step, 12);
                         assert_eq!(stream, "bad");
                         assert!(source.to_string().contains("record 123"), "{source}");
@@ -71,31 +58,21 @@ fn a_gather_error_arrives_at_its_step_then_the_loader_is_poisoned() {
 fn a_panicking_source_becomes_an_error() {
     for layout in [Layout::Fixed { record_bytes: 4 }, Layout::Ragged] {
         with_timeout(DEADLOCK, move || {
-            let faults = Faults {
-                panic_on: Some(57),
-                ..Faults::default()
-            };
+            let faults = Faults { panic_on: Some(57), ..Faults::default() };
             let mut loader = Loader::new(faulty(layout, faults), config(3, 2)).unwrap();
             for step in 0..5 {
                 assert_eq!(loader.next().unwrap().step, step);
             }
             let err = loader.next().unwrap_err();
             match &err {
-                Error::Panicked {
-                    step,
-                    stream,
-                    message,
-                } => {
+                Error::Panicked { step, stream, message } => {
                     assert_eq!(*step, Some(5));
                     assert_eq!(stream.as_deref(), Some("bad"));
                     assert!(message.contains("record 57"), "{message}");
                 }
                 other => panic!("expected Panicked, got {other:?}"),
             }
-            assert!(matches!(
-                loader.next().unwrap_err(),
-                Error::Poisoned { step: 5 }
-            ));
+            assert!(matches!(loader.next().unwrap_err(), Error::Poisoned { step: 5 }));
             // The panic was reported through next(); close has nothing to add.
             loader.close().unwrap();
         });
@@ -105,10 +82,7 @@ fn a_panicking_source_becomes_an_error() {
 #[test]
 fn an_error_in_the_first_step_is_delivered_too() {
     with_timeout(DEADLOCK, || {
-        let faults = Faults {
-            fail_on: Some(0),
-            ..Faults::default()
-        };
+        let faults = Faults { fail_on: Some(0), ..Faults::default() };
         let mut loader = Loader::new(faulty(Layout::Ragged, faults), config(2, 2)).unwrap();
         let err = loader.next().unwrap_err();
         assert!(matches!(err, Error::Gather { step: 0, .. }), "{err:?}");
@@ -136,10 +110,7 @@ fn close_returns_while_the_caller_holds_every_batch() {
 fn dropping_an_unread_loader_returns() {
     with_timeout(DEADLOCK, || {
         // Slow gathers: workers are mid-gather when the loader is dropped.
-        let faults = Faults {
-            jitter_us: 3_000,
-            ..Faults::default()
-        };
+        let faults = Faults { jitter_us: 3_000, ..Faults::default() };
         let src = MemSource::with_faults(1000, Layout::Ragged, faults);
         let loader = Loader::new(vec![Stream::new("x", src as Arc<_>)], config(8, 8)).unwrap();
         drop(loader);

@@ -12,12 +12,7 @@ use zring_loader::{Loader, LoaderConfig, Mode};
 fn held_batches_are_never_overwritten() {
     with_timeout(DEADLOCK, || {
         for (threads, depth) in [(1, 1), (2, 2), (8, 4)] {
-            let cfg = LoaderConfig {
-                mode: Mode::Iid,
-                threads,
-                depth,
-                ..LoaderConfig::new(32)
-            };
+            let cfg = LoaderConfig { mode: Mode::Iid, threads, depth, ..LoaderConfig::new(32) };
             let mut loader = Loader::new(two_streams(1000), cfg).unwrap();
             let held: Vec<_> = (0..10).map(|_| loader.next().unwrap()).collect();
             let copies: Vec<_> = held.iter().map(snapshot).collect();
@@ -39,12 +34,7 @@ fn recycled_buffers_carry_fresh_contents() {
     with_timeout(DEADLOCK, || {
         // Depth 1, one thread: the pool cycles through very few buffers, so
         // each is reused many times; stale bytes would show up here.
-        let cfg = LoaderConfig {
-            mode: Mode::Cyclic,
-            threads: 1,
-            depth: 1,
-            ..LoaderConfig::new(7)
-        };
+        let cfg = LoaderConfig { mode: Mode::Cyclic, threads: 1, depth: 1, ..LoaderConfig::new(7) };
         let mut loader = Loader::new(two_streams(100), cfg).unwrap();
         for _ in 0..200 {
             common::assert_matches_source(&loader.next().unwrap());
@@ -59,24 +49,13 @@ fn recycled_buffers_carry_fresh_contents() {
 fn steady_state_allocates_no_buffers() {
     with_timeout(DEADLOCK, || {
         for (threads, depth) in [(1, 1), (2, 2), (4, 4)] {
-            let streams = vec![zring_loader::Stream::new(
-                "x",
-                common::MemSource::fixed(500, 16),
-            )];
-            let cfg = LoaderConfig {
-                threads,
-                depth,
-                ..LoaderConfig::new(10)
-            };
+            let streams = vec![zring_loader::Stream::new("x", common::MemSource::fixed(500, 16))];
+            let cfg = LoaderConfig { threads, depth, ..LoaderConfig::new(10) };
             let mut loader = Loader::new(streams, cfg).unwrap();
             for _ in 0..200 {
                 drop(loader.next().unwrap());
             }
-            assert_eq!(
-                loader.stats().buffers_allocated,
-                0,
-                "threads={threads} depth={depth}"
-            );
+            assert_eq!(loader.stats().buffers_allocated, 0, "threads={threads} depth={depth}");
         }
     });
 }
@@ -92,12 +71,7 @@ fn ragged_buffers_stop_growing() {
         // Sequential batches of 13 over i % 13-byte records: every batch has
         // the same total size, so a buffer that fitted once always fits.
         let depth = 2;
-        let cfg = LoaderConfig {
-            mode: Mode::Sequential,
-            threads: 2,
-            depth,
-            ..LoaderConfig::new(13)
-        };
+        let cfg = LoaderConfig { mode: Mode::Sequential, threads: 2, depth, ..LoaderConfig::new(13) };
         let mut loader = Loader::new(two_streams(52), cfg).unwrap();
         let mut previous = loader.next().unwrap();
         for _ in 0..300 {
@@ -120,15 +94,8 @@ fn ragged_buffers_stop_growing() {
 #[test]
 fn holding_batches_makes_the_loader_allocate() {
     with_timeout(DEADLOCK, || {
-        let streams = vec![zring_loader::Stream::new(
-            "x",
-            common::MemSource::fixed(500, 16),
-        )];
-        let cfg = LoaderConfig {
-            threads: 2,
-            depth: 2,
-            ..LoaderConfig::new(10)
-        };
+        let streams = vec![zring_loader::Stream::new("x", common::MemSource::fixed(500, 16))];
+        let cfg = LoaderConfig { threads: 2, depth: 2, ..LoaderConfig::new(10) };
         let mut loader = Loader::new(streams, cfg).unwrap();
         let held: Vec<_> = (0..20).map(|_| loader.next().unwrap()).collect();
         // 20 held + up to 2 in flight, 3 sets pre-allocated, one data buffer

@@ -10,27 +10,15 @@ use common::{assert_matches_source, take, two_streams, with_timeout, Faults, Mem
 use zring_loader::{Layout, Loader, LoaderConfig, Mode, Shard, Stream};
 
 fn config(mode: Mode, threads: usize, depth: usize) -> LoaderConfig {
-    LoaderConfig {
-        mode,
-        seed: 7,
-        threads,
-        depth,
-        ..LoaderConfig::new(16)
-    }
+    LoaderConfig { mode, seed: 7, threads, depth, ..LoaderConfig::new(16) }
 }
 
 /// Streams whose gathers take varying time, so that with several threads
 /// later steps often finish before earlier ones.
 fn jittery_streams(len: u64) -> Vec<zring_loader::Stream> {
-    let faults = Faults {
-        jitter_us: 400,
-        ..Faults::default()
-    };
+    let faults = Faults { jitter_us: 400, ..Faults::default() };
     vec![
-        Stream::new(
-            "img",
-            MemSource::with_faults(len, Layout::Fixed { record_bytes: 12 }, faults),
-        ),
+        Stream::new("img", MemSource::with_faults(len, Layout::Fixed { record_bytes: 12 }, faults)),
         Stream::new("txt", MemSource::with_faults(len, Layout::Ragged, faults)),
     ]
 }
@@ -42,8 +30,7 @@ fn order_is_identical_for_any_threads_and_depth() {
             let mut reference = None;
             for threads in [1, 2, 8] {
                 for depth in [1, 2, 4] {
-                    let mut loader =
-                        Loader::new(jittery_streams(300), config(mode, threads, depth)).unwrap();
+                    let mut loader = Loader::new(jittery_streams(300), config(mode, threads, depth)).unwrap();
                     let seq = take(&mut loader, 40);
                     for (k, s) in seq.iter().enumerate() {
                         assert_eq!(s.step, k as u64, "{mode:?} threads={threads} depth={depth}");
@@ -76,14 +63,8 @@ fn batches_hold_the_source_bytes() {
                 assert!(b.column("txt").unwrap().offsets().is_some());
                 assert!(b.indices.iter().all(|&i| i < 250));
                 assert_matches_source(&b);
-                assert_eq!(
-                    b.record("img", 3).unwrap(),
-                    &common::fixed_record(b.indices[3], 12)[..]
-                );
-                assert_eq!(
-                    b.record("txt", 5).unwrap(),
-                    &common::ragged_record(b.indices[5])[..]
-                );
+                assert_eq!(b.record("img", 3).unwrap(), &common::fixed_record(b.indices[3], 12)[..]);
+                assert_eq!(b.record("txt", 5).unwrap(), &common::ragged_record(b.indices[5])[..]);
                 assert_eq!(b.record("txt", 16), None);
                 assert_eq!(b.record("nope", 0), None);
             }
@@ -108,10 +89,7 @@ fn start_step_skips_ahead() {
     with_timeout(DEADLOCK, || {
         let mut full = Loader::new(two_streams(300), config(Mode::Cyclic, 2, 2)).unwrap();
         let seq = take(&mut full, 30);
-        let cfg = LoaderConfig {
-            start_step: 20,
-            ..config(Mode::Cyclic, 2, 2)
-        };
+        let cfg = LoaderConfig { start_step: 20, ..config(Mode::Cyclic, 2, 2) };
         let mut late = Loader::new(two_streams(300), cfg).unwrap();
         assert_eq!(take(&mut late, 10), seq[20..]);
     });
@@ -123,10 +101,7 @@ fn shards_concatenate_to_the_global_batch() {
         let mut whole = Loader::new(two_streams(500), config(Mode::Iid, 2, 2)).unwrap();
         let mut shards: Vec<Loader> = (0..2)
             .map(|index| {
-                let cfg = LoaderConfig {
-                    shard: Shard::new(index, 2).unwrap(),
-                    ..config(Mode::Iid, 2, 2)
-                };
+                let cfg = LoaderConfig { shard: Shard::new(index, 2).unwrap(), ..config(Mode::Iid, 2, 2) };
                 Loader::new(two_streams(500), cfg).unwrap()
             })
             .collect();
@@ -138,17 +113,9 @@ fn shards_concatenate_to_the_global_batch() {
             assert_eq!((a.step, b.step), (w.step, w.step));
             let idx: Vec<u64> = a.indices.iter().chain(b.indices.iter()).copied().collect();
             assert_eq!(idx[..], w.indices[..]);
-            let img: Vec<u8> = [
-                a.column("img").unwrap().data(),
-                b.column("img").unwrap().data(),
-            ]
-            .concat();
+            let img: Vec<u8> = [a.column("img").unwrap().data(), b.column("img").unwrap().data()].concat();
             assert_eq!(img[..], *w.column("img").unwrap().data());
-            let txt: Vec<u8> = [
-                a.column("txt").unwrap().data(),
-                b.column("txt").unwrap().data(),
-            ]
-            .concat();
+            let txt: Vec<u8> = [a.column("txt").unwrap().data(), b.column("txt").unwrap().data()].concat();
             assert_eq!(txt[..], *w.column("txt").unwrap().data());
         }
     });
@@ -208,10 +175,7 @@ fn into_columns_hands_out_owned_buffers() {
         let (name, data, offsets) = columns.into_iter().nth(1).unwrap().into_parts();
         assert_eq!(&*name, "txt");
         assert_eq!(data[..], expected.columns[1].1[..]);
-        assert_eq!(
-            offsets.unwrap()[..],
-            expected.columns[1].2.as_ref().unwrap()[..]
-        );
+        assert_eq!(offsets.unwrap()[..], expected.columns[1].2.as_ref().unwrap()[..]);
         // A detached buffer is a plain Vec with the same bytes.
         let b = loader.next().unwrap();
         let img = b.column("img").unwrap().data().to_vec();
@@ -228,10 +192,7 @@ fn into_columns_hands_out_owned_buffers() {
 fn a_single_stream_of_a_shared_source_works() {
     with_timeout(DEADLOCK, || {
         let src = MemSource::fixed(64, 3);
-        let streams = vec![
-            Stream::new("a", src.clone()),
-            Stream::new("b", src as Arc<_>),
-        ];
+        let streams = vec![Stream::new("a", src.clone()), Stream::new("b", src as Arc<_>)];
         let mut loader = Loader::new(streams, config(Mode::Iid, 2, 2)).unwrap();
         let b = loader.next().unwrap();
         assert_eq!(b.column("a").unwrap().data(), b.column("b").unwrap().data());

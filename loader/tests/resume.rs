@@ -11,13 +11,7 @@ use zring_loader::{Error, Loader, LoaderConfig, LoaderState, Mode, Shard};
 fn resume_mid_run_yields_the_same_sequence() {
     with_timeout(DEADLOCK, || {
         for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
-            let cfg = LoaderConfig {
-                mode,
-                seed: 99,
-                threads: 4,
-                depth: 3,
-                ..LoaderConfig::new(16)
-            };
+            let cfg = LoaderConfig { mode, seed: 99, threads: 4, depth: 3, ..LoaderConfig::new(16) };
             let mut original = Loader::new(two_streams(200), cfg).unwrap();
             take(&mut original, 17);
             let state = original.state();
@@ -27,11 +21,7 @@ fn resume_mid_run_yields_the_same_sequence() {
 
             let restored: LoaderState = serde_json::from_str(&json).unwrap();
             assert_eq!(restored, state);
-            let cfg = LoaderConfig {
-                threads: 1,
-                depth: 1,
-                ..LoaderConfig::from_state(&restored)
-            };
+            let cfg = LoaderConfig { threads: 1, depth: 1, ..LoaderConfig::from_state(&restored) };
             let mut resumed = Loader::new(two_streams(200), cfg).unwrap();
             assert_eq!(resumed.next_step(), 17);
             assert_eq!(take(&mut resumed, 30), rest, "{mode:?}");
@@ -42,11 +32,7 @@ fn resume_mid_run_yields_the_same_sequence() {
 #[test]
 fn state_counts_only_delivered_steps() {
     with_timeout(DEADLOCK, || {
-        let cfg = LoaderConfig {
-            depth: 8,
-            threads: 4,
-            ..LoaderConfig::new(4)
-        };
+        let cfg = LoaderConfig { depth: 8, threads: 4, ..LoaderConfig::new(4) };
         let mut loader = Loader::new(two_streams(50), cfg).unwrap();
         assert_eq!(loader.state().next_step(), 0);
         let b = loader.next().unwrap();
@@ -64,10 +50,7 @@ fn resume_with_a_different_shard_count_keeps_the_global_sequence() {
         take(&mut whole, 5);
         let state = whole.state();
         let expected = whole.next().unwrap();
-        let cfg = LoaderConfig {
-            shard: Shard::new(1, 3).unwrap(),
-            ..LoaderConfig::from_state(&state)
-        };
+        let cfg = LoaderConfig { shard: Shard::new(1, 3).unwrap(), ..LoaderConfig::from_state(&state) };
         let mut third = Loader::new(two_streams(300), cfg).unwrap();
         let b = third.next().unwrap();
         assert_eq!(b.step, 5);
@@ -82,14 +65,5 @@ fn resume_over_streams_of_another_length_is_refused() {
     let state = loader.state();
     let streams = vec![zring_loader::Stream::new("img", MemSource::fixed(101, 12))];
     let err = Loader::new(streams, LoaderConfig::from_state(&state)).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            Error::StateMismatch {
-                state_length: 100,
-                stream_length: 101
-            }
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, Error::StateMismatch { state_length: 100, stream_length: 101 }), "{err:?}");
 }

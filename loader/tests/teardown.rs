@@ -11,9 +11,7 @@ use std::time::{Duration, Instant};
 use zring_loader::{Loader, LoaderConfig, Source, Stream};
 
 fn thread_count() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("/proc/self/task lists this process's threads")
-        .count()
+    std::fs::read_dir("/proc/self/task").expect("/proc/self/task lists this process's threads").count()
 }
 
 /// The thread count once it is back to `expected`, or what it still is after

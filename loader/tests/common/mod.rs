@@ -16,10 +16,7 @@ pub const DEADLOCK: Duration = Duration::from_secs(10);
 
 /// Runs `f` on its own thread and fails the test if it does not finish within
 /// `limit`, so a deadlocked pipeline fails fast instead of hanging the suite.
-pub fn with_timeout<T: Send + 'static>(
-    limit: Duration,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> T {
+pub fn with_timeout<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = mpsc::channel();
     thread::spawn(move || {
         let _ = tx.send(panic::catch_unwind(AssertUnwindSafe(f)));
@@ -44,9 +41,7 @@ pub fn fixed_record(i: u64, record_bytes: usize) -> Vec<u8> {
 
 /// The content of ragged record `i`: `i % 13` bytes (some records are empty).
 pub fn ragged_record(i: u64) -> Vec<u8> {
-    (0..(i % 13) as usize)
-        .map(|j| fixed_byte(i, j + 1000))
-        .collect()
+    (0..(i % 13) as usize).map(|j| fixed_byte(i, j + 1000)).collect()
 }
 
 /// What a [`MemSource`] does besides answering.
@@ -71,27 +66,15 @@ pub struct MemSource {
 
 impl MemSource {
     pub fn fixed(len: u64, record_bytes: usize) -> Arc<Self> {
-        Arc::new(MemSource {
-            len,
-            layout: Layout::Fixed { record_bytes },
-            faults: Faults::default(),
-        })
+        Arc::new(MemSource { len, layout: Layout::Fixed { record_bytes }, faults: Faults::default() })
     }
 
     pub fn ragged(len: u64) -> Arc<Self> {
-        Arc::new(MemSource {
-            len,
-            layout: Layout::Ragged,
-            faults: Faults::default(),
-        })
+        Arc::new(MemSource { len, layout: Layout::Ragged, faults: Faults::default() })
     }
 
     pub fn with_faults(len: u64, layout: Layout, faults: Faults) -> Arc<Self> {
-        Arc::new(MemSource {
-            len,
-            layout,
-            faults,
-        })
+        Arc::new(MemSource { len, layout, faults })
     }
 
     fn check(&self, indices: &[u64]) -> Result<(), SourceError> {
@@ -133,15 +116,8 @@ impl Source for MemSource {
         let Layout::Fixed { record_bytes } = self.layout else {
             return Err("gather called on a ragged source".into());
         };
-        assert_eq!(
-            dst.len(),
-            indices.len() * record_bytes,
-            "loader sized dst wrongly"
-        );
-        for (&i, out) in indices
-            .iter()
-            .zip(dst.chunks_exact_mut(record_bytes.max(1)))
-        {
+        assert_eq!(dst.len(), indices.len() * record_bytes, "loader sized dst wrongly");
+        for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(record_bytes.max(1))) {
             for (j, b) in out.iter_mut().enumerate() {
                 *b = fixed_byte(i, j);
             }
@@ -158,12 +134,7 @@ impl Source for MemSource {
         Ok(())
     }
 
-    fn gather_var(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-    ) -> Result<(), SourceError> {
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
         self.check(indices)?;
         assert_eq!(offsets.len(), indices.len() + 1);
         assert_eq!(offsets[0], 0);
@@ -191,31 +162,20 @@ pub fn snapshot(b: &Batch) -> Snapshot {
         columns: b
             .columns
             .iter()
-            .map(|c| {
-                (
-                    c.name().to_owned(),
-                    c.data().to_vec(),
-                    c.offsets().map(<[u64]>::to_vec),
-                )
-            })
+            .map(|c| (c.name().to_owned(), c.data().to_vec(), c.offsets().map(<[u64]>::to_vec)))
             .collect(),
     }
 }
 
 /// The next `n` batches of `loader`, flattened.
 pub fn take(loader: &mut Loader, n: usize) -> Vec<Snapshot> {
-    (0..n)
-        .map(|_| snapshot(&loader.next().expect("a batch")))
-        .collect()
+    (0..n).map(|_| snapshot(&loader.next().expect("a batch"))).collect()
 }
 
 /// A fixed stream "img" (12-byte records) and a ragged stream "txt", both of
 /// `len` records.
 pub fn two_streams(len: u64) -> Vec<Stream> {
-    vec![
-        Stream::new("img", MemSource::fixed(len, 12)),
-        Stream::new("txt", MemSource::ragged(len)),
-    ]
+    vec![Stream::new("img", MemSource::fixed(len, 12)), Stream::new("txt", MemSource::ragged(len))]
 }
 
 /// Asserts that every column of `b` holds what the source holds at its indices.
