@@ -1,0 +1,57 @@
+# The two commands of the README:
+#   make demo   build, write a sample dataset, stream it through the loader,
+#               print throughput and a latency histogram
+#   make test   every test: Rust, Python, and a short run of each fuzz target
+# Both install what they need (Rust crates through cargo, a project-local
+# virtual environment with maturin, numpy, pytest and the test peers).
+
+SHELL := /bin/bash
+VENV  ?= .venv
+PY    := $(VENV)/bin/python
+PIP   := $(VENV)/bin/pip
+FUZZ_SECONDS ?= 15
+
+.PHONY: demo test venv develop develop-release rust-test py-test fuzz lint doc clean
+
+$(VENV)/.ok: py/requirements-dev.txt
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet -r py/requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.ok
+
+# The package, built in the test profile (the workspace's dev profile is
+# optimised; one profile keeps CI to one build of every crate).
+develop: venv
+	cd py && ../$(VENV)/bin/maturin develop --quiet
+
+develop-release: venv
+	cd py && ../$(VENV)/bin/maturin develop --release --quiet
+
+demo: develop-release
+	$(PY) scripts/demo.py
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+doc:
+	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --exclude zring-py
+
+rust-test:
+	cargo test --workspace
+
+py-test: develop
+	$(PY) -m pytest py/tests -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
+fuzz:
+	bash fuzz/run.sh $(FUZZ_SECONDS)
+
+test: lint rust-test doc py-test fuzz
+	cargo bench --workspace --no-run --profile dev
+	@echo "make test: all suites passed"
+
+clean:
+	cargo clean
+	rm -rf $(VENV)
