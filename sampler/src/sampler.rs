@@ -121,17 +121,11 @@ impl Sampler {
         }
         let batch = batch_size.min(length);
         if batch > MAX_BATCH {
-            return Err(Error::BatchTooLarge {
-                batch,
-                max: MAX_BATCH,
-            });
+            return Err(Error::BatchTooLarge { batch, max: MAX_BATCH });
         }
         let kernel = match mode {
             Mode::Sequential => Kernel::Sequential,
-            Mode::Iid => Kernel::Iid {
-                key: mix64(seed ^ IID_KEY),
-                lemire: Lemire::new(length, 64),
-            },
+            Mode::Iid => Kernel::Iid { key: mix64(seed ^ IID_KEY), lemire: Lemire::new(length, 64) },
             Mode::Cyclic => Kernel::Cyclic {
                 key: mix64(seed ^ CYCLIC_KEY),
                 domain: Domain::new(length),
@@ -176,10 +170,7 @@ impl Sampler {
     pub fn fill_shard(&self, step: u64, shard: Shard, out: &mut [u64]) -> Result<(), Error> {
         let (start, end) = shard.range(self.batch_len)?;
         if out.len() != end - start {
-            return Err(Error::BufferLength {
-                expected: (end - start) as u64,
-                got: out.len() as u64,
-            });
+            return Err(Error::BufferLength { expected: (end - start) as u64, got: out.len() as u64 });
         }
         self.fill_positions(step, start, out);
         Ok(())
@@ -264,20 +255,14 @@ impl Sampler {
                     };
                 }
             }
-            Kernel::Cyclic {
-                key,
-                domain,
-                steps_per_cycle,
-            } => {
+            Kernel::Cyclic { key, domain, steps_per_cycle } => {
                 // A cycle holds `steps_per_cycle` whole batches, so a batch
                 // never straddles two cycles: the cycle and its round keys are
                 // computed once per call.
                 let cycle = step / steps_per_cycle;
                 let first = (step % steps_per_cycle) * b + start;
                 let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
-                for (o, pos) in out.iter_mut().zip(first..) {
-                    *o = perm.apply(pos);
-                }
+                perm.fill(first, out);
             }
         }
     }

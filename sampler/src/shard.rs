@@ -33,10 +33,7 @@ impl Shard {
     /// so every entry point re-checks them.
     pub(crate) fn check(self) -> Result<Shard, Error> {
         if self.count == 0 || self.index >= self.count {
-            Err(Error::BadShard {
-                index: self.index,
-                count: self.count,
-            })
+            Err(Error::BadShard { index: self.index, count: self.count })
         } else {
             Ok(self)
         }
@@ -50,10 +47,7 @@ impl Shard {
         let len = batch / count;
         // Not `is_multiple_of`: the workspace supports Rust 1.80.
         if len * count != batch {
-            return Err(Error::ShardDoesNotDivide {
-                batch: batch as u64,
-                count: shard.count,
-            });
+            return Err(Error::ShardDoesNotDivide { batch: batch as u64, count: shard.count });
         }
         let start = len * shard.index as usize;
         Ok((start, start + len))
@@ -66,14 +60,8 @@ mod tests {
 
     #[test]
     fn new_rejects_bad_shards() {
-        assert_eq!(
-            Shard::new(0, 0),
-            Err(Error::BadShard { index: 0, count: 0 })
-        );
-        assert_eq!(
-            Shard::new(4, 4),
-            Err(Error::BadShard { index: 4, count: 4 })
-        );
+        assert_eq!(Shard::new(0, 0), Err(Error::BadShard { index: 0, count: 0 }));
+        assert_eq!(Shard::new(4, 4), Err(Error::BadShard { index: 4, count: 4 }));
         assert_eq!(Shard::new(3, 4), Ok(Shard { index: 3, count: 4 }));
         assert_eq!(Shard::new(0, 1), Ok(Shard::ALL));
     }
@@ -91,12 +79,6 @@ mod tests {
             }
             assert_eq!(next, batch);
         }
-        assert_eq!(
-            Shard::new(0, 5).unwrap().range(24),
-            Err(Error::ShardDoesNotDivide {
-                batch: 24,
-                count: 5
-            })
-        );
+        assert_eq!(Shard::new(0, 5).unwrap().range(24), Err(Error::ShardDoesNotDivide { batch: 24, count: 5 }));
     }
 }

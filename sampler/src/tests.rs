@@ -16,9 +16,7 @@ fn sampler(mode: Mode, length: u64, batch: u64, seed: u64) -> Sampler {
 fn cycle(s: &Sampler, cycle: u64) -> Vec<u64> {
     let state = s.state();
     let steps = state.length / s.batch_len() as u64;
-    (cycle * steps..(cycle + 1) * steps)
-        .flat_map(|step| s.batch(step))
-        .collect()
+    (cycle * steps..(cycle + 1) * steps).flat_map(|step| s.batch(step)).collect()
 }
 
 #[test]
@@ -67,11 +65,7 @@ fn cyclic_with_remainder_drops_different_indices_each_cycle() {
         missing.sort_unstable();
         dropped.insert(missing);
     }
-    assert!(
-        dropped.len() > 5,
-        "only {} different remainders",
-        dropped.len()
-    );
+    assert!(dropped.len() > 5, "only {} different remainders", dropped.len());
 }
 
 #[test]
@@ -178,11 +172,7 @@ fn iid_draws_with_replacement_and_depends_on_seed_and_step() {
     assert!(b.iter().all(|&i| i < 100));
     let distinct: HashSet<u64> = b.iter().copied().collect();
     // 100 draws from 100 values: about 63 distinct, never all 100 in practice.
-    assert!(
-        distinct.len() < 100 && distinct.len() > 40,
-        "{}",
-        distinct.len()
-    );
+    assert!(distinct.len() < 100 && distinct.len() > 40, "{}", distinct.len());
     assert_ne!(s.batch(0), s.batch(1));
     assert_ne!(s.batch(0), sampler(Mode::Iid, 100, 100, 2).batch(0));
     // Length 1: the only index.
@@ -209,10 +199,7 @@ fn sequential_wraps_circularly() {
     assert_eq!(s.batch(3), vec![2, 3, 4, 5]);
     assert_eq!(s.batch(5), vec![0, 1, 2, 3]);
     // Seed does not matter for sequential.
-    assert_eq!(
-        sampler(Mode::Sequential, 10, 4, 99).batch(2),
-        vec![8, 9, 0, 1]
-    );
+    assert_eq!(sampler(Mode::Sequential, 10, 4, 99).batch(2), vec![8, 9, 0, 1]);
     // A store smaller than one batch gives the whole store each step.
     let s = sampler(Mode::Sequential, 3, 5, 0);
     assert_eq!(s.batch_len(), 3);
@@ -221,15 +208,11 @@ fn sequential_wraps_circularly() {
     // Huge steps and lengths do not overflow.
     let s = sampler(Mode::Sequential, u64::MAX, 4, 0);
     let last = u64::MAX / 4; // batch starting at 4 * last = u64::MAX - 3
-    assert_eq!(
-        s.batch(last),
-        vec![u64::MAX - 3, u64::MAX - 2, u64::MAX - 1, 0]
-    );
+    assert_eq!(s.batch(last), vec![u64::MAX - 3, u64::MAX - 2, u64::MAX - 1, 0]);
     // A shard inside the wrapped region.
     let s = sampler(Mode::Sequential, 10, 4, 0);
     let mut out = [0u64; 2];
-    s.fill_shard(2, Shard::new(1, 2).unwrap(), &mut out)
-        .unwrap();
+    s.fill_shard(2, Shard::new(1, 2).unwrap(), &mut out).unwrap();
     assert_eq!(out, [0, 1]);
 }
 
@@ -309,37 +292,16 @@ fn next_batch_advances_and_wraps_at_the_last_step() {
 #[test]
 fn errors_carry_their_numbers() {
     for mode in MODES {
-        assert_eq!(
-            Sampler::new(mode, 0, 4, 0).unwrap_err(),
-            Error::EmptyIndexSpace
-        );
+        assert_eq!(Sampler::new(mode, 0, 4, 0).unwrap_err(), Error::EmptyIndexSpace);
         assert_eq!(Sampler::new(mode, 10, 0, 0).unwrap_err(), Error::ZeroBatch);
         let s = sampler(mode, 10, 4, 0);
-        assert_eq!(
-            s.fill(0, &mut [0; 3]),
-            Err(Error::BufferLength {
-                expected: 4,
-                got: 3
-            })
-        );
-        assert_eq!(
-            s.shard_len(Shard { index: 2, count: 2 }),
-            Err(Error::BadShard { index: 2, count: 2 })
-        );
-        assert_eq!(
-            s.fill_shard(0, Shard { index: 0, count: 0 }, &mut []),
-            Err(Error::BadShard { index: 0, count: 0 })
-        );
-        assert_eq!(
-            s.shard_len(Shard::new(0, 3).unwrap()),
-            Err(Error::ShardDoesNotDivide { batch: 4, count: 3 })
-        );
+        assert_eq!(s.fill(0, &mut [0; 3]), Err(Error::BufferLength { expected: 4, got: 3 }));
+        assert_eq!(s.shard_len(Shard { index: 2, count: 2 }), Err(Error::BadShard { index: 2, count: 2 }));
+        assert_eq!(s.fill_shard(0, Shard { index: 0, count: 0 }, &mut []), Err(Error::BadShard { index: 0, count: 0 }));
+        assert_eq!(s.shard_len(Shard::new(0, 3).unwrap()), Err(Error::ShardDoesNotDivide { batch: 4, count: 3 }));
         assert_eq!(
             s.fill_shard(0, Shard::new(1, 2).unwrap(), &mut [0; 4]),
-            Err(Error::BufferLength {
-                expected: 2,
-                got: 4
-            })
+            Err(Error::BufferLength { expected: 2, got: 4 })
         );
     }
     assert_eq!(Mode::from_u8(3), Err(Error::BadMode(3)));
@@ -348,31 +310,15 @@ fn errors_carry_their_numbers() {
     let too_big = MAX_BATCH + 1;
     assert_eq!(
         Sampler::new(Mode::Iid, u64::MAX, too_big, 0).unwrap_err(),
-        Error::BatchTooLarge {
-            batch: too_big,
-            max: MAX_BATCH
-        }
+        Error::BatchTooLarge { batch: too_big, max: MAX_BATCH }
     );
     // A huge batch size over a small store is fine: the batch is the store.
     assert_eq!(sampler(Mode::Iid, 10, u64::MAX, 0).batch_len(), 10);
     // A state no sampler could have produced is refused.
-    let bad = SamplerState {
-        mode: Mode::Cyclic,
-        seed: 0,
-        step: 0,
-        length: 0,
-        batch_size: 1,
-    };
-    assert_eq!(
-        Sampler::from_state(&bad).unwrap_err(),
-        Error::EmptyIndexSpace
-    );
+    let bad = SamplerState { mode: Mode::Cyclic, seed: 0, step: 0, length: 0, batch_size: 1 };
+    assert_eq!(Sampler::from_state(&bad).unwrap_err(), Error::EmptyIndexSpace);
     // Messages name the numbers.
-    let msg = Error::ShardDoesNotDivide {
-        batch: 10,
-        count: 3,
-    }
-    .to_string();
+    let msg = Error::ShardDoesNotDivide { batch: 10, count: 3 }.to_string();
     assert!(msg.contains("10") && msg.contains('3'), "{msg}");
 }
 
