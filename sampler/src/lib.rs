@@ -68,9 +68,12 @@
 //!   cycle-walking to stay in range; it costs a few nanoseconds per index and
 //!   no memory, where a shuffled index array would cost `8 * length` bytes
 //!   and a pass over them per cycle. The price is that the permutation is
-//!   pseudo-random (four rounds of a multiply–xorshift hash) rather than
-//!   a uniformly random choice among all `length!` permutations; for batch
-//!   composition this is indistinguishable in practice.
+//!   pseudo-random (four rounds of a multiply–xorshift–multiply hash, eight
+//!   for index spaces under `2^14`) rather than a uniformly random choice
+//!   among all `length!` permutations. The tests check what matters for
+//!   batch composition (position and image uncorrelated, the image of a
+//!   position uniform over seeds, neighbours landing far apart); it is not a
+//!   cryptographic permutation and must not be used as one.
 //! - **Every batch is full.** Sequential wraps circularly and cyclic drops a
 //!   different remainder each cycle, so batch shapes never change mid-run,
 //!   which suits compiled training steps. The cost is that in cyclic mode a
