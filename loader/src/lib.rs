@@ -56,7 +56,7 @@
 //!
 //! * [`Source`] (module `source`) is the seam to the store: gather the records
 //!   at some indices into a buffer, in a [`Layout`] that is either fixed-size
-//!   or ragged. Tests use
+//!   or ragged. [`StoreSource`] adapts a `zring_engine::Store`; tests use
 //!   in-memory sources.
 //! * [`Stream`] names a source. All streams of a loader have the same length
 //!   and are gathered at the same indices, so their records line up.
@@ -98,6 +98,7 @@ mod loader;
 mod pool;
 mod source;
 mod stats;
+mod store;
 
 pub use batch::{Batch, Column};
 pub use config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
@@ -106,4 +107,5 @@ pub use loader::{Loader, Stream};
 pub use pool::{Pooled, PooledBuf};
 pub use source::{Layout, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};
+pub use store::StoreSource;
 pub use zring_sampler::{Mode, SamplerState, Shard};

@@ -1,0 +1,131 @@
+//! The adapter that lets a loader gather from a `zring_engine::Store`.
+
+use std::sync::Arc;
+
+use zring_engine::Store;
+
+use crate::source::{Layout, Source, SourceError};
+
+/// A [`Store`] seen as a [`Source`].
+///
+/// A store does not know how its records should be laid out in a batch, so
+/// the adapter carries the [`Layout`]: [`Layout::Fixed`] gathers every record
+/// into a slot of `record_bytes` (a shorter record is zero-padded, a longer
+/// one is an error from the store), [`Layout::Ragged`] gathers each record at
+/// its own length. Store errors pass through boxed but unchanged, so a caller
+/// can downcast a [`Error::Gather`](crate::Error::Gather) source back to
+/// `zring_engine::Error`.
+#[derive(Clone)]
+pub struct StoreSource {
+    /// The store gathered from; shared, as every worker reads it.
+    pub store: Arc<Store>,
+    /// How records are laid out in a batch.
+    pub layout: Layout,
+}
+
+impl std::fmt::Debug for StoreSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StoreSource")
+            .field("path", &self.store.path())
+            .field("len", &self.store.len())
+            .field("layout", &self.layout)
+            .finish()
+    }
+}
+
+impl StoreSource {
+    /// Records gathered into slots of `record_bytes` each.
+    pub fn fixed(store: Arc<Store>, record_bytes: usize) -> Self {
+        StoreSource { store, layout: Layout::Fixed { record_bytes } }
+    }
+
+    /// Records gathered at their own lengths, with offsets.
+    pub fn ragged(store: Arc<Store>) -> Self {
+        StoreSource { store, layout: Layout::Ragged }
+    }
+}
+
+impl Source for StoreSource {
+    fn len(&self) -> u64 {
+        self.store.len()
+    }
+
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Err("gather called on a ragged StoreSource".into());
+        };
+        Ok(self.store.gather(indices, dst, record_bytes)?)
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        Ok(self.store.lengths(indices, out)?)
+    }
+
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
+        // The loader passes `len + 1` boundaries; the store takes one start
+        // per record and reads each record's length itself.
+        let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
+        Ok(self.store.gather_var(indices, dst, starts)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Error, Loader, LoaderConfig, Mode, Stream};
+
+    fn record(i: usize) -> Vec<u8> {
+        (0..(i % 9) + 1).map(|j| (i * 7 + j) as u8).collect()
+    }
+
+    fn store(n: usize) -> (tempfile::TempDir, Arc<Store>) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::builder(dir.path()).create().unwrap();
+        let records: Vec<Vec<u8>> = (0..n).map(record).collect();
+        let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
+        store.append(&refs, None).unwrap();
+        store.sync().unwrap();
+        (dir, Arc::new(store))
+    }
+
+    #[test]
+    fn a_loader_over_a_store_delivers_its_records() {
+        let (_dir, store) = store(200);
+        let streams = vec![
+            Stream::new("fixed", Arc::new(StoreSource::fixed(Arc::clone(&store), 9))),
+            Stream::new("ragged", Arc::new(StoreSource::ragged(Arc::clone(&store)))),
+        ];
+        let cfg = LoaderConfig { mode: Mode::Iid, seed: 3, ..LoaderConfig::new(32) };
+        let mut loader = Loader::new(streams, cfg).unwrap();
+        for _ in 0..20 {
+            let b = loader.next().unwrap();
+            for (k, &i) in b.indices.iter().enumerate() {
+                let want = record(i as usize);
+                assert_eq!(b.record("ragged", k).unwrap(), &want[..]);
+                // Fixed slots are zero-padded past the record.
+                let slot = b.record("fixed", k).unwrap();
+                assert_eq!(&slot[..want.len()], &want[..]);
+                assert!(slot[want.len()..].iter().all(|&x| x == 0));
+            }
+        }
+    }
+
+    #[test]
+    fn store_errors_arrive_as_gather_errors_that_downcast() {
+        let (_dir, store) = store(50);
+        // Records are up to 9 bytes; slots of 4 are too small for most.
+        let streams = vec![Stream::new("x", Arc::new(StoreSource::fixed(store, 4)) as Arc<dyn Source>)];
+        let mut loader = Loader::new(streams, LoaderConfig::new(10)).unwrap();
+        match loader.next().unwrap_err() {
+            Error::Gather { step: 0, stream, source } => {
+                assert_eq!(stream, "x");
+                assert!(source.downcast_ref::<zring_engine::Error>().is_some(), "{source}");
+            }
+            other => panic!("expected Gather, got {other:?}"),
+        }
+    }
+}
