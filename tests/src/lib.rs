@@ -88,7 +88,7 @@ pub fn record(id: u64, len: usize) -> Vec<u8> {
     let mut out = Vec::with_capacity(len);
     out.extend_from_slice(&id.to_le_bytes()[..len.min(8)]);
     let mut rng = Rng::new(id ^ 0xC0FF_EE00);
-    let compressible = mix64(id) % 2 == 0;
+    let compressible = mix64(id) & 1 == 0;
     while out.len() < len {
         let w = rng.next_u64();
         if compressible {

@@ -88,8 +88,11 @@ fn child(dir: &Path) {
     let focus = Op::parse(&std::env::var(CHILD_FOCUS_ENV).expect("focus")).expect("focus op");
     let mut rng = Rng::new(seed);
     let store = Store::builder(dir).chunk_bytes(16 << 10).open_writable().expect("child open");
-    let mut ids: Vec<u64> =
-        read_all(&store).expect("child read").iter().map(|r| record_id(r).expect("child sees a damaged record")).collect();
+    let mut ids: Vec<u64> = read_all(&store)
+        .expect("child read")
+        .iter()
+        .map(|r| record_id(r).expect("child sees a damaged record"))
+        .collect();
     // Fresh ids: the seed's high bits keep them distinct across children.
     let mut next_id = seed << 20;
     say(&format!("ready {}", state_line(&ids)));
@@ -179,7 +182,10 @@ fn check_store(dir: &Path) -> Result<String, String> {
     let recs = read_all(&r).map_err(|e| format!("gather of every record failed: {e}"))?;
     let mut ids = Vec::with_capacity(recs.len());
     for (i, rec) in recs.iter().enumerate() {
-        ids.push(record_id(rec).ok_or_else(|| format!("record {i} ({} bytes) is not any record that was written", rec.len()))?);
+        ids.push(
+            record_id(rec)
+                .ok_or_else(|| format!("record {i} ({} bytes) is not any record that was written", rec.len()))?,
+        );
     }
     Ok(state_line(&ids))
 }
