@@ -156,7 +156,7 @@ fn open_close_cycles_release_descriptors() {
     let mut rng = Rng::new(11);
     let cycle = |rng: &mut Rng, k: usize| {
         let backend = [BackendKind::Auto, BackendKind::Pread][k % 2];
-        let direct = k % 3 == 0;
+        let direct = matches!(k % 3, 0);
         let s = Store::builder(&dir).backend(backend).direct(direct).open().expect("open");
         gather_and_check(&s, s.len(), rng, "cycle");
         drop(s);
