@@ -12,8 +12,7 @@ use serde_json::Value;
 
 /// Serialises `value` and rebuilds it as Python objects.
 pub fn to_py<'py, T: Serialize>(py: Python<'py>, value: &T) -> PyResult<Bound<'py, PyAny>> {
-    let json = serde_json::to_value(value)
-        .map_err(|e| PyValueError::new_err(format!("cannot convert report: {e}")))?;
+    let json = serde_json::to_value(value).map_err(|e| PyValueError::new_err(format!("cannot convert report: {e}")))?;
     value_to_py(py, &json)
 }
 
@@ -50,18 +49,13 @@ fn value_to_py<'py>(py: Python<'py>, v: &Value) -> PyResult<Bound<'py, PyAny>> {
 
 /// Parses a serde value from JSON text produced on the Python side.
 pub fn from_json<T: DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
-    serde_json::from_str(text).map_err(|e| {
-        PyValueError::new_err(format!("{what} is not valid: {e}"))
-    })
+    serde_json::from_str(text).map_err(|e| PyValueError::new_err(format!("{what} is not valid: {e}")))
 }
 
 /// Parses an optional codec name ("raw", "zstd", "zstd_dict").
 pub fn codec_name(obj: Option<&str>) -> PyResult<Option<zring_engine::Codec>> {
     match obj {
         None => Ok(None),
-        Some(name) => zring_engine::Codec::from_name(name)
-            .map(Some)
-            .map_err(crate::error::engine),
+        Some(name) => zring_engine::Codec::from_name(name).map(Some).map_err(crate::error::engine),
     }
 }
-

@@ -9,9 +9,7 @@
 //! never to a bare `Exception`.
 
 use pyo3::create_exception;
-use pyo3::exceptions::{
-    PyFileExistsError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError,
-};
+use pyo3::exceptions::{PyFileExistsError, PyIndexError, PyMemoryError, PyOSError, PyRuntimeError, PyValueError};
 use pyo3::PyErr;
 
 create_exception!(
@@ -26,18 +24,8 @@ create_exception!(
     ZringError,
     "Bytes on disk contradict the store's metadata; run verify() and restore the store from a copy."
 );
-create_exception!(
-    zring,
-    ChecksumError,
-    CorruptError,
-    "A record's bytes do not match the checksum stored for it."
-);
-create_exception!(
-    zring,
-    NotAStoreError,
-    ZringError,
-    "The directory holds neither a zring nor a loaderx store."
-);
+create_exception!(zring, ChecksumError, CorruptError, "A record's bytes do not match the checksum stored for it.");
+create_exception!(zring, NotAStoreError, ZringError, "The directory holds neither a zring nor a loaderx store.");
 create_exception!(
     zring,
     UnsupportedVersionError,

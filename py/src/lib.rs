@@ -50,10 +50,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("CorruptError", py.get_type::<error::CorruptError>())?;
     m.add("ChecksumError", py.get_type::<error::ChecksumError>())?;
     m.add("NotAStoreError", py.get_type::<error::NotAStoreError>())?;
-    m.add(
-        "UnsupportedVersionError",
-        py.get_type::<error::UnsupportedVersionError>(),
-    )?;
+    m.add("UnsupportedVersionError", py.get_type::<error::UnsupportedVersionError>())?;
     m.add("LockedError", py.get_type::<error::LockedError>())?;
     m.add("PoisonedError", py.get_type::<error::PoisonedError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;

@@ -11,57 +11,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use numpy::ndarray::ArrayViewMut1;
 use numpy::PyArray1;
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use zring_engine::Store;
-use zring_loader::{
-    Layout, Loader, LoaderConfig, LoaderState, PooledBuf, Shard, Source, SourceError, Stream,
-};
+use zring_loader::{Loader, LoaderConfig, LoaderState, PooledBuf, Shard, StoreSource, Stream};
 
 use crate::convert::{from_json, to_py};
 use crate::error;
 use crate::sampler::mode;
 use crate::store::extract_store;
-
-/// A store seen by the loader as a [`Source`] with a fixed or ragged layout.
-struct StoreSource {
-    store: Arc<Store>,
-    layout: Layout,
-}
-
-impl Source for StoreSource {
-    fn len(&self) -> u64 {
-        self.store.len()
-    }
-
-    fn layout(&self) -> Layout {
-        self.layout
-    }
-
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Err("gather called on a ragged stream".into());
-        };
-        Ok(self.store.gather(indices, dst, record_bytes)?)
-    }
-
-    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        Ok(self.store.lengths(indices, out)?)
-    }
-
-    fn gather_var(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-    ) -> Result<(), SourceError> {
-        // The loader passes len + 1 boundaries; the engine wants one start
-        // per record.
-        let starts = offsets.get(..indices.len()).ok_or("too few offsets")?;
-        Ok(self.store.gather_var(indices, dst, starts)?)
-    }
-}
 
 /// Owner of one pooled batch buffer while NumPy arrays view it (the Python
 /// class `BatchBuffer`; it has no methods of its own).
@@ -102,14 +60,48 @@ pub struct PyLoader {
     /// `None` once closed. `next()` holds the lock while it waits (with the
     /// GIL released); `close()` takes it after that step arrives.
     inner: Mutex<Option<Loader>>,
+    /// The process that started the gather threads. A forked child has a
+    /// copy of this object but none of the threads.
+    pid: u32,
 }
 
 impl PyLoader {
+    /// Raises in a forked child: its copy of the loader has no threads, so
+    /// `next()` would wait forever.
+    fn check_pid(&self) -> PyResult<()> {
+        let now = std::process::id();
+        if now != self.pid {
+            return Err(PyRuntimeError::new_err(format!(
+                "this DataLoader was created in process {} and its gather threads do not survive fork; \
+                 create a new DataLoader in process {now}",
+                self.pid
+            )));
+        }
+        Ok(())
+    }
+
+    /// Forgets the loader without joining its threads when running in a
+    /// forked child, where those threads do not exist; the parent still owns
+    /// the real ones. Returns the loader only in the process that made it.
+    fn take(&self) -> Option<Loader> {
+        if std::process::id() == self.pid {
+            return self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+        }
+        // In a child the mutex may have been held by a parent thread at the
+        // moment of fork (a `next()` in progress) and will never be released:
+        // only try it, and leak the loader either way.
+        if let Ok(mut guard) = self.inner.try_lock() {
+            if let Some(loader) = guard.take() {
+                std::mem::forget(loader);
+            }
+        }
+        None
+    }
+
     fn with<T>(&self, f: impl FnOnce(&mut Loader) -> T) -> PyResult<T> {
+        self.check_pid()?;
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let loader = guard
-            .as_mut()
-            .ok_or_else(|| PyValueError::new_err("the loader is closed"))?;
+        let loader = guard.as_mut().ok_or_else(|| PyValueError::new_err("the loader is closed"))?;
         Ok(f(loader))
     }
 }
@@ -137,17 +129,17 @@ impl PyLoader {
     ) -> PyResult<Self> {
         let mut list = Vec::with_capacity(streams.len());
         for item in streams.iter() {
-            let tuple = item.cast::<PyTuple>().map_err(|_| {
-                PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple")
-            })?;
+            let tuple = item
+                .cast::<PyTuple>()
+                .map_err(|_| PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple"))?;
             let name: String = tuple.get_item(0)?.extract()?;
             let store = extract_store(&tuple.get_item(1)?, &format!("stream {name:?}"))?;
             let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
-            let layout = match record_bytes {
-                Some(record_bytes) => Layout::Fixed { record_bytes },
-                None => Layout::Ragged,
+            let source = match record_bytes {
+                Some(record_bytes) => StoreSource::fixed(store, record_bytes),
+                None => StoreSource::ragged(store),
             };
-            list.push(Stream::new(name, Arc::new(StoreSource { store, layout })));
+            list.push(Stream::new(name, Arc::new(source)));
         }
         let mut config = match state {
             Some(text) => {
@@ -166,12 +158,8 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
-        let loader = py
-            .detach(|| Loader::new(list, config))
-            .map_err(error::loader)?;
-        Ok(PyLoader {
-            inner: Mutex::new(Some(loader)),
-        })
+        let loader = py.detach(|| Loader::new(list, config)).map_err(error::loader)?;
+        Ok(PyLoader { inner: Mutex::new(Some(loader)), pid: std::process::id() })
     }
 
     /// Wait for the next step. Returns `(step, indices, columns)` where
@@ -179,9 +167,7 @@ impl PyLoader {
     /// viewing the pooled buffer, `offsets` the `len + 1` byte boundaries of
     /// a ragged column (uint64 array) or None.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let batch = py
-            .detach(|| self.with(|l| l.next()))?
-            .map_err(error::loader)?;
+        let batch = py.detach(|| self.with(|l| l.next()))?.map_err(error::loader)?;
         let step = batch.step;
         let indices = PyArray1::from_slice(py, &batch.indices);
         let columns = PyList::empty(py);
@@ -217,13 +203,7 @@ impl PyLoader {
 
     /// Stop the gather threads and release the streams. Safe to call twice.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = py.detach(|| {
-            self.inner
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take()
-        });
-        if let Some(mut loader) = taken {
+        if let Some(mut loader) = py.detach(|| self.take()) {
             py.detach(|| loader.close()).map_err(error::loader)?;
         }
         Ok(())
@@ -232,9 +212,17 @@ impl PyLoader {
     /// Whether `close()` has been called.
     #[getter]
     fn closed(&self) -> bool {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_none()
+        if std::process::id() != self.pid {
+            return true;
+        }
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+    }
+}
+
+impl Drop for PyLoader {
+    fn drop(&mut self) {
+        // In the process that made it, dropping the loader stops and joins its
+        // threads; in a forked child `take` forgets it instead.
+        drop(self.take());
     }
 }

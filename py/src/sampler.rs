@@ -26,8 +26,7 @@ impl PySampler {
     #[new]
     #[pyo3(signature = (length, batch_size, mode = 1, seed = 42))]
     fn new(length: u64, batch_size: u64, mode: u64, seed: u64) -> PyResult<Self> {
-        let inner = Sampler::new(self::mode(mode)?, length, batch_size, seed)
-            .map_err(error::sampler)?;
+        let inner = Sampler::new(self::mode(mode)?, length, batch_size, seed).map_err(error::sampler)?;
         Ok(PySampler { inner })
     }
 

@@ -27,8 +27,7 @@ pub struct PyStore {
 }
 
 fn slice_u64<'a>(a: &'a PyReadonlyArray1<'_, u64>, name: &str) -> PyResult<&'a [u64]> {
-    a.as_slice()
-        .map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous uint64 array")))
+    a.as_slice().map_err(|_| PyValueError::new_err(format!("{name} must be a contiguous uint64 array")))
 }
 
 impl PyStore {
@@ -111,16 +110,11 @@ impl PyStore {
     }
 
     /// The logical byte length of each record in `idx` (uint64 array).
-    fn lengths<'py>(
-        &self,
-        py: Python<'py>,
-        idx: PyReadonlyArray1<'py, u64>,
-    ) -> PyResult<Bound<'py, PyArray1<u64>>> {
+    fn lengths<'py>(&self, py: Python<'py>, idx: PyReadonlyArray1<'py, u64>) -> PyResult<Bound<'py, PyArray1<u64>>> {
         let store = self.store()?;
         let idx = slice_u64(&idx, "idx")?.to_vec();
         let mut out = vec![0u64; idx.len()];
-        py.detach(|| store.lengths(&idx, &mut out))
-            .map_err(error::engine)?;
+        py.detach(|| store.lengths(&idx, &mut out)).map_err(error::engine)?;
         Ok(PyArray1::from_vec(py, out))
     }
 
@@ -135,9 +129,7 @@ impl PyStore {
     ) -> PyResult<()> {
         let store = self.store()?;
         let idx = slice_u64(&idx, "idx")?.to_vec();
-        let dst = dst
-            .as_slice_mut()
-            .map_err(|_| PyValueError::new_err("dst must be a contiguous uint8 array"))?;
+        let dst = dst.as_slice_mut().map_err(|_| PyValueError::new_err("dst must be a contiguous uint8 array"))?;
         let need = idx.len().checked_mul(stride);
         if need.is_none_or(|n| n > dst.len()) {
             return Err(PyValueError::new_err(format!(
@@ -147,8 +139,7 @@ impl PyStore {
                 idx.len() as u128 * stride as u128
             )));
         }
-        py.detach(|| store.gather(&idx, dst, stride))
-            .map_err(error::engine)
+        py.detach(|| store.gather(&idx, dst, stride)).map_err(error::engine)
     }
 
     /// Decode records `idx` into the uint8 array `dst`, record `i` at byte
@@ -170,11 +161,8 @@ impl PyStore {
                 idx.len()
             )));
         }
-        let dst = dst
-            .as_slice_mut()
-            .map_err(|_| PyValueError::new_err("dst must be a contiguous uint8 array"))?;
-        py.detach(|| store.gather_var(&idx, dst, &offsets))
-            .map_err(error::engine)
+        let dst = dst.as_slice_mut().map_err(|_| PyValueError::new_err("dst must be a contiguous uint8 array"))?;
+        py.detach(|| store.gather_var(&idx, dst, &offsets)).map_err(error::engine)
     }
 
     /// Append records: record `i` is `src[offsets[i] : offsets[i] + lens[i]]`.
@@ -190,9 +178,7 @@ impl PyStore {
     ) -> PyResult<u64> {
         let store = self.store()?;
         let codec = codec_name(codec)?;
-        let src = src
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("src must be a contiguous uint8 array"))?;
+        let src = src.as_slice().map_err(|_| PyValueError::new_err("src must be a contiguous uint8 array"))?;
         let offsets = slice_u64(&offsets, "offsets")?;
         let lens = slice_u64(&lens, "lens")?;
         if offsets.len() != lens.len() {
@@ -220,8 +206,7 @@ impl PyStore {
                 }
             }
         }
-        py.detach(|| store.append(&records, codec))
-            .map_err(error::engine)
+        py.detach(|| store.append(&records, codec)).map_err(error::engine)
     }
 
     /// Append `len(src) / item_len` records of `item_len` bytes each.
@@ -236,9 +221,7 @@ impl PyStore {
     ) -> PyResult<u64> {
         let store = self.store()?;
         let codec = codec_name(codec)?;
-        let src = src
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("src must be a contiguous uint8 array"))?;
+        let src = src.as_slice().map_err(|_| PyValueError::new_err("src must be a contiguous uint8 array"))?;
         if item_len == 0 && !src.is_empty() {
             return Err(PyValueError::new_err("item_len is 0 but src is not empty"));
         }
@@ -248,8 +231,7 @@ impl PyStore {
                 src.len()
             )));
         }
-        py.detach(|| store.append_fixed(src, item_len, codec))
-            .map_err(error::engine)
+        py.detach(|| store.append_fixed(src, item_len, codec)).map_err(error::engine)
     }
 
     /// Make appended records and the record table durable.
@@ -297,28 +279,18 @@ impl PyStore {
         max_size: usize,
     ) -> PyResult<usize> {
         let store = self.store()?;
-        let buf = samples
-            .as_slice()
-            .map_err(|_| PyValueError::new_err("samples must be a contiguous uint8 array"))?;
+        let buf = samples.as_slice().map_err(|_| PyValueError::new_err("samples must be a contiguous uint8 array"))?;
         let sizes = slice_u64(&sizes, "sizes")?;
         let mut parts = Vec::with_capacity(sizes.len());
         let mut at = 0usize;
         for &s in sizes {
-            let end = usize::try_from(s)
-                .ok()
-                .and_then(|s| at.checked_add(s))
-                .filter(|&e| e <= buf.len())
-                .ok_or_else(|| {
-                    PyValueError::new_err(format!(
-                        "sizes add up to more than the {} bytes in samples",
-                        buf.len()
-                    ))
-                })?;
+            let end = usize::try_from(s).ok().and_then(|s| at.checked_add(s)).filter(|&e| e <= buf.len()).ok_or_else(
+                || PyValueError::new_err(format!("sizes add up to more than the {} bytes in samples", buf.len())),
+            )?;
             parts.push(&buf[at..end]);
             at = end;
         }
-        py.detach(|| store.train_dict(&parts, max_size))
-            .map_err(error::engine)
+        py.detach(|| store.train_dict(&parts, max_size)).map_err(error::engine)
     }
 
     /// Whether the store has a zstd dictionary.
@@ -341,11 +313,7 @@ impl PyStore {
 
     /// Release this handle; the store closes once running calls finish.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let taken = self
-            .inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let taken = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
         if let Some(store) = taken {
             // Only the last holder closes (flushes, unlocks); a loader may
             // still share this store and keeps it open until it is dropped.
@@ -370,11 +338,7 @@ impl PyStore {
             Ok(s) => format!("{} records", s.len()),
             Err(_) => "closed".to_owned(),
         };
-        format!(
-            "Store({:?}, {}, {state})",
-            self.path,
-            if self.writable { "writable" } else { "read-only" }
-        )
+        format!("Store({:?}, {}, {state})", self.path, if self.writable { "writable" } else { "read-only" })
     }
 }
 

@@ -57,3 +57,54 @@ def test_forked_child_reads(tmp_path):
     # the parent keeps working after the fork too
     np.testing.assert_array_equal(ds[idx], data[idx])
     ds.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
+def test_forked_child_gets_a_clear_error_from_a_parent_loader(tmp_path):
+    """A DataLoader's gather threads stay in the parent. In the child, next()
+    must raise at once (not wait forever for threads that do not exist), and
+    dropping the copy must not try to join them; a new loader works."""
+    zring.write_dataset(tmp_path / "d", np.arange(64, dtype=np.int64))
+    ds = zring.Dataset(tmp_path / "d")
+    loader = zring.DataLoader({"x": ds}, batch_size=8, mode=0, num_workers=1)
+    first = next(loader)["x"].copy()
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            os.close(r)
+            try:
+                next(loader)
+                os.write(w, b"no error")
+            except RuntimeError as exc:
+                if "fork" not in str(exc):
+                    raise
+                loader.close()  # must not hang joining the parent's threads
+                with zring.DataLoader({"x": ds}, batch_size=8, mode=0, num_workers=1) as fresh:
+                    ok = np.array_equal(next(fresh)["x"], first)
+                os.write(w, b"ok" if ok else b"mismatch")
+                code = 0 if ok else 2
+        except BaseException as exc:
+            os.write(w, repr(exc).encode()[:500])
+        finally:
+            os._exit(code)
+
+    os.close(w)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("forked child hung on the parent's DataLoader")
+        time.sleep(0.02)
+    msg = os.read(r, 1000).decode(errors="replace")
+    os.close(r)
+    assert msg == "ok", f"child said {msg!r} (status {status})"
+    np.testing.assert_array_equal(next(loader)["x"], np.arange(8, 16))
+    loader.close()
+    ds.close()
