@@ -119,7 +119,7 @@ impl PyStore {
     }
 
     /// Decode records `idx` into the uint8 array `dst`, record `i` at byte
-    /// `i * stride`. Every record must be exactly `stride` bytes.
+    /// `i * stride`. A record shorter than `stride` leaves the rest of its slot zeroed.
     fn gather(
         &self,
         py: Python<'_>,
@@ -139,6 +139,8 @@ impl PyStore {
                 idx.len() as u128 * stride as u128
             )));
         }
+        // loaderx accepts a destination larger than the batch; the rest is left untouched.
+        let dst = &mut dst[..idx.len() * stride];
         py.detach(|| store.gather(&idx, dst, stride)).map_err(error::engine)
     }
 
