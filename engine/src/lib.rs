@@ -74,3 +74,8 @@ pub use store::{Store, StoreBuilder, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DE
 pub use table::Format;
 pub use uring::BackendKind;
 pub use write::MAX_RECORD_BYTES;
+
+/// The README's Rust examples, compiled and run as doctests so they stay true.
+#[doc = include_str!("../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
