@@ -1,0 +1,555 @@
+"""JAX input pipelines over zring: device prefetch, multi-process global batches, checkpoints.
+
+This module imports :mod:`jax`; ``import zring`` never does. Importing it
+without jax installed raises an ImportError that names the missing package.
+
+Overview
+========
+
+* :func:`device_prefetch` wraps a loader (any iterator of numpy pytrees, a
+  :class:`zring.DataLoader` included) and keeps ``size`` batches already
+  handed to :func:`jax.device_put` ahead of the consumer.
+* :func:`global_loader` builds, in every process of a multi-process JAX
+  run, global :class:`jax.Array` batches laid out by a
+  :class:`jax.sharding.Sharding`; each process reads only the rows its own
+  devices hold.
+* :func:`process_rows` is the planning step on its own: which rows of the
+  global batch a set of devices needs.
+* Checkpoints: :meth:`DevicePrefetch.state` and :meth:`GlobalLoader.state`
+  return one small JSON-able dict (see :func:`checkpoint_state`); it
+  resumes exactly through :func:`restore_loader` (a plain
+  :class:`zring.DataLoader`) or :func:`global_loader` (``state=``), on any
+  process count whose shards divide the global batch. A fingerprint of the
+  stores is checked on resume.
+
+Why no background thread in :func:`device_prefetch`
+===================================================
+
+The expensive host work, reading and decoding records, already runs ahead
+of the consumer in the zring loader's own Rust threads, without the GIL.
+What is left on the consumer thread is wrapping the finished buffers and
+calling :func:`jax.device_put`, which is asynchronous: it enqueues the copy
+and returns at once, and the copy proceeds while the training step (itself
+dispatched asynchronously) runs. Keeping ``size`` batches put ahead is
+therefore enough to overlap the transfer with the step. A Python thread
+would add GIL contention with the training loop, and it would make
+exceptions and shutdown harder to reason about, for no gain. A loader
+whose ``transform`` does heavy Python work is the case where a thread
+would help; move that work into the jitted step or into the data instead.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+from typing import Any, Callable, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+try:
+    import jax
+except ImportError as exc:  # pragma: no cover - exercised only without jax
+    raise ImportError(
+        "zring.jax needs the 'jax' package, which is not installed; install it with "
+        "`pip install \"jax[cpu]\"` (or the jax build for your accelerator)"
+    ) from exc
+
+from ._sampler import Sampler
+from .dataloader import DataLoader
+from .dataset import Dataset, RaggedDataset
+
+__all__ = [
+    "DevicePrefetch",
+    "GlobalLoader",
+    "RowPlan",
+    "StateMismatchError",
+    "checkpoint_state",
+    "device_prefetch",
+    "fingerprint",
+    "global_loader",
+    "process_rows",
+    "restore_loader",
+]
+
+#: Version of the checkpoint dict written by :func:`checkpoint_state`.
+STATE_FORMAT = 1
+
+_MODE_NAMES = {m: Sampler(1, 1, m).state()["mode"] for m in (0, 1, 2)}
+_MODE_NUMBERS = {name: m for m, name in _MODE_NAMES.items()}
+
+
+class StateMismatchError(ValueError):
+    """A saved loader state does not fit the streams or arguments it is resumed with."""
+
+
+# --------------------------------------------------------------------------
+# Checkpoint state
+# --------------------------------------------------------------------------
+
+
+def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any]:
+    """A short description of the stores that a resumed run must find unchanged.
+
+    For each stream: its record count, and a SHA-256 over its schema (dtype
+    and shape; the codec is left out, since re-encoding does not change the
+    samples) and its logical byte count (which tells apart ragged stores of
+    equal length). Compaction and a different codec keep the fingerprint;
+    appending, deleting or rewriting with other data change it.
+    """
+    out: dict[str, Any] = {}
+    for name in sorted(streams):
+        ds = streams[name]
+        store = ds._s
+        schema = json.loads(store.schema() or "{}")
+        schema.pop("codec", None)
+        stats = store.stats()
+        blob = json.dumps({"schema": schema, "logical_bytes": stats.get("logical_bytes")}, sort_keys=True)
+        out[name] = {"records": len(ds), "sha256": hashlib.sha256(blob.encode()).hexdigest()[:16]}
+    return out
+
+
+def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset], sampler_state: Mapping[str, Any]) -> dict[str, Any]:
+    """The checkpoint dict for ``streams`` at the sampler state ``sampler_state``.
+
+    ``sampler_state`` is a :meth:`zring.Sampler.state` dict (or the
+    ``"sampler"`` part of a :meth:`zring.DataLoader.state`); its ``step`` is
+    the next step to deliver. The result is JSON-able::
+
+        {"format": 1, "mode": 2, "seed": 0, "step": 120,
+         "global_batch_size": 64, "length": 20000,
+         "fingerprint": {"x": {"records": 20000, "sha256": "..."}, ...}}
+
+    It holds no shard and no process count: every process of a run saves
+    the same dict, and it resumes on any shard count dividing the batch.
+    """
+    mode = sampler_state["mode"]
+    return {
+        "format": STATE_FORMAT,
+        "mode": _MODE_NUMBERS[mode] if isinstance(mode, str) else int(mode),
+        "seed": int(sampler_state["seed"]),
+        "step": int(sampler_state["step"]),
+        "global_batch_size": int(sampler_state["batch_size"]),
+        "length": int(sampler_state["length"]),
+        "fingerprint": fingerprint(streams),
+    }
+
+
+_STATE_KEYS = ("format", "mode", "seed", "step", "global_batch_size", "length", "fingerprint")
+
+
+def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any]:
+    """Validates a checkpoint dict against ``streams``; returns it as a plain dict."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"state must be a dict from state(), got {type(state).__name__}")
+    missing = [k for k in _STATE_KEYS if k not in state]
+    if missing:
+        hint = " (this looks like a zring.DataLoader.state(); pass it to DataLoader(state=...))" if "sampler" in state else ""
+        raise StateMismatchError(f"not a zring.jax loader state: missing {missing}{hint}")
+    if state["format"] != STATE_FORMAT:
+        raise StateMismatchError(f"loader state format {state['format']!r} is not supported (expected {STATE_FORMAT})")
+    have = fingerprint(streams)
+    saved = dict(state["fingerprint"])
+    if have != saved:
+        diffs = []
+        for name in sorted(set(have) | set(saved)):
+            if name not in saved:
+                diffs.append(f"stream {name!r} is not in the checkpoint")
+            elif name not in have:
+                diffs.append(f"stream {name!r} of the checkpoint is missing")
+            elif have[name]["records"] != saved[name]["records"]:
+                diffs.append(f"stream {name!r} has {have[name]['records']} records, the checkpoint saw {saved[name]['records']}")
+            elif have[name] != saved[name]:
+                diffs.append(f"stream {name!r} has another schema or content size than the checkpoint saw")
+        raise StateMismatchError("the stores changed since the checkpoint: " + "; ".join(diffs))
+    length = len(next(iter(streams.values())))
+    if int(state["length"]) != length:
+        raise StateMismatchError(f"the checkpoint sampled {state['length']} records, the streams hold {length}")
+    return dict(state)
+
+
+def _sampler_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """The zring sampler-state dict for a checkpoint dict."""
+    s = Sampler(int(state["length"]), int(state["global_batch_size"]), int(state["mode"]), int(state["seed"])).state()
+    s["step"] = int(state["step"])
+    return s
+
+
+def _loader_state(state: Mapping[str, Any], shard: tuple[int, int] | None) -> dict[str, Any]:
+    """A :meth:`zring.DataLoader.state` dict that resumes the checkpoint ``state``."""
+    index, count = shard if shard is not None else (0, 1)
+    return {"sampler": _sampler_state(state), "shard": {"index": int(index), "count": int(count)}}
+
+
+def restore_loader(streams: Mapping[str, Dataset | RaggedDataset], state: Mapping[str, Any], *,
+                   shard: tuple[int, int] | None = None, **loader_kwargs: Any) -> DataLoader:
+    """A :class:`zring.DataLoader` that continues the checkpoint ``state`` exactly.
+
+    ``state`` comes from :meth:`DevicePrefetch.state` or
+    :meth:`GlobalLoader.state`. ``shard`` may differ from the saving run's
+    (any count dividing the global batch). Other keyword arguments go to the
+    DataLoader (``num_workers``, ``prefetch_size``, ``transform``).
+
+    Raises:
+        StateMismatchError: The streams' fingerprint or length differs from
+            the checkpoint's, or ``state`` is not a checkpoint dict.
+    """
+    state = _check_state(state, streams)
+    for key in ("batch_size", "mode", "seed", "state"):
+        if key in loader_kwargs:
+            raise TypeError(f"restore_loader takes {key} from the checkpoint; do not pass {key}=")
+    return DataLoader(streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
+
+
+# --------------------------------------------------------------------------
+# Device prefetch
+# --------------------------------------------------------------------------
+
+
+class DevicePrefetch:
+    """Iterator returned by :func:`device_prefetch`.
+
+    Yields what ``jax.device_put(batch, sharding)`` returns for each batch of
+    the wrapped loader, ``size`` batches ahead. :meth:`state` accounts for
+    the batches held ahead, so a checkpoint taken between steps resumes
+    with the first batch the consumer has not seen.
+    """
+
+    def __init__(self, loader: Iterable[Any], size: int = 2, sharding: Any = None, *,
+                 _put: Callable[[Any, Any], Any] = jax.device_put):
+        if int(size) < 1:
+            raise ValueError(f"size must be >= 1, got {size}")
+        self.loader = loader
+        self.size = int(size)
+        self.sharding = sharding
+        self._it: Iterator[Any] = iter(loader)
+        # (step or None, device batch) in delivery order.
+        self._queue: collections.deque[tuple[int | None, Any]] = collections.deque()
+        self._put = _put
+
+    def _fill(self) -> None:
+        while len(self._queue) < self.size:
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                return
+            step = getattr(self.loader, "last_step", None)
+            self._queue.append((step, self._put(batch, self.sharding)))
+
+    def __iter__(self) -> "DevicePrefetch":
+        return self
+
+    def __next__(self) -> Any:
+        self._fill()
+        if not self._queue:
+            raise StopIteration
+        _, batch = self._queue.popleft()
+        # Refill right away: these transfers overlap the step about to run.
+        self._fill()
+        return batch
+
+    def state(self) -> dict[str, Any]:
+        """Checkpoint dict (see :func:`checkpoint_state`) at the consumer's position.
+
+        Needs a :class:`zring.DataLoader` underneath (it reads the loader's
+        sampler state and rewinds it by the batches held ahead).
+        """
+        if not (hasattr(self.loader, "state") and hasattr(self.loader, "streams")):
+            raise TypeError(f"state() needs a zring.DataLoader underneath, not a {type(self.loader).__name__}")
+        sampler = dict(self.loader.state()["sampler"])
+        if self._queue and self._queue[0][0] is not None:
+            sampler["step"] = int(self._queue[0][0])
+        return checkpoint_state(self.loader.streams, sampler)
+
+    def close(self) -> None:
+        """Drop the batches held ahead and close the loader (if it has ``close``)."""
+        self._queue.clear()
+        close = getattr(self.loader, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> "DevicePrefetch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def device_prefetch(loader: Iterable[Any], size: int = 2, sharding: Any = None) -> DevicePrefetch:
+    """Keep ``size`` batches of ``loader`` already on the device(s) ahead of the consumer.
+
+    Each batch (any pytree of numpy arrays, e.g. a zring batch dict) goes
+    through ``jax.device_put(batch, sharding)``; ``sharding=None`` means the
+    default device. The transfer is overlapped by JAX's asynchronous
+    dispatch, not by a thread (the module docs say why). The iterator ends
+    when ``loader`` does (a zring DataLoader never does).
+    """
+    return DevicePrefetch(loader, size, sharding)
+
+
+# --------------------------------------------------------------------------
+# Multi-process global batches
+# --------------------------------------------------------------------------
+
+
+class RowPlan:
+    """Which rows of a global batch of ``global_batch_size`` one process reads.
+
+    Attributes:
+        blocks: The distinct ``(start, stop)`` row blocks its devices hold,
+            sorted by start; ``make_array_from_process_local_data`` expects
+            the process's local data to be these blocks stacked in order.
+        ranges: ``blocks`` with touching blocks merged.
+        shard: ``(index, count)`` when the rows are one contiguous range that
+            is a zring shard of the global batch, else None.
+        positions: The row positions, in local-data order (int64).
+    """
+
+    def __init__(self, blocks: Sequence[tuple[int, int]], global_batch_size: int):
+        self.global_batch_size = int(global_batch_size)
+        self.blocks = sorted(set((int(a), int(b)) for a, b in blocks))
+        ranges: list[tuple[int, int]] = []
+        for a, b in self.blocks:
+            if ranges and a < ranges[-1][1]:
+                raise ValueError(f"overlapping row blocks {ranges[-1]} and {(a, b)}: the sharding is not a tiling")
+            if ranges and ranges[-1][1] == a:
+                ranges[-1] = (ranges[-1][0], b)
+            else:
+                ranges.append((a, b))
+        self.ranges = ranges
+        self.shard: tuple[int, int] | None = None
+        if len(ranges) == 1:
+            a, b = ranges[0]
+            n = b - a
+            if n > 0 and self.global_batch_size % n == 0 and a % n == 0:
+                self.shard = (a // n, self.global_batch_size // n)
+        self.positions = (np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.blocks])
+                          if self.blocks else np.zeros(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.positions.size)
+
+    def __repr__(self) -> str:
+        return f"RowPlan(ranges={self.ranges}, shard={self.shard}, global_batch_size={self.global_batch_size})"
+
+
+def process_rows(sharding: Any, global_shape: Sequence[int], devices: Iterable[Any] | None = None) -> RowPlan:
+    """The rows of dimension 0 that ``devices`` hold of an array ``global_shape`` laid out by ``sharding``.
+
+    ``devices`` defaults to ``sharding.addressable_devices`` (this process's).
+    Passing another set plans for another process, or for a simulated one.
+    """
+    global_shape = tuple(int(d) for d in global_shape)
+    if devices is None:
+        index_map = sharding.addressable_devices_indices_map(global_shape)
+    else:
+        wanted = set(devices)
+        index_map = {d: ix for d, ix in sharding.devices_indices_map(global_shape).items() if d in wanted}
+    blocks = []
+    for index in index_map.values():
+        rows = index[0] if index else slice(None)
+        start, stop, step = rows.indices(global_shape[0])
+        if step != 1:
+            raise ValueError(f"strided row slice {rows} is not supported")
+        blocks.append((start, stop))
+    return RowPlan(blocks, global_shape[0])
+
+
+def _stream_shape(ds: Dataset | RaggedDataset) -> tuple[int, ...]:
+    if isinstance(ds, RaggedDataset):
+        raise TypeError(f"global_loader reads fixed-shape Dataset streams; {ds.path} is ragged (pad it first)")
+    if not isinstance(ds, Dataset):
+        raise TypeError(f"streams must be zring Dataset objects, got {type(ds).__name__}")
+    return ds.shape
+
+
+class GlobalLoader:
+    """Iterator of global batches for one process of a (multi-process) JAX run.
+
+    Yields ``{name: jax.Array}`` with shape ``(global_batch_size, *shape)``
+    and the stream's sharding. Build it with :func:`global_loader`.
+
+    Attributes:
+        plans: ``{name: RowPlan}`` for this process.
+        plan: The union of the streams' plans: the rows this process reads.
+        loader: The underlying :class:`zring.DataLoader`.
+        full_batch: True when the rows are not one zring shard, so every
+            step reads the whole global batch and keeps ``plan.positions``.
+    """
+
+    def __init__(self, streams: Mapping[str, Dataset], global_batch_size: int, sharding: Any, *,
+                 mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
+                 process_index: int | None = None, process_count: int | None = None,
+                 prefetch: int = 2, **loader_kwargs: Any):
+        self.streams = dict(streams)
+        if not self.streams:
+            raise ValueError("need at least one stream")
+        self.process_index = jax.process_index() if process_index is None else int(process_index)
+        self.process_count = jax.process_count() if process_count is None else int(process_count)
+        if not 0 <= self.process_index < self.process_count:
+            raise ValueError(f"process_index {self.process_index} is not in [0, {self.process_count})")
+        if self.process_index != jax.process_index() or self.process_count != jax.process_count():
+            raise ValueError(
+                f"process {self.process_index} of {self.process_count} given, but JAX runs as process "
+                f"{jax.process_index()} of {jax.process_count()}; call jax.distributed.initialize first, "
+                "or use process_rows() to plan for another process")
+        for key in ("batch_size", "shard"):
+            if key in loader_kwargs:
+                raise TypeError(f"global_loader sets {key} itself; do not pass {key}=")
+        B = int(global_batch_size)
+        if B < 1:
+            raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        length = len(next(iter(self.streams.values())))
+        if length < B:
+            raise ValueError(f"the streams hold {length} records, fewer than one global batch of {B}")
+        if state is not None:
+            state = _check_state(state, self.streams)
+            if int(state["global_batch_size"]) != B:
+                raise StateMismatchError(
+                    f"the checkpoint has global batch {state['global_batch_size']}, this run asks for {B}")
+            for key, given in (("mode", mode), ("seed", seed)):
+                if given is not None and int(given) != int(state[key]):
+                    raise StateMismatchError(f"the checkpoint has {key}={state[key]}, this run asks for {key}={given}")
+        else:
+            sampler = Sampler(length, B, 1 if mode is None else int(mode), 42 if seed is None else int(seed)).state()
+            state = checkpoint_state(self.streams, sampler)
+        self.global_batch_size = B
+        self.shardings = ({n: sharding[n] for n in self.streams} if isinstance(sharding, Mapping)
+                          else {n: sharding for n in self.streams})
+        self.global_shapes = {n: (B, *_stream_shape(ds)) for n, ds in self.streams.items()}
+        self.plans = {n: process_rows(self.shardings[n], self.global_shapes[n]) for n in self.streams}
+        # Streams sharded differently may need different rows; read the union of them.
+        self.plan = RowPlan(_runs(np.unique(np.concatenate([p.positions for p in self.plans.values()]))), B)
+        self.full_batch = self.plan.shard is None
+        shard = (0, 1) if self.full_batch else self.plan.shard
+        # Where each stream's local rows sit in what the loader delivers.
+        first = 0 if self.full_batch else self.plan.ranges[0][0]
+        delivered = B if self.full_batch else len(self.plan)
+        self._take = {n: (None if np.array_equal(p.positions, np.arange(first, first + delivered))
+                          else p.positions - first) for n, p in self.plans.items()}
+        self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
+        self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
+
+    def _build(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
+        out = {}
+        for name, data in batch.items():
+            take = self._take[name]
+            local = data if take is None else data[take]
+            out[name] = jax.make_array_from_process_local_data(self.shardings[name], local, self.global_shapes[name])
+        return out
+
+    def __iter__(self) -> "GlobalLoader":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        return next(self._ahead)
+
+    @property
+    def last_indices(self) -> np.ndarray | None:
+        """Record indices the underlying loader last read (may run ahead of the consumer)."""
+        return self.loader.last_indices
+
+    def state(self) -> dict[str, Any]:
+        """Checkpoint dict at the consumer's position; the same in every process."""
+        return self._ahead.state()
+
+    def close(self) -> None:
+        """Drop prefetched batches and stop the gather threads."""
+        self._ahead._queue.clear()
+        self.loader.close()
+
+    def __enter__(self) -> "GlobalLoader":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Steps:
+    """Adapter turning the process-local loader into an iterator of global arrays.
+
+    It exposes ``last_step``/``state``/``streams`` like a DataLoader so that
+    :class:`DevicePrefetch` can hold global arrays ahead and still report an
+    exact checkpoint.
+    """
+
+    def __init__(self, owner: GlobalLoader):
+        self.owner = owner
+        self.streams = owner.streams
+
+    @property
+    def last_step(self) -> int | None:
+        return self.owner.loader.last_step
+
+    def __iter__(self) -> "_Steps":
+        return self
+
+    def __next__(self) -> dict[str, Any]:
+        return self.owner._build(next(self.owner.loader))
+
+    def state(self) -> dict[str, Any]:
+        return self.owner.loader.state()
+
+
+def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted unique positions as maximal ``(start, stop)`` runs."""
+    if positions.size == 0:
+        return []
+    breaks = np.flatnonzero(np.diff(positions) != 1) + 1
+    starts = np.concatenate([[0], breaks])
+    stops = np.concatenate([breaks, [positions.size]])
+    return [(int(positions[a]), int(positions[b - 1]) + 1) for a, b in zip(starts, stops)]
+
+
+def _keep(batch: Any, sharding: Any) -> Any:
+    """The put function for batches that are global arrays already."""
+    return batch
+
+
+def global_loader(streams: Mapping[str, Dataset], global_batch_size: int, sharding: Any, *,
+                  mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
+                  process_index: int | None = None, process_count: int | None = None,
+                  prefetch: int = 2, **loader_kwargs: Any) -> GlobalLoader:
+    """Global ``jax.Array`` batches for this process of a multi-process run.
+
+    Every process calls this with the same arguments. For each stream the
+    global array has shape ``(global_batch_size, *stream.shape)`` and is laid
+    out by ``sharding`` (one :class:`jax.sharding.Sharding` for all streams,
+    or a dict by stream name); a sharding with the batch axis over a mesh
+    axis, e.g. ``NamedSharding(mesh, PartitionSpec("data"))``, is the usual
+    choice. The batch of step ``k`` holds the records
+    ``zring.Sampler(len, global_batch_size, mode, seed).batch(k)`` in order,
+    whatever the number of processes.
+
+    How rows are read: :func:`process_rows` lists the row blocks this
+    process's devices hold (``sharding.addressable_devices_indices_map``).
+    When they form one contiguous range that is a shard of the global batch
+    (the usual case: the batch axis sharded over processes in order), the
+    loader reads just that shard (``DataLoader(shard=...)``). Otherwise each
+    process reads the whole global batch and keeps its rows: that costs
+    ``global_batch_size`` reads and decodes per step in every process
+    instead of its share, plus one copy of the kept rows. Rows replicated
+    over several processes are read by each of them (identically).
+
+    Args:
+        streams: Fixed-shape zring Datasets of one length.
+        global_batch_size: Rows per step across all processes.
+        sharding: A Sharding, or ``{name: Sharding}``.
+        mode, seed: Sampler mode and seed (defaults 1 and 42, or the
+            checkpoint's; if given with ``state`` they must match it).
+        state: A checkpoint from :meth:`GlobalLoader.state` or
+            :meth:`DevicePrefetch.state`, saved with any process count.
+        process_index, process_count: Default to ``jax.process_index()`` and
+            ``jax.process_count()``; given, they must match them (a guard
+            against launching with a wrong rank).
+        prefetch: Global batches built ahead of the consumer.
+        loader_kwargs: ``num_workers``, ``prefetch_size`` for the
+            DataLoader.
+
+    Raises:
+        StateMismatchError: ``state`` does not fit the streams or arguments.
+        ValueError: Bad sizes, or a sharding whose blocks overlap.
+    """
+    return GlobalLoader(streams, global_batch_size, sharding, mode=mode, seed=seed, state=state,
+                        process_index=process_index, process_count=process_count, prefetch=prefetch,
+                        **loader_kwargs)
