@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::codec::{Codec, Dict};
 use crate::error::{io_err, Error, Result};
-use crate::head::write_atomic;
+use crate::fs::write_atomic;
 use crate::store::{Item, Store};
 use crate::table::Format;
 use crate::write::{Stored, DICT_FILE};

@@ -5,14 +5,15 @@
 //! state are removed after the commit; a crash in between leaves files that
 //! [`crate::write::recover`] removes.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::Write;
 
 use crate::error::{io_err, Result};
-use crate::head::{sync_dir, Head};
+use crate::fs;
+use crate::head::Head;
 use crate::record::{check_index, ChunkId, Entry, ENTRY_BYTES};
 use crate::store::{chunk_name, Item, Store};
-use crate::table::{table_header, table_name, Format};
+use crate::table::{table_header, table_name, Format, TABLE_HEADER_BYTES};
 use crate::write::Writer;
 
 /// Records are copied by compaction in groups of about this many bytes.
@@ -123,7 +124,9 @@ impl Store {
             for k in 0..=out.count {
                 let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
             }
-            return Err(e);
+            // The committed state is untouched, but what the failed write or
+            // fsync left on the device is unknown: refuse further writes.
+            return w.poison(e);
         }
         let gen = w.head.generation + 1;
         let new_chunks = (base, out.count + 1, out.len);
@@ -143,17 +146,14 @@ impl Store {
     /// table. `chunks` = (base, count, tail length) when compaction replaced them.
     fn commit_table(&self, w: &mut Writer, gen: u64, entries: &[u8], chunks: Option<(u32, u32, u64)>) -> Result<()> {
         let tp = self.dir.join(table_name(gen));
-        let mut f = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tp)
-            .map_err(io_err("create", &tp))?;
-        f.write_all(&table_header(gen)).and_then(|_| f.write_all(entries)).map_err(io_err("write", &tp))?;
-        f.sync_all().map_err(io_err("fsync", &tp))?;
+        let mut f = crate::fs::create(&tp)?;
+        let mut bytes = Vec::with_capacity(entries.len() + TABLE_HEADER_BYTES);
+        bytes.extend_from_slice(&table_header(gen));
+        bytes.extend_from_slice(entries);
+        fs::write_all(&mut f, &tp, &bytes)?;
+        fs::fsync(&f, &tp)?;
         w.sync(&self.dir)?;
-        sync_dir(&self.dir)?;
+        fs::fsync_dir(&self.dir)?;
         let mut head = Head { generation: gen, records: (entries.len() / ENTRY_BYTES) as u64, ..w.head };
         if let Some((base, count, tail)) = chunks {
             head.chunk_base = base;
@@ -170,7 +170,7 @@ impl Store {
         w.table = f;
         if chunks.is_some() {
             let cp = self.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-            w.tail = OpenOptions::new().read(true).write(true).open(&cp).map_err(io_err("open", &cp))?;
+            w.tail = fs::open_rw(&cp)?;
         }
         Ok(())
     }
@@ -201,11 +201,13 @@ impl NewChunks<'_> {
         }
         if self.file.is_none() {
             let p = self.path();
-            let f = OpenOptions::new().write(true).create_new(true).open(&p).map_err(io_err("create", &p))?;
+            let f = fs::create_new(&p)?;
             self.file = Some(std::io::BufWriter::with_capacity(8 << 20, f));
         }
         let p = self.path();
-        self.file.as_mut().expect("opened above").write_all(bytes).map_err(io_err("write", &p))?;
+        crate::fault::hit(crate::fault::Kind::Write)
+            .and_then(|()| self.file.as_mut().expect("opened above").write_all(bytes))
+            .map_err(io_err("write", &p))?;
         let at = self.len;
         self.len += bytes.len() as u64;
         Ok((ChunkId(self.base + self.count), at))
@@ -215,7 +217,7 @@ impl NewChunks<'_> {
         let p = self.path();
         if let Some(f) = self.file.take() {
             let f = f.into_inner().map_err(|e| io_err("write", &p)(e.into_error()))?;
-            f.sync_all().map_err(io_err("fsync", &p))?;
+            fs::fsync(&f, &p)?;
         }
         Ok(())
     }
@@ -224,9 +226,9 @@ impl NewChunks<'_> {
         if self.file.is_none() {
             // An empty store still has one (empty) chunk.
             let p = self.path();
-            File::create(&p).map_err(io_err("create", &p))?;
+            fs::create(&p)?;
         }
         self.seal()?;
-        sync_dir(self.dir)
+        fs::fsync_dir(self.dir)
     }
 }

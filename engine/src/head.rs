@@ -1,7 +1,5 @@
 //! The head file: the one small file whose atomic replacement commits a state.
 
-use std::fs::File;
-use std::io::Write;
 use std::path::Path;
 
 use crate::error::{corrupted, io_err, Error, Result};
@@ -10,7 +8,6 @@ use crate::record::{u32_at, u64_at};
 /// Version of the native format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
 pub(crate) const HEAD_FILE: &str = "head.zr";
-const HEAD_TMP: &str = "head.zr.tmp";
 pub(crate) const HEAD_BYTES: usize = 64;
 const MAGIC: &[u8; 4] = b"ZRNG";
 
@@ -79,39 +76,19 @@ impl Head {
 
     pub fn read(dir: &Path) -> Result<Head> {
         let p = dir.join(HEAD_FILE);
-        let b = std::fs::read(&p).map_err(io_err("read", &p))?;
+        let b = crate::fs::read(&p).map_err(io_err("read", &p))?;
         Head::decode(dir, &b)
     }
 
     /// Replaces the head atomically: write a temporary file, fsync it, rename
     /// it over the old head, fsync the directory. A crash leaves either head.
     pub fn commit(&self, dir: &Path) -> Result<()> {
-        let tmp = dir.join(HEAD_TMP);
-        let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
-        f.write_all(&self.encode()).map_err(io_err("write", &tmp))?;
-        f.sync_all().map_err(io_err("fsync", &tmp))?;
-        std::fs::rename(&tmp, dir.join(HEAD_FILE)).map_err(io_err("rename", &tmp))?;
-        sync_dir(dir)
+        crate::fs::write_atomic(dir, HEAD_FILE, &self.encode())
     }
 
     pub fn last_chunk(&self) -> u32 {
         self.chunk_base + self.chunk_count - 1
     }
-}
-
-/// Makes a directory's entries (creations, renames, removals) durable.
-pub(crate) fn sync_dir(dir: &Path) -> Result<()> {
-    File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("fsync", dir))
-}
-
-/// Writes a small file atomically (temporary, fsync, rename, fsync directory).
-pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = File::create(&tmp).map_err(io_err("create", &tmp))?;
-    f.write_all(bytes).map_err(io_err("write", &tmp))?;
-    f.sync_all().map_err(io_err("fsync", &tmp))?;
-    std::fs::rename(&tmp, dir.join(name)).map_err(io_err("rename", &tmp))?;
-    sync_dir(dir)
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ mod admin;
 mod codec;
 mod compact;
 mod error;
+pub mod fault;
+mod fs;
 mod head;
 #[allow(unsafe_code, reason = "memory-maps record tables; the invariant is argued at the one unsafe call")]
 mod mmap;

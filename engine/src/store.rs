@@ -244,7 +244,7 @@ fn want_direct(force: Option<bool>, data_bytes: u64) -> bool {
 
 pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
     let path = dir.join(chunk_name(format, id));
-    let file = File::open(&path).map_err(io_err("open", &path))?;
+    let file = crate::fs::open_read(&path)?;
     let size = file.metadata().map_err(io_err("stat", &path))?.len();
     let len = match len {
         Some(l) if l > size => {
@@ -257,7 +257,7 @@ pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u6
         None => size,
     };
     let direct = if direct {
-        OpenOptions::new().read(true).custom_flags(libc::O_DIRECT).open(&path).ok().map(Arc::new)
+        crate::fs::open(&path, OpenOptions::new().read(true).custom_flags(libc::O_DIRECT)).ok().map(Arc::new)
     } else {
         None
     };
@@ -283,7 +283,7 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
             .collect::<Result<Vec<_>>>()?;
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::write::DICT_FILE);
-            let bytes = std::fs::read(&p).map_err(io_err("read", &p))?;
+            let bytes = crate::fs::read(&p).map_err(io_err("read", &p))?;
             if bytes.len() != head.dict_len as usize || crc32c::crc32c(&bytes) != head.dict_crc {
                 return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
             }
@@ -301,7 +301,7 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
             .map(|k| open_chunk(dir, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct))
             .collect::<Result<Vec<_>>>()?;
         let p = dir.join(crate::write::DICT_FILE);
-        let dict = match std::fs::read(&p) {
+        let dict = match crate::fs::read(&p) {
             Ok(bytes) => Some(Arc::new(Dict::new(bytes, None)?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", &p)(e)),

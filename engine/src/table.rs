@@ -54,7 +54,7 @@ impl Table {
     /// Maps a native table file of generation `generation` holding `records` entries.
     pub fn open_native(dir: &Path, generation: u64, records: u64) -> Result<Table> {
         let path = dir.join(table_name(generation));
-        let file = File::open(&path).map_err(io_err("open", &path))?;
+        let file = crate::fs::open_read(&path)?;
         let need = TABLE_HEADER_BYTES as u64 + records * ENTRY_BYTES as u64;
         check_len(&file, &path, need, "table")?;
         let map = crate::mmap::map_table(&file, need as usize).map_err(io_err("mmap", &path))?;
@@ -72,7 +72,7 @@ impl Table {
     /// `(tail_chunk, tail_offset)`.
     pub fn open_loaderx(dir: &Path) -> Result<(Table, u32, u64)> {
         let path = dir.join(LOADERX_META);
-        let file = File::open(&path).map_err(io_err("open", &path))?;
+        let file = crate::fs::open_read(&path)?;
         let mut head = [0u8; LOADERX_HEADER];
         std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)
             .map_err(|_| Error::NotAStore { path: dir.into(), reason: "meta.zr is shorter than its header".into() })?;

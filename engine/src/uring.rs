@@ -165,6 +165,9 @@ pub(crate) fn read_batch<'a>(
     reads: Vec<ReadBuf<'a>>,
     on_done: &mut dyn FnMut(usize, &'a mut [u8]),
 ) -> Result<(), ReqError> {
+    if let Some(e) = injected(crate::fault::Kind::Read, reads.len()) {
+        return Err(e);
+    }
     let reqs: Vec<Req> = reads
         .iter()
         .map(|r| Req {
@@ -190,6 +193,9 @@ pub(crate) fn read_batch<'a>(
 
 /// Runs a batch of writes of `(fd, offset, bytes)`.
 pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, &[u8])]) -> Result<(), ReqError> {
+    if let Some(e) = injected(crate::fault::Kind::Write, writes.len()) {
+        return Err(e);
+    }
     let reqs: Vec<Req> = writes
         .iter()
         .map(|(fd, offset, b)| Req {
@@ -204,6 +210,12 @@ pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, 
     // unmodified for the call; `Op::Write` never writes through the pointer.
     // The descriptors are borrowed for the call.
     unsafe { run(backend, Op::Write, &reqs, &mut |_| {}) }
+}
+
+/// Passes each of a batch's `n` transfers through the fault hook; the first
+/// that is told to fail fails the batch before anything is submitted.
+fn injected(kind: crate::fault::Kind, n: usize) -> Option<ReqError> {
+    (0..n).find_map(|req| crate::fault::hit(kind).err().map(|e| ReqError { req, kind: ReqErrorKind::Os(e) }))
 }
 
 /// The reference backend: one blocking system call per transfer.

@@ -14,7 +14,8 @@ use rayon::prelude::*;
 
 use crate::codec::{self, Codec};
 use crate::error::{io_err, Error, Result};
-use crate::head::{sync_dir, Head};
+use crate::fs;
+use crate::head::Head;
 use crate::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::store::{chunk_name, open_chunk, Snapshot, Store};
 use crate::table::{table_header, table_name, Format, Table, TABLE_HEADER_BYTES};
@@ -32,7 +33,7 @@ pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 /// kernel when the process exits, however it exits).
 pub(crate) fn lock(dir: &Path) -> Result<File> {
     let p = dir.join(LOCK_FILE);
-    let f = OpenOptions::new().create(true).truncate(false).write(true).open(&p).map_err(io_err("open", &p))?;
+    let f = fs::open(&p, OpenOptions::new().create(true).truncate(false).write(true))?;
     match f.try_lock() {
         Ok(()) => Ok(f),
         Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
@@ -43,11 +44,13 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
 /// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
 pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
-    std::fs::write(&tp, table_header(1)).map_err(io_err("write", &tp))?;
-    File::open(&tp).and_then(|f| f.sync_all()).map_err(io_err("fsync", &tp))?;
+    let mut t = fs::create(&tp)?;
+    fs::write_all(&mut t, &tp, &table_header(1))?;
+    fs::fsync(&t, &tp)?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
-    File::create(&cp).and_then(|f| f.sync_all()).map_err(io_err("create", &cp))?;
-    sync_dir(dir)?;
+    let c = fs::create(&cp)?;
+    fs::fsync(&c, &cp)?;
+    fs::fsync_dir(dir)?;
     Head {
         generation: 1,
         records: 0,
@@ -85,10 +88,10 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         }
     }
     let tp = dir.join(&live_table);
-    let t = OpenOptions::new().write(true).open(&tp).map_err(io_err("open", &tp))?;
+    let t = fs::open_rw(&tp)?;
     t.set_len(TABLE_HEADER_BYTES as u64 + head.records * ENTRY_BYTES as u64).map_err(io_err("truncate", &tp))?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-    let c = OpenOptions::new().write(true).open(&cp).map_err(io_err("open", &cp))?;
+    let c = fs::open_rw(&cp)?;
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
     if size < head.tail_len {
         return Err(crate::error::corrupted(
@@ -97,7 +100,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     c.set_len(head.tail_len).map_err(io_err("truncate", &cp))?;
-    sync_dir(dir)
+    fs::fsync_dir(dir)
 }
 
 /// The writer's state; lives behind the store's mutex.
@@ -119,7 +122,7 @@ pub(crate) struct Writer {
 }
 
 fn open_rw(p: &Path) -> Result<File> {
-    OpenOptions::new().read(true).write(true).open(p).map_err(io_err("open", p))
+    fs::open_rw(p)
 }
 
 impl Writer {
@@ -168,11 +171,11 @@ impl Writer {
     fn flush(&mut self, dir: &Path) -> Result<()> {
         for id in std::mem::take(&mut self.dirty) {
             let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-            File::open(&p).and_then(|f| f.sync_all()).map_err(io_err("fsync", &p))?;
+            fs::fsync(&fs::open_read(&p)?, &p)?;
         }
-        self.table.sync_all().map_err(io_err("fsync", dir.join(table_name(self.head.generation))))?;
+        fs::fsync(&self.table, &dir.join(table_name(self.head.generation)))?;
         if std::mem::take(&mut self.new_files) {
-            sync_dir(dir)?;
+            fs::fsync_dir(dir)?;
         }
         Ok(())
     }
@@ -190,12 +193,7 @@ impl Writer {
             if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target {
                 let id = self.head.chunk_base + self.chunk_count;
                 let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-                let f = OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .create_new(true)
-                    .open(&p)
-                    .map_err(io_err("create", &p))?;
+                let f = fs::create_new(&p)?;
                 let old = std::mem::replace(&mut self.tail, f);
                 sealed.push((id - 1, old));
                 self.chunk_count += 1;

@@ -1,0 +1,78 @@
+//! The storage seam: every file operation of the engine outside the batched
+//! transfers of [`crate::uring`] goes through these functions, which turn
+//! failures into typed errors naming the file and pass the fault-injection
+//! hooks ([`crate::fault`]).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{io_err, Result};
+use crate::fault::{hit, Kind};
+
+/// Opens `path` with `opts`.
+pub(crate) fn open(path: &Path, opts: &OpenOptions) -> Result<File> {
+    hit(Kind::Open).and_then(|()| opts.open(path)).map_err(io_err("open", path))
+}
+
+/// Opens `path` read-only.
+pub(crate) fn open_read(path: &Path) -> Result<File> {
+    open(path, OpenOptions::new().read(true))
+}
+
+/// Opens `path` for reading and writing.
+pub(crate) fn open_rw(path: &Path) -> Result<File> {
+    open(path, OpenOptions::new().read(true).write(true))
+}
+
+/// Creates `path`, which must not exist yet.
+pub(crate) fn create_new(path: &Path) -> Result<File> {
+    hit(Kind::Open)
+        .and_then(|()| OpenOptions::new().read(true).write(true).create_new(true).open(path))
+        .map_err(io_err("create", path))
+}
+
+/// Creates or truncates `path`.
+pub(crate) fn create(path: &Path) -> Result<File> {
+    hit(Kind::Open)
+        .and_then(|()| OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path))
+        .map_err(io_err("create", path))
+}
+
+/// Writes all of `bytes` at the file's current position.
+pub(crate) fn write_all(f: &mut File, path: &Path, bytes: &[u8]) -> Result<()> {
+    hit(Kind::Write).and_then(|()| f.write_all(bytes)).map_err(io_err("write", path))
+}
+
+/// Makes a file's contents durable.
+pub(crate) fn fsync(f: &File, path: &Path) -> Result<()> {
+    hit(Kind::Fsync).and_then(|()| f.sync_all()).map_err(io_err("fsync", path))
+}
+
+/// Makes a directory's entries (creations, renames, removals) durable.
+pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
+    let d = open_read(dir)?;
+    fsync(&d, dir)
+}
+
+/// Reads a whole (small) file.
+pub(crate) fn read(path: &Path) -> std::io::Result<Vec<u8>> {
+    hit(Kind::Read)?;
+    std::fs::read(path)
+}
+
+/// Renames `from` to `to` (atomic on POSIX file systems).
+pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
+    std::fs::rename(from, to).map_err(io_err("rename", from))
+}
+
+/// Writes a small file atomically: a temporary file, fsync, rename over
+/// `name`, fsync the directory. A crash leaves the old file or the new one.
+pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = create(&tmp)?;
+    write_all(&mut f, &tmp, bytes)?;
+    fsync(&f, &tmp)?;
+    rename(&tmp, &dir.join(name))?;
+    fsync_dir(dir)
+}
