@@ -202,3 +202,7 @@ class Sampler:
         """The resumable state."""
     def __iter__(self) -> "Sampler": ...
     def __next__(self) -> npt.NDArray[np.uint64]: ...
+
+# Optional submodules, imported explicitly (``import zring.jax``,
+# ``import zring.adapters``) so that ``import zring`` imports neither jax nor
+# torch; their stubs are jax.pyi and adapters.pyi.
