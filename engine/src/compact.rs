@@ -122,7 +122,7 @@ impl Store {
             // Nothing committed: the new chunks are garbage, removed now or by
             // the next writer's recovery.
             for k in 0..=out.count {
-                let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
+                let _ = fs::remove(&self.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
             }
             // The committed state is untouched, but what the failed write or
             // fsync left on the device is unknown: refuse further writes.
@@ -135,7 +135,7 @@ impl Store {
             return w.poison(e);
         }
         for k in 0..old.1 {
-            let _ = std::fs::remove_file(self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
+            let _ = fs::remove(&self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
         }
         self.republish(&w)?;
         Ok(CompactReport { bytes_before: before, bytes_after: live, records: entries.len() as u64 })
@@ -150,7 +150,7 @@ impl Store {
         let mut bytes = Vec::with_capacity(entries.len() + TABLE_HEADER_BYTES);
         bytes.extend_from_slice(&table_header(gen));
         bytes.extend_from_slice(entries);
-        fs::write_all(&mut f, &tp, &bytes)?;
+        fs::write_all(&mut f, &tp, 0, &bytes)?;
         fs::fsync(&f, &tp)?;
         w.sync(&self.dir)?;
         fs::fsync_dir(&self.dir)?;
@@ -162,7 +162,7 @@ impl Store {
         }
         head.commit(&self.dir)?;
         let old_table = self.dir.join(table_name(w.head.generation));
-        let _ = std::fs::remove_file(old_table);
+        let _ = fs::remove(&old_table);
         w.head = head;
         w.records = head.records;
         w.chunk_count = head.chunk_count;
@@ -205,6 +205,7 @@ impl NewChunks<'_> {
             self.file = Some(std::io::BufWriter::with_capacity(8 << 20, f));
         }
         let p = self.path();
+        crate::fault::record(|| crate::fault::Event::Write(p.clone(), self.len, bytes.to_vec()));
         crate::fault::hit(crate::fault::Kind::Write)
             .and_then(|()| self.file.as_mut().expect("opened above").write_all(bytes))
             .map_err(io_err("write", &p))?;

@@ -76,14 +76,70 @@ mod imp {
     }
 }
 
+/// A file-system mutation, as the power-loss simulation replays it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A file was created (or truncated to empty) at this path.
+    Create(std::path::PathBuf),
+    /// Bytes written at an offset.
+    Write(std::path::PathBuf, u64, Vec<u8>),
+    /// A file's length was set.
+    SetLen(std::path::PathBuf, u64),
+    /// A file's contents were made durable.
+    Fsync(std::path::PathBuf),
+    /// A directory's entries were made durable.
+    FsyncDir(std::path::PathBuf),
+    /// A rename.
+    Rename(std::path::PathBuf, std::path::PathBuf),
+    /// A removal.
+    Remove(std::path::PathBuf),
+}
+
+#[cfg(feature = "fault-injection")]
+mod trace {
+    use super::Event;
+    use std::sync::Mutex;
+
+    static TRACE: Mutex<Option<Vec<Event>>> = Mutex::new(None);
+
+    /// Starts recording every mutation the engine makes (this process).
+    pub fn start_trace() {
+        *TRACE.lock().unwrap_or_else(|p| p.into_inner()) = Some(Vec::new());
+    }
+
+    /// Stops recording and returns what was recorded.
+    pub fn take_trace() -> Vec<Event> {
+        TRACE.lock().unwrap_or_else(|p| p.into_inner()).take().unwrap_or_default()
+    }
+
+    /// Events recorded so far.
+    pub fn trace_len() -> usize {
+        TRACE.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map_or(0, Vec::len)
+    }
+
+    pub(crate) fn record(event: impl FnOnce() -> Event) {
+        if let Some(t) = TRACE.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            t.push(event());
+        }
+    }
+}
+
 #[cfg(feature = "fault-injection")]
 pub use imp::{arm, disarm, pending, seen};
+#[cfg(feature = "fault-injection")]
+pub use trace::{start_trace, take_trace, trace_len};
 
 #[cfg(feature = "fault-injection")]
 pub(crate) use imp::hit;
+#[cfg(feature = "fault-injection")]
+pub(crate) use trace::record;
 
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn hit(_kind: Kind) -> std::io::Result<()> {
     Ok(())
 }
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn record(_event: impl FnOnce() -> Event) {}

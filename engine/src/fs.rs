@@ -8,7 +8,7 @@ use std::io::Write;
 use std::path::Path;
 
 use crate::error::{io_err, Result};
-use crate::fault::{hit, Kind};
+use crate::fault::{hit, record, Event, Kind};
 
 /// Opens `path` with `opts`.
 pub(crate) fn open(path: &Path, opts: &OpenOptions) -> Result<File> {
@@ -27,32 +27,55 @@ pub(crate) fn open_rw(path: &Path) -> Result<File> {
 
 /// Creates `path`, which must not exist yet.
 pub(crate) fn create_new(path: &Path) -> Result<File> {
-    hit(Kind::Open)
+    let f = hit(Kind::Open)
         .and_then(|()| OpenOptions::new().read(true).write(true).create_new(true).open(path))
-        .map_err(io_err("create", path))
+        .map_err(io_err("create", path))?;
+    record(|| Event::Create(path.into()));
+    Ok(f)
 }
 
 /// Creates or truncates `path`.
 pub(crate) fn create(path: &Path) -> Result<File> {
-    hit(Kind::Open)
+    let f = hit(Kind::Open)
         .and_then(|()| OpenOptions::new().read(true).write(true).create(true).truncate(true).open(path))
-        .map_err(io_err("create", path))
+        .map_err(io_err("create", path))?;
+    record(|| Event::Create(path.into()));
+    Ok(f)
 }
 
-/// Writes all of `bytes` at the file's current position.
-pub(crate) fn write_all(f: &mut File, path: &Path, bytes: &[u8]) -> Result<()> {
+/// Writes all of `bytes` at `offset` of a file the caller writes sequentially.
+pub(crate) fn write_all(f: &mut File, path: &Path, offset: u64, bytes: &[u8]) -> Result<()> {
+    record(|| Event::Write(path.into(), offset, bytes.to_vec()));
     hit(Kind::Write).and_then(|()| f.write_all(bytes)).map_err(io_err("write", path))
 }
 
 /// Makes a file's contents durable.
 pub(crate) fn fsync(f: &File, path: &Path) -> Result<()> {
-    hit(Kind::Fsync).and_then(|()| f.sync_all()).map_err(io_err("fsync", path))
+    hit(Kind::Fsync).and_then(|()| f.sync_all()).map_err(io_err("fsync", path))?;
+    record(|| Event::Fsync(path.into()));
+    Ok(())
 }
 
 /// Makes a directory's entries (creations, renames, removals) durable.
 pub(crate) fn fsync_dir(dir: &Path) -> Result<()> {
     let d = open_read(dir)?;
-    fsync(&d, dir)
+    hit(Kind::Fsync).and_then(|()| d.sync_all()).map_err(io_err("fsync", dir))?;
+    record(|| Event::FsyncDir(dir.into()));
+    Ok(())
+}
+
+/// Sets a file's length.
+pub(crate) fn set_len(f: &File, path: &Path, len: u64) -> Result<()> {
+    f.set_len(len).map_err(io_err("truncate", path))?;
+    record(|| Event::SetLen(path.into(), len));
+    Ok(())
+}
+
+/// Removes a file.
+pub(crate) fn remove(path: &Path) -> Result<()> {
+    std::fs::remove_file(path).map_err(io_err("remove", path))?;
+    record(|| Event::Remove(path.into()));
+    Ok(())
 }
 
 /// Reads a whole (small) file.
@@ -63,7 +86,9 @@ pub(crate) fn read(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Renames `from` to `to` (atomic on POSIX file systems).
 pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
-    std::fs::rename(from, to).map_err(io_err("rename", from))
+    std::fs::rename(from, to).map_err(io_err("rename", from))?;
+    record(|| Event::Rename(from.into(), to.into()));
+    Ok(())
 }
 
 /// Writes a small file atomically: a temporary file, fsync, rename over
@@ -71,7 +96,7 @@ pub(crate) fn rename(from: &Path, to: &Path) -> Result<()> {
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = create(&tmp)?;
-    write_all(&mut f, &tmp, bytes)?;
+    write_all(&mut f, &tmp, 0, bytes)?;
     fsync(&f, &tmp)?;
     rename(&tmp, &dir.join(name))?;
     fsync_dir(dir)

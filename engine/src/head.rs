@@ -3,7 +3,8 @@
 use std::path::Path;
 
 use crate::error::{corrupted, io_err, Error, Result};
-use crate::record::{u32_at, u64_at};
+use crate::record::{u32_at, u64_at, ENTRY_BYTES};
+use crate::table::TABLE_HEADER_BYTES;
 
 /// Version of the native format this build reads and writes.
 pub const FORMAT_VERSION: u32 = 1;
@@ -71,6 +72,12 @@ impl Head {
         if h.chunk_count == 0 || h.chunk_target == 0 {
             return Err(corrupted("head", "no chunks or a zero chunk size"));
         }
+        if h.chunk_base.checked_add(h.chunk_count).is_none() {
+            return Err(corrupted("head", format!("chunk range {}+{} overflows", h.chunk_base, h.chunk_count)));
+        }
+        if h.records.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(TABLE_HEADER_BYTES as u64)).is_none() {
+            return Err(corrupted("head", format!("a record count of {} is impossible", h.records)));
+        }
         Ok(h)
     }
 
@@ -84,6 +91,11 @@ impl Head {
     /// it over the old head, fsync the directory. A crash leaves either head.
     pub fn commit(&self, dir: &Path) -> Result<()> {
         crate::fs::write_atomic(dir, HEAD_FILE, &self.encode())
+    }
+
+    /// Length of the committed table file (checked in `decode` not to overflow).
+    pub fn table_bytes(&self) -> u64 {
+        TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64
     }
 
     pub fn last_chunk(&self) -> u32 {

@@ -269,18 +269,18 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         let table = Table::open_native(dir, head.generation, head.records)?;
-        let sizes: Vec<Option<u64>> =
-            (0..head.chunk_count).map(|k| (k + 1 == head.chunk_count).then_some(head.tail_len)).collect();
-        let data: u64 = (0..head.chunk_count)
-            .map(|k| {
-                std::fs::metadata(dir.join(chunk_name(Format::Native, ChunkId(head.chunk_base + k))))
-                    .map_or(0, |m| m.len())
-            })
-            .sum();
-        let direct = want_direct(direct, data);
-        let chunks = (0..head.chunk_count)
-            .map(|k| open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), sizes[k as usize], direct))
-            .collect::<Result<Vec<_>>>()?;
+        // Open every chunk before deciding on O_DIRECT (which needs the total
+        // size); a missing chunk fails here, before any large allocation.
+        let mut chunks = Vec::new();
+        for k in 0..head.chunk_count {
+            let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
+            chunks.push(open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
+        }
+        if want_direct(direct, chunks.iter().map(|c| c.len).sum()) {
+            for (k, c) in chunks.iter_mut().enumerate() {
+                *c = open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k as u32), Some(c.len), true)?;
+            }
+        }
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::write::DICT_FILE);
             let bytes = crate::fs::read(&p).map_err(io_err("read", &p))?;
@@ -490,7 +490,8 @@ impl Store {
         for (&i, &o) in indices.iter().zip(offsets) {
             order.push((o, i, snap.entry(i)?));
         }
-        order.sort_unstable_by_key(|t| t.0);
+        // Empty records share their offset with the next slot: order by (offset, length).
+        order.sort_unstable_by_key(|t| (t.0, t.2.logical_len));
         let mut end = 0u64;
         for &(o, i, e) in &order {
             if o < end {

@@ -55,7 +55,11 @@ impl Table {
     pub fn open_native(dir: &Path, generation: u64, records: u64) -> Result<Table> {
         let path = dir.join(table_name(generation));
         let file = crate::fs::open_read(&path)?;
-        let need = TABLE_HEADER_BYTES as u64 + records * ENTRY_BYTES as u64;
+        let need = records
+            .checked_mul(ENTRY_BYTES as u64)
+            .and_then(|n| n.checked_add(TABLE_HEADER_BYTES as u64))
+            .filter(|&n| usize::try_from(n).is_ok())
+            .ok_or_else(|| corrupted("head", format!("a record count of {records} is impossible")))?;
         check_len(&file, &path, need, "table")?;
         let map = crate::mmap::map_table(&file, need as usize).map_err(io_err("mmap", &path))?;
         let h = &map[..TABLE_HEADER_BYTES];
@@ -86,7 +90,7 @@ impl Table {
         let tail_chunk = u32::from(u16::from_le_bytes([head[6], head[7]]));
         let tail_offset = u64::from(u32_at(&head, 8));
         let records = u64::from(u32_at(&head, 12));
-        let need = (LOADERX_HEADER + LOADERX_ENTRY * records as usize) as u64;
+        let need = LOADERX_HEADER as u64 + LOADERX_ENTRY as u64 * records;
         check_len(&file, &path, need, "loaderx meta.zr")?;
         let map = crate::mmap::map_table(&file, need as usize).map_err(io_err("mmap", &path))?;
         Ok((Table { map: Some(map), format: Format::Loaderx, records }, tail_chunk, tail_offset))

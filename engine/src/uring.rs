@@ -193,6 +193,12 @@ pub(crate) fn read_batch<'a>(
 
 /// Runs a batch of writes of `(fd, offset, bytes)`.
 pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, &[u8])]) -> Result<(), ReqError> {
+    for (fd, offset, b) in writes {
+        crate::fault::record(|| {
+            let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
+            crate::fault::Event::Write(path, *offset, b.to_vec())
+        });
+    }
     if let Some(e) = injected(crate::fault::Kind::Write, writes.len()) {
         return Err(e);
     }

@@ -45,7 +45,7 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
 pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
     let mut t = fs::create(&tp)?;
-    fs::write_all(&mut t, &tp, &table_header(1))?;
+    fs::write_all(&mut t, &tp, 0, &table_header(1))?;
     fs::fsync(&t, &tp)?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
     let c = fs::create(&cp)?;
@@ -84,12 +84,12 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         };
         if stale {
             let p = e.path();
-            std::fs::remove_file(&p).map_err(io_err("remove", &p))?;
+            fs::remove(&p)?;
         }
     }
     let tp = dir.join(&live_table);
     let t = fs::open_rw(&tp)?;
-    t.set_len(TABLE_HEADER_BYTES as u64 + head.records * ENTRY_BYTES as u64).map_err(io_err("truncate", &tp))?;
+    fs::set_len(&t, &tp, head.table_bytes())?;
     let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
     let c = fs::open_rw(&cp)?;
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
@@ -99,7 +99,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
         ));
     }
-    c.set_len(head.tail_len).map_err(io_err("truncate", &cp))?;
+    fs::set_len(&c, &cp, head.tail_len)?;
     fs::fsync_dir(dir)
 }
 

@@ -182,7 +182,6 @@ fn auto_picks_uring_when_available() {
 /// when the indices are not listed in slot order it may see the non-empty slot
 /// first and call the empty one "overlapping". An empty slot overlaps nothing.
 #[test]
-#[ignore = "engine bug: gather_var reports an empty record's slot as overlapping a slot at the same offset"]
 fn empty_records_in_prefix_sum_layout() {
     let tmp = test_dir();
     let dir = tmp.path().join("s");

@@ -448,7 +448,6 @@ fn expect_typed_open_error(dir: &Path, what: &str) {
 /// length check. Guarantee: a head naming an impossible table size is
 /// `Corrupted`.
 #[test]
-#[ignore = "engine bug: a head with a huge record count overflows the table size computation and panics"]
 fn head_with_overflowing_record_count_is_corrupted() {
     let tmp = test_dir();
     let dir = tmp.path().join("s");
@@ -463,7 +462,6 @@ fn head_with_overflowing_record_count_is_corrupted() {
 /// computed in u32 without a check, so a checksum-valid head with a chunk
 /// base near u32::MAX panics on open (overflow) instead of reporting damage.
 #[test]
-#[ignore = "engine bug: a head whose chunk_base + chunk_count overflows u32 panics on open"]
 fn head_with_overflowing_chunk_range_is_corrupted() {
     let tmp = test_dir();
     let dir = tmp.path().join("s");
