@@ -41,7 +41,7 @@ doc:
 
 rust-test:
 	cargo test --workspace
-	cargo test -p zring-engine --features fault-injection --test faults -- --nocapture
+	cargo test -p zring-engine --features fault-injection --test faults --test power_loss -- --nocapture
 
 py-test: develop
 	$(PY) -m pytest py/tests -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
