@@ -418,6 +418,9 @@ class GlobalLoader:
                           else {n: sharding for n in self.streams})
         self.global_shapes = {n: (B, *_stream_shape(ds)) for n, ds in self.streams.items()}
         self.plans = {n: process_rows(self.shardings[n], self.global_shapes[n]) for n in self.streams}
+        if any(len(p) == 0 for p in self.plans.values()):
+            raise ValueError(f"process {self.process_index} holds no device of the sharding; "
+                             "only processes in the mesh take part in global_loader")
         # Streams sharded differently may need different rows; read the union of them.
         self.plan = RowPlan(_runs(np.unique(np.concatenate([p.positions for p in self.plans.values()]))), B)
         self.full_batch = self.plan.shard is None
