@@ -393,9 +393,10 @@ class GlobalLoader:
                 f"process {self.process_index} of {self.process_count} given, but JAX runs as process "
                 f"{jax.process_index()} of {jax.process_count()}; call jax.distributed.initialize first, "
                 "or use process_rows() to plan for another process")
-        for key in ("batch_size", "shard"):
+        for key in ("batch_size", "shard", "transform"):
             if key in loader_kwargs:
-                raise TypeError(f"global_loader sets {key} itself; do not pass {key}=")
+                raise TypeError(f"global_loader does not take {key}= (it sets the batch and shard itself, "
+                                "and builds arrays from the raw stream batches)")
         B = int(global_batch_size)
         if B < 1:
             raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
