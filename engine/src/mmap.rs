@@ -18,3 +18,48 @@ pub(crate) fn map_table(file: &File, len: usize) -> io::Result<Mmap> {
     // every mmap-based store.
     unsafe { MmapOptions::new().len(len).map(file) }
 }
+
+/// Maps the first `len` bytes of a chunk file read-only, for copying hot
+/// records straight out of the page cache. `len` must be non-zero and at most
+/// the file's length.
+pub(crate) fn map_chunk(file: &File, len: usize) -> io::Result<Mmap> {
+    // SAFETY: committed chunk bytes are never modified or truncated while a
+    // store is open: appends write past the committed length, compaction writes
+    // new files and unlinks old ones (a mapping keeps an unlinked file alive),
+    // and recovery only cuts bytes past the committed length, before any
+    // reader of that process exists. `len` is at most the file's length (the
+    // caller checked it against the file's size), so no mapped page lies past
+    // the end of the file.
+    let map = unsafe { MmapOptions::new().len(len).map(file)? };
+    // Faults on this mapping should read just the page, not a readahead window.
+    map.advise(memmap2::Advice::Random)?;
+    Ok(map)
+}
+
+/// Whether every page of `map[offset..offset + len]` is in memory, so copying
+/// it performs no I/O.
+pub(crate) fn resident(map: &Mmap, offset: usize, len: usize) -> bool {
+    const PAGE: usize = 4096;
+    if len == 0 {
+        return true;
+    }
+    let start = offset / PAGE * PAGE;
+    let end = offset + len;
+    if end > map.len() {
+        return false;
+    }
+    let pages = (end - start).div_ceil(PAGE);
+    let mut vec = [0u8; 64];
+    let mut heap;
+    let out: &mut [u8] = if pages <= vec.len() {
+        &mut vec[..pages]
+    } else {
+        heap = vec![0u8; pages];
+        &mut heap
+    };
+    // SAFETY: `start` is page aligned (mappings start at a page boundary) and
+    // `start..end` lies inside the mapping, so the kernel reads only our
+    // mapping's page tables; `out` has one byte per page of the range.
+    let r = unsafe { libc::mincore(map.as_ptr().add(start) as *mut libc::c_void, end - start, out.as_mut_ptr()) };
+    r == 0 && out.iter().all(|b| b & 1 == 1)
+}

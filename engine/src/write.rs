@@ -341,7 +341,11 @@ impl Store {
                 std::fs::metadata(self.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
             };
             match chunks.get_mut(k as usize) {
-                Some(c) => c.len = len,
+                Some(c) if c.len != len => {
+                    c.len = len;
+                    c.map = Default::default();
+                }
+                Some(_) => {}
                 None => chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.direct)?),
             }
         }

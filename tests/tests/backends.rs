@@ -121,13 +121,18 @@ fn run(lens: &[usize], batches: &[usize], label: &str) {
     for codec in CODECS {
         let dir = tmp.path().join(codec.name());
         let want = build(&dir, codec, lens);
-        for &(backend, direct) in &configs {
-            let s = Store::builder(&dir).backend(backend).direct(direct).open().expect("open");
+        // Buffered reads run twice: through the backend (mmap off) and from the
+        // chunk mappings where pages are resident (mmap on).
+        let runs =
+            configs.iter().flat_map(|&(b, d)| [(b, d, false), (b, d, true)].into_iter().take(if d { 1 } else { 2 }));
+        for (backend, direct, mmap) in runs {
+            let s = Store::builder(&dir).backend(backend).direct(direct).mmap(mmap).open().expect("open");
             assert_eq!(s.backend(), backend);
             if direct && !s.is_direct() {
                 println!("{label}: O_DIRECT is not supported by the file system under {}", dir.display());
             }
-            let what = format!("{label} {} store, {} direct={}", codec.name(), backend.name(), s.is_direct());
+            let what =
+                format!("{label} {} store, {} direct={} mmap={mmap}", codec.name(), backend.name(), s.is_direct());
             // Same seed for every configuration: the same batches are compared.
             let mut rng = Rng::new(SEED ^ codec as u64);
             for &n in batches {
