@@ -1,4 +1,5 @@
-//! The decode pool: a rayon pool per process.
+//! The decode pool: a rayon pool per process (`ZRING_THREADS` threads, by
+//! default one fewer than the cores: the calling thread works too).
 //!
 //! A forked child inherits the parent's pool object but none of its threads,
 //! so using it would hang. The pool is tagged with the pid that built it, and a
@@ -25,7 +26,11 @@ pub(crate) fn get() -> Arc<ThreadPool> {
             let threads = std::env::var("ZRING_THREADS")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+                // The thread calling gather reads a share itself, so the pool
+                // needs one thread fewer than there are cores.
+                .unwrap_or_else(|| {
+                    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
+                });
             let pool = Arc::new(
                 ThreadPoolBuilder::new()
                     .num_threads(threads)

@@ -6,8 +6,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use rayon::prelude::*;
-
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::head::{Head, HEAD_FILE};
@@ -45,7 +43,7 @@ pub(crate) struct Chunk {
     /// A read-only mapping of the first `len` bytes, made on first use, for
     /// copying records that are already in the page cache without a system
     /// call. `None` inside when mapping failed or direct reads are on.
-    pub map: Arc<std::sync::OnceLock<Option<memmap2::Mmap>>>,
+    pub map: Arc<std::sync::OnceLock<Option<crate::mmap::ChunkMap>>>,
 }
 
 impl Chunk {
@@ -55,14 +53,22 @@ impl Chunk {
         if self.direct.is_some() {
             return None;
         }
-        let map = self
-            .map
+        self.mapping()?.resident(offset as usize, len)
+    }
+
+    fn mapping(&self) -> Option<&crate::mmap::ChunkMap> {
+        self.map
             .get_or_init(|| {
-                (self.len > 0).then(|| crate::mmap::map_chunk(&self.file, self.len as usize).ok()).flatten()
+                (self.len > 0).then(|| crate::mmap::ChunkMap::new(&self.file, self.len as usize).ok()).flatten()
             })
-            .as_ref()?;
-        let off = offset as usize;
-        crate::mmap::resident(map, off, len).then(|| &map[off..off + len])
+            .as_ref()
+    }
+
+    /// Notes that a buffered read just brought `offset..offset + len` into memory.
+    pub fn mark_resident(&self, offset: u64, len: usize) {
+        if let Some(m) = self.map.get().and_then(|m| m.as_ref()) {
+            m.mark(offset as usize, len);
+        }
     }
 }
 
@@ -567,12 +573,34 @@ impl Store {
     pub(crate) fn read_items(&self, snap: &Snapshot, mut items: Vec<Item<'_>>) -> Result<()> {
         let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
         let pool = crate::pool::get();
-        let threads = pool.current_num_threads().max(1);
-        if items.len() < 2 || total < PARALLEL_MIN_BYTES || threads == 1 {
+        // The pool's threads and the caller.
+        let threads = pool.current_num_threads() + 1;
+        if items.len() < 2 || total < PARALLEL_MIN_BYTES {
             return self.read_group(snap, &mut items);
         }
+        // The calling thread reads the first group itself and the pool the
+        // others: one hand-off per gather, and the caller is not idle while
+        // it waits.
         let per = items.len().div_ceil(threads);
-        pool.install(|| items.par_chunks_mut(per).try_for_each(|g| self.read_group(snap, g)))
+        let mut groups = items.chunks_mut(per);
+        let own = groups.next().expect("at least two items");
+        let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+        let mine = pool.in_place_scope(|s| {
+            for g in groups {
+                let failed = &failed;
+                s.spawn(move |_| {
+                    if let Err(e) = self.read_group(snap, g) {
+                        failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                    }
+                });
+            }
+            self.read_group(snap, own)
+        });
+        mine?;
+        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>]) -> Result<()> {
@@ -702,6 +730,14 @@ impl Store {
                 ),
                 ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
             });
+        }
+        if self.mmap {
+            for (it, p) in io_items.iter().zip(&plans) {
+                if !p.direct {
+                    let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+                    chunk.mark_resident(it.entry.offset, it.entry.stored_len as usize);
+                }
+            }
         }
         match first_err {
             Some(e) => Err(e),
