@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import operator
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -88,3 +88,25 @@ def scalar_index(idx: Any, length: int) -> int:
 def is_int(idx: Any) -> bool:
     """True for Python and NumPy integers, but not for bools."""
     return isinstance(idx, (int, np.integer)) and not isinstance(idx, (bool, np.bool_))
+
+
+_C = TypeVar("_C", bound="Closeable")
+
+
+class Closeable:
+    """``with`` support and close-on-garbage-collection for objects with ``close()``."""
+
+    def close(self) -> None:  # pragma: no cover - every subclass defines it
+        raise NotImplementedError
+
+    def __enter__(self: _C) -> _C:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass

@@ -35,7 +35,7 @@ DICT_SAMPLE_BYTES = 256 << 20
 WRITE_CHUNK_BYTES = 64 << 20
 
 
-class Zrecord:
+class Zrecord(_util.Closeable):
     """A store of opaque byte records with a dense index space ``0..len``.
 
     Opening takes the store's single-writer lock (``readonly=False``, the
@@ -172,17 +172,6 @@ class Zrecord:
         if store is not None:
             store.close()
 
-    def __enter__(self) -> "Zrecord":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
     def __repr__(self) -> str:
         state = "closed" if self._store is None else f"{len(self)} records"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
-from . import _zring
+from . import _util, _zring
 from .dataset import Dataset, RaggedDataset
 
 
@@ -31,7 +31,7 @@ def _nonneg(name: str, value: Any, minimum: int = 0) -> int:
     return v
 
 
-class DataLoader:
+class DataLoader(_util.Closeable):
     """An endless iterator of batches over named streams.
 
     A batch is a dict ``{name: samples}``: for a :class:`Dataset` stream an
@@ -163,14 +163,3 @@ class DataLoader:
         if loader is not None:
             loader.close()
 
-    def __enter__(self) -> "DataLoader":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass

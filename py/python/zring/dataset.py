@@ -41,7 +41,7 @@ def _open(path: str | os.PathLike[str], ragged: bool) -> tuple[Path, Store, dict
     return p, store, schema
 
 
-class _Base:
+class _Base(_util.Closeable):
     path: Path
     codec: str
     dtype: np.dtype
@@ -70,17 +70,6 @@ class _Base:
         if store is not None:
             store.close()
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 class Dataset(_Base):
