@@ -25,7 +25,11 @@ const RING_ENTRIES: u32 = 256;
 fn max_in_flight() -> usize {
     static QD: OnceLock<usize> = OnceLock::new();
     *QD.get_or_init(|| {
-        std::env::var("ZRING_QUEUE_DEPTH").ok().and_then(|v| v.parse().ok()).unwrap_or(256).clamp(1, RING_ENTRIES as usize)
+        std::env::var("ZRING_QUEUE_DEPTH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(256)
+            .clamp(1, RING_ENTRIES as usize)
     })
 }
 
