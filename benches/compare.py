@@ -881,6 +881,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/compare)")
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
     ap.add_argument("--only", default="abcd", help="sections to run, e.g. 'bd'")
+    ap.add_argument("--readme", action="store_true",
+                    help="also replace the README's benchmark section (between its compare markers)")
     args = ap.parse_args()
     mode = "quick" if args.quick else "full"
     data = args.data or Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "compare"
@@ -925,8 +927,23 @@ def main() -> None:
               f"`python benches/compare.py{' --quick' if args.quick else ''}"
               f"{'' if args.cold_gib is None else f' --cold-gib {args.cold_gib:g}'}`.\n")
     text = "\n".join(md)
-    (args.out / ("compare.md" if mode == "full" or True else "compare.md")).write_text(text)
+    (args.out / "compare.md").write_text(text)
+    if args.readme:
+        update_readme(REPO / "README.md", text)
     print(text)
+
+
+def update_readme(readme: Path, text: str) -> None:
+    """Replaces the text between the README's compare markers with ``text``
+    (headings moved down a level to sit under the README's "Benchmarks")."""
+    begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
+    body = readme.read_text()
+    if begin not in body or end not in body:
+        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
+    demoted = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
+    head, rest = body.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    readme.write_text(f"{head}{begin}\n{demoted}\n{end}{tail}")
 
 
 if __name__ == "__main__":

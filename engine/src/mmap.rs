@@ -30,10 +30,11 @@ pub(crate) fn map_chunk(file: &File, len: usize) -> io::Result<Mmap> {
     // reader of that process exists. `len` is at most the file's length (the
     // caller checked it against the file's size), so no mapped page lies past
     // the end of the file.
-    let map = unsafe { MmapOptions::new().len(len).map(file)? };
-    // Faults on this mapping should read just the page, not a readahead window.
-    map.advise(memmap2::Advice::Random)?;
-    Ok(map)
+    // No MADV_RANDOM: records are copied from this mapping only once their
+    // pages are known to be in memory, so faults are minor, and the kernel's
+    // fault-around (mapping neighbouring cached pages with each fault) saves
+    // most of them.
+    unsafe { MmapOptions::new().len(len).map(file) }
 }
 
 const PAGE: usize = 4096;
