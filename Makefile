@@ -39,8 +39,11 @@ lint:
 doc:
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --exclude zring-py
 
+# The reliability suites (zring-tests) run on their own so their counts
+# (kills, crash states, fault points) reach the log.
 rust-test:
-	cargo test --workspace
+	cargo test --workspace --exclude zring-tests
+	cargo test -p zring-tests -- --nocapture
 	cargo test -p zring-engine --features fault-injection --test faults --test power_loss -- --nocapture
 
 py-test: develop

@@ -59,7 +59,7 @@ fn steps() -> Vec<(&'static str, Step)> {
 /// before the first step and after each one (the model of a clean run).
 fn run(dir: &std::path::Path, record: bool) -> (Vec<Vec<u64>>, Option<(usize, Error)>) {
     let mut states = vec![Vec::new()];
-    let store = match Store::builder(dir).chunk_bytes(4096).create() {
+    let store = match Store::builder(dir).chunk_bytes(4096).mmap(false).create() {
         Ok(s) => s,
         Err(e) => return (states, Some((0, e))),
     };
