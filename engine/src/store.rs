@@ -18,7 +18,7 @@ use crate::write::Writer;
 pub const DEFAULT_LEVEL: i32 = 3;
 /// zstd level of `zstd_dict` records. Chosen by measurement (see DESIGN.md):
 /// level 19 keeps a few percent more ratio at a small fraction of the speed.
-pub const DEFAULT_DICT_LEVEL: i32 = 7;
+pub const DEFAULT_DICT_LEVEL: i32 = 5;
 /// Size at which a chunk file is sealed and the next one started.
 pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 30;
 /// A gather below this many bytes runs on the calling thread alone.
