@@ -44,10 +44,14 @@ doc:
 rust-test:
 	cargo test --workspace --exclude zring-tests
 	cargo test -p zring-tests -- --nocapture
+	ZRING_BACKEND=pread cargo test -p zring-tests -- --nocapture
 	cargo test -p zring-engine --features fault-injection --test faults --test power_loss -- --nocapture
 
+PYTEST = $(PY) -m pytest -q $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+
 py-test: develop
-	$(PY) -m pytest py/tests -q; rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
+	$(call PYTEST,py/tests)
+	ZRING_BACKEND=pread $(call PYTEST,py/tests/test_fork.py py/tests/test_load.py py/tests/test_corruption.py py/tests/test_errors.py)
 
 fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)
