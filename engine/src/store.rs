@@ -63,13 +63,6 @@ impl Chunk {
             })
             .as_ref()
     }
-
-    /// Notes that a buffered read just brought `offset..offset + len` into memory.
-    pub fn mark_resident(&self, offset: u64, len: usize) {
-        if let Some(m) = self.map.get().and_then(|m| m.as_ref()) {
-            m.mark(offset as usize, len);
-        }
-    }
 }
 
 /// Whether hot records are copied from mappings unless the builder says:
@@ -730,14 +723,6 @@ impl Store {
                 ),
                 ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
             });
-        }
-        if self.mmap {
-            for (it, p) in io_items.iter().zip(&plans) {
-                if !p.direct {
-                    let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-                    chunk.mark_resident(it.entry.offset, it.entry.stored_len as usize);
-                }
-            }
         }
         match first_err {
             Some(e) => Err(e),
