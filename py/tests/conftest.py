@@ -1,9 +1,25 @@
 """Shared fixtures: the loaderx reference module and small deterministic data."""
 
 import importlib
+import os
+import time
 
 import numpy as np
 import pytest
+
+
+def wait_child(pid: int, deadline: float) -> int | None:
+    """Waits for a forked child until ``deadline`` (time.monotonic()); returns
+    its wait status, or kills it and returns None if it is still running."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.005)
 
 
 @pytest.fixture(scope="session")

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import zring
+from conftest import wait_child
 
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
@@ -40,16 +41,9 @@ def test_forked_child_reads(tmp_path):
             os._exit(code)
 
     os.close(w)
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("forked child did not finish reading within 60 s")
-        time.sleep(0.02)
+    status = wait_child(pid, time.monotonic() + 60)
+    if status is None:
+        pytest.fail("forked child did not finish reading within 60 s")
     msg = os.read(r, 1000).decode(errors="replace")
     os.close(r)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child failed: {msg!r} (status {status})"
@@ -92,16 +86,9 @@ def test_forked_child_gets_a_clear_error_from_a_parent_loader(tmp_path):
             os._exit(code)
 
     os.close(w)
-    deadline = time.monotonic() + 60
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, 9)
-            os.waitpid(pid, 0)
-            pytest.fail("forked child hung on the parent's DataLoader")
-        time.sleep(0.02)
+    status = wait_child(pid, time.monotonic() + 60)
+    if status is None:
+        pytest.fail("forked child hung on the parent's DataLoader")
     msg = os.read(r, 1000).decode(errors="replace")
     os.close(r)
     assert msg == "ok", f"child said {msg!r} (status {status})"

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import zring
+from conftest import wait_child
 
 
 def _count(path: str) -> int:
@@ -47,18 +48,9 @@ def test_a_hundred_forked_children_read(tmp_path):
     deadline = time.monotonic() + 120
     failed = []
     for pid in pids:
-        while True:
-            done, status = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.kill(pid, 9)
-                os.waitpid(pid, 0)
-                failed.append((pid, "hung"))
-                break
-            time.sleep(0.005)
-        if done and not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
-            failed.append((pid, status))
+        status = wait_child(pid, deadline)
+        if status is None or not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0):
+            failed.append((pid, "hung" if status is None else status))
     assert not failed, f"{len(failed)} of 100 forked readers failed: {failed[:5]}"
     np.testing.assert_array_equal(ds[[1, 2]], data[[1, 2]])
 
