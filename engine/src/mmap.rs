@@ -3,6 +3,8 @@
 use std::fs::File;
 use std::io;
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use memmap2::{Mmap, MmapOptions};
 
 /// Maps the first `len` bytes of a table file read-only.
@@ -42,26 +44,79 @@ const PAGE: usize = 4096;
 /// A chunk's read-only mapping, for copying records whose pages are in the
 /// page cache without a system call per record.
 ///
-/// Residency is asked of the kernel (mincore) for every record, right before
-/// the copy. Remembering pages seen resident would save that call but goes
-/// stale when the kernel evicts pages (memory pressure, `drop_caches`,
-/// `fadvise(DONTNEED)`), and copying an evicted page faults it back in
-/// synchronously, with the kernel's readahead: measured here, 14 times the
-/// bytes a cold gather needs.
+/// Residency is asked of the kernel (mincore) the first time a page is
+/// needed and then remembered in a bitmap. A remembered page can go stale
+/// when the kernel evicts it; copying it would then fault it back in
+/// synchronously, with the kernel's readahead (measured: 14 times the bytes a
+/// cold gather needs). So the bitmap is tied to the machine's count of evicted
+/// page-cache pages ([`evictions`]): when that count has moved, the bitmap is
+/// cleared and pages are asked about again. Evictions it does not count (a
+/// `posix_fadvise(DONTNEED)` by another program) cost synchronous faults,
+/// never wrong bytes.
 pub(crate) struct ChunkMap {
     map: Mmap,
+    seen: Box<[AtomicU64]>,
+    /// The eviction count the bitmap is valid for.
+    epoch: AtomicU64,
 }
 
 impl ChunkMap {
     pub fn new(file: &File, len: usize) -> io::Result<ChunkMap> {
-        Ok(ChunkMap { map: map_chunk(file, len)? })
+        let map = map_chunk(file, len)?;
+        let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        Ok(ChunkMap { map, seen, epoch: AtomicU64::new(u64::MAX) })
     }
 
     /// The bytes at `offset..offset + len` if their pages are in memory.
-    pub fn resident(&self, offset: usize, len: usize) -> Option<&[u8]> {
+    /// `epoch` is [`evictions`] read at the start of the gather, or `None` to
+    /// ask the kernel without consulting the bitmap (small gathers, where one
+    /// read of the counters costs more than asking per record).
+    pub fn resident(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
         let end = offset.checked_add(len).filter(|&e| e <= self.map.len())?;
-        resident(&self.map, offset, len).then(|| &self.map[offset..end])
+        let Some(epoch) = epoch else {
+            return resident(&self.map, offset, len).then(|| &self.map[offset..end]);
+        };
+        if self.epoch.load(Relaxed) != epoch {
+            for w in self.seen.iter() {
+                w.store(0, Relaxed);
+            }
+            self.epoch.store(epoch, Relaxed);
+        }
+        let pages = offset / PAGE..end.div_ceil(PAGE);
+        let known = pages.clone().all(|p| self.seen[p / 64].load(Relaxed) & (1 << (p % 64)) != 0);
+        if !known {
+            if !resident(&self.map, offset, len) {
+                return None;
+            }
+            for p in pages {
+                self.seen[p / 64].fetch_or(1 << (p % 64), Relaxed);
+            }
+        }
+        Some(&self.map[offset..end])
     }
+}
+
+/// The machine's count of page-cache pages evicted so far (reclaimed under
+/// memory pressure, or dropped through `drop_caches`), from `/proc/vmstat`;
+/// `None` where it cannot be read (then every record is asked about).
+pub(crate) fn evictions() -> Option<u64> {
+    static VMSTAT: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
+    let f = VMSTAT.get_or_init(|| File::open("/proc/vmstat").ok()).as_ref()?;
+    let mut buf = [0u8; 8192];
+    let n = std::os::unix::fs::FileExt::read_at(f, &mut buf, 0).ok()?;
+    let text = std::str::from_utf8(&buf[..n]).ok()?;
+    let mut sum = 0u64;
+    let mut found = false;
+    for line in text.lines() {
+        let mut it = line.split_ascii_whitespace();
+        if let (Some(k), Some(v)) = (it.next(), it.next()) {
+            if k == "pgsteal_file" || k == "drop_pagecache" {
+                sum = sum.wrapping_add(v.parse::<u64>().ok()?);
+                found = true;
+            }
+        }
+    }
+    found.then_some(sum)
 }
 
 /// Whether every page of `map[offset..offset + len]` is in memory, so copying

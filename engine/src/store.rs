@@ -49,11 +49,11 @@ pub(crate) struct Chunk {
 impl Chunk {
     /// The stored bytes at `offset..offset + len` if every page of them is in
     /// memory (so reading them performs no I/O).
-    pub fn resident(&self, offset: u64, len: usize) -> Option<&[u8]> {
+    pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
         if self.direct.is_some() {
             return None;
         }
-        self.mapping()?.resident(offset as usize, len)
+        self.mapping()?.resident(offset as usize, len, epoch)
     }
 
     fn mapping(&self) -> Option<&crate::mmap::ChunkMap> {
@@ -626,9 +626,13 @@ impl Store {
         // from the chunk's mapping: no system call, no copy into scratch. The
         // rest are read in one batch below.
         let mut io_idx = Vec::with_capacity(items.len());
+        // One read of the eviction counters costs about what asking the kernel
+        // about 16 records does.
+        let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
         for (i, it) in items.iter_mut().enumerate() {
             let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-            let hot = if self.mmap { chunk.resident(it.entry.offset, it.entry.stored_len as usize) } else { None };
+            let hot =
+                if self.mmap { chunk.resident(it.entry.offset, it.entry.stored_len as usize, epoch) } else { None };
             match hot {
                 Some(stored) => {
                     if let Err(e) = finish_record(it, stored, dict) {
