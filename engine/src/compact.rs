@@ -128,6 +128,7 @@ impl Store {
             // fsync left on the device is unknown: refuse further writes.
             return w.poison(e);
         }
+        crate::fault::crash_point("compact.copied");
         let gen = w.head.generation + 1;
         let new_chunks = (base, out.count + 1, out.len);
         let old = (w.head.chunk_base, w.head.chunk_count);
@@ -152,6 +153,7 @@ impl Store {
         bytes.extend_from_slice(entries);
         fs::write_all(&mut f, &tp, 0, &bytes)?;
         fs::fsync(&f, &tp)?;
+        crate::fault::crash_point("table.written");
         w.sync(&self.dir)?;
         fs::fsync_dir(&self.dir)?;
         let mut head = Head { generation: gen, records: (entries.len() / ENTRY_BYTES) as u64, ..w.head };
@@ -161,6 +163,7 @@ impl Store {
             head.tail_len = tail;
         }
         head.commit(&self.dir)?;
+        crate::fault::crash_point("table.committed");
         let old_table = self.dir.join(table_name(w.head.generation));
         let _ = fs::remove(&old_table);
         w.head = head;

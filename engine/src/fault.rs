@@ -143,3 +143,41 @@ pub(crate) fn hit(_kind: Kind) -> std::io::Result<()> {
 #[cfg(not(feature = "fault-injection"))]
 #[inline(always)]
 pub(crate) fn record(_event: impl FnOnce() -> Event) {}
+
+/// The named points where a crash test can abort the process: after the
+/// step the name describes, before the next one. `ZRING_CRASH_AT=name:k`
+/// (with the feature) aborts at the k-th time the process reaches `name`.
+pub const CRASH_POINTS: &[&str] = &[
+    "append.written",       // records and entries written, nothing synced
+    "sync.flushed",         // data and table fsynced, head not yet replaced
+    "atomic.before_rename", // a new head/dict/schema written and fsynced, not renamed
+    "atomic.renamed",       // renamed, directory not yet fsynced
+    "compact.copied",       // compaction's new chunks durable, no table for them yet
+    "table.written",        // a new table generation durable, head not yet replaced
+    "table.committed",      // head replaced, old table/chunks not yet removed
+];
+
+#[cfg(feature = "fault-injection")]
+pub(crate) fn crash_point(name: &'static str) {
+    use std::sync::{Mutex, OnceLock};
+    static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
+    static HITS: Mutex<u64> = Mutex::new(0);
+    let target = TARGET.get_or_init(|| {
+        let v = std::env::var("ZRING_CRASH_AT").ok()?;
+        let (n, k) = v.rsplit_once(':')?;
+        Some((n.to_string(), k.parse().ok()?))
+    });
+    if let Some((n, k)) = target {
+        if n == name {
+            let mut hits = HITS.lock().unwrap_or_else(|p| p.into_inner());
+            *hits += 1;
+            if *hits == *k {
+                std::process::abort();
+            }
+        }
+    }
+}
+
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub(crate) fn crash_point(_name: &'static str) {}

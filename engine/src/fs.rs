@@ -98,6 +98,8 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let mut f = create(&tmp)?;
     write_all(&mut f, &tmp, 0, bytes)?;
     fsync(&f, &tmp)?;
+    crate::fault::crash_point("atomic.before_rename");
     rename(&tmp, &dir.join(name))?;
+    crate::fault::crash_point("atomic.renamed");
     fsync_dir(dir)
 }

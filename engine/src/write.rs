@@ -159,6 +159,7 @@ impl Writer {
         if let Err(e) = self.flush(dir) {
             return self.poison(e);
         }
+        crate::fault::crash_point("sync.flushed");
         if let Err(e) = head.commit(dir) {
             return self.poison(e);
         }
@@ -241,6 +242,7 @@ impl Writer {
             };
             return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
         }
+        crate::fault::crash_point("append.written");
         self.records += entries.len() as u64;
         Ok(entries)
     }

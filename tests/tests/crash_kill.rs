@@ -295,3 +295,93 @@ fn kill_nine_recovery() {
         assert!(n > 0, "no kill landed inside {}: the test did not exercise it", op.name());
     }
 }
+
+/// Named crash points: the same child, but instead of a timed SIGKILL it
+/// aborts itself at the k-th time it reaches a named point of the write path
+/// (`zring_engine::fault::CRASH_POINTS`, armed with `ZRING_CRASH_AT=name:k`),
+/// for k = 1..=4 at every point. Same guarantee as above: the store reopens,
+/// verifies, and holds the acknowledged state or the announced result of the
+/// operation in progress.
+#[test]
+fn named_crash_points() {
+    let tmp = test_dir();
+    let exe = std::env::current_exe().expect("current exe");
+    let (mut aborts, mut unreached) = (0usize, 0usize);
+    let mut failures: Vec<String> = Vec::new();
+    for (p, point) in zring_engine::fault::CRASH_POINTS.iter().enumerate() {
+        for k in 1..=4u64 {
+            let dir = tmp.path().join(format!("{point}-{k}"));
+            Store::builder(&dir).chunk_bytes(16 << 10).create().expect("create store");
+            let focus = match *point {
+                "compact.copied" | "table.committed" => Op::Compact,
+                "table.written" => [Op::Delete, Op::Compact][k as usize % 2],
+                _ => [Op::Append, Op::Delete, Op::Compact][(p + k as usize) % 3],
+            };
+            let mut child = Command::new(&exe)
+                .args(["--exact", "kill_nine_recovery", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, &dir)
+                .env(CHILD_SEED_ENV, (1000 + p as u64 * 10 + k).to_string())
+                .env(CHILD_FOCUS_ENV, focus.name())
+                .env("ZRING_CRASH_AT", format!("{point}:{k}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn child");
+            let stdout = child.stdout.take().expect("child stdout");
+            let reader = std::thread::spawn(move || {
+                BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>()
+            });
+            // The child runs until it aborts at the point; one that never gets
+            // there k times within the deadline is killed (and checked all the same).
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let status = loop {
+                if let Some(s) = child.try_wait().expect("wait child") {
+                    break Some(s);
+                }
+                if Instant::now() > deadline {
+                    child.kill().expect("kill child");
+                    child.wait().expect("wait child");
+                    break None;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            };
+            let lines = reader.join().expect("reader thread");
+            let mut t = Transcript { ready: None, acked: None, pending: None, ops_done: 0 };
+            for line in &lines {
+                parse_line(&mut t, line);
+            }
+            match status {
+                Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => aborts += 1,
+                Some(s) => {
+                    failures.push(format!("{point}:{k}: child ended with {s} instead of aborting"));
+                    continue;
+                }
+                None => unreached += 1,
+            }
+            let Some(acked) = t.acked.clone() else {
+                failures.push(format!("{point}:{k}: child never became ready"));
+                continue;
+            };
+            match check_store(&dir) {
+                Ok(state) => {
+                    let ok = state == acked || t.pending.as_ref().is_some_and(|(_, after)| *after == state);
+                    if !ok {
+                        failures.push(format!(
+                            "{point}:{k} (during {}): store holds {state}, expected {acked}{}",
+                            t.pending.as_ref().map_or("no operation", |(op, _)| op.name()),
+                            t.pending.as_ref().map_or(String::new(), |(_, after)| format!(" or {after}")),
+                        ));
+                    }
+                }
+                Err(e) => failures.push(format!("{point}:{k}: {e}")),
+            }
+        }
+    }
+    println!(
+        "crash_points: {aborts} aborts at {} named points (k = 1..=4), {unreached} not reached, {} failures",
+        zring_engine::fault::CRASH_POINTS.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{} failures:\n{}", failures.len(), failures.join("\n"));
+    assert!(aborts >= zring_engine::fault::CRASH_POINTS.len() * 3, "too few crash points were reached: {aborts}");
+}
