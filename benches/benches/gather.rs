@@ -28,8 +28,8 @@ use std::time::{Duration, Instant};
 
 use memmap2::Mmap;
 use zring_benches::{
-    bench_dir, block_read_bytes, check_gathered, disk_read_bytes, ensure_store, env_num, evict, machine, record_set,
-    warm, Recorder, Report, Rng, Row,
+    bench_dir, block_read_bytes, check_gathered, disk_read_bytes, ensure_store, env_num, evict, machine, publish,
+    record_set, warm, Recorder, Report, Rng, Row,
 };
 use zring_engine::{BackendKind, Codec, Store};
 
@@ -399,9 +399,5 @@ fn main() {
         md.push_str(&r.markdown());
         md.push('\n');
     }
-    println!("{md}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).join("bench-results");
-    if std::fs::create_dir_all(&out).is_ok() {
-        let _ = std::fs::write(out.join(if full { "gather-full.md" } else { "gather.md" }), &md);
-    }
+    publish("gather", full, &md);
 }

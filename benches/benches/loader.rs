@@ -17,7 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use zring_benches::{bench_dir, check_gathered, ensure_store, machine, warm, Recorder, Report, Row};
+use zring_benches::{bench_dir, check_gathered, ensure_store, machine, publish, warm, Recorder, Report, Row};
 use zring_engine::{Codec, Store};
 use zring_loader::{Layout, Loader, LoaderConfig, Mode, Source, SourceError, Stream};
 use zring_sampler::Sampler;
@@ -184,9 +184,5 @@ fn main() {
         md.push_str(&r.markdown());
         md.push('\n');
     }
-    println!("{md}");
-    let out = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).join("bench-results");
-    if std::fs::create_dir_all(&out).is_ok() {
-        let _ = std::fs::write(out.join(if full { "loader-full.md" } else { "loader.md" }), &md);
-    }
+    publish("loader", full, &md);
 }

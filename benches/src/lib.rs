@@ -375,13 +375,29 @@ pub fn record_set(first: u64, count: usize, len: usize) -> Vec<u8> {
     out
 }
 
+/// The repository root (the parent of this crate's folder).
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new("."))
+}
+
+/// Prints a bench's Markdown and writes it to `bench-results/{stem}.md`
+/// (`{stem}-full.md` for a `--full` run).
+pub fn publish(stem: &str, full: bool, md: &str) {
+    println!("{md}");
+    let out = repo_root().join("bench-results");
+    if std::fs::create_dir_all(&out).is_ok() {
+        let name = if full { format!("{stem}-full.md") } else { format!("{stem}.md") };
+        let _ = std::fs::write(out.join(name), md);
+    }
+}
+
 /// The directory for bench data: `$ZRING_BENCH_DIR`, else `bench-data/` at the
 /// repository root. `/tmp` is avoided on purpose: it may be memory-backed,
 /// which would measure nothing about disks.
 pub fn bench_dir() -> PathBuf {
     let dir = match std::env::var_os("ZRING_BENCH_DIR") {
         Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap_or(Path::new(".")).join("bench-data"),
+        None => repo_root().join("bench-data"),
     };
     std::fs::create_dir_all(&dir)
         .unwrap_or_else(|e| panic!("cannot create the bench directory {}: {e}", dir.display()));

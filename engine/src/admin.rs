@@ -154,12 +154,10 @@ impl Store {
         let dict = Dict::new(bytes, Some(self.dict_level))?;
         let n = dict.bytes.len();
         write_atomic(&self.dir, DICT_FILE, &dict.bytes)?;
-        w.head.dict_len = n as u32;
-        w.head.dict_crc = crc32c::crc32c(&dict.bytes);
-        // Commit a head naming the dictionary (with any pending appends).
-        let head = crate::head::Head { records: w.records, chunk_count: w.chunk_count, tail_len: w.tail_len, ..w.head };
-        w.head.dict_len = 0;
+        // Pending appends are made durable and committed first; then a head
+        // naming the dictionary.
         w.sync(&self.dir)?;
+        let head = crate::head::Head { dict_len: n as u32, dict_crc: crc32c::crc32c(&dict.bytes), ..w.head };
         if let Err(e) = head.commit(&self.dir) {
             return w.poison(e);
         }

@@ -568,8 +568,11 @@ impl Store {
         let pool = crate::pool::get();
         // The pool's threads and the caller.
         let threads = pool.current_num_threads() + 1;
+        // One read of the eviction counters (for the whole gather) costs about
+        // what asking the kernel about 16 records does.
+        let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
         if items.len() < 2 || total < PARALLEL_MIN_BYTES {
-            return self.read_group(snap, &mut items);
+            return self.read_group(snap, &mut items, epoch);
         }
         // The calling thread reads the first group itself and the pool the
         // others: one hand-off per gather, and the caller is not idle while
@@ -582,12 +585,12 @@ impl Store {
             for g in groups {
                 let failed = &failed;
                 s.spawn(move |_| {
-                    if let Err(e) = self.read_group(snap, g) {
+                    if let Err(e) = self.read_group(snap, g, epoch) {
                         failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
                     }
                 });
             }
-            self.read_group(snap, own)
+            self.read_group(snap, own, epoch)
         });
         mine?;
         match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -596,17 +599,23 @@ impl Store {
         }
     }
 
-    fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>]) -> Result<()> {
+    fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>], epoch: Option<u64>) -> Result<()> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
         }
         let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
-        let r = self.read_group_with(snap, items, &mut scratch);
+        let r = self.read_group_with(snap, items, &mut scratch, epoch);
         SCRATCH.with(|s| *s.borrow_mut() = scratch);
         r
     }
 
-    fn read_group_with(&self, snap: &Snapshot, items: &mut [Item<'_>], scratch: &mut AlignedBuf) -> Result<()> {
+    fn read_group_with(
+        &self,
+        snap: &Snapshot,
+        items: &mut [Item<'_>],
+        scratch: &mut AlignedBuf,
+        epoch: Option<u64>,
+    ) -> Result<()> {
         // Plan: where each record's stored bytes are read to. Raw records read
         // through the page cache go straight into their slot; everything else
         // goes to scratch. O_DIRECT spans come first in scratch, so each starts
@@ -626,9 +635,6 @@ impl Store {
         // from the chunk's mapping: no system call, no copy into scratch. The
         // rest are read in one batch below.
         let mut io_idx = Vec::with_capacity(items.len());
-        // One read of the eviction counters costs about what asking the kernel
-        // about 16 records does.
-        let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
         for (i, it) in items.iter_mut().enumerate() {
             let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
             let hot =

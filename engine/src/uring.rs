@@ -402,8 +402,6 @@ unsafe fn run_uring(ring: &mut IoUring, op: Op, reqs: &[Req], on_done: &mut dyn 
 /// transfers require.
 pub(crate) struct AlignedBuf {
     raw: Vec<u8>,
-    start: usize,
-    len: usize,
 }
 
 /// Alignment of O_DIRECT buffers, offsets and lengths.
@@ -411,7 +409,7 @@ pub(crate) const ALIGN: usize = 4096;
 
 impl AlignedBuf {
     pub fn new() -> AlignedBuf {
-        AlignedBuf { raw: Vec::new(), start: 0, len: 0 }
+        AlignedBuf { raw: Vec::new() }
     }
 
     /// The aligned region of at least `len` bytes; contents unspecified.
@@ -420,9 +418,8 @@ impl AlignedBuf {
             self.raw = vec![0u8; len + ALIGN];
         }
         let addr = self.raw.as_ptr() as usize;
-        self.start = (ALIGN - addr % ALIGN) % ALIGN;
-        self.len = len;
-        &mut self.raw[self.start..self.start + len]
+        let start = (ALIGN - addr % ALIGN) % ALIGN;
+        &mut self.raw[start..start + len]
     }
 }
 
