@@ -71,6 +71,7 @@ pub use codec::Codec;
 pub use compact::CompactReport;
 pub use error::{Error, Result};
 pub use head::FORMAT_VERSION;
+pub use pool::{set_thread_fan_out, thread_fan_out};
 pub use record::ChunkId;
 pub use store::{Store, StoreBuilder, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
 pub use table::Format;

@@ -43,3 +43,65 @@ pub(crate) fn get() -> Arc<ThreadPool> {
         }
     }
 }
+
+thread_local! {
+    static FAN_OUT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+}
+
+/// Sets whether gathers called from the current thread share their reads and
+/// decoding with the decode pool (the default) or do all of it on this thread.
+///
+/// A caller that already runs as many gathers at once as there are cores (a
+/// loader's workers, say) gains nothing from the pool: handing work to it only
+/// puts more threads than cores on the decoding, which measurably slows it.
+pub fn set_thread_fan_out(on: bool) {
+    FAN_OUT.with(|f| f.set(on));
+}
+
+/// Whether gathers called from the current thread use the decode pool (see
+/// [`set_thread_fan_out`]).
+pub fn thread_fan_out() -> bool {
+    FAN_OUT.with(std::cell::Cell::get)
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Groups of reads this thread handed to the pool (tests only).
+    pub(crate) static HANDED_OFF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{set_thread_fan_out, HANDED_OFF};
+    use crate::{Codec, Store};
+
+    #[test]
+    fn a_thread_without_fan_out_gathers_alone_and_gets_the_same_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Raw records, so the batch's stored bytes (1 MiB) are well past the
+        // size from which a gather splits.
+        let store = Store::builder(dir.path()).codec(Codec::Raw).create().unwrap();
+        let records: Vec<Vec<u8>> =
+            (0..64u32).map(|i| (0..16_384u32).map(|j| (i * 7 + j / 9) as u8).collect()).collect();
+        store.append(&records.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+        store.sync().unwrap();
+        let indices: Vec<u64> = (0..64).rev().collect();
+        let expected: Vec<u8> = indices.iter().flat_map(|&i| records[i as usize].clone()).collect();
+        let handed_off = || HANDED_OFF.with(std::cell::Cell::get);
+
+        let mut shared = vec![0u8; expected.len()];
+        let before = handed_off();
+        store.gather(&indices, &mut shared, 16_384).unwrap();
+        assert!(handed_off() > before, "a 1 MiB gather hands work to the pool by default");
+        assert_eq!(shared, expected);
+
+        set_thread_fan_out(false);
+        let mut alone = vec![0u8; expected.len()];
+        let before = handed_off();
+        let result = store.gather(&indices, &mut alone, 16_384);
+        set_thread_fan_out(true);
+        result.unwrap();
+        assert_eq!(handed_off(), before, "no work handed to the pool with fan-out off");
+        assert_eq!(alone, expected);
+    }
+}

@@ -565,15 +565,15 @@ impl Store {
     /// its thread's ring, decoded as its completions arrive.
     pub(crate) fn read_items(&self, snap: &Snapshot, mut items: Vec<Item<'_>>) -> Result<()> {
         let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
-        let pool = crate::pool::get();
-        // The pool's threads and the caller.
-        let threads = pool.current_num_threads() + 1;
         // One read of the eviction counters (for the whole gather) costs about
         // what asking the kernel about 16 records does.
         let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
-        if items.len() < 2 || total < PARALLEL_MIN_BYTES {
+        if items.len() < 2 || total < PARALLEL_MIN_BYTES || !crate::pool::thread_fan_out() {
             return self.read_group(snap, &mut items, epoch);
         }
+        let pool = crate::pool::get();
+        // The pool's threads and the caller.
+        let threads = pool.current_num_threads() + 1;
         // The calling thread reads the first group itself and the pool the
         // others: one hand-off per gather, and the caller is not idle while
         // it waits.
@@ -584,6 +584,8 @@ impl Store {
         let mine = pool.in_place_scope(|s| {
             for g in groups {
                 let failed = &failed;
+                #[cfg(test)]
+                crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
                 s.spawn(move |_| {
                     if let Err(e) = self.read_group(snap, g, epoch) {
                         failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);

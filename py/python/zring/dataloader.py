@@ -53,7 +53,10 @@ class DataLoader(_util.Closeable):
 
         Args:
             streams: Named datasets, all of the same length.
-            num_workers: Gather threads (>= 1).
+            num_workers: Gather threads (>= 1). While ``min(num_workers,
+                prefetch_size)`` is below the core count each gather also
+                uses zring's decode pool; from there on each thread gathers
+                alone.
             batch_size: Records per step (before sharding).
             prefetch_size: Steps gathered ahead of the consumer (>= 1).
             mode: 0 sequential, 1 iid (with replacement), 2 cyclic (without).
