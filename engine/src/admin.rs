@@ -4,12 +4,13 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::append::{Block, Meta};
 use crate::codec::{Codec, Dict};
 use crate::error::{io_err, Error, Result};
 use crate::fs::write_atomic;
 use crate::store::{Item, Store};
 use crate::table::Format;
-use crate::write::{Stored, DICT_FILE};
+use crate::write::DICT_FILE;
 
 const SCHEMA_FILE: &str = "schema.json";
 /// Records verified per batch.
@@ -222,20 +223,22 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
             items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: true });
         }
         from.read_items(&snap, items)?;
-        let mut stored = Vec::with_capacity(entries.len());
-        let mut pos = 0usize;
-        for e in &entries {
-            let b = &buf[pos..pos + e.stored_len as usize];
-            pos += b.len();
-            stored.push(Stored {
-                bytes: std::borrow::Cow::Borrowed(b),
-                logical_len: e.logical_len,
-                codec: e.codec,
-                crc: crc32c::crc32c(b),
-            });
-        }
+        let records = entries
+            .iter()
+            .scan(0usize, |pos, e| {
+                let b = &buf[*pos..*pos + e.stored_len as usize];
+                *pos += b.len();
+                Some(Meta {
+                    stored_len: e.stored_len,
+                    logical_len: e.logical_len,
+                    codec: e.codec,
+                    crc: crc32c::crc32c(b),
+                })
+            })
+            .collect();
         let mut w = to.writer()?;
-        to.append_stored(&mut w, &stored)?;
+        to.write_blocks(&mut w, &[Block { bytes: std::borrow::Cow::Borrowed(&buf), records }])?;
+        to.republish(&w)?;
         drop(w);
         start = end;
     }

@@ -119,34 +119,51 @@ pub(crate) fn decode(codec: Codec, src: &[u8], dst: &mut [u8], dict: Option<&Dic
     }
 }
 
-/// Compresses `src`; returns `None` when the result would not be smaller (the
-/// record is then stored raw).
-pub(crate) fn encode(codec: Codec, level: i32, src: &[u8], dict: Option<&Dict>) -> Result<Option<Vec<u8>>> {
+/// Encodes `src` onto the end of `out` and returns the codec it is stored
+/// with: `codec`, or `Raw` (the bytes copied as they are) when compression
+/// would not make the record smaller.
+pub(crate) fn encode_into(
+    codec: Codec,
+    level: i32,
+    src: &[u8],
+    dict: Option<&Dict>,
+    out: &mut Vec<u8>,
+) -> Result<Codec> {
     if codec == Codec::Raw || src.is_empty() {
-        return Ok(None);
+        out.extend_from_slice(src);
+        return Ok(Codec::Raw);
     }
-    let mut out = Vec::with_capacity(zstd::zstd_safe::compress_bound(src.len()));
+    let start = out.len();
+    out.reserve(zstd::zstd_safe::compress_bound(src.len()));
+    // The cursor starts at the end of `out`, so zstd writes into its spare
+    // capacity and `out` grows by exactly the compressed length.
+    let mut cursor = std::io::Cursor::new(&mut *out);
+    cursor.set_position(start as u64);
     let r = CCTX.with(|c| {
         let mut c = c.borrow_mut();
         match codec {
             Codec::ZstdDict => {
                 let d = dict.ok_or(Error::NoDictionary)?;
                 let (_, cdict) = d.cdict.as_ref().ok_or(Error::NoDictionary)?;
-                Ok(c.compress_using_cdict(&mut out, src, cdict))
+                Ok(c.compress_using_cdict(&mut cursor, src, cdict))
             }
-            _ => Ok(c.compress(&mut out, src, level)),
+            _ => Ok(c.compress(&mut cursor, src, level)),
         }
     })?;
     match r {
-        Ok(n) if n < src.len() => {
-            out.truncate(n);
-            Ok(Some(out))
+        Ok(n) if n < src.len() => Ok(codec),
+        Ok(_) => {
+            out.truncate(start);
+            out.extend_from_slice(src);
+            Ok(Codec::Raw)
         }
-        Ok(_) => Ok(None),
-        Err(code) => Err(Error::InvalidArgument(format!(
-            "zstd could not compress a record: {}",
-            zstd::zstd_safe::get_error_name(code)
-        ))),
+        Err(code) => {
+            out.truncate(start);
+            Err(Error::InvalidArgument(format!(
+                "zstd could not compress a record: {}",
+                zstd::zstd_safe::get_error_name(code)
+            )))
+        }
     }
 }
 
@@ -175,9 +192,15 @@ mod tests {
                 (x >> 32) as u8
             })
             .collect();
-        assert!(encode(Codec::Zstd, 3, &noise, None).unwrap().is_none());
+        let mut out = b"head".to_vec();
+        assert_eq!(encode_into(Codec::Zstd, 3, &noise, None, &mut out).unwrap(), Codec::Raw);
+        assert_eq!(&out[..4], b"head");
+        assert_eq!(&out[4..], &noise[..], "an incompressible record is stored as it is");
         let zeros = vec![0u8; 4096];
-        let z = encode(Codec::Zstd, 3, &zeros, None).unwrap().unwrap();
+        let mut z = vec![7u8; 3];
+        assert_eq!(encode_into(Codec::Zstd, 3, &zeros, None, &mut z).unwrap(), Codec::Zstd);
+        assert_eq!(z.drain(..3).collect::<Vec<_>>(), [7, 7, 7], "bytes before the record stay");
+        assert!(z.len() < 100);
         let mut back = vec![1u8; 4096];
         decode(Codec::Zstd, &z, &mut back, None).unwrap();
         assert_eq!(back, zeros);

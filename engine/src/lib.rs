@@ -50,6 +50,7 @@
 #![deny(missing_docs)]
 
 mod admin;
+mod append;
 mod codec;
 mod compact;
 mod error;

@@ -10,9 +10,10 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::path::Path;
 
-use rayon::prelude::*;
+use std::ops::Range;
 
-use crate::codec::{self, Codec};
+use crate::append::{self, Block, Encoder, Input};
+use crate::codec::Codec;
 use crate::error::{io_err, Error, Result};
 use crate::fs;
 use crate::head::Head;
@@ -23,9 +24,6 @@ use crate::uring::{self, ReqErrorKind};
 
 pub(crate) const DICT_FILE: &str = "dict.zr";
 const LOCK_FILE: &str = "lock";
-/// Records are encoded and written in groups of about this many bytes, which
-/// bounds the memory an append of a huge batch needs.
-const APPEND_GROUP_BYTES: usize = 64 << 20;
 /// Largest record: lengths are stored as u32.
 pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 
@@ -181,54 +179,66 @@ impl Writer {
         Ok(())
     }
 
-    /// Places stored records at the end of the tail chunk (starting a new
-    /// chunk when the tail is full), writes them and their table entries in
-    /// batched transfers, and returns their entries.
-    fn write_records(&mut self, dir: &Path, backend: uring::BackendKind, recs: &[Stored<'_>]) -> Result<Vec<Entry>> {
-        let mut entries = Vec::with_capacity(recs.len());
+    /// Places encoded blocks at the end of the tail chunk (starting a new
+    /// chunk when the tail is full) and writes them and their table entries
+    /// in one batch of transfers: one per block and chunk, one for the entries.
+    pub(crate) fn write_blocks(&mut self, dir: &Path, backend: uring::BackendKind, blocks: &[Block<'_>]) -> Result<()> {
         // Chunks sealed by this call stay open until its writes are done.
         let mut sealed: Vec<(u32, File)> = Vec::new();
-        let mut places: Vec<(u32, u64)> = Vec::with_capacity(recs.len());
-        for r in recs {
-            let len = r.bytes.len() as u64;
-            if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target {
-                let id = self.head.chunk_base + self.chunk_count;
-                let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-                let f = fs::create_new(&p)?;
-                let old = std::mem::replace(&mut self.tail, f);
-                sealed.push((id - 1, old));
-                self.chunk_count += 1;
-                self.tail_len = 0;
-                self.new_files = true;
+        // Byte runs that go to one place: (chunk, offset, block, range in block).
+        let mut runs: Vec<(u32, u64, usize, Range<usize>)> = Vec::new();
+        let count: usize = blocks.iter().map(|b| b.records.len()).sum();
+        let mut table_bytes = Vec::with_capacity(count * ENTRY_BYTES);
+        for (bi, b) in blocks.iter().enumerate() {
+            let mut pos = 0usize;
+            for m in &b.records {
+                let len = u64::from(m.stored_len);
+                if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target {
+                    let id = self.head.chunk_base + self.chunk_count;
+                    let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+                    let f = fs::create_new(&p)?;
+                    let old = std::mem::replace(&mut self.tail, f);
+                    sealed.push((id - 1, old));
+                    self.chunk_count += 1;
+                    self.tail_len = 0;
+                    self.new_files = true;
+                }
+                let id = self.tail_id();
+                if self.dirty.last() != Some(&id) {
+                    self.dirty.push(id);
+                }
+                let end = pos + m.stored_len as usize;
+                match runs.last_mut() {
+                    Some((c, at, rb, r)) if *c == id && *rb == bi && *at + r.len() as u64 == self.tail_len => {
+                        r.end = end
+                    }
+                    _ => runs.push((id, self.tail_len, bi, pos..end)),
+                }
+                let entry = Entry {
+                    chunk: ChunkId(id),
+                    offset: self.tail_len,
+                    stored_len: m.stored_len,
+                    logical_len: m.logical_len,
+                    checksum: Some(m.crc),
+                    codec: m.codec,
+                };
+                table_bytes.extend_from_slice(&entry.encode());
+                self.tail_len += len;
+                pos = end;
             }
-            let id = self.tail_id();
-            if self.dirty.last() != Some(&id) {
-                self.dirty.push(id);
-            }
-            places.push((id, self.tail_len));
-            entries.push(Entry {
-                chunk: ChunkId(id),
-                offset: self.tail_len,
-                stored_len: r.bytes.len() as u32,
-                logical_len: r.logical_len,
-                checksum: Some(r.crc),
-                codec: r.codec,
-            });
-            self.tail_len += len;
         }
         let tail_id = self.tail_id();
-        let mut table_bytes = Vec::with_capacity(entries.len() * ENTRY_BYTES);
-        for e in &entries {
-            table_bytes.extend_from_slice(&e.encode());
-        }
-        let mut writes = Vec::with_capacity(recs.len() + 1);
-        for (r, (id, offset)) in recs.iter().zip(&places) {
-            let fd = if *id == tail_id {
+        let mut writes = Vec::with_capacity(runs.len() + 1);
+        for (id, offset, bi, range) in runs {
+            if range.is_empty() {
+                continue;
+            }
+            let fd = if id == tail_id {
                 self.tail.as_fd()
             } else {
-                sealed.iter().find(|(s, _)| s == id).map(|(_, f)| f.as_fd()).expect("sealed chunk kept open")
+                sealed.iter().find(|(s, _)| *s == id).map(|(_, f)| f.as_fd()).expect("sealed chunk kept open")
             };
-            writes.push((fd, *offset, &*r.bytes));
+            writes.push((fd, offset, &blocks[bi].bytes[range]));
         }
         let table_at = TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64;
         writes.push((self.table.as_fd(), table_at, &table_bytes[..]));
@@ -243,25 +253,20 @@ impl Writer {
             return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
         }
         crate::fault::crash_point("append.written");
-        self.records += entries.len() as u64;
-        Ok(entries)
+        self.records += count as u64;
+        Ok(())
     }
 }
 
-/// A record as it goes to disk.
-pub(crate) struct Stored<'a> {
-    pub bytes: std::borrow::Cow<'a, [u8]>,
-    pub logical_len: u32,
-    pub codec: Codec,
-    pub crc: u32,
-}
-
 impl Store {
-    /// Appends records, compressing them in parallel with `codec` (the store's
-    /// default when `None`). Returns the index of the first. The records are
-    /// visible to this handle's readers at once and durable after [`Store::sync`].
+    /// Appends records, compressing them with `codec` (the store's default
+    /// when `None`) on every core while earlier ones are written (see
+    /// `append.rs`). Returns the index of the first. The records are visible
+    /// to this handle's readers at once and durable after [`Store::sync`].
+    ///
+    /// On an error, the records before the failing group of about 1 MiB may
+    /// have been appended (and are visible); none after it.
     pub fn append(&self, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
-        let codec = codec.unwrap_or(self.codec);
         for r in records {
             if r.len() as u64 > MAX_RECORD_BYTES {
                 return Err(Error::InvalidArgument(format!(
@@ -270,43 +275,11 @@ impl Store {
                 )));
             }
         }
-        let mut w = self.writer()?;
-        let snap = self.snapshot();
-        let dict = snap.dict.clone();
-        if codec == Codec::ZstdDict && dict.is_none() {
-            return Err(Error::NoDictionary);
-        }
-        let first = w.records;
-        let pool = crate::pool::get();
-        let mut start = 0;
-        while start < records.len() {
-            let mut end = start;
-            let mut bytes = 0;
-            while end < records.len() && (end == start || bytes + records[end].len() <= APPEND_GROUP_BYTES) {
-                bytes += records[end].len();
-                end += 1;
-            }
-            let level = self.level;
-            let stored = pool.install(|| {
-                records[start..end]
-                    .par_iter()
-                    .map(|r| {
-                        let enc = codec::encode(codec, level, r, dict.as_deref())?;
-                        let (bytes, c) = match enc {
-                            Some(b) => (std::borrow::Cow::Owned(b), codec),
-                            None => (std::borrow::Cow::Borrowed(*r), Codec::Raw),
-                        };
-                        Ok(Stored { crc: crc32c::crc32c(&bytes), bytes, logical_len: r.len() as u32, codec: c })
-                    })
-                    .collect::<Result<Vec<_>>>()
-            })?;
-            self.append_stored(&mut w, &stored)?;
-            start = end;
-        }
-        Ok(first)
+        self.append_input(Input::List(records), codec)
     }
 
-    /// Appends `src.len() / item_len` records of `item_len` bytes each.
+    /// Appends `src.len() / item_len` records of `item_len` bytes each. Raw
+    /// records are written straight from `src`.
     pub fn append_fixed(&self, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
         if item_len == 0 || !src.len().is_multiple_of(item_len) {
             return Err(Error::InvalidArgument(format!(
@@ -314,16 +287,36 @@ impl Store {
                 src.len()
             )));
         }
-        let recs: Vec<&[u8]> = src.chunks_exact(item_len).collect();
-        self.append(&recs, codec)
+        if item_len as u64 > MAX_RECORD_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "a record of {item_len} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes"
+            )));
+        }
+        self.append_input(Input::Fixed { src, len: item_len }, codec)
     }
 
-    pub(crate) fn append_stored(&self, w: &mut Writer, stored: &[Stored<'_>]) -> Result<()> {
-        match w.write_records(&self.dir, self.backend, stored) {
-            Ok(_) => {}
-            Err(e) => return w.poison(e),
+    fn append_input(&self, input: Input<'_, '_>, codec: Option<Codec>) -> Result<u64> {
+        let codec = codec.unwrap_or(self.codec);
+        let mut w = self.writer()?;
+        let dict = self.snapshot().dict.clone();
+        if codec == Codec::ZstdDict && dict.is_none() {
+            return Err(Error::NoDictionary);
         }
-        self.republish(w)
+        let first = w.records;
+        let enc = Encoder { codec, level: self.level, dict: dict.as_deref() };
+        let r = append::encode_and_write(input, &enc, &mut |blocks| self.write_blocks(&mut w, blocks));
+        if w.records != first {
+            self.republish(&w)?;
+        }
+        r.map(|()| first)
+    }
+
+    /// Writes encoded blocks; a failure poisons the writer.
+    pub(crate) fn write_blocks(&self, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
+        match w.write_blocks(&self.dir, self.backend, blocks) {
+            Ok(()) => Ok(()),
+            Err(e) => w.poison(e),
+        }
     }
 
     /// Publishes a snapshot of the writer's live state to readers.
