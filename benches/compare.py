@@ -8,10 +8,14 @@ One process, the same data and the same index sequences for every contender:
       the disk actually served, plus fio on zring's largest chunk file as the
       physical ceiling;
   (d) loader end to end: batch 256 of 'data' (12 KiB) + 'label' (int64).
+  (e) every core: the machine's ceilings on the same records (N-thread zstd
+      compress and decode, N-thread memcpy, no I/O; zring._zring.ceiling),
+      then write, hot gather and loader throughput of zring and loaderx, each
+      with the CPU cores it kept busy and its ratio to the matching ceiling.
 
 Usage (in the project venv, with zring built by ``maturin develop``):
 
-    python benches/compare.py [--quick] [--cold-gib N] [--data DIR] [--out DIR]
+    python benches/compare.py [--quick] [--only abcde] [--cold-gib N] [--data DIR] [--out DIR]
 
 Data goes to $ZRING_BENCH_DIR/compare (default ``bench-data/compare`` in the
 repository; never /tmp, which may be memory) and is reused between runs: a
@@ -59,6 +63,17 @@ LOADER_WARMUP = 5
 LOADER_WORKERS = 2
 LOADER_PREFETCH = 4
 FIO_SECS = {"quick": 4, "full": 15}
+# (e) every core
+CEIL_RECORDS = {"quick": 5_000, "full": 20_000}
+CEIL_SECS = {"quick": 1.0, "full": 3.0}  # per gather / loader measurement
+CEIL_WRITE_RUNS = 3
+CEIL_LOADER_WORKERS = (4, 2)
+CEIL_TRANSFORM_WORKERS = 4
+CEIL_TRANSFORM_SLEEP = 0.004  # the GIL-releasing transform: time.sleep, then the batch unchanged
+CEIL_PREFETCH = 4
+CEIL_MODE = 1
+CEIL_LOADER_SEED = 42
+CEIL_LEVEL = 3  # zstd level of the compress and decode ceilings (zring's and loaderx's default)
 
 MIB = 1 << 20
 # Bumped whenever make_records changes, so stored data from older runs is not reused.
@@ -730,6 +745,287 @@ def bench_loader(arr: np.ndarray, data: Path, steps: int) -> list[Row]:
 
 
 # --------------------------------------------------------------------------
+# (e) every core: each contender against the machine's ceilings
+# --------------------------------------------------------------------------
+
+def cpu_secs() -> float:
+    """CPU seconds this process (all its threads) has used, user + system."""
+    t = os.times()
+    return t.user + t.system
+
+
+def ceilings(src: np.ndarray, kinds: tuple[str, ...] = ("compress", "decode", "memcpy"),
+             threads: tuple[int, ...] | None = None) -> dict[tuple[str, int], float]:
+    """{(kind, threads): MiB/s} of zring._zring.ceiling on the records of ``src``
+    (one record per first-axis entry); {} with a note if the build has no ceiling."""
+    try:
+        from zring._zring import ceiling
+    except Exception as e:  # noqa: BLE001
+        note(f"zring._zring.ceiling unavailable, no ceilings ({type(e).__name__}: {e})")
+        return {}
+    flat = np.ascontiguousarray(src).reshape(-1)
+    item = flat.nbytes // len(src)
+    counts = threads or tuple(dict.fromkeys((1, os.cpu_count() or 1)))
+    out = {}
+    for t in counts:
+        for k in kinds:
+            out[(k, t)] = ceiling(k, flat, item, t, CEIL_LEVEL)
+            print(f"  ceiling {k:<8} {t:2d} thread(s) {out[(k, t)]:9.0f} MiB/s", file=sys.stderr)
+    return out
+
+
+def bench_ceilings(data: Path, mode: str) -> dict:
+    """Section (e): ceilings, writes, hot gathers, loaders and loaders with a
+    transform, on CEIL_RECORDS[mode] records; returns what e_tables prints."""
+    n = CEIL_RECORDS[mode]
+    secs = CEIL_SECS[mode]
+    ncpu = os.cpu_count() or 1
+    arr = make_records(n)
+    res: dict = {"n": n, "secs": secs, "ncpu": ncpu, "writes": [], "gathers": [], "loaders": [], "transforms": []}
+    print(f"  (e) {n} records ({arr.nbytes / MIB:.0f} MiB), {ncpu} cpus", file=sys.stderr)
+    res["ceil"] = ceilings(arr)
+
+    root = data / f"ceil-{DATA_VERSION}-{n}"
+    root.mkdir(parents=True, exist_ok=True)
+    npy = root / "src.npy"
+    if not (root / ".src.complete").exists():
+        np.save(npy, arr)
+        (root / ".src.complete").write_text(str(n))
+    src = np.load(npy, mmap_mode="r")
+    if src.shape != arr.shape or not np.array_equal(src[:: max(1, n // 64)], arr[:: max(1, n // 64)]):
+        raise AssertionError(f"{npy} does not hold make_records({n}); delete {root}")
+
+    libs = [(kind, lib) for kind, lib in (("zring", _try_import("zring")), ("loaderx", _try_import("loaderx")))
+            if lib is not None]
+    codecs = ("zstd", "raw")
+
+    # -- writes: 3 runs from the page-cached .npy mapping, each a fresh store;
+    # the last one stays as the store the gathers and loaders read.
+    stores: dict[tuple[str, str], Path] = {}
+    for codec in codecs:
+        for kind, lib in libs:
+            name = f"{kind} {codec}"
+            path = root / f"{kind}_{codec}"
+            done = root / f".{kind}_{codec}.complete"
+            try:
+                if done.exists() and path.exists():
+                    runs, reused = json.loads(done.read_text())["runs"], True
+                else:
+                    runs, reused = [], False
+                    for _ in range(CEIL_WRITE_RUNS):
+                        rm(path)
+                        gc.collect()
+                        warm(npy)  # the source is in the page cache
+                        c0, t0 = cpu_secs(), time.perf_counter()
+                        lib.write_dataset(path, src, codec=codec)  # syncs before it returns
+                        wall = time.perf_counter() - t0
+                        runs.append((wall, cpu_secs() - c0))
+                    done.write_text(json.dumps({"runs": runs}))
+                stores[(kind, codec)] = path
+                rates = [arr.nbytes / MIB / w for w, _ in runs]
+                res["writes"].append({
+                    "name": name, "kind": kind, "codec": codec, "runs": len(runs), "reused": reused,
+                    "best": max(rates), "median": float(np.median(rates)),
+                    "busy": sum(c for _, c in runs) / sum(w for w, _ in runs),
+                    "disk": allocated(path)})
+                w = res["writes"][-1]
+                print(f"  write {name:<14} best {w['best']:7.0f} median {w['median']:7.0f} MiB/s "
+                      f"cores {w['busy']:.2f}{' (earlier run)' if reused else ''}", file=sys.stderr)
+            except Exception as e:  # noqa: BLE001
+                note(f"(e) write {name}: failed ({type(e).__name__}: {e})")
+                traceback.print_exc(limit=2)
+
+    # -- hot gathers: the same index sequence for every store.
+    batches = index_batches(n, 20_000 if secs > 1 else 5_000)
+
+    def check(idx, got):
+        if not np.array_equal(np.asarray(got).reshape(len(idx), -1), arr[idx.astype(np.int64)].reshape(len(idx), -1)):
+            raise AssertionError("gathered bytes differ from the source array")
+
+    libmap = dict(libs)
+    for (kind, codec), path in stores.items():
+        name = f"{kind} {codec}"
+        try:
+            warm(path)
+            g = libmap[kind].Dataset(path).__getitems__
+            g(batches[0])  # open costs and first touch
+            c0, t0 = cpu_secs(), time.perf_counter()
+            row = timed_gather(name, kind, g, batches, secs, check=check)
+            busy = (cpu_secs() - c0) / (time.perf_counter() - t0)
+            med = pct(row.lat_ms, 50) / 1e3
+            res["gathers"].append({"name": name, "kind": kind, "codec": codec, "batches": len(row.lat_ms),
+                                   "median": BATCH * RECORD / MIB / med, "per_s": 1 / med, "busy": busy})
+            print(f"  gather {name:<14} median {BATCH * RECORD / MIB / med:7.0f} MiB/s {1 / med:7.1f} batches/s "
+                  f"cores {busy:.2f}", file=sys.stderr)
+            del g
+            gc.collect()
+        except Exception as e:  # noqa: BLE001
+            note(f"(e) gather {name}: failed ({type(e).__name__}: {e})")
+            traceback.print_exc(limit=2)
+
+    # -- loaders: only the 'data' stream, consumer does no work.
+    def drive(make) -> tuple[int, float, float]:
+        dl = make()
+        try:
+            for _ in range(LOADER_WARMUP):
+                next(dl)
+            steps = 0
+            c0, t0 = cpu_secs(), time.perf_counter()
+            while True:
+                b = next(dl)
+                del b
+                steps += 1
+                wall = time.perf_counter() - t0
+                if wall >= secs:
+                    break
+            return steps, wall, cpu_secs() - c0
+        finally:
+            dl.close()
+            del dl
+            gc.collect()
+
+    def loader(kind, codec, workers, **kw):
+        lib = libmap[kind]
+        return lambda: lib.DataLoader({"data": lib.Dataset(stores[(kind, codec)])}, num_workers=workers,
+                                      batch_size=BATCH, prefetch_size=CEIL_PREFETCH, mode=CEIL_MODE,
+                                      seed=CEIL_LOADER_SEED, **kw)
+
+    def measure(out: list, name: str, kind: str, codec: str, workers: int, make, new_arg: str | None = None) -> None:
+        """Appends one loader row; ``new_arg`` names a keyword this build may not accept yet (row: n/a)."""
+        try:
+            warm(stores[(kind, codec)])
+            steps, wall, cpu = drive(make)
+            out.append({"name": name, "kind": kind, "codec": codec, "workers": workers, "steps": steps,
+                        "wall": wall, "per_s": steps / wall, "busy": cpu / wall})
+            print(f"  loader {name:<44} {steps / wall:7.1f} batches/s cores {cpu / wall:.2f}", file=sys.stderr)
+        except TypeError as e:
+            if new_arg is None or new_arg not in str(e):
+                note(f"(e) {name}: failed ({type(e).__name__}: {e})")
+                traceback.print_exc(limit=2)
+                return
+            out.append({"name": name, "kind": kind, "codec": codec, "workers": workers, "na": str(e)})
+            note(f"(e) {name}: n/a, this DataLoader does not take {new_arg} ({e})")
+        except Exception as e:  # noqa: BLE001
+            note(f"(e) {name}: failed ({type(e).__name__}: {e})")
+            traceback.print_exc(limit=2)
+
+    for codec in codecs:
+        for workers in CEIL_LOADER_WORKERS:
+            for kind, _ in libs:
+                if (kind, codec) in stores:
+                    measure(res["loaders"], f"{kind} DataLoader", kind, codec, workers, loader(kind, codec, workers))
+
+    def sleepy(batch):
+        time.sleep(CEIL_TRANSFORM_SLEEP)  # releases the GIL
+        return batch
+
+    codec, workers = "zstd", CEIL_TRANSFORM_WORKERS
+    variants = [("zring DataLoader (transform workers: default)", "zring", {}),
+                ("zring DataLoader, transform_workers=0", "zring", {"transform_workers": 0}),
+                ("loaderx DataLoader", "loaderx", {})]
+    for name, kind, kw in variants:
+        if (kind, codec) in stores:
+            measure(res["transforms"], name, kind, codec, workers, loader(kind, codec, workers, transform=sleepy, **kw),
+                    new_arg=next(iter(kw), None))
+    return res
+
+
+def e_tables(res: dict) -> str:
+    n, ncpu, ceil = res["n"], res["ncpu"], res["ceil"]
+    threads = tuple(dict.fromkeys((1, ncpu)))
+    mib = n * RECORD / MIB
+    s = [f"### (e) Every core: each contender against the machine's ceilings\n",
+         f"{n} × 12 KiB records ({mib:.0f} MiB), {ncpu} cpus. *Cores busy* is the process's CPU time "
+         f"(user + system, all threads, `os.times()`) ÷ wall time over the measurement.\n"]
+
+    def c(kind):
+        return ceil.get((kind, ncpu))
+
+    # ceilings
+    s += ["**Ceilings** (MiB/s of record bytes; each figure 1 run of ≥ 0.5 s of repeated passes)\n",
+          "| ceiling | " + " | ".join(f"{t} thread{'s' if t > 1 else ''}" for t in threads) + " | scaling |",
+          "|---|" + "---:|" * (len(threads) + 1)]
+    labels = {"compress": f"zstd level {CEIL_LEVEL} compress", "decode": f"zstd level {CEIL_LEVEL} decode",
+              "memcpy": "memcpy"}
+    for k, label in labels.items():
+        if (k, 1) not in ceil:
+            s.append(f"| {label} | " + " | ".join("n/a" for _ in threads) + " | - |")
+            continue
+        s.append(f"| {label} | " + " | ".join(f"{ceil[(k, t)]:.0f}" for t in threads) +
+                 f" | {ratio(ceil[(k, threads[-1])], ceil[(k, 1)])} |")
+    s.append("")
+
+    # writes
+    lxw = {w["codec"]: w["median"] for w in res["writes"] if w["kind"] == "loaderx"}
+    s += [f"**write_dataset** from a `.npy` mapped with `mmap_mode=\"r\"` (in the page cache), each run a fresh "
+          f"store, including the sync write_dataset does before it returns\n",
+          "| writer | runs | best MiB/s | median MiB/s | cores busy | × loaderx (median) | × ceiling (median) | on disk MiB |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for w in res["writes"]:
+        base = c("compress") if w["codec"] == "zstd" else c("memcpy")
+        tag = f"{w['name']}{' (earlier run)' if w['reused'] else ''}"
+        s.append(f"| {tag} | {w['runs']} | {w['best']:.0f} | {w['median']:.0f} | {w['busy']:.2f} | "
+                 f"{ratio(w['median'], lxw.get(w['codec']))} | {ratio(w['median'], base)} | {w['disk'] / MIB:.0f} |")
+    s.append("")
+
+    # gathers
+    lxg = {g["codec"]: g["median"] for g in res["gathers"] if g["kind"] == "loaderx"}
+    s += [f"**Hot gather** (store read once into the page cache), `Dataset(p).__getitems__` of {BATCH} random indices, "
+          f"the same sequence for all; MiB/s and batches/s are the median over the batches timed "
+          f"(~{res['secs']:g} s each)\n",
+          "| gatherer | batches timed | median MiB/s | median batches/s | cores busy | × loaderx | × ceiling |",
+          "|---|---:|---:|---:|---:|---:|---:|"]
+    for g in res["gathers"]:
+        base = c("decode") if g["codec"] == "zstd" else c("memcpy")
+        s.append(f"| {g['name']} | {g['batches']} | {g['median']:.0f} | {g['per_s']:.1f} | {g['busy']:.2f} | "
+                 f"{ratio(g['median'], lxg.get(g['codec']))} | {ratio(g['median'], base)} |")
+    s.append("")
+
+    # loaders
+    bare = {(g["kind"], g["codec"]): g["per_s"] for g in res["gathers"]}
+    lxl = {(r["codec"], r["workers"]): r["per_s"] for r in res["loaders"] if r["kind"] == "loaderx" and "na" not in r}
+    s += [f"**DataLoader** end to end: 'data' only, batch {BATCH}, prefetch {CEIL_PREFETCH}, mode {CEIL_MODE}, "
+          f"{LOADER_WARMUP} warm-up steps, then 1 run of ~{res['secs']:g} s; the consumer does no work\n",
+          "| loader | data | workers | steps timed | batches/s | MiB/s | cores busy | × loaderx | × bare gather |",
+          "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in res["loaders"]:
+        if "na" in r:
+            s.append(f"| {r['name']} | {r['codec']} | {r['workers']} | n/a | n/a | n/a | n/a | - | - |")
+            continue
+        s.append(f"| {r['name']} | {r['codec']} | {r['workers']} | {r['steps']} | {r['per_s']:.1f} | "
+                 f"{r['per_s'] * BATCH * RECORD / MIB:.0f} | {r['busy']:.2f} | "
+                 f"{ratio(r['per_s'], lxl.get((r['codec'], r['workers'])))} | "
+                 f"{ratio(r['per_s'], bare.get((r['kind'], r['codec'])))} |")
+    s.append("")
+
+    # transforms
+    if res["transforms"]:
+        lxt = next((r["per_s"] for r in res["transforms"] if r["kind"] == "loaderx" and "na" not in r), None)
+        plain = {(r["kind"], r["codec"], r["workers"]): r["per_s"] for r in res["loaders"] if "na" not in r}
+        s += [f"**DataLoader with a {CEIL_TRANSFORM_SLEEP * 1e3:g} ms GIL-releasing transform** (`time.sleep`, then "
+              f"the batch unchanged), {CEIL_TRANSFORM_WORKERS} workers, same settings; run one at a time the "
+              f"transform alone caps a loader at {1 / CEIL_TRANSFORM_SLEEP:.0f} batches/s\n",
+              "| loader | data | steps timed | batches/s | cores busy | × loaderx | × same loader without transform |",
+              "|---|---|---:|---:|---:|---:|---:|"]
+        for r in res["transforms"]:
+            if "na" in r:
+                s.append(f"| {r['name']} | {r['codec']} | n/a | n/a | n/a | n/a | n/a |")
+                continue
+            s.append(f"| {r['name']} | {r['codec']} | {r['steps']} | {r['per_s']:.1f} | {r['busy']:.2f} | "
+                     f"{ratio(r['per_s'], lxt)} | "
+                     f"{ratio(r['per_s'], plain.get((r['kind'], r['codec'], r['workers'])))} |")
+        s.append("")
+
+    s.append(f"Ceilings (`zring._zring.ceiling`, the same records, no I/O, no index, no checksum): *compress* is "
+             f"{ncpu} threads each zstd-compressing (level {CEIL_LEVEL}) its share of the records one record at a "
+             f"time; *decode* is {ncpu} threads decoding those frames; *memcpy* is {ncpu} threads copying each "
+             f"record into its slot of another buffer. × ceiling divides by the {ncpu}-thread figure: compress for "
+             f"zstd writes, decode for zstd gathers, memcpy for raw writes and gathers; × bare gather divides a "
+             f"loader's batches/s by the median batches/s of its own library's hot gather above.\n")
+    return "\n".join(s) + "\n"
+
+
+# --------------------------------------------------------------------------
 # output
 # --------------------------------------------------------------------------
 
@@ -737,15 +1033,21 @@ def ratio(v: float, base: float | None) -> str:
     return f"{v / base:.2f}" if base else "-"
 
 
-def gather_table(rows: list[Row], title: str, hot: bool) -> str:
+def gather_table(rows: list[Row], title: str, hot: bool, ceil: dict[str, float | None] | None = None) -> str:
+    """``ceil`` ({"decode": MiB/s, "memcpy": MiB/s}) adds a "× ceiling" column to zring and loaderx rows."""
     lx = {r.name.split()[-1]: r.mib_s for r in rows if r.kind == "loaderx"}
     peers = [r for r in rows if r.kind == "peer"]
     best = max(peers, key=lambda r: r.mib_s) if peers else None
     s = [f"### {title}\n"]
     if best:
         s.append(f"Best peer: **{best.name}** ({best.mib_s:.0f} MiB/s).\n")
-    head = "| contender | gather MiB/s | batches/s | × loaderx | × best peer | p50 ms | p99 ms | p99.9 ms |"
-    sep = "|---|---:|---:|---:|---:|---:|---:|---:|"
+    head = "| contender | gather MiB/s | batches/s | × loaderx | × best peer |"
+    sep = "|---|---:|---:|---:|---:|"
+    if ceil is not None:
+        head += " × ceiling |"
+        sep += "---:|"
+    head += " p50 ms | p99 ms | p99.9 ms |"
+    sep += "---:|---:|---:|"
     if hot:
         head += " write MiB/s | on disk MiB | size ratio |"
         sep += "---:|---:|---:|"
@@ -761,8 +1063,11 @@ def gather_table(rows: list[Row], title: str, hot: bool) -> str:
                      f"{ratio(r.mib_s, best.mib_s if best else None)} | per 12k read: {r.extra['clat_p50_ms']:.3f} | "
                      f"{r.extra['clat_p99_ms']:.3f} | {r.extra['clat_p999_ms']:.3f} | - | - |")
             continue
-        line = (f"| {r.name} | {r.mib_s:.0f} | {r.per_s:.0f} | {ratio(r.mib_s, base)} | {ratio(r.mib_s, best.mib_s if best else None)} | "
-                f"{pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | {pct(r.lat_ms, 99.9):.3f} |")
+        line = f"| {r.name} | {r.mib_s:.0f} | {r.per_s:.0f} | {ratio(r.mib_s, base)} | {ratio(r.mib_s, best.mib_s if best else None)} |"
+        if ceil is not None:
+            top = ceil.get("memcpy" if codec == "raw" else "decode") if r.kind in ("zring", "loaderx") else None
+            line += f" {ratio(r.mib_s, top)} |"
+        line += f" {pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | {pct(r.lat_ms, 99.9):.3f} |"
         if hot:
             line += f" {r.extra['write_mib_s']:.0f} | {r.extra['disk'] / MIB:.0f} | {r.extra['ratio']:.2f} |"
         else:
@@ -893,7 +1198,7 @@ def main() -> None:
     ap.add_argument("--cold-gib", type=float, default=None, help="cold store size in GiB (0 skips the cold table)")
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/compare)")
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
-    ap.add_argument("--only", default="abcd", help="sections to run, e.g. 'bd'")
+    ap.add_argument("--only", default="abcde", help="sections to run, e.g. 'bd'")
     ap.add_argument("--readme", action="store_true",
                     help="also replace the README's benchmark section (between its compare markers)")
     args = ap.parse_args()
@@ -914,9 +1219,17 @@ def main() -> None:
     arr = make_records(n) if set(args.only) & set("bd") else None
     if "b" in args.only:
         print("(b) hot gather", file=sys.stderr)
+        ncpu = os.cpu_count() or 1
+        cb = ceilings(arr, kinds=("decode", "memcpy"), threads=(ncpu,))
         hot = bench_hot(arr, data, GATHER_SECS[mode])
         md.append(gather_table(hot, f"(b) Hot gather: {n} × 12 KiB records ({HOT_MIB[mode]} MiB), {BATCH} random "
-                                    f"indices per batch, same sequence for all", hot=True))
+                                    f"indices per batch, same sequence for all", hot=True,
+                               ceil={k: cb.get((k, ncpu)) for k in ("decode", "memcpy")}))
+        if cb:
+            md.append(f"× ceiling: gather MiB/s ÷ what {ncpu} threads do on these records with no I/O "
+                      f"(`zring._zring.ceiling`): zstd level {CEIL_LEVEL} decode ({cb[('decode', ncpu)]:.0f} MiB/s, "
+                      f"without a dictionary) for zstd and zstd_dict, memcpy ({cb[('memcpy', ncpu)]:.0f} MiB/s) "
+                      f"for raw; each 1 run of ≥ 0.5 s.\n")
     if "c" in args.only and cold_gib > 0:
         print("(c) cold gather", file=sys.stderr)
         cold, how = bench_cold(data, cold_gib, mode)
@@ -931,6 +1244,9 @@ def main() -> None:
         print("(d) loader", file=sys.stderr)
         load = bench_loader(arr, data, LOADER_STEPS[mode])
         md.append(loader_table(load, LOADER_STEPS[mode]))
+    if "e" in args.only:
+        print("(e) every core: ceilings", file=sys.stderr)
+        md.append(e_tables(bench_ceilings(data, mode)))
     made = plots(args.out, hot, cold, load)
     if made:
         md.append("Plots: " + ", ".join(f"`{m}`" for m in made) + ".\n")
@@ -938,7 +1254,8 @@ def main() -> None:
         md.append("Notes:\n\n" + "\n".join(f"- {x}" for x in notes) + "\n")
     md.append(f"Total run time {time.perf_counter() - started:.0f} s. Command: "
               f"`python benches/compare.py{' --quick' if args.quick else ''}"
-              f"{'' if args.cold_gib is None else f' --cold-gib {args.cold_gib:g}'}`.\n")
+              f"{'' if args.cold_gib is None else f' --cold-gib {args.cold_gib:g}'}"
+              f"{'' if args.only == ap.get_default('only') else f' --only {args.only}'}`.\n")
     text = "\n".join(md)
     (args.out / "compare.md").write_text(text)
     if args.readme:
