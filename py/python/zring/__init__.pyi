@@ -107,7 +107,12 @@ class RaggedDataset:
     def __exit__(self, *exc: object) -> None: ...
 
 class DataLoader:
-    """An endless iterator of batch dicts over named streams."""
+    """An endless iterator of batch dicts over named streams.
+
+    A transform runs on ``transform_workers`` threads (default: as many as
+    ``num_workers``; ``0`` runs it on the consumer thread), several steps at
+    once, with batches still returned in step order.
+    """
 
     streams: dict[str, Union[Dataset, RaggedDataset]]
     transform: Callable[[dict[str, Any]], Any]
@@ -125,6 +130,7 @@ class DataLoader:
         *,
         state: Optional[dict[str, Any]] = None,
         shard: Optional[tuple[int, int]] = None,
+        transform_workers: Optional[int] = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> "DataLoader": ...
@@ -132,11 +138,11 @@ class DataLoader:
     def next(self) -> Any:
         """The next batch."""
     def state(self) -> dict[str, Any]:
-        """Resume point: pass as state= to continue with the next batch."""
+        """Resume point: pass as state= to continue with the batch after the last one returned."""
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics."""
     def close(self) -> None:
-        """Stop the gather threads."""
+        """Stop and join the transform workers and the gather threads."""
     def __enter__(self) -> "DataLoader": ...
     def __exit__(self, *exc: object) -> None: ...
 

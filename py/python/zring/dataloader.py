@@ -1,14 +1,49 @@
 """The endless, step-based loader (loaderx's ``DataLoader``).
 
-Gathering runs in Rust threads that work a few steps ahead; ``next()``
-waits for the next step with the GIL released, wraps each stream's bytes as
-a NumPy array without copying, then applies ``transform`` on the calling
-thread.
+Gathering runs in Rust threads that work a few steps ahead; the next raw
+batch is waited for with the GIL released and each stream's bytes are
+wrapped as a NumPy array without copying.
+
+A ``transform`` (anything but the default identity) runs on the loader's
+*transform workers*: ``transform_workers`` Python threads (named
+``zring-transform-...``; default: as many as ``num_workers``). Each worker
+takes the next raw batch from the Rust loader (waiting without the GIL),
+calls ``transform`` on it with no lock held, and files the result under its
+step; ``next()`` hands results out strictly in step order. So a transform
+that releases the GIL (NumPy, OpenCV, I/O) runs on several steps at once,
+and on a free-threaded build any transform does. At most ``transform_workers
++ prefetch_size`` steps are taken from the Rust loader and not yet returned
+by ``next()``, which bounds memory. ``transform_workers=0`` calls
+``transform`` on the consumer thread instead, inside ``next()``. (loaderx
+calls it on its gather threads and returns batches in the order they
+finish.) The workers are daemon threads; :meth:`DataLoader.close`, leaving a
+``with`` block, garbage collection of the loader and interpreter exit all
+stop and join them.
+
+Ordering, errors and resume are the same in both arrangements:
+
+* an exception raised by ``transform`` surfaces at the ``next()`` call that
+  would have returned that step, with the note "raised by the DataLoader
+  transform at step N"; the following ``next()`` returns step N + 1;
+* a failure of the Rust loader (a corrupt record, ...) surfaces at the
+  ``next()`` for the failed step and poisons the loader: later calls raise
+  :class:`zring.PoisonedError`, and :meth:`DataLoader.state` names the failed
+  step, so a loader rebuilt from it retries that step;
+* :meth:`DataLoader.state` and :attr:`DataLoader.last_indices` /
+  :attr:`DataLoader.last_step` describe the consumer's position, not how
+  far the workers have read ahead.
 """
 
 from __future__ import annotations
 
+import atexit
+import copy
+import itertools
 import json
+import os
+import sys
+import threading
+import weakref
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -31,6 +66,212 @@ def _nonneg(name: str, value: Any, minimum: int = 0) -> int:
     return v
 
 
+def _worker_count(value: Any, default: int) -> int:
+    """``transform_workers``: None (the default), or an int >= 0; no floats or bools."""
+    if value is None:
+        return default
+    if not _util.is_int(value):
+        raise TypeError(
+            f"transform_workers must be an int >= 0 (0 runs transform on the consumer thread) "
+            f"or None, got {type(value).__name__} {value!r}"
+        )
+    if value < 0:
+        raise ValueError(
+            f"transform_workers must be >= 0 (0 runs transform on the consumer thread), got {value}"
+        )
+    return int(value)
+
+
+def _with_note(exc: BaseException, step: int) -> BaseException:
+    """``exc`` carrying the transform note (or, before Python 3.11, wrapped in a RuntimeError)."""
+    note = f"raised by the DataLoader transform at step {step}"
+    if hasattr(exc, "add_note"):
+        exc.add_note(note)
+        return exc
+    wrapped = RuntimeError(f"{note}: {exc!r}")
+    wrapped.__cause__ = exc
+    return wrapped
+
+
+def _wrap(views: list[tuple[str, Any]], indices: np.ndarray, columns: list[Any]) -> dict[str, Any]:
+    """The batch dict over the columns of one raw ``Loader.next()`` result (no copies)."""
+    batch: dict[str, Any] = {}
+    for (name, ds), (_, data, offsets) in zip(views, columns):
+        if offsets is None:
+            batch[name] = data.view(ds.dtype).reshape((len(indices), *ds.shape))
+        else:
+            values = data.view(ds.dtype).reshape((-1, *ds.item_shape))
+            row_bytes = ds.row_bytes or 1
+            batch[name] = (values, (offsets // np.uint64(row_bytes)).astype(np.int64))
+    return batch
+
+
+# Transform pools still running; closed at interpreter exit while their
+# (daemon) threads can still be joined. Later, during finalisation, a daemon
+# thread may be frozen for good, so joining it from a __del__ could hang.
+_LIVE: "weakref.WeakSet[_TransformPool]" = weakref.WeakSet()
+_SEQ = itertools.count()
+
+
+@atexit.register
+def _close_live_pools() -> None:
+    for pool in list(_LIVE):
+        pool.close()
+
+
+# The outcomes a worker files under a step.
+_OK, _TRANSFORM_ERROR, _LOADER_ERROR = 0, 1, 2
+
+# How long a blocked wait sleeps before re-checking the stop flag. Every wait
+# is also woken by a notify; the timeout only bounds a missed one.
+_POLL = 0.1
+
+
+class _TransformPool:
+    """Threads that pull raw batches from a Rust ``Loader``, apply the
+    transform, and hand the results out in step order.
+
+    It holds no reference to its :class:`DataLoader`, so an unclosed loader
+    can still be garbage-collected (its ``__del__`` closes the pool).
+
+    Locking: one lock (under the conditions ``_ready``, where the consumer
+    waits for its step, and ``_room``, where workers wait for room to read
+    ahead) guards the counters and the ``_done`` buffer and is held only for
+    bookkeeping, and each event wakes only the thread it concerns. ``_pull``
+    serialises ``Loader.next()`` calls (the Rust loader serialises them
+    anyway) so that the step of a failed pull is known. ``transform`` is
+    called with no lock held, so on a free-threaded build the workers run it
+    truly in parallel.
+    """
+
+    def __init__(self, loader: Any, views: list[tuple[str, Any]], transform: Callable[[Any], Any],
+                 workers: int, ahead: int, first_step: int):
+        self._loader = loader
+        self._views = views
+        self._transform = transform
+        self._ahead = ahead  # steps pulled (or being pulled) and not yet consumed, at most
+        lock = threading.Lock()
+        self._ready = threading.Condition(lock)  # the consumer waits here for its step
+        self._room = threading.Condition(lock)  # workers wait here for room to read ahead
+        self._pull = threading.Lock()
+        self._done: dict[int, tuple[int, Any, Any]] = {}  # step -> (outcome, value, indices)
+        self._claimed = 0  # pulls started, in total
+        self._consumed = 0  # results handed to the consumer, in total
+        self._next_pull = first_step  # the step the next Loader.next() returns
+        self.next_step = first_step  # the step the consumer's next next() returns
+        self._broken = False  # a pull failed (or the loader closed); nobody pulls again
+        self._failed_step: int | None = None  # the step whose pull failed
+        self._stop = False
+        self._pid = os.getpid()
+        seq = next(_SEQ)
+        self._threads = [
+            threading.Thread(target=self._work, name=f"zring-transform-{seq}.{i}", daemon=True)
+            for i in range(workers)
+        ]
+        _LIVE.add(self)
+        for t in self._threads:
+            t.start()
+
+    # -- workers ---------------------------------------------------------
+
+    def _work(self) -> None:
+        room = self._room
+        while True:
+            with room:
+                while not (self._stop or self._broken) and self._claimed - self._consumed >= self._ahead:
+                    room.wait(_POLL)
+                if self._stop or self._broken:
+                    return
+                self._claimed += 1
+            if not self._take_and_transform():
+                return
+
+    def _take_and_transform(self) -> bool:
+        """Pull one raw batch, transform it, file the outcome; False to stop."""
+        while not self._pull.acquire(timeout=_POLL):
+            if self._stop:
+                return False
+        try:
+            if self._stop or self._broken:
+                return False
+            step = self._next_pull
+            try:
+                step, indices, columns = self._loader.next()  # waits with the GIL released
+            except BaseException as exc:  # the loader failed (or was closed under us)
+                with self._ready:
+                    self._broken = True
+                    if not self._stop:
+                        self._failed_step = step
+                        self._done[step] = (_LOADER_ERROR, exc, None)
+                    self._ready.notify_all()
+                    self._room.notify_all()
+                return False
+            self._next_pull = step + 1
+        finally:
+            self._pull.release()
+        try:
+            outcome, value = _OK, self._transform(_wrap(self._views, indices, columns))
+        except BaseException as exc:  # delivered to the consumer at this step
+            outcome, value = _TRANSFORM_ERROR, exc
+        with self._ready:
+            if self._stop:
+                return False
+            self._done[step] = (outcome, value, indices)
+            if step == self.next_step:
+                self._ready.notify()
+        return True
+
+    # -- consumer --------------------------------------------------------
+
+    def next(self) -> tuple[int, Any, Any, int]:
+        """The outcome of the consumer's next step: ``(outcome, value, indices, step)``.
+
+        Raises ValueError once closed. After a failed pull has been delivered,
+        returns ``(_LOADER_ERROR, None, None, step)``: the caller asks the
+        (poisoned) Rust loader for the error to raise.
+        """
+        ready = self._ready
+        with ready:
+            while True:
+                if self._stop:
+                    raise ValueError("the DataLoader is closed")
+                item = self._done.pop(self.next_step, None)
+                if item is not None:
+                    break
+                if self._failed_step is not None and self.next_step >= self._failed_step:
+                    # The failure itself was handed out already.
+                    return (_LOADER_ERROR, None, None, self.next_step)
+                ready.wait(_POLL)
+            step = self.next_step
+            self._consumed += 1
+            if item[0] != _LOADER_ERROR:
+                self.next_step += 1  # a failed step stays the resume point
+            self._room.notify()
+        return (*item, step)
+
+    def close(self) -> None:
+        """Stop and join every worker (idempotent).
+
+        Two cases only set the stop flag, which every wait sees within
+        ``_POLL``: a forked child (it has none of the threads, and a lock may
+        have been held by one of them at the moment of fork), and a call from
+        a worker itself (the garbage collector can finalise the DataLoader on
+        a worker thread, even while that worker holds the lock); the other
+        workers then exit on their own.
+        """
+        self._stop = True
+        if os.getpid() != self._pid or threading.current_thread() in self._threads:
+            return
+        with self._ready:
+            self._done.clear()  # release the batches nobody will take
+            self._ready.notify_all()
+            self._room.notify_all()
+        if not sys.is_finalizing():  # by then a daemon thread may be frozen for good
+            for t in self._threads:
+                t.join()
+        _LIVE.discard(self)
+
+
 class DataLoader(_util.Closeable):
     """An endless iterator of batches over named streams.
 
@@ -39,16 +280,23 @@ class DataLoader(_util.Closeable):
     ``(values, row_splits)``. Every stream is gathered at the same indices,
     so record ``i`` lines up across streams.
 
+    A ``transform`` runs on ``transform_workers`` threads, several steps at
+    once, and batches still come out strictly in step order (see the module
+    docstring for errors and resume); ``transform_workers=0`` runs it on the
+    consumer thread.
+
     zring additions: ``state=`` with :meth:`state` resumes exactly,
     ``shard=(index, count)`` delivers one contiguous slice of each global
-    batch, :meth:`stats` reports the pipeline's timings, and
-    :attr:`last_indices` holds the indices of the batch last returned.
+    batch, :meth:`stats` reports the pipeline's timings, ordered parallel
+    transforms (``transform_workers=``), and :attr:`last_indices` holds the
+    indices of the batch last returned.
     """
 
     def __init__(self, streams: Mapping[str, Dataset | RaggedDataset], num_workers: int = 4,
                  batch_size: int = 256, prefetch_size: int = 4, mode: int = 1, seed: int = 42,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
-                 state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None):
+                 state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
+                 transform_workers: int | None = None):
         """Start gathering.
 
         Args:
@@ -58,20 +306,32 @@ class DataLoader(_util.Closeable):
                 uses zring's decode pool; from there on each thread gathers
                 alone.
             batch_size: Records per step (before sharding).
-            prefetch_size: Steps gathered ahead of the consumer (>= 1).
+            prefetch_size: Steps gathered ahead of the consumer (>= 1). With
+                transform workers, up to ``transform_workers + prefetch_size``
+                more steps may be transformed (or being transformed) and
+                waiting for the consumer.
             mode: 0 sequential, 1 iid (with replacement), 2 cyclic (without).
             seed: Sampler seed.
-            transform: Applied to each batch dict on the consumer thread.
+            transform: Applied to each batch dict, on the transform workers
+                (or on the consumer thread, see ``transform_workers``). It
+                may be called from several threads at once, each time on a
+                different step's batch. The workers read it once, here.
             state: A dict from :meth:`state`; it fixes batch_size, mode, seed
                 and the next step, overriding those arguments.
             shard: ``(index, count)``; the count must divide the batch.
+            transform_workers: Threads that call ``transform`` (default
+                None: as many as ``num_workers``). ``0`` calls it on the
+                consumer thread inside ``next()``. Unused (no thread starts)
+                when ``transform`` is the default identity.
 
         Raises:
             ValueError: No streams, streams of different lengths, or an
-                argument out of range.
-            TypeError: A stream is not a zring Dataset or RaggedDataset.
+                argument out of range (``transform_workers`` < 0).
+            TypeError: A stream is not a zring Dataset or RaggedDataset, or
+                ``transform_workers`` is not an int.
         """
         self._loader = None
+        self._pool: _TransformPool | None = None
         self.streams = dict(streams)
         if not self.streams:
             raise ValueError("need at least one stream")
@@ -102,6 +362,9 @@ class DataLoader(_util.Closeable):
                 raise TypeError(f"shard must be an (index, count) pair, got {shard!r}") from None
         if state is not None and not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from DataLoader.state(), got {type(state).__name__}")
+        threads = _nonneg("num_workers", num_workers, 1)
+        depth = _nonneg("prefetch_size", prefetch_size, 1)
+        workers = _worker_count(transform_workers, threads)
         self.transform = transform
         self._loader = _zring.Loader(
             specs,
@@ -109,12 +372,17 @@ class DataLoader(_util.Closeable):
             mode=_nonneg("mode", mode),
             seed=_nonneg("seed", seed),
             shard=shard,
-            depth=_nonneg("prefetch_size", prefetch_size, 1),
-            threads=_nonneg("num_workers", num_workers, 1),
+            depth=depth,
+            threads=threads,
             state=None if state is None else json.dumps(dict(state)),
         )
         self.last_indices: np.ndarray | None = None
         self.last_step: int | None = None
+        if transform is not _identity and workers > 0:
+            # The shape of the resume point; only its step changes from here on.
+            self._state = self._loader.state()
+            self._pool = _TransformPool(self._loader, self._views, transform, workers,
+                                        workers + depth, int(self._state["sampler"]["step"]))
 
     def __len__(self) -> int:
         raise TypeError("an endless loader has no length")
@@ -123,17 +391,24 @@ class DataLoader(_util.Closeable):
         return self
 
     def __next__(self) -> Any:
-        if self._loader is None:
+        loader, pool = self._loader, self._pool
+        if loader is None:
             raise ValueError("the DataLoader is closed")
-        step, indices, columns = self._loader.next()
-        batch: dict[str, Any] = {}
-        for (name, ds), (_, data, offsets) in zip(self._views, columns):
-            if offsets is None:
-                batch[name] = data.view(ds.dtype).reshape((len(indices), *ds.shape))
-            else:
-                values = data.view(ds.dtype).reshape((-1, *ds.item_shape))
-                row_bytes = ds.row_bytes or 1
-                batch[name] = (values, (offsets // np.uint64(row_bytes)).astype(np.int64))
+        if pool is not None and os.getpid() == pool._pid:
+            outcome, value, indices, step = pool.next()
+            if outcome == _LOADER_ERROR:
+                if value is None:
+                    loader.next()  # poisoned: raises PoisonedError
+                    raise AssertionError("a poisoned loader returned a batch")  # pragma: no cover
+                raise value
+            self.last_indices, self.last_step = indices, step
+            if outcome == _TRANSFORM_ERROR:
+                raise _with_note(value, step)
+            return value
+        # transform on this thread (or, in a forked child, the Rust loader's
+        # own error about fork)
+        step, indices, columns = loader.next()
+        batch = _wrap(self._views, indices, columns)
         self.last_indices, self.last_step = indices, step
         try:
             return self.transform(batch)
@@ -149,20 +424,34 @@ class DataLoader(_util.Closeable):
         return self.__next__()
 
     def state(self) -> dict[str, Any]:
-        """Where the loader is: pass it as ``state=`` to resume with the next batch."""
+        """Where the consumer is: pass it as ``state=`` to resume with the batch
+        after the one ``next()`` returned last (however far the transform
+        workers have read ahead)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
-        return self._loader.state()
+        pool = self._pool
+        if pool is None:
+            return self._loader.state()
+        out = copy.deepcopy(self._state)
+        out["sampler"]["step"] = pool.next_step
+        return out
 
     def stats(self) -> dict[str, Any]:
-        """Pipeline statistics: steps, records and bytes gathered, and wait/gather percentiles (µs)."""
+        """Pipeline statistics: steps, records and bytes gathered, and wait/gather
+        percentiles (µs). They describe the Rust loader; with transform workers
+        its consumers are those workers, so ``steps_delivered`` counts the steps
+        they took, which may run ahead of ``next()``."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         return self._loader.stats()
 
     def close(self) -> None:
-        """Stop the gather threads. Safe to call twice; batches already returned stay valid."""
+        """Stop and join the transform workers, then the gather threads. Safe to
+        call twice, and from another thread (a ``next()`` waiting there raises
+        ValueError); batches already returned stay valid."""
+        pool, self._pool = getattr(self, "_pool", None), None
         loader, self._loader = getattr(self, "_loader", None), None
+        if pool is not None:
+            pool.close()
         if loader is not None:
             loader.close()
-
