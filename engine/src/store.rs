@@ -4,6 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::codec::{self, Codec, Dict};
@@ -375,6 +376,52 @@ pub(crate) struct Item<'a> {
     pub keep_stored: bool,
 }
 
+/// Records per claim from the hot queue: about 100 KiB of 12 KiB records,
+/// far more work (tens of microseconds to decode) than a claim costs (one
+/// atomic add and an uncontended lock), and small enough that two threads
+/// finish a 256-record batch within a group of each other.
+const HOT_GROUP: usize = 8;
+
+/// Hot records of one gather, in groups any of its threads may claim.
+pub(crate) struct HotQueue<'q, 'i, 'm> {
+    groups: &'q [Mutex<&'q mut [(Item<'i>, &'m [u8])]>],
+    next: AtomicUsize,
+    dict: Option<&'m Dict>,
+    /// The first error of a hot record.
+    error: Mutex<Option<Error>>,
+}
+
+impl HotQueue<'_, '_, '_> {
+    /// Copies or decodes groups until none is left unclaimed; an error is
+    /// kept for [`HotQueue::finish`] and the other groups still run (a
+    /// failed gather's slots are undefined anyway, and stopping early would
+    /// need a second flag for no gain).
+    fn drain(&self) {
+        loop {
+            let k = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let Some(group) = self.groups.get(k) else { return };
+            let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
+            for (it, stored) in group.iter_mut() {
+                if let Err(e) = finish_record(it, stored, self.dict) {
+                    self.failed(e);
+                }
+            }
+        }
+    }
+
+    fn failed(&self, e: Error) {
+        self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+    }
+
+    /// Drains what is left (a thread whose reads failed before it drained)
+    /// and returns the first error: `r`, else one from a hot record.
+    fn finish(&self, r: Result<()>) -> Result<()> {
+        self.drain();
+        let hot = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
+        r.and(hot.map_or(Ok(()), Err))
+    }
+}
+
 impl Store {
     /// A builder for the store at `path`.
     pub fn builder(path: impl AsRef<Path>) -> StoreBuilder {
@@ -561,62 +608,91 @@ impl Store {
         self.read_items(&snap, items)
     }
 
-    /// Reads `items` in parallel groups: each group is one batch of reads on
-    /// its thread's ring, decoded as its completions arrive.
-    pub(crate) fn read_items(&self, snap: &Snapshot, mut items: Vec<Item<'_>>) -> Result<()> {
+    /// Reads `items`: the records whose pages are all in memory ("hot") are
+    /// copied or decoded straight from the chunk mappings, the rest read in
+    /// batches of transfers.
+    ///
+    /// The cold records are split evenly between the threads (the caller and,
+    /// for a gather worth it, the decode pool), each submitting its share as
+    /// one batch. Hot records are shared out dynamically: every thread takes
+    /// the next group of [`HOT_GROUP`] from a common counter while its reads
+    /// are in flight, so a thread that starts late (a pool thread waking up)
+    /// or is descheduled simply takes fewer groups instead of holding up the
+    /// gather, and the copying or decoding overlaps the I/O.
+    pub(crate) fn read_items(&self, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
         let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
         // One read of the eviction counters (for the whole gather) costs about
         // what asking the kernel about 16 records does.
         let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
-        if items.len() < 2 || total < PARALLEL_MIN_BYTES || !crate::pool::thread_fan_out() {
-            return self.read_group(snap, &mut items, epoch);
+        let mut hot: Vec<(Item<'_>, &[u8])> = Vec::new();
+        let mut cold: Vec<Item<'_>> = Vec::with_capacity(if self.mmap { 0 } else { items.len() });
+        for it in items {
+            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+            match if self.mmap { chunk.resident(it.entry.offset, it.entry.stored_len as usize, epoch) } else { None } {
+                Some(stored) => hot.push((it, stored)),
+                None => cold.push(it),
+            }
+        }
+        let hot_groups: Vec<Mutex<&mut [(Item<'_>, &[u8])]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+        let queue = HotQueue {
+            groups: &hot_groups,
+            next: AtomicUsize::new(0),
+            dict: snap.dict.as_deref(),
+            error: Mutex::new(None),
+        };
+        let parallel =
+            total >= PARALLEL_MIN_BYTES && hot_groups.len() + cold.len() >= 2 && crate::pool::thread_fan_out();
+        if !parallel {
+            let r = self.read_group(snap, &mut cold, &queue);
+            return queue.finish(r);
         }
         let pool = crate::pool::get();
-        // The pool's threads and the caller.
-        let threads = pool.current_num_threads() + 1;
-        // The calling thread reads the first group itself and the pool the
-        // others: one hand-off per gather, and the caller is not idle while
-        // it waits.
-        let per = items.len().div_ceil(threads);
-        let mut groups = items.chunks_mut(per);
-        let own = groups.next().expect("at least two items");
-        let failed: std::sync::Mutex<Option<Error>> = std::sync::Mutex::new(None);
+        let helpers = pool.current_num_threads().min((hot_groups.len() + cold.len()).saturating_sub(1)).max(1);
+        // The caller takes the first share of the cold records; each helper
+        // one of the others. Hot groups go to whoever asks first.
+        let per = cold.len().div_ceil(helpers + 1).max(1);
+        let mut shares = cold.chunks_mut(per);
+        let own = shares.next().unwrap_or_default();
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
         let mine = pool.in_place_scope(|s| {
-            for g in groups {
-                let failed = &failed;
+            for _ in 0..helpers {
+                let share = shares.next().unwrap_or_default();
+                let (failed, queue) = (&failed, &queue);
                 #[cfg(test)]
                 crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
                 s.spawn(move |_| {
-                    if let Err(e) = self.read_group(snap, g, epoch) {
+                    if let Err(e) = self.read_group(snap, share, queue) {
                         failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
                     }
                 });
             }
-            self.read_group(snap, own, epoch)
+            self.read_group(snap, own, &queue)
         });
-        mine?;
-        match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        let r = mine.and(match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(e) => Err(e),
             None => Ok(()),
-        }
+        });
+        queue.finish(r)
     }
 
-    fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>], epoch: Option<u64>) -> Result<()> {
+    fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>], hot: &HotQueue<'_, '_, '_>) -> Result<()> {
         thread_local! {
             static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
         }
         let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
-        let r = self.read_group_with(snap, items, &mut scratch, epoch);
+        let r = self.read_group_with(snap, items, &mut scratch, hot);
         SCRATCH.with(|s| *s.borrow_mut() = scratch);
         r
     }
 
+    /// Reads the cold `items` in one batch, taking hot groups from `hot`
+    /// while the reads are in flight.
     fn read_group_with(
         &self,
         snap: &Snapshot,
         items: &mut [Item<'_>],
         scratch: &mut AlignedBuf,
-        epoch: Option<u64>,
+        hot: &HotQueue<'_, '_, '_>,
     ) -> Result<()> {
         // Plan: where each record's stored bytes are read to. Raw records read
         // through the page cache go straight into their slot; everything else
@@ -633,25 +709,8 @@ impl Store {
         }
         let dict = snap.dict.as_deref();
         let mut first_err: Option<Error> = None;
-        // Records whose pages are all in memory are copied (or decoded) straight
-        // from the chunk's mapping: no system call, no copy into scratch. The
-        // rest are read in one batch below.
-        let mut io_idx = Vec::with_capacity(items.len());
-        for (i, it) in items.iter_mut().enumerate() {
-            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-            let hot =
-                if self.mmap { chunk.resident(it.entry.offset, it.entry.stored_len as usize, epoch) } else { None };
-            match hot {
-                Some(stored) => {
-                    if let Err(e) = finish_record(it, stored, dict) {
-                        first_err.get_or_insert(e);
-                    }
-                }
-                None => io_idx.push(i),
-            }
-        }
-        let mut plans = Vec::with_capacity(io_idx.len());
-        for it in io_idx.iter().map(|&i| &items[i]) {
+        let mut plans = Vec::with_capacity(items.len());
+        for it in items.iter() {
             let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
             let stored = it.entry.stored_len as usize;
             let p = match &chunk.direct {
@@ -688,17 +747,8 @@ impl Store {
         let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
         let buf = scratch.get(direct_bytes + buffered_bytes);
         let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
-        let mut reads = Vec::with_capacity(io_idx.len());
-        let mut io_items: Vec<&mut Item<'_>> = Vec::with_capacity(io_idx.len());
-        {
-            let mut want = io_idx.iter().peekable();
-            for (i, it) in items.iter_mut().enumerate() {
-                if want.peek() == Some(&&i) {
-                    want.next();
-                    io_items.push(it);
-                }
-            }
-        }
+        let mut reads = Vec::with_capacity(items.len());
+        let mut io_items: Vec<&mut Item<'_>> = items.iter_mut().collect();
         for (it, p) in io_items.iter_mut().zip(&plans) {
             let buf: &mut [u8] = if p.scratch {
                 let area = if p.direct { &mut direct_area } else { &mut buffered_area };
@@ -712,19 +762,24 @@ impl Store {
             };
             reads.push(uring::ReadBuf { fd: p.fd, offset: p.offset, buf, need: p.need });
         }
-        let r = uring::read_batch(self.backend, reads, &mut |i, buf| {
-            let it = &mut *io_items[i];
-            let stored_len = it.entry.stored_len as usize;
-            let r = if plans[i].scratch {
-                let skip = plans[i].skip;
-                finish_record(it, &buf[skip..skip + stored_len], dict)
-            } else {
-                crc_check(it.index, &it.entry, &buf[..stored_len])
-            };
-            if let Err(e) = r {
-                first_err.get_or_insert(e);
-            }
-        });
+        let r = uring::read_batch(
+            self.backend,
+            reads,
+            &mut |i, buf| {
+                let it = &mut *io_items[i];
+                let stored_len = it.entry.stored_len as usize;
+                let r = if plans[i].scratch {
+                    let skip = plans[i].skip;
+                    finish_record(it, &buf[skip..skip + stored_len], dict)
+                } else {
+                    crc_check(it.index, &it.entry, &buf[..stored_len])
+                };
+                if let Err(e) = r {
+                    first_err.get_or_insert(e);
+                }
+            },
+            &mut || hot.drain(),
+        );
         if let Err(e) = r {
             let it = &io_items[e.req.min(io_items.len().saturating_sub(1))];
             let path = self.dir.join(chunk_name(snap.table.format, it.entry.chunk));

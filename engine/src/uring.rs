@@ -127,13 +127,27 @@ thread_local! {
 /// completed. Stops issuing new requests at the first failure, waits for those
 /// in flight, and reports the failure.
 ///
+/// `idle` is called exactly once, on this thread, with the first requests
+/// already in the kernel's hands (io_uring) or before any runs (pread), so
+/// work that needs no I/O overlaps the transfers.
+///
 /// # Safety
 /// For every request, `ptr..ptr + len` must be valid for writes (`Op::Read`) or
 /// reads (`Op::Write`) for the whole call, the ranges of different requests must
 /// not overlap, and nothing may access a range until its `on_done` call (the
 /// callback may access range `i` from its call for `i` on). `fd` must stay open
 /// for the whole call.
-unsafe fn run(backend: BackendKind, op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Result<(), ReqError> {
+unsafe fn run(
+    backend: BackendKind,
+    op: Op,
+    reqs: &[Req],
+    on_done: &mut dyn FnMut(usize),
+    idle: &mut dyn FnMut(),
+) -> Result<(), ReqError> {
+    if reqs.is_empty() {
+        idle();
+        return Ok(());
+    }
     match backend {
         BackendKind::Uring => {
             let pid = std::process::id();
@@ -152,15 +166,21 @@ unsafe fn run(backend: BackendKind, op: Op, reqs: &[Req], on_done: &mut dyn FnMu
             });
             let mut ring = match ring {
                 Ok(r) => r,
-                Err(e) => return Err(ReqError { req: 0, kind: ReqErrorKind::Os(e) }),
+                Err(e) => {
+                    idle();
+                    return Err(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
+                }
             };
             // SAFETY: the caller's contract is forwarded unchanged.
-            let r = unsafe { run_uring(&mut ring, op, reqs, on_done) };
+            let r = unsafe { run_uring(&mut ring, op, reqs, on_done, idle) };
             RING.with(|cell| *cell.borrow_mut() = Some((pid, ring)));
             r
         }
-        // SAFETY: the caller's contract is forwarded unchanged.
-        _ => unsafe { run_sync(op, reqs, on_done) },
+        _ => {
+            idle();
+            // SAFETY: the caller's contract is forwarded unchanged.
+            unsafe { run_sync(op, reqs, on_done) }
+        }
     }
 }
 
@@ -175,12 +195,15 @@ pub(crate) struct ReadBuf<'a> {
 
 /// Runs a batch of reads; as read `i` completes, its buffer is handed back
 /// through `on_done(i, buf)`, while the other reads may still be in flight.
+/// `idle` runs once while the first reads are in flight (see [`run`]).
 pub(crate) fn read_batch<'a>(
     backend: BackendKind,
     reads: Vec<ReadBuf<'a>>,
     on_done: &mut dyn FnMut(usize, &'a mut [u8]),
+    idle: &mut dyn FnMut(),
 ) -> Result<(), ReqError> {
     if let Some(e) = injected(crate::fault::Kind::Read, reads.len()) {
+        idle();
         return Err(e);
     }
     let reqs: Vec<Req> = reads
@@ -203,7 +226,7 @@ pub(crate) fn read_batch<'a>(
     // valid for writes and disjoint. The buffers are held in `slots` and not
     // touched until their completion, when `done` moves buffer `i` out to the
     // callback. The descriptors are borrowed for `'a`, so they stay open.
-    unsafe { run(backend, Op::Read, &reqs, &mut done) }
+    unsafe { run(backend, Op::Read, &reqs, &mut done, idle) }
 }
 
 /// Runs a batch of writes of `(fd, offset, bytes)`.
@@ -230,7 +253,7 @@ pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, 
     // SAFETY: each request reads from its own borrowed slice, alive and
     // unmodified for the call; `Op::Write` never writes through the pointer.
     // The descriptors are borrowed for the call.
-    unsafe { run(backend, Op::Write, &reqs, &mut |_| {}) }
+    unsafe { run(backend, Op::Write, &reqs, &mut |_| {}, &mut || {}) }
 }
 
 /// Passes each of a batch's `n` transfers through the fault hook; the first
@@ -313,7 +336,14 @@ impl Drop for InFlight<'_> {
 
 /// # Safety
 /// As for [`run`].
-unsafe fn run_uring(ring: &mut IoUring, op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Result<(), ReqError> {
+unsafe fn run_uring(
+    ring: &mut IoUring,
+    op: Op,
+    reqs: &[Req],
+    on_done: &mut dyn FnMut(usize),
+    idle: &mut dyn FnMut(),
+) -> Result<(), ReqError> {
+    let mut idle = Some(idle);
     let mut done = vec![0usize; reqs.len()];
     let mut next = 0usize; // next request never submitted
     let mut retry: Vec<usize> = Vec::new(); // requests to resubmit (short transfer, EINTR, EAGAIN)
@@ -355,6 +385,13 @@ unsafe fn run_uring(ring: &mut IoUring, op: Op, reqs: &[Req], on_done: &mut dyn 
         if flight.count == 0 {
             break;
         }
+        if let Some(idle) = idle.take() {
+            // Hand the first requests to the kernel, then do the caller's
+            // other work while they run. A failed submit is retried by the
+            // wait below.
+            let _ = flight.ring.submit();
+            idle();
+        }
         if let Err(e) = flight.wait() {
             failure.get_or_insert(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
         }
@@ -391,6 +428,9 @@ unsafe fn run_uring(ring: &mut IoUring, op: Op, reqs: &[Req], on_done: &mut dyn 
         if failure.is_some() {
             retry.clear();
         }
+    }
+    if let Some(idle) = idle.take() {
+        idle();
     }
     match failure {
         Some(f) => Err(f),
@@ -460,20 +500,25 @@ mod tests {
                 })
                 .collect();
             let mut seen = vec![false; reqs.len()];
+            let mut idled = 0;
             // SAFETY: ranges are disjoint parts of `out`, untouched until the call returns.
-            unsafe { run(b, Op::Read, &reqs, &mut |i| seen[i] = true) }.unwrap();
+            unsafe { run(b, Op::Read, &reqs, &mut |i| seen[i] = true, &mut || idled += 1) }.unwrap();
             assert!(seen.iter().all(|s| *s), "{b:?}: a completion was not reported");
+            assert_eq!(idled, 1, "{b:?}: the idle work runs exactly once");
+            // SAFETY: no requests.
+            unsafe { run(b, Op::Read, &[], &mut |_| {}, &mut || idled += 1) }.unwrap();
+            assert_eq!(idled, 2, "{b:?}: an empty batch still runs the idle work");
             for k in 0..600 {
                 assert_eq!(&out[k * 100..k * 100 + 100], &data[k * 157..k * 157 + 100], "{b:?} req {k}");
             }
             let mut tail = vec![0u8; 200];
             let past = Req { fd: f.as_raw_fd(), offset: 99_950, ptr: tail.as_mut_ptr(), len: 200, need: 200 };
             // SAFETY: one request into `tail`.
-            let err = unsafe { run(b, Op::Read, &[past], &mut |_| {}) }.unwrap_err();
+            let err = unsafe { run(b, Op::Read, &[past], &mut |_| {}, &mut || {}) }.unwrap_err();
             assert!(matches!(err.kind, ReqErrorKind::Eof { got: 50 }), "{b:?}: {err:?}");
             let ok = Req { need: 50, ..past };
             // SAFETY: as above.
-            unsafe { run(b, Op::Read, &[ok], &mut |_| {}) }.unwrap();
+            unsafe { run(b, Op::Read, &[ok], &mut |_| {}, &mut || {}) }.unwrap();
             assert_eq!(&tail[..50], &data[99_950..]);
         }
     }
@@ -494,13 +539,13 @@ mod tests {
                 })
                 .collect();
             // SAFETY: disjoint ranges of `src`, alive for the call.
-            unsafe { run(b, Op::Write, &reqs, &mut |_| {}) }.unwrap();
+            unsafe { run(b, Op::Write, &reqs, &mut |_| {}, &mut || {}) }.unwrap();
             let mut back = vec![0u8; 4096];
             std::os::unix::fs::FileExt::read_exact_at(&f, &mut back, 0).unwrap();
             assert_eq!(back, src);
             let bad = Req { fd: -1, ..reqs[0] };
             // SAFETY: as above.
-            let err = unsafe { run(b, Op::Write, &[bad], &mut |_| {}) }.unwrap_err();
+            let err = unsafe { run(b, Op::Write, &[bad], &mut |_| {}, &mut || {}) }.unwrap_err();
             assert!(matches!(err.kind, ReqErrorKind::Os(_)), "{b:?}: {err:?}");
         }
     }
