@@ -1,0 +1,1096 @@
+//! The memory budget, and the read policy that follows from it.
+//!
+//! A store read at random either fits in memory or it does not, and the two
+//! cases want opposite machinery. While the data fits, the kernel's page cache
+//! keeps all of it after one pass and buffered reads (or copies from the
+//! mapped chunks) are the cheapest thing there is. Once it does not fit, the
+//! page cache stops helping: on an epoch of a random permutation its
+//! (approximately LRU) replacement evicts almost every page before it is read
+//! again, and it still costs a copy and the kernel's bookkeeping per page. Then
+//! reads should bypass it (O_DIRECT) and the memory should hold a fixed subset
+//! of the records instead ([`crate::cache`]), which serves exactly its share of
+//! every epoch. This module decides which case a store is in.
+//!
+//! # The budget ([`Budget`], [`detect`])
+//!
+//! The memory this process may fill with the store's data, from the first
+//! source that applies:
+//!
+//! 1. an explicit setting (the builder);
+//! 2. `ZRING_CACHE_BYTES`: plain bytes or a number with a binary unit (`512M`,
+//!    `8G`, `1.5GiB`; K, M, G, T, P with or without `i`/`B`, any case, all
+//!    powers of 1024: memory sizes written this way (Docker, the JVM, Slurm)
+//!    almost always mean the binary ones). An empty value counts as unset, as
+//!    shells write `VAR= cmd` for "no value". A value that does not parse is
+//!    [`Error::InvalidArgument`] naming the variable: silently falling back to
+//!    a detected budget would hide the typo behind a plausible number. A
+//!    stated amount is taken at face value (see the policy below): `8G` lets
+//!    the data fill 8 GiB of page cache or record cache, and `0` caches
+//!    nothing and reads any non-empty store with O_DIRECT;
+//! 3. the cgroup memory limit (v2 `memory.max`, else v1
+//!    `memory.limit_in_bytes`; the smallest limit of the process's cgroup and
+//!    its ancestors, since every one of them is enforced) less the anonymous
+//!    memory this process already uses. Only anonymous memory (`RssAnon` +
+//!    `RssShmem` of `/proc/self/status`) is subtracted: the cgroup's page
+//!    cache, and the pages of mapped chunks that `VmRSS` also counts, are
+//!    reclaimable and are exactly what the budget is for. Memory the record
+//!    cache already holds is not subtracted either, so detecting again while
+//!    the cache is full gives the same budget. A limit at or above the
+//!    machine's `MemTotal` does not bind and is skipped;
+//! 4. `MemAvailable` of `/proc/meminfo` (the kernel's estimate of what new
+//!    allocations can get without swapping, page cache included) plus what
+//!    the record cache holds;
+//! 5. nothing found (no `/proc`): [`BudgetSource::Unknown`], an unbounded
+//!    budget, so reads stay buffered as they were before budgets existed.
+//!
+//! The budget is per process. Several processes reading in one cgroup (a
+//! multi-process data loader) each see the whole limit less their own use, so
+//! they should share it out explicitly, through `ZRING_CACHE_BYTES` per worker.
+//!
+//! Detection is not cached: it reads a handful of small files
+//! (`/proc/self/cgroup`, `/proc/self/mountinfo`, at most a few cgroup files per
+//! level of the hierarchy, `/proc/meminfo`, `/proc/self/status`), some tens of
+//! microseconds, which is nothing next to opening a store. Reading it afresh
+//! keeps it true when the process has grown or a limit changed. These reads go
+//! through `std::fs`, not the fault-injection seam of [`crate::fs`]: they are
+//! not store I/O, and counting them would shift every injected fault.
+//!
+//! # The policy ([`choose`], [`reconsider`])
+//!
+//! [`choose`] compares the store's stored bytes with the budget. A budget the
+//! engine measured (cgroup, `MemAvailable`) is discounted; one a person stated
+//! (explicit, env) is taken at face value, since whoever wrote it has already
+//! left room for the rest of the program.
+//!
+//! * Buffered while `data <= budget * FIT` with `FIT = 4/5` for measured
+//!   budgets. The fifth left over is for what the process allocates after the
+//!   budget was measured (the loader's batch buffers, `depth + 4` sets of
+//!   them; decoded tensors; the interpreter), the record table's pages (32
+//!   bytes a record, about 1 % of the data for 3 KiB records), and the kernel
+//!   starting reclaim before the limit is reached.
+//! * Otherwise O_DIRECT reads and a record cache of `budget * CACHE_SHARE`
+//!   with `CACHE_SHARE = 3/4` for measured budgets: the cache is anonymous
+//!   memory, which the kernel cannot reclaim, so it keeps a wider margin than
+//!   the page cache needs. The cache charges its own per-entry overhead
+//!   ([`crate::cache::ENTRY_OVERHEAD`]), so the quarter is left for the
+//!   same growth as above plus the allocator's rounding.
+//!
+//! [`reconsider`] corrects the choice from what the reads saw over a window
+//! ([`Observed`]). It judges nothing before the policy has been in effect for
+//! a full pass over the data (a cold page cache or an empty record cache
+//! says nothing about the steady state) and a window of at least
+//! [`MIN_WINDOW_RECORDS`] records. So a policy lasts at least one pass, and the
+//! rules below leave wide bands between switching one way and back.
+//!
+//! * Buffered → Direct when the page cache thrashes. On a random permutation
+//!   an LRU cache holding a fraction `c` of the data hits `c + (1 - c) ln(1 -
+//!   c)` of the reads (a record is found again when the records touched since
+//!   its last read, `1 - x(1 - y)` of the data for uniform positions `x` and
+//!   `y` in consecutive epochs, are fewer than the cache holds), while the
+//!   record cache of this module hits exactly `c`. Given the budget, the page
+//!   cache should hold `min(1, budget / data)` of the data; when the resident
+//!   fraction is below half of that ([`THRASH`]), the page cache is keeping
+//!   less than about 72 % of what it should (or the budget is wrong, as when
+//!   other processes share the cgroup). The new record cache takes what the
+//!   page cache evidently held (the `c` whose LRU hit rate is the measured one)
+//!   but no more than `budget * CACHE_SHARE`, so it uses no more memory than
+//!   the page cache was given, and hits `c` instead of the page cache's rate.
+//!   (The two rates cross near `c = 0.9`; the rule waits for a clear loss.)
+//! * Direct → Buffered when the data has come to fit with room to spare
+//!   (`data <= budget * RETURN_FIT`, `RETURN_FIT = 3/5`, below `FIT` so a store
+//!   near the line does not flip) and the record cache serves at least
+//!   [`FULL_HITS`] of the reads (it holds nearly everything, confirming the
+//!   budget). Memory in the page cache is reclaimable and shared with other
+//!   processes reading the same files; the cost is one cold pass.
+//! * Direct with a smaller cache when the budget has fallen so far that the
+//!   cache would take more than the budget's share by a third (the cache
+//!   must give memory back before the kernel takes it by force). The cache is
+//!   never grown by this rule: a cache sized from a thrashing page cache must
+//!   not grow back to a budget that proved wrong.
+//!
+//! Read latency is not an input: it depends on the device, on other tenants
+//! of the device and on the batch size, while residency and hit counts are
+//! exact counts of what memory did.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// The environment variable that states a budget.
+pub(crate) const ENV_VAR: &str = "ZRING_CACHE_BYTES";
+
+/// Smallest window [`reconsider`] judges: with 4096 records the standard error
+/// of a measured hit rate is at most 0.8 %, far below the margins of the rules,
+/// and at a few hundred records a batch the window is a few dozen gathers.
+pub(crate) const MIN_WINDOW_RECORDS: u64 = 4096;
+
+/// A fraction: numerator, denominator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Ratio(pub u64, pub u64);
+
+impl Ratio {
+    /// `x * self`, rounded down, saturating at `u64::MAX`.
+    pub fn of(self, x: u64) -> u64 {
+        let v = u128::from(x) * u128::from(self.0) / u128::from(self.1.max(1));
+        u64::try_from(v).unwrap_or(u64::MAX)
+    }
+
+    fn percent(self) -> u64 {
+        self.0 * 100 / self.1.max(1)
+    }
+}
+
+/// Share of a measured budget the store's data may fill and still be read
+/// through the page cache (module docs: room for the process's later growth).
+pub(crate) const FIT: Ratio = Ratio(4, 5);
+/// Share of a measured budget the record cache takes in direct mode (module
+/// docs: anonymous memory keeps a wider margin than the page cache).
+pub(crate) const CACHE_SHARE: Ratio = Ratio(3, 4);
+/// Direct mode goes back to buffered only for data within this share of the
+/// budget: below [`FIT`], so data near the line does not flip the mode.
+pub(crate) const RETURN_FIT: Ratio = Ratio(3, 5);
+/// Buffered mode is thrashing when the resident fraction falls below this
+/// share of what the budget promises.
+pub(crate) const THRASH: Ratio = Ratio(1, 2);
+/// Direct mode counts the record cache as holding (nearly) everything above
+/// this hit rate.
+pub(crate) const FULL_HITS: Ratio = Ratio(9, 10);
+/// A direct-mode cache is shrunk when it exceeds the budget's share by more
+/// than this factor.
+const SHRINK_ABOVE: Ratio = Ratio(4, 3);
+/// Cgroup limits at or above this are "no limit": v1 writes `PAGE_COUNTER_MAX`
+/// pages (9223372036854771712 with 4 KiB pages) for unlimited, and no machine
+/// has 4 EiB of memory.
+const UNLIMITED_FROM: u64 = 1 << 62;
+
+/// How much memory the store's data may take in this process, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Budget {
+    /// The budget in bytes (`u64::MAX` when unknown).
+    pub bytes: u64,
+    /// Where the number came from.
+    pub source: BudgetSource,
+}
+
+/// Where a [`Budget`] came from, with the numbers that made it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum BudgetSource {
+    /// Set by the program (the store's builder).
+    Explicit,
+    /// Set by `ZRING_CACHE_BYTES`.
+    Env {
+        /// The variable's value as written.
+        value: String,
+    },
+    /// A cgroup v2 `memory.max` less what the process uses.
+    CgroupV2 {
+        /// The smallest limit on the way to the root of the hierarchy.
+        limit: u64,
+        /// Anonymous memory of this process outside the record cache.
+        used: u64,
+        /// The `memory.max` file that set the limit.
+        file: PathBuf,
+    },
+    /// A cgroup v1 `memory.limit_in_bytes` less what the process uses.
+    CgroupV1 {
+        /// The smallest limit on the way to the root of the hierarchy.
+        limit: u64,
+        /// Anonymous memory of this process outside the record cache.
+        used: u64,
+        /// The `memory.limit_in_bytes` file that set the limit.
+        file: PathBuf,
+    },
+    /// `MemAvailable` of `/proc/meminfo` plus what the record cache holds.
+    MemAvailable {
+        /// `MemAvailable` in bytes.
+        available: u64,
+        /// Bytes the record cache held (and could keep).
+        cached: u64,
+    },
+    /// No limit could be found; the budget is unbounded.
+    Unknown,
+}
+
+impl BudgetSource {
+    /// What set the budget, for logs: "cgroup v2 memory.max 3.0 GiB
+    /// (/sys/fs/cgroup/job/memory.max) less 210 MiB this process uses".
+    pub fn describe(&self) -> String {
+        match self {
+            BudgetSource::Explicit => "set explicitly".into(),
+            BudgetSource::Env { value } => format!("{ENV_VAR}={value}"),
+            BudgetSource::CgroupV2 { limit, used, file } => format!(
+                "cgroup v2 memory.max {} ({}) less {} this process uses",
+                human(*limit),
+                file.display(),
+                human(*used)
+            ),
+            BudgetSource::CgroupV1 { limit, used, file } => format!(
+                "cgroup v1 memory.limit_in_bytes {} ({}) less {} this process uses",
+                human(*limit),
+                file.display(),
+                human(*used)
+            ),
+            BudgetSource::MemAvailable { available, cached } if *cached > 0 => format!(
+                "MemAvailable {} plus {} the record cache holds (no binding cgroup memory limit)",
+                human(*available),
+                human(*cached)
+            ),
+            BudgetSource::MemAvailable { available, .. } => {
+                format!("MemAvailable {} (no binding cgroup memory limit)", human(*available))
+            }
+            BudgetSource::Unknown => "no memory limit found (no cgroup limit, no /proc/meminfo)".into(),
+        }
+    }
+
+    /// Whether a person stated the number (taken at face value) rather than
+    /// the engine measuring it (discounted by [`FIT`] and [`CACHE_SHARE`]).
+    pub fn is_stated(&self) -> bool {
+        matches!(self, BudgetSource::Explicit | BudgetSource::Env { .. })
+    }
+}
+
+impl Budget {
+    /// The budget and its source, for logs: "2.8 GiB from cgroup v2 ...".
+    pub fn describe(&self) -> String {
+        format!("{} from {}", human(self.bytes), self.source.describe())
+    }
+
+    /// The share the data may fill and still be read buffered.
+    fn fit(&self) -> Ratio {
+        if self.source.is_stated() {
+            Ratio(1, 1)
+        } else {
+            FIT
+        }
+    }
+
+    /// The share the record cache takes in direct mode.
+    fn cache_share(&self) -> Ratio {
+        if self.source.is_stated() {
+            Ratio(1, 1)
+        } else {
+            CACHE_SHARE
+        }
+    }
+}
+
+/// The budget of this process: `explicit` if given, else `ZRING_CACHE_BYTES`,
+/// else detected (module docs). Fails only on a malformed `ZRING_CACHE_BYTES`.
+pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
+    let env =
+        match std::env::var_os(ENV_VAR) {
+            None => None,
+            Some(v) => Some(v.into_string().map_err(|v| {
+                Error::InvalidArgument(format!("{ENV_VAR}={v:?} is not a size: the value is not UTF-8"))
+            })?),
+        };
+    let root = Path::new("/");
+    let cached = crate::cache::global().stats().charged;
+    detect_in(root, explicit, env.as_deref(), process_rss(root).unwrap_or(0), cached)
+}
+
+/// [`detect`] against the tree at `root` (standing for `/`): `env` is the
+/// value of `ZRING_CACHE_BYTES`, `rss` the anonymous memory of the process
+/// ([`process_rss`]), `cached` the bytes the record cache charges, which are
+/// part of `rss` but count toward the budget, not against it.
+pub(crate) fn detect_in(
+    root: &Path,
+    explicit: Option<u64>,
+    env: Option<&str>,
+    rss: u64,
+    cached: u64,
+) -> Result<Budget> {
+    if let Some(bytes) = explicit {
+        return Ok(Budget { bytes, source: BudgetSource::Explicit });
+    }
+    if let Some(value) = env.filter(|v| !v.trim().is_empty()) {
+        let bytes = parse_size(value).ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "{ENV_VAR}={value:?} is not a size: expected bytes or a number with a binary unit, \
+                 e.g. 1073741824, 512M, 8G or 1.5GiB"
+            ))
+        })?;
+        return Ok(Budget { bytes, source: BudgetSource::Env { value: value.to_string() } });
+    }
+    let mem = meminfo(root);
+    let used = rss.saturating_sub(cached);
+    if let Some(l) = cgroup_limit(root).filter(|l| mem.total.is_none_or(|t| l.limit < t)) {
+        let bytes = l.limit.saturating_sub(used);
+        let source = match l.version {
+            2 => BudgetSource::CgroupV2 { limit: l.limit, used, file: l.file },
+            _ => BudgetSource::CgroupV1 { limit: l.limit, used, file: l.file },
+        };
+        return Ok(Budget { bytes, source });
+    }
+    if let Some(available) = mem.available {
+        return Ok(Budget {
+            bytes: available.saturating_add(cached),
+            source: BudgetSource::MemAvailable { available, cached },
+        });
+    }
+    Ok(Budget { bytes: u64::MAX, source: BudgetSource::Unknown })
+}
+
+/// Parses a size: plain bytes (`1073741824`) or a number, possibly with a
+/// fraction, and a binary unit (`512M`, `8 GiB`, `1.5gb`, `64k`). `None` for
+/// anything else, a fraction of a byte, or more than `u64::MAX` bytes.
+pub(crate) fn parse_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "ki" | "kib" => 10,
+        "m" | "mb" | "mi" | "mib" => 20,
+        "g" | "gb" | "gi" | "gib" => 30,
+        "t" | "tb" | "ti" | "tib" => 40,
+        "p" | "pb" | "pi" | "pib" => 50,
+        _ => return None,
+    };
+    let (int, frac) = match num.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (num, ""),
+    };
+    let digits = |d: &str| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit());
+    let well_formed = if num.contains('.') {
+        // A fraction needs a unit: a fraction of a byte means nothing.
+        shift > 0 && (int.is_empty() || digits(int)) && digits(frac)
+    } else {
+        digits(int)
+    };
+    if !well_formed {
+        return None;
+    }
+    let unit = 1u128 << shift;
+    let whole = if int.is_empty() { 0 } else { int.parse::<u128>().ok()? };
+    // At most 18 fraction digits count: 10^18 * 2^50 still fits a u128.
+    let frac = &frac[..frac.len().min(18)];
+    let part = if frac.is_empty() { 0 } else { frac.parse::<u128>().ok()? * unit / 10u128.pow(frac.len() as u32) };
+    u64::try_from(whole.checked_mul(unit)?.checked_add(part)?).ok()
+}
+
+/// Bytes for people: "512 B", "3.0 GiB", "210 MiB" (one decimal below 10 units).
+pub(crate) fn human(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["KiB", "MiB", "GiB", "TiB", "PiB", "EiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut v = bytes as f64 / 1024.0;
+    let mut u = 0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
+        u += 1;
+    }
+    if v < 9.95 {
+        format!("{v:.1} {}", UNITS[u])
+    } else {
+        format!("{v:.0} {}", UNITS[u])
+    }
+}
+
+/// `path` (absolute) inside the tree at `root`.
+fn under(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn read(root: &Path, path: &Path) -> Option<String> {
+    std::fs::read_to_string(under(root, path)).ok()
+}
+
+/// Anonymous memory of this process (`RssAnon + RssShmem` of
+/// `/proc/self/status`, or `VmRSS` on kernels before 4.5 that lack them).
+pub(crate) fn process_rss(root: &Path) -> Option<u64> {
+    let status = read(root, Path::new("/proc/self/status"))?;
+    let anon = kib_field(&status, "RssAnon:");
+    let shmem = kib_field(&status, "RssShmem:");
+    match anon {
+        Some(a) => Some(a.saturating_add(shmem.unwrap_or(0))),
+        None => kib_field(&status, "VmRSS:"),
+    }
+}
+
+/// A `Name:   123 kB` line of a /proc file, in bytes.
+fn kib_field(text: &str, name: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(name))?;
+    let kib: u64 = line[name.len()..].split_whitespace().next()?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+/// What `/proc/meminfo` says, in bytes.
+struct MemInfo {
+    total: Option<u64>,
+    available: Option<u64>,
+}
+
+fn meminfo(root: &Path) -> MemInfo {
+    let text = read(root, Path::new("/proc/meminfo")).unwrap_or_default();
+    MemInfo { total: kib_field(&text, "MemTotal:"), available: kib_field(&text, "MemAvailable:") }
+}
+
+/// The binding cgroup memory limit of this process.
+#[derive(Debug, PartialEq, Eq)]
+struct CgroupLimit {
+    /// 2 or 1.
+    version: u8,
+    limit: u64,
+    /// The file that set it, as an absolute path (outside `root`).
+    file: PathBuf,
+}
+
+/// One cgroup file system mount: where it is mounted, and which directory of
+/// the hierarchy appears there (not `/` when a container sees a subtree).
+#[derive(Debug, PartialEq, Eq)]
+struct Mount {
+    point: PathBuf,
+    root: String,
+}
+
+/// Finds the smallest memory limit of this process's cgroup and its
+/// ancestors: v2 first, then v1 (a hybrid host mounts v2 without the memory
+/// controller, whose files then exist only under v1).
+fn cgroup_limit(root: &Path) -> Option<CgroupLimit> {
+    let cgroups = read(root, Path::new("/proc/self/cgroup"))?;
+    let mountinfo = read(root, Path::new("/proc/self/mountinfo")).unwrap_or_default();
+    let mut v2 = None;
+    let mut v1 = None;
+    for line in cgroups.lines() {
+        let mut it = line.splitn(3, ':');
+        let (Some(id), Some(controllers), Some(path)) = (it.next(), it.next(), it.next()) else { continue };
+        if id == "0" && controllers.is_empty() {
+            v2 = Some(path);
+        } else if controllers.split(',').any(|c| c == "memory") {
+            v1 = Some(path);
+        }
+    }
+    if let Some(path) = v2 {
+        let mount = find_mount(&mountinfo, path, |fstype, _| fstype == "cgroup2")
+            .unwrap_or_else(|| Mount { point: "/sys/fs/cgroup".into(), root: "/".into() });
+        if let Some((limit, file)) = smallest_limit(root, &mount, path, "memory.max") {
+            return Some(CgroupLimit { version: 2, limit, file });
+        }
+    }
+    if let Some(path) = v1 {
+        let mount =
+            find_mount(&mountinfo, path, |fstype, opts| fstype == "cgroup" && opts.split(',').any(|o| o == "memory"))
+                .unwrap_or_else(|| Mount { point: "/sys/fs/cgroup/memory".into(), root: "/".into() });
+        if let Some((limit, file)) = smallest_limit(root, &mount, path, "memory.limit_in_bytes") {
+            return Some(CgroupLimit { version: 1, limit, file });
+        }
+    }
+    None
+}
+
+/// The mount in `mountinfo` of a cgroup file system `wanted(fstype,
+/// super_options)` whose root contains `path`, or failing that the first one.
+/// mountinfo lines are `id parent major:minor root point options [optional
+/// fields] - fstype source super_options`.
+fn find_mount(mountinfo: &str, path: &str, wanted: impl Fn(&str, &str) -> bool) -> Option<Mount> {
+    let mut first = None;
+    for line in mountinfo.lines() {
+        let Some((pre, post)) = line.split_once(" - ") else { continue };
+        let pre: Vec<&str> = pre.split(' ').collect();
+        let post: Vec<&str> = post.split(' ').collect();
+        if pre.len() < 5 || post.len() < 3 || !wanted(post[0], post[2]) {
+            continue;
+        }
+        let m = Mount { point: unescape(pre[4]).into(), root: unescape(pre[3]) };
+        if within(path, &m.root).is_some() {
+            return Some(m);
+        }
+        first.get_or_insert(m);
+    }
+    first
+}
+
+/// mountinfo writes space, tab, newline and backslash as `\ooo` octal escapes.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            out.push((b[i + 1] - b'0') * 64 + (b[i + 2] - b'0') * 8 + (b[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// `path` relative to the mount's `root` if it lies inside it.
+fn within<'a>(path: &'a str, root: &str) -> Option<&'a str> {
+    let root = root.trim_end_matches('/');
+    let rest = path.strip_prefix(root)?;
+    (rest.is_empty() || rest.starts_with('/')).then(|| rest.trim_start_matches('/'))
+}
+
+/// The smallest limit in `file` from the process's cgroup directory up to the
+/// mount point, and the file that holds it. Directories that do not exist (a
+/// container whose cgroup path names a directory it cannot see) are skipped on
+/// the way up; `None` when no level has a limit.
+fn smallest_limit(root: &Path, mount: &Mount, path: &str, file: &str) -> Option<(u64, PathBuf)> {
+    // A path outside the mount's root (a mount made in another cgroup
+    // namespace) can only be judged from the mount point itself.
+    let rel = within(path, &mount.root).unwrap_or("");
+    let mut dir = mount.point.join(rel);
+    let mut best: Option<(u64, PathBuf)> = None;
+    loop {
+        let f = dir.join(file);
+        if let Some(limit) = read(root, &f).and_then(|s| parse_limit(&s)) {
+            if best.as_ref().is_none_or(|(b, _)| limit < *b) {
+                best = Some((limit, f));
+            }
+        }
+        if dir == mount.point || !dir.pop() || !dir.starts_with(&mount.point) {
+            break;
+        }
+    }
+    best
+}
+
+/// A limit file's value; `None` for "max" (v2), for the huge values v1 writes
+/// for no limit, and for anything unreadable.
+fn parse_limit(s: &str) -> Option<u64> {
+    let v: u64 = s.trim().parse().ok()?;
+    (v < UNLIMITED_FROM).then_some(v)
+}
+
+/// How a store's records are read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ReadMode {
+    /// Through the page cache (and the chunk mappings for resident pages).
+    Buffered,
+    /// O_DIRECT, with the record cache in front.
+    Direct,
+}
+
+/// A decision on how to read a store, with the numbers it was made for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Policy {
+    /// Buffered or direct reads.
+    pub mode: ReadMode,
+    /// Capacity of the record cache (0 in buffered mode: the page cache caches).
+    pub cache_bytes: u64,
+    /// Why, in a sentence for logs and `stats()`.
+    pub reason: String,
+    /// The budget the decision was made for.
+    pub budget: Budget,
+    /// The store's stored bytes the decision was made for.
+    pub data_bytes: u64,
+}
+
+/// How to read a store of `data_bytes` stored bytes within `budget`: buffered
+/// while the data fits the budget's [`FIT`] share, else direct with a record
+/// cache of its [`CACHE_SHARE`] (module docs).
+pub(crate) fn choose(budget: &Budget, data_bytes: u64) -> Policy {
+    let fit = budget.fit();
+    if data_bytes <= fit.of(budget.bytes) {
+        buffered(
+            budget,
+            data_bytes,
+            format!(
+                "the store's {} fit in {} % of the budget of {}: buffered reads, the page cache keeps the data",
+                human(data_bytes),
+                fit.percent(),
+                budget.describe()
+            ),
+        )
+    } else {
+        let share = budget.cache_share();
+        let cache = share.of(budget.bytes);
+        let reason = format!(
+            "the store's {} exceed {} % of the budget of {}: O_DIRECT reads and a record cache of {} \
+             ({} % of the budget), which serves about {} % of a random epoch from memory",
+            human(data_bytes),
+            fit.percent(),
+            budget.describe(),
+            human(cache),
+            share.percent(),
+            hit_percent(cache, data_bytes)
+        );
+        direct(budget, data_bytes, cache, reason)
+    }
+}
+
+fn buffered(budget: &Budget, data_bytes: u64, reason: String) -> Policy {
+    Policy { mode: ReadMode::Buffered, cache_bytes: 0, reason, budget: budget.clone(), data_bytes }
+}
+
+fn direct(budget: &Budget, data_bytes: u64, cache_bytes: u64, reason: String) -> Policy {
+    Policy { mode: ReadMode::Direct, cache_bytes, reason, budget: budget.clone(), data_bytes }
+}
+
+fn hit_percent(cache: u64, data: u64) -> u64 {
+    if data == 0 {
+        100
+    } else {
+        (u128::from(cache) * 100 / u128::from(data)).min(100) as u64
+    }
+}
+
+/// What reads saw while a policy was in effect.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Observed {
+    /// Records gathered in the window (the counters since the last call of
+    /// [`reconsider`], say).
+    pub records: u64,
+    /// Of those, records whose stored bytes were already in memory: in
+    /// buffered mode, found resident in the page cache; in direct mode, served
+    /// by the record cache.
+    pub resident: u64,
+    /// Stored bytes gathered since the current policy took effect (not just
+    /// in the window): nothing is judged before a full pass.
+    pub read_bytes: u64,
+    /// The store's stored bytes now.
+    pub data_bytes: u64,
+    /// The budget now: detected again (cheap), or the policy's own.
+    pub budget: Budget,
+}
+
+/// A better policy than `current` given what reads saw, or `None` to keep it
+/// (module docs: the rules and their margins).
+pub(crate) fn reconsider(current: &Policy, seen: &Observed) -> Option<Policy> {
+    if seen.records < MIN_WINDOW_RECORDS || seen.read_bytes < seen.data_bytes {
+        return None;
+    }
+    let budget = &seen.budget;
+    let data = seen.data_bytes;
+    let rate = seen.resident.min(seen.records) as f64 / seen.records as f64;
+    match current.mode {
+        ReadMode::Buffered => {
+            let promised = if data == 0 { 1.0 } else { (budget.bytes as f64 / data as f64).min(1.0) };
+            if rate >= promised * THRASH.0 as f64 / THRASH.1 as f64 {
+                return None;
+            }
+            // The fraction of the data an LRU page cache must have held to hit
+            // `rate` on random permutations: what it evidently had.
+            let held = lru_fraction_for(rate);
+            let cache = budget.cache_share().of(budget.bytes).min((held * data as f64) as u64);
+            let reason = format!(
+                "the page cache is thrashing: {:.0} % of the last {} records were resident where the budget \
+                 of {} promised {:.0} % for {} of data; it held about {:.0} % of the data, so O_DIRECT reads \
+                 and a record cache of {} serve about {} % instead",
+                rate * 100.0,
+                seen.records,
+                budget.describe(),
+                promised * 100.0,
+                human(data),
+                held * 100.0,
+                human(cache),
+                hit_percent(cache, data)
+            );
+            Some(direct(budget, data, cache, reason))
+        }
+        ReadMode::Direct => {
+            let full = rate * FULL_HITS.1 as f64 >= FULL_HITS.0 as f64;
+            if full && data <= RETURN_FIT.of(budget.bytes) {
+                let reason = format!(
+                    "the store's {} now fit in {} % of the budget of {} and the record cache served {:.0} % \
+                     of the last {} records: buffered reads, the page cache keeps the data",
+                    human(data),
+                    RETURN_FIT.percent(),
+                    budget.describe(),
+                    rate * 100.0,
+                    seen.records
+                );
+                return Some(buffered(budget, data, reason));
+            }
+            let share = budget.cache_share().of(budget.bytes);
+            if SHRINK_ABOVE.of(share) < current.cache_bytes {
+                let reason = format!(
+                    "the budget fell to {}: the record cache shrinks from {} to {} ({} % of the budget)",
+                    budget.describe(),
+                    human(current.cache_bytes),
+                    human(share),
+                    budget.cache_share().percent()
+                );
+                return Some(direct(budget, data, share, reason));
+            }
+            None
+        }
+    }
+}
+
+/// Hit rate of an LRU cache holding fraction `c` of the data, on epochs of
+/// independent random permutations: `c + (1 - c) ln(1 - c)`.
+pub(crate) fn lru_hit_rate(c: f64) -> f64 {
+    let c = c.clamp(0.0, 1.0);
+    if c >= 1.0 {
+        1.0
+    } else {
+        c + (1.0 - c) * (1.0 - c).ln()
+    }
+}
+
+/// The `c` with `lru_hit_rate(c) == rate` (the function increases on [0, 1]).
+fn lru_fraction_for(rate: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0f64, 1.0f64);
+    for _ in 0..50 {
+        let mid = (lo + hi) / 2.0;
+        if lru_hit_rate(mid) < rate {
+            lo = mid;
+        } else {
+            hi = mid;
+        }
+    }
+    hi
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    const GIB: u64 = 1 << 30;
+    const MIB: u64 = 1 << 20;
+
+    /// A fake root: `files` are (absolute path, contents).
+    fn tree(files: &[(&str, &str)]) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        for (path, text) in files {
+            let p = under(dir.path(), Path::new(path));
+            fs::create_dir_all(p.parent().unwrap()).unwrap();
+            fs::write(p, text).unwrap();
+        }
+        dir
+    }
+
+    const MEMINFO: &str = "MemTotal:       16777216 kB\nMemFree:         1048576 kB\nMemAvailable:    8388608 kB\n";
+    const V2_MOUNTS: &str =
+        "24 30 0:22 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:9 - cgroup2 cgroup2 rw,nsdelegate\n\
+                             30 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n";
+    /// The layout of a hybrid host: v1 controllers, v2 mounted without them.
+    const V1_MOUNTS: &str = "31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755\n\
+                             32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n\
+                             35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                             41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
+
+    fn budget(root: &Path, rss: u64) -> Budget {
+        detect_in(root, None, None, rss, 0).unwrap()
+    }
+
+    #[test]
+    fn v2_limit_less_what_the_process_uses() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/job/step\n"),
+            ("/proc/self/mountinfo", V2_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/job/step/memory.max", &(3 * GIB).to_string()),
+            ("/sys/fs/cgroup/job/memory.max", "max\n"),
+        ]);
+        let b = budget(t.path(), 210 * MIB);
+        assert_eq!(b.bytes, 3 * GIB - 210 * MIB);
+        assert_eq!(
+            b.source,
+            BudgetSource::CgroupV2 {
+                limit: 3 * GIB,
+                used: 210 * MIB,
+                file: "/sys/fs/cgroup/job/step/memory.max".into()
+            }
+        );
+        assert_eq!(
+            b.source.describe(),
+            "cgroup v2 memory.max 3.0 GiB (/sys/fs/cgroup/job/step/memory.max) less 210 MiB this process uses"
+        );
+    }
+
+    #[test]
+    fn v2_max_takes_the_smallest_ancestor_limit() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/a/b/c\n"),
+            ("/proc/self/mountinfo", V2_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/a/b/c/memory.max", "max\n"),
+            ("/sys/fs/cgroup/a/b/memory.max", &(6 * GIB).to_string()),
+            ("/sys/fs/cgroup/a/memory.max", &(4 * GIB).to_string()),
+        ]);
+        let b = budget(t.path(), 0);
+        assert_eq!(b.bytes, 4 * GIB);
+        assert!(
+            matches!(&b.source, BudgetSource::CgroupV2 { file, .. } if file == Path::new("/sys/fs/cgroup/a/memory.max"))
+        );
+    }
+
+    #[test]
+    fn v2_mount_root_of_a_container_is_stripped() {
+        // Without a cgroup namespace a container sees its host path in
+        // /proc/self/cgroup while the mount shows that directory at its point.
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/kubepods/pod1/ctr\n"),
+            ("/proc/self/mountinfo", "50 40 0:30 /kubepods/pod1/ctr /sys/fs/cgroup ro,nosuid - cgroup2 cgroup rw\n"),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/memory.max", &(2 * GIB).to_string()),
+        ]);
+        assert_eq!(budget(t.path(), 0).bytes, 2 * GIB);
+    }
+
+    #[test]
+    fn v1_limit_with_a_missing_leaf_directory() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "9:name=systemd:/\n4:memory:/jobs/ae8d\n1:cpu,cpuacct:/\n0::/\n"),
+            ("/proc/self/mountinfo", V1_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            // v2 is mounted but has no memory controller: no memory.max.
+            ("/sys/fs/cgroup/unified/cgroup.controllers", "cpu\n"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("/sys/fs/cgroup/memory/jobs/memory.limit_in_bytes", &(5 * GIB).to_string()),
+        ]);
+        let b = budget(t.path(), GIB);
+        assert_eq!(b.bytes, 4 * GIB);
+        assert!(matches!(&b.source, BudgetSource::CgroupV1 { limit, .. } if *limit == 5 * GIB));
+        assert!(b.describe().starts_with("4.0 GiB from cgroup v1 memory.limit_in_bytes 5.0 GiB"), "{}", b.describe());
+    }
+
+    #[test]
+    fn v1_unlimited_falls_back_to_mem_available() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "4:memory:/jobs/x\n0::/\n"),
+            ("/proc/self/mountinfo", V1_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "9223372036854771712\n"),
+            ("/sys/fs/cgroup/memory/jobs/x/memory.limit_in_bytes", "9223372036854771712\n"),
+        ]);
+        let b = detect_in(t.path(), None, None, GIB, 256 * MIB).unwrap();
+        // MemAvailable does not include what the cache holds; the budget does.
+        assert_eq!(b.bytes, 8 * GIB + 256 * MIB);
+        assert_eq!(b.source, BudgetSource::MemAvailable { available: 8 * GIB, cached: 256 * MIB });
+    }
+
+    #[test]
+    fn a_limit_above_the_machine_does_not_bind() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/big\n"),
+            ("/proc/self/mountinfo", V2_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/big/memory.max", &(64 * GIB).to_string()),
+        ]);
+        assert!(matches!(budget(t.path(), 0).source, BudgetSource::MemAvailable { .. }));
+    }
+
+    #[test]
+    fn no_mountinfo_uses_the_usual_mount_points() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/j\n"),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/j/memory.max", &GIB.to_string()),
+        ]);
+        assert_eq!(budget(t.path(), 0).bytes, GIB);
+    }
+
+    #[test]
+    fn nothing_found_is_unbounded_and_buffered() {
+        let t = tree(&[]);
+        let b = budget(t.path(), 0);
+        assert_eq!(b, Budget { bytes: u64::MAX, source: BudgetSource::Unknown });
+        assert_eq!(choose(&b, u64::MAX / 2).mode, ReadMode::Buffered);
+    }
+
+    #[test]
+    fn explicit_wins_then_env_wins_over_cgroup() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/j\n"),
+            ("/proc/self/mountinfo", V2_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/j/memory.max", &GIB.to_string()),
+        ]);
+        let b = detect_in(t.path(), Some(123), Some("8G"), 0, 0).unwrap();
+        assert_eq!(b, Budget { bytes: 123, source: BudgetSource::Explicit });
+        let b = detect_in(t.path(), None, Some("8G"), 0, 0).unwrap();
+        assert_eq!(b, Budget { bytes: 8 * GIB, source: BudgetSource::Env { value: "8G".into() } });
+        assert_eq!(b.describe(), "8.0 GiB from ZRING_CACHE_BYTES=8G");
+        // An empty value is unset.
+        assert_eq!(detect_in(t.path(), None, Some(" "), 0, 0).unwrap().bytes, GIB);
+    }
+
+    #[test]
+    fn a_bad_env_value_is_an_error_naming_the_variable() {
+        let t = tree(&[("/proc/meminfo", MEMINFO)]);
+        for bad in ["abc", "-1", "8X", "1.5", "1e9", "99999999999999P", "8G8", ".", "1..5G"] {
+            match detect_in(t.path(), None, Some(bad), 0, 0) {
+                Err(Error::InvalidArgument(msg)) => assert!(msg.contains("ZRING_CACHE_BYTES"), "{msg}"),
+                other => panic!("{bad:?} gave {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("1073741824"), Some(GIB));
+        assert_eq!(parse_size("512M"), Some(512 * MIB));
+        assert_eq!(parse_size("8G"), Some(8 * GIB));
+        assert_eq!(parse_size("8g"), Some(8 * GIB));
+        assert_eq!(parse_size("1.5GiB"), Some(3 * GIB / 2));
+        assert_eq!(parse_size("2 GB"), Some(2 * GIB));
+        assert_eq!(parse_size("64k"), Some(64 << 10));
+        assert_eq!(parse_size(".5M"), Some(MIB / 2));
+        assert_eq!(parse_size("0"), Some(0));
+        assert_eq!(parse_size("16EiB"), None);
+        assert_eq!(parse_size(""), None);
+    }
+
+    #[test]
+    fn rss_is_anonymous_memory_and_subtraction_saturates() {
+        let t = tree(&[(
+            "/proc/self/status",
+            "Name:\tx\nVmRSS:\t  900000 kB\nRssAnon:\t  200000 kB\nRssFile:\t  690000 kB\nRssShmem:\t   10000 kB\n",
+        )]);
+        assert_eq!(process_rss(t.path()), Some(210_000 * 1024));
+        let old = tree(&[("/proc/self/status", "VmRSS:\t  1000 kB\n")]);
+        assert_eq!(process_rss(old.path()), Some(1000 * 1024));
+
+        let t = tree(&[
+            ("/proc/self/cgroup", "0::/j\n"),
+            ("/proc/self/mountinfo", V2_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/j/memory.max", &GIB.to_string()),
+        ]);
+        assert_eq!(budget(t.path(), 3 * GIB).bytes, 0);
+        // What the record cache holds counts toward the budget, not against it.
+        assert_eq!(detect_in(t.path(), None, None, 600 * MIB, 500 * MIB).unwrap().bytes, GIB - 100 * MIB);
+    }
+
+    #[test]
+    fn mountinfo_escapes() {
+        assert_eq!(unescape(r"/mnt/my\040cgroup"), "/mnt/my cgroup");
+        assert_eq!(unescape(r"/a\\b"), r"/a\\b");
+        assert_eq!(unescape(r"/a\134b"), r"/a\b");
+    }
+
+    #[test]
+    fn the_real_system_gives_a_budget() {
+        let b = detect(None).unwrap();
+        assert!(b.bytes > 0, "{}", b.describe());
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human(512), "512 B");
+        assert_eq!(human(3 * GIB), "3.0 GiB");
+        assert_eq!(human(210 * MIB), "210 MiB");
+        assert_eq!(human(u64::MAX), "16 EiB");
+    }
+
+    fn measured(bytes: u64) -> Budget {
+        Budget { bytes, source: BudgetSource::MemAvailable { available: bytes, cached: 0 } }
+    }
+
+    #[test]
+    fn choose_buffered_while_data_fits() {
+        let b = measured(10 * GIB);
+        let p = choose(&b, 8 * GIB);
+        assert_eq!((p.mode, p.cache_bytes), (ReadMode::Buffered, 0));
+        let p = choose(&b, 8 * GIB + 1);
+        assert_eq!((p.mode, p.cache_bytes), (ReadMode::Direct, 7 * GIB + GIB / 2));
+        assert!(p.reason.contains("serves about 93 %"), "{}", p.reason);
+        // A stated budget is taken at face value.
+        let s = Budget { bytes: 10 * GIB, source: BudgetSource::Env { value: "10G".into() } };
+        assert_eq!(choose(&s, 10 * GIB).mode, ReadMode::Buffered);
+        let p = choose(&s, 20 * GIB);
+        assert_eq!((p.mode, p.cache_bytes), (ReadMode::Direct, 10 * GIB));
+        // A zero budget caches nothing.
+        let z = Budget { bytes: 0, source: BudgetSource::Explicit };
+        assert_eq!(choose(&z, 1).cache_bytes, 0);
+        assert_eq!(choose(&z, 0).mode, ReadMode::Buffered);
+    }
+
+    fn seen(p: &Policy, records: u64, resident: u64, data: u64, budget: u64) -> Observed {
+        Observed {
+            records,
+            resident,
+            read_bytes: data,
+            data_bytes: data,
+            budget: Budget { bytes: budget, ..p.budget.clone() },
+        }
+    }
+
+    #[test]
+    fn buffered_switches_to_direct_when_the_page_cache_thrashes() {
+        let p = choose(&measured(10 * GIB), 6 * GIB);
+        assert_eq!(p.mode, ReadMode::Buffered);
+        // Healthy, too few records, or before a full pass: keep.
+        assert_eq!(reconsider(&p, &seen(&p, 10_000, 9_900, 6 * GIB, 10 * GIB)), None);
+        assert_eq!(reconsider(&p, &seen(&p, 4_000, 0, 6 * GIB, 10 * GIB)), None);
+        let cold = Observed { read_bytes: 5 * GIB, ..seen(&p, 10_000, 0, 6 * GIB, 10 * GIB) };
+        assert_eq!(reconsider(&p, &cold), None);
+        // 15 % resident: an LRU cache holding half the data.
+        let q = reconsider(&p, &seen(&p, 10_000, 1_534, 6 * GIB, 10 * GIB)).expect("thrashing");
+        assert_eq!(q.mode, ReadMode::Direct);
+        let want = 3 * GIB;
+        assert!(q.cache_bytes.abs_diff(want) < want / 100, "{} vs {want}", q.cache_bytes);
+        assert!(q.reason.contains("thrashing"), "{}", q.reason);
+        // Data grown to ten times the budget: an LRU page cache then hits
+        // 0.5 % where the record cache would hit 7.5 %; the cache is capped
+        // by the budget.
+        let r = (lru_hit_rate(0.1) * 10_000.0) as u64;
+        let q = reconsider(&p, &seen(&p, 10_000, r, 100 * GIB, 10 * GIB)).expect("thrashing");
+        assert_eq!(q.cache_bytes, 7 * GIB + GIB / 2);
+        // Half of what that budget promises (10 %) is no thrash.
+        assert_eq!(reconsider(&p, &seen(&p, 10_000, 500, 100 * GIB, 10 * GIB)), None);
+    }
+
+    #[test]
+    fn direct_returns_to_buffered_only_well_inside_the_budget() {
+        let p = choose(&measured(10 * GIB), 9 * GIB);
+        assert_eq!(p.mode, ReadMode::Direct);
+        // The data shrank to 7 GiB: fits FIT but not RETURN_FIT, keep.
+        assert_eq!(reconsider(&p, &seen(&p, 10_000, 10_000, 7 * GIB, 10 * GIB)), None);
+        // 6 GiB with a full cache: back to buffered.
+        let q = reconsider(&p, &seen(&p, 10_000, 9_950, 6 * GIB, 10 * GIB)).expect("fits");
+        assert_eq!((q.mode, q.cache_bytes), (ReadMode::Buffered, 0));
+        // 6 GiB but the cache misses: keep.
+        assert_eq!(reconsider(&p, &seen(&p, 10_000, 8_000, 6 * GIB, 10 * GIB)), None);
+    }
+
+    #[test]
+    fn direct_shrinks_the_cache_when_the_budget_falls_but_never_grows_it() {
+        let p = choose(&measured(10 * GIB), 20 * GIB);
+        assert_eq!(p.cache_bytes, 7 * GIB + GIB / 2);
+        assert_eq!(reconsider(&p, &seen(&p, 10_000, 3_000, 20 * GIB, 8 * GIB)), None);
+        let q = reconsider(&p, &seen(&p, 10_000, 3_000, 20 * GIB, 5 * GIB)).expect("shrinks");
+        assert_eq!((q.mode, q.cache_bytes), (ReadMode::Direct, 5 * GIB * 3 / 4));
+        assert_eq!(reconsider(&q, &seen(&q, 10_000, 3_000, 20 * GIB, 40 * GIB)), None);
+    }
+
+    #[test]
+    fn steady_observations_change_the_policy_at_most_once() {
+        // Simulate a store whose page cache really holds `held` of the data:
+        // buffered reads hit the LRU rate, direct ones the cache's share.
+        for held in [0.3, 0.5, 0.7, 0.9, 1.0] {
+            for data_gib in [4u64, 8, 9, 12, 30] {
+                let data = data_gib * GIB;
+                let budget = measured(10 * GIB);
+                let mut p = choose(&budget, data);
+                let mut changes = 0;
+                for _ in 0..20 {
+                    let c = held * (budget.bytes as f64 / data as f64).min(1.0);
+                    let rate = match p.mode {
+                        ReadMode::Buffered => lru_hit_rate(c),
+                        ReadMode::Direct => (p.cache_bytes as f64 / data as f64).min(1.0),
+                    };
+                    let o = Observed {
+                        records: 100_000,
+                        resident: (rate * 100_000.0) as u64,
+                        read_bytes: data,
+                        data_bytes: data,
+                        budget: budget.clone(),
+                    };
+                    if let Some(q) = reconsider(&p, &o) {
+                        p = q;
+                        changes += 1;
+                    }
+                }
+                assert!(changes <= 1, "held {held}, data {data_gib} GiB: {changes} changes, ends {p:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn lru_inverse() {
+        for c in [0.05, 0.3, 0.5, 0.72, 0.9, 0.99] {
+            assert!((lru_fraction_for(lru_hit_rate(c)) - c).abs() < 1e-6, "{c}");
+        }
+        assert!((lru_hit_rate(0.5) - 0.1534).abs() < 1e-3);
+    }
+}
