@@ -78,7 +78,7 @@ impl Store {
             zstd_records: 0,
             zstd_dict_records: 0,
             backend: self.backend.name(),
-            direct: self.direct,
+            direct: self.reads.direct(),
         };
         for i in 0..snap.records() {
             let e = snap.entry(i)?;
@@ -165,7 +165,7 @@ impl Store {
         w.head = head;
         let old = self.snapshot();
         self.publish(crate::store::Snapshot {
-            table: crate::table::Table::open_native(&self.dir, w.head.generation, w.records)?,
+            table: Arc::new(crate::table::Table::open_native(&self.dir, w.head.generation, w.records)?),
             chunk_base: old.chunk_base,
             chunks: old.chunks.clone(),
             dict: Some(Arc::new(dict)),

@@ -139,6 +139,8 @@ impl Store {
             let _ = fs::remove(&self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
         }
         self.republish(&w)?;
+        // The old chunks are gone: their records can never be asked for again.
+        self.reads.forget();
         Ok(CompactReport { bytes_before: before, bytes_after: live, records: entries.len() as u64 })
     }
 

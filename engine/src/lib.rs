@@ -51,9 +51,7 @@
 
 mod admin;
 mod append;
-#[allow(dead_code, reason = "the store and loader wire these in next; remove this then")]
 mod budget;
-#[allow(dead_code, reason = "the store and loader wire these in next; remove this then")]
 mod cache;
 mod codec;
 mod compact;
@@ -64,6 +62,7 @@ mod head;
 #[allow(unsafe_code, reason = "memory-maps record tables; the invariant is argued at the one unsafe call")]
 mod mmap;
 mod pool;
+mod reads;
 mod record;
 mod store;
 mod table;
@@ -77,6 +76,7 @@ pub use compact::CompactReport;
 pub use error::{Error, Result};
 pub use head::FORMAT_VERSION;
 pub use pool::{set_thread_fan_out, thread_fan_out};
+pub use reads::ReadStats;
 pub use record::ChunkId;
 pub use store::{Store, StoreBuilder, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
 pub use table::Format;

@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::head::{Head, HEAD_FILE};
+use crate::reads::{ReadStats, Reads, Seen};
 use crate::record::{check_index, ChunkId, Entry};
 use crate::table::{Format, Table, LOADERX_META};
 use crate::uring::{self, AlignedBuf, BackendKind, ReqErrorKind, ALIGN};
@@ -75,7 +76,7 @@ fn mmap_default() -> bool {
 /// An immutable view of the store; gathers hold one for their whole duration,
 /// so a concurrent append, delete or compaction never changes what they see.
 pub(crate) struct Snapshot {
-    pub table: Table,
+    pub table: Arc<Table>,
     pub chunk_base: u32,
     pub chunks: Vec<Chunk>,
     pub dict: Option<Arc<Dict>>,
@@ -128,6 +129,7 @@ pub struct StoreBuilder {
     backend: BackendKind,
     direct: Option<bool>,
     mmap: Option<bool>,
+    cache_bytes: Option<u64>,
 }
 
 impl StoreBuilder {
@@ -157,12 +159,21 @@ impl StoreBuilder {
         self.backend = backend;
         self
     }
-    /// Force O_DIRECT reads on (`true`) or off (`false`). By default they are on
-    /// when the store's data is larger than half the machine's memory, the point
-    /// where the page cache stops helping random reads; `ZRING_DIRECT=0|1`
-    /// overrides the default.
+    /// Force O_DIRECT reads on (`true`) or off (`false`), with no record cache
+    /// and no switching. By default the read policy follows the memory budget
+    /// (see [`StoreBuilder::cache_bytes`]): buffered while the store's data
+    /// fits, else O_DIRECT with a record cache; `ZRING_DIRECT=0|1` forces it
+    /// for the process.
     pub fn direct(mut self, direct: bool) -> Self {
         self.direct = Some(direct);
+        self
+    }
+
+    /// The memory this process may fill with the store's data (page cache or
+    /// record cache). By default: `ZRING_CACHE_BYTES`, else the cgroup memory
+    /// limit less what the process uses, else `MemAvailable` (`budget.rs`).
+    pub fn cache_bytes(mut self, bytes: u64) -> Self {
+        self.cache_bytes = Some(bytes);
         self
     }
 
@@ -233,8 +244,10 @@ impl StoreBuilder {
         // A reader can race a writer's compaction, which replaces files and
         // then the head: read the head again when a file it names is gone.
         let mut attempt = 0;
-        let (snap, head) = loop {
-            match load(&self.path, self.dict_level, self.direct) {
+        let (snap, head, reads) = loop {
+            match load(&self.path, self.dict_level, &|data| {
+                Reads::open(&self.path, self.cache_bytes, self.direct, data)
+            }) {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && attempt < 5 => {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(10));
@@ -242,7 +255,6 @@ impl StoreBuilder {
                 r => break r?,
             }
         };
-        let direct = snap.chunks.iter().any(|c| c.direct.is_some());
         let writer = match (lock, head) {
             (Some(lock), Some(head)) => Some(Mutex::new(Writer::new(&self.path, lock, head)?)),
             _ => None,
@@ -250,7 +262,7 @@ impl StoreBuilder {
         Ok(Store {
             dir: self.path,
             backend,
-            direct,
+            reads,
             mmap: self.mmap.unwrap_or_else(mmap_default),
             codec: self.codec,
             level: self.level,
@@ -259,26 +271,6 @@ impl StoreBuilder {
             writer,
         })
     }
-}
-
-fn want_direct(force: Option<bool>, data_bytes: u64) -> bool {
-    if let Some(f) = force {
-        return f;
-    }
-    match std::env::var("ZRING_DIRECT").ok().as_deref() {
-        Some("1") => return true,
-        Some("0") => return false,
-        _ => {}
-    }
-    let mem = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("MemTotal:"))
-                .and_then(|l| l.split_whitespace().nth(1).and_then(|k| k.parse::<u64>().ok()))
-        })
-        .map(|kib| kib * 1024);
-    matches!(mem, Some(m) if data_bytes > m / 2)
 }
 
 pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
@@ -303,8 +295,13 @@ pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u6
     Ok(Chunk { file: Arc::new(file), direct, len, map: Default::default() })
 }
 
-/// Loads a snapshot (and for native stores the head it came from).
-pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<(Snapshot, Option<Head>)> {
+/// Loads a snapshot (and for native stores the head it came from), with the
+/// read policy `reads` chooses for the store's size.
+pub(crate) fn load(
+    dir: &Path,
+    dict_level: i32,
+    reads: &dyn Fn(u64) -> Result<Reads>,
+) -> Result<(Snapshot, Option<Head>, Reads)> {
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         let table = Table::open_native(dir, head.generation, head.records)?;
@@ -315,7 +312,8 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
             let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
             chunks.push(open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
         }
-        if want_direct(direct, chunks.iter().map(|c| c.len).sum()) {
+        let reads = reads(chunks.iter().map(|c| c.len).sum())?;
+        if reads.direct() {
             for (k, c) in chunks.iter_mut().enumerate() {
                 *c = open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k as u32), Some(c.len), true)?;
             }
@@ -330,12 +328,13 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
         } else {
             None
         };
-        Ok((Snapshot { table, chunk_base: head.chunk_base, chunks, dict }, Some(head)))
+        Ok((Snapshot { table: Arc::new(table), chunk_base: head.chunk_base, chunks, dict }, Some(head), reads))
     } else {
         let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
         // loaderx chunk files are 4 GiB sparse files; only the data below the
         // frontier counts toward the direct-read threshold.
-        let direct = want_direct(direct, u64::from(tail_chunk) * (1 << 32) + tail_offset);
+        let reads = reads(u64::from(tail_chunk) * (1 << 32) + tail_offset)?;
+        let direct = reads.direct();
         let chunks = (0..=tail_chunk)
             .map(|k| open_chunk(dir, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct))
             .collect::<Result<Vec<_>>>()?;
@@ -345,7 +344,7 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", &p)(e)),
         };
-        Ok((Snapshot { table, chunk_base: 0, chunks, dict }, None))
+        Ok((Snapshot { table: Arc::new(table), chunk_base: 0, chunks, dict }, None, reads))
     }
 }
 
@@ -357,7 +356,7 @@ pub(crate) fn load(dir: &Path, dict_level: i32, direct: Option<bool>) -> Result<
 pub struct Store {
     pub(crate) dir: PathBuf,
     pub(crate) backend: BackendKind,
-    pub(crate) direct: bool,
+    pub(crate) reads: Reads,
     pub(crate) mmap: bool,
     pub(crate) codec: Codec,
     pub(crate) level: i32,
@@ -382,9 +381,26 @@ pub(crate) struct Item<'a> {
 /// finish a 256-record batch within a group of each other.
 const HOT_GROUP: usize = 8;
 
+/// Where a hot record's stored bytes are: in a chunk's mapping (the page
+/// cache) or in the record cache.
+pub(crate) enum Hot<'m> {
+    Mapped(&'m [u8]),
+    Cached(Arc<[u8]>),
+}
+
+impl std::ops::Deref for Hot<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Hot::Mapped(b) => b,
+            Hot::Cached(b) => b,
+        }
+    }
+}
+
 /// Hot records of one gather, in groups any of its threads may claim.
 pub(crate) struct HotQueue<'q, 'i, 'm> {
-    groups: &'q [Mutex<&'q mut [(Item<'i>, &'m [u8])]>],
+    groups: &'q [Mutex<&'q mut [(Item<'i>, Hot<'m>)]>],
     next: AtomicUsize,
     dict: Option<&'m Dict>,
     /// The first error of a hot record.
@@ -434,6 +450,7 @@ impl Store {
             backend: BackendKind::Auto,
             direct: None,
             mmap: None,
+            cache_bytes: None,
         }
     }
 
@@ -469,7 +486,13 @@ impl Store {
 
     /// Whether reads bypass the page cache (O_DIRECT).
     pub fn is_direct(&self) -> bool {
-        self.direct
+        self.reads.direct()
+    }
+
+    /// The read policy in force and what reads have done since the store
+    /// opened: record-cache and page-cache hits, bytes from each source.
+    pub fn read_stats(&self) -> ReadStats {
+        self.reads.stats()
     }
 
     /// Whether this handle may write.
@@ -624,16 +647,31 @@ impl Store {
         // One read of the eviction counters (for the whole gather) costs about
         // what asking the kernel about 16 records does.
         let epoch = if self.mmap && items.len() >= 16 { crate::mmap::evictions() } else { None };
-        let mut hot: Vec<(Item<'_>, &[u8])> = Vec::new();
+        let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::new();
         let mut cold: Vec<Item<'_>> = Vec::with_capacity(if self.mmap { 0 } else { items.len() });
+        let caching = self.reads.caching();
+        // Compaction and import copy stored bytes: not reads to count.
+        let internal = items.first().is_some_and(|it| it.keep_stored);
+        let mut seen =
+            Seen { records: if internal { 0 } else { items.len() as u64 }, stored_bytes: total, ..Seen::default() };
         for it in items {
+            let stored = it.entry.stored_len as usize;
             let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-            match if self.mmap { chunk.resident(it.entry.offset, it.entry.stored_len as usize, epoch) } else { None } {
-                Some(stored) => hot.push((it, stored)),
-                None => cold.push(it),
+            if let Some(b) = if self.mmap { chunk.resident(it.entry.offset, stored, epoch) } else { None } {
+                seen.mapped += 1;
+                seen.mapped_bytes += stored as u64;
+                hot.push((it, Hot::Mapped(b)));
+            } else if let Some(b) = if caching && !it.keep_stored { self.reads.lookup(&it.entry) } else { None } {
+                seen.cache_hits += 1;
+                seen.cache_bytes += stored as u64;
+                hot.push((it, Hot::Cached(b)));
+            } else {
+                seen.cache_misses += u64::from(caching && !it.keep_stored);
+                seen.read_bytes += stored as u64;
+                cold.push(it);
             }
         }
-        let hot_groups: Vec<Mutex<&mut [(Item<'_>, &[u8])]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+        let hot_groups: Vec<Mutex<&mut [(Item<'_>, Hot<'_>)]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
         let queue = HotQueue {
             groups: &hot_groups,
             next: AtomicUsize::new(0),
@@ -644,7 +682,7 @@ impl Store {
             total >= PARALLEL_MIN_BYTES && hot_groups.len() + cold.len() >= 2 && crate::pool::thread_fan_out();
         if !parallel {
             let r = self.read_group(snap, &mut cold, &queue);
-            return queue.finish(r);
+            return self.observed(snap, seen, queue.finish(r));
         }
         let pool = crate::pool::get();
         let helpers = pool.current_num_threads().min((hot_groups.len() + cold.len()).saturating_sub(1)).max(1);
@@ -672,7 +710,48 @@ impl Store {
             Some(e) => Err(e),
             None => Ok(()),
         });
-        queue.finish(r)
+        self.observed(snap, seen, queue.finish(r))
+    }
+
+    /// Counts a finished gather and, when the counts show the read policy
+    /// chose wrong, switches to the better one: the chunks are reopened with
+    /// or without O_DIRECT in a new snapshot (gathers under way keep theirs).
+    fn observed(&self, snap: &Snapshot, seen: Seen, r: Result<()>) -> Result<()> {
+        if seen.records == 0 {
+            return r;
+        }
+        let data = snap.chunks.iter().map(|c| c.len).sum();
+        if let Some(policy) = self.reads.observe(seen, data) {
+            let direct = policy.mode == crate::budget::ReadMode::Direct;
+            // Holding the writer (if any) keeps an append from publishing
+            // chunks between reading the snapshot and replacing it. A busy
+            // writer (this thread may be compacting) defers the switch to a
+            // later window rather than wait.
+            let _w = match self.writer.as_ref().map(Mutex::try_lock) {
+                Some(Err(std::sync::TryLockError::WouldBlock)) => return r,
+                w => w,
+            };
+            let now = self.snapshot();
+            let chunks = now
+                .chunks
+                .iter()
+                .enumerate()
+                .map(|(k, c)| {
+                    open_chunk(&self.dir, now.table.format, ChunkId(now.chunk_base + k as u32), Some(c.len), direct)
+                })
+                .collect::<Result<Vec<_>>>();
+            // A store that cannot reopen its chunks keeps the policy it has.
+            if let Ok(chunks) = chunks {
+                self.publish(Snapshot {
+                    table: now.table.clone(),
+                    chunk_base: now.chunk_base,
+                    chunks,
+                    dict: now.dict.clone(),
+                });
+                self.reads.adopt(policy);
+            }
+        }
+        r
     }
 
     fn read_group(&self, snap: &Snapshot, items: &mut [Item<'_>], hot: &HotQueue<'_, '_, '_>) -> Result<()> {
@@ -770,7 +849,12 @@ impl Store {
                 let stored_len = it.entry.stored_len as usize;
                 let r = if plans[i].scratch {
                     let skip = plans[i].skip;
-                    finish_record(it, &buf[skip..skip + stored_len], dict)
+                    let stored = &buf[skip..skip + stored_len];
+                    let r = finish_record(it, stored, dict);
+                    if r.is_ok() && plans[i].direct && !it.keep_stored {
+                        self.reads.offer(&it.entry, stored);
+                    }
+                    r
                 } else {
                     crc_check(it.index, &it.entry, &buf[..stored_len])
                 };

@@ -341,11 +341,13 @@ impl Store {
                     c.map = Default::default();
                 }
                 Some(_) => {}
-                None => chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.direct)?),
+                None => {
+                    chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.reads.direct())?)
+                }
             }
         }
         chunks.truncate(w.chunk_count as usize);
-        self.publish(Snapshot { table, chunk_base: base, chunks, dict: old.dict.clone() });
+        self.publish(Snapshot { table: std::sync::Arc::new(table), chunk_base: base, chunks, dict: old.dict.clone() });
         Ok(())
     }
 

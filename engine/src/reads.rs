@@ -1,0 +1,263 @@
+//! A store's reads as they run: the policy in force ([`crate::budget`]), the
+//! record cache in front of its O_DIRECT reads ([`crate::cache`]), the
+//! counters [`ReadStats`] reports, and the switch to another policy when the
+//! counters say the first choice was wrong.
+//!
+//! The gather path asks three things of this module per gather: whether reads
+//! are direct (a chunk's O_DIRECT descriptor says so already), a cache lookup
+//! per record that is not resident (direct mode only, so buffered stores pay
+//! nothing), and one [`Reads::observe`] call with the gather's counts. The
+//! counts are relaxed atomics: a handful of adds per gather.
+//!
+//! Why the numbers are what they are: the policy's thresholds and the window
+//! it is judged over ([`crate::budget::MIN_WINDOW_RECORDS`]) are argued in
+//! `budget.rs`, the cache's admission and overhead in `cache.rs`. This module
+//! adds one rule of its own: a setting that forces the mode (the builder's
+//! `direct`, or `ZRING_DIRECT=0|1`) also turns off the record cache and the
+//! switching, so forced modes measure exactly the machinery they name.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+
+use crate::budget::{self, Observed, Policy, ReadMode};
+use crate::cache::{self, Cache, Key, NextUse, StoreId};
+use crate::error::Result;
+use crate::record::Entry;
+
+/// How a store reads now and what its reads have done since it opened.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct ReadStats {
+    /// "buffered" (page cache) or "direct" (O_DIRECT with the record cache).
+    pub policy: &'static str,
+    /// Why that policy, with the numbers it was chosen for.
+    pub policy_reason: String,
+    /// Whether the mode was forced (builder or `ZRING_DIRECT`): no cache, no switching.
+    pub forced: bool,
+    /// The memory budget in bytes, and where it came from.
+    pub budget_bytes: u64,
+    /// Where the budget came from, in words.
+    pub budget_source: String,
+    /// Times the policy was changed by what the reads observed.
+    pub switches: u64,
+    /// Records gathered.
+    pub records: u64,
+    /// Records served by the record cache.
+    pub cache_hits: u64,
+    /// Records looked up in the record cache and read from disk.
+    pub cache_misses: u64,
+    /// Records copied from the page cache through the chunk mappings.
+    pub page_cache_hits: u64,
+    /// `(cache_hits + page_cache_hits) / records`: the records that needed no I/O.
+    pub hit_rate: f64,
+    /// Stored bytes read through the I/O backend (from disk, or from the page
+    /// cache by a buffered system call).
+    pub bytes_read: u64,
+    /// Stored bytes served by the record cache.
+    pub bytes_from_cache: u64,
+    /// Stored bytes copied from the page cache through the mappings.
+    pub bytes_from_page_cache: u64,
+    /// The process's record cache (shared by every store): capacity, stored
+    /// bytes and records it holds now.
+    pub cache_capacity: u64,
+    /// Stored bytes the process's record cache holds.
+    pub cache_bytes: u64,
+    /// Records the process's record cache holds.
+    pub cache_entries: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    records: AtomicU64,
+    cache_hits: AtomicU64,
+    cache_misses: AtomicU64,
+    page_cache_hits: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_from_cache: AtomicU64,
+    bytes_from_page_cache: AtomicU64,
+    switches: AtomicU64,
+    /// Since the policy took effect: stored bytes gathered.
+    policy_bytes: AtomicU64,
+    /// The window [`budget::reconsider`] judges: records, and of them those
+    /// that were in memory.
+    window_records: AtomicU64,
+    window_resident: AtomicU64,
+}
+
+/// One gather's counts, for [`Reads::observe`].
+#[derive(Default, Clone, Copy, Debug)]
+pub(crate) struct Seen {
+    pub records: u64,
+    pub stored_bytes: u64,
+    pub cache_hits: u64,
+    pub cache_bytes: u64,
+    pub cache_misses: u64,
+    pub mapped: u64,
+    pub mapped_bytes: u64,
+    pub read_bytes: u64,
+}
+
+/// A store's read policy and counters (one per open [`crate::Store`]).
+pub(crate) struct Reads {
+    id: Option<StoreId>,
+    explicit: Option<u64>,
+    /// `Some(direct)` when the mode is forced.
+    forced: Option<bool>,
+    policy: Mutex<Policy>,
+    /// Whether the record cache is consulted (direct mode, not forced).
+    caching: AtomicBool,
+    cache: Arc<Cache>,
+    c: Counters,
+}
+
+impl Reads {
+    /// The policy for a store at `dir` of `data_bytes` stored bytes, given an
+    /// explicit budget and a forced mode (the builder's; `ZRING_DIRECT` when
+    /// the builder says nothing).
+    pub fn open(dir: &Path, explicit: Option<u64>, forced: Option<bool>, data_bytes: u64) -> Result<Reads> {
+        let forced = forced.or_else(|| match std::env::var("ZRING_DIRECT").ok().as_deref() {
+            Some("1") => Some(true),
+            Some("0") => Some(false),
+            _ => None,
+        });
+        let budget = budget::detect(explicit)?;
+        let policy = match forced {
+            None => budget::choose(&budget, data_bytes),
+            Some(direct) => Policy {
+                mode: if direct { ReadMode::Direct } else { ReadMode::Buffered },
+                cache_bytes: 0,
+                reason: format!(
+                    "forced {} reads (builder or ZRING_DIRECT): no record cache, no switching",
+                    if direct { "O_DIRECT" } else { "buffered" }
+                ),
+                budget,
+                data_bytes,
+            },
+        };
+        let cache = cache::global();
+        let caching = forced.is_none() && policy.mode == ReadMode::Direct && policy.cache_bytes > 0;
+        if caching {
+            cache.set_capacity(cache.capacity().max(policy.cache_bytes));
+        }
+        Ok(Reads {
+            // A store whose directory cannot be identified is read uncached.
+            id: StoreId::of(dir).ok(),
+            explicit,
+            forced,
+            policy: Mutex::new(policy),
+            caching: AtomicBool::new(caching),
+            cache,
+            c: Counters::default(),
+        })
+    }
+
+    /// Whether the policy in force reads with O_DIRECT.
+    pub fn direct(&self) -> bool {
+        self.policy.lock().unwrap_or_else(|p| p.into_inner()).mode == ReadMode::Direct
+    }
+
+    fn key(&self, e: &Entry) -> Option<Key> {
+        self.caching.load(Relaxed).then_some(self.id).flatten().map(|id| Key::new(id, e))
+    }
+
+    /// The record's stored bytes if the record cache holds them.
+    pub fn lookup(&self, e: &Entry) -> Option<Arc<[u8]>> {
+        self.cache.get(&self.key(e)?)
+    }
+
+    /// Offers a verified record's stored bytes, just read, to the cache.
+    pub fn offer(&self, e: &Entry, stored: &[u8]) {
+        if let Some(key) = self.key(e) {
+            self.cache.insert(key, stored, NextUse::Unknown);
+        }
+    }
+
+    /// Whether lookups are worth making (direct mode with a cache).
+    pub fn caching(&self) -> bool {
+        self.caching.load(Relaxed) && self.id.is_some()
+    }
+
+    /// Counts a gather; returns a new policy when the counters show the one in
+    /// force chose wrong (the caller reopens the chunks and calls
+    /// [`Reads::adopt`]).
+    pub fn observe(&self, s: Seen, data_bytes: u64) -> Option<Policy> {
+        let c = &self.c;
+        c.records.fetch_add(s.records, Relaxed);
+        c.cache_hits.fetch_add(s.cache_hits, Relaxed);
+        c.cache_misses.fetch_add(s.cache_misses, Relaxed);
+        c.page_cache_hits.fetch_add(s.mapped, Relaxed);
+        c.bytes_read.fetch_add(s.read_bytes, Relaxed);
+        c.bytes_from_cache.fetch_add(s.cache_bytes, Relaxed);
+        c.bytes_from_page_cache.fetch_add(s.mapped_bytes, Relaxed);
+        c.policy_bytes.fetch_add(s.stored_bytes, Relaxed);
+        let records = c.window_records.fetch_add(s.records, Relaxed) + s.records;
+        c.window_resident.fetch_add(s.cache_hits + s.mapped, Relaxed);
+        if self.forced.is_some() || records < budget::MIN_WINDOW_RECORDS {
+            return None;
+        }
+        // One gather judges; the others carry on counting.
+        let policy = self.policy.try_lock().ok()?;
+        let records = c.window_records.swap(0, Relaxed);
+        let resident = c.window_resident.swap(0, Relaxed);
+        let read_bytes = c.policy_bytes.load(Relaxed);
+        if read_bytes < data_bytes {
+            // Not a full pass yet: keep the window growing.
+            c.window_records.fetch_add(records, Relaxed);
+            c.window_resident.fetch_add(resident, Relaxed);
+            return None;
+        }
+        let budget = budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone());
+        budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes, budget })
+    }
+
+    /// Puts `policy` in force (after the chunks were reopened to match it).
+    pub fn adopt(&self, policy: Policy) {
+        let caching = policy.mode == ReadMode::Direct && policy.cache_bytes > 0;
+        if caching {
+            self.cache.set_capacity(policy.cache_bytes);
+        }
+        self.caching.store(caching, Relaxed);
+        self.c.policy_bytes.store(0, Relaxed);
+        self.c.switches.fetch_add(1, Relaxed);
+        *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = policy;
+    }
+
+    /// Drops this store's records from the cache (its chunks were replaced).
+    pub fn forget(&self) {
+        if let Some(id) = self.id {
+            self.cache.clear_store(id);
+        }
+    }
+
+    /// The counters and the policy now.
+    pub fn stats(&self) -> ReadStats {
+        let p = self.policy.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let c = &self.c;
+        let cs = self.cache.stats();
+        let records = c.records.load(Relaxed);
+        let hits = c.cache_hits.load(Relaxed);
+        let mapped = c.page_cache_hits.load(Relaxed);
+        ReadStats {
+            policy: match p.mode {
+                ReadMode::Buffered => "buffered",
+                ReadMode::Direct => "direct",
+            },
+            policy_reason: p.reason,
+            forced: self.forced.is_some(),
+            budget_bytes: p.budget.bytes,
+            budget_source: p.budget.source.describe(),
+            switches: c.switches.load(Relaxed),
+            records,
+            cache_hits: hits,
+            cache_misses: c.cache_misses.load(Relaxed),
+            page_cache_hits: mapped,
+            hit_rate: if records == 0 { 0.0 } else { (hits + mapped) as f64 / records as f64 },
+            bytes_read: c.bytes_read.load(Relaxed),
+            bytes_from_cache: c.bytes_from_cache.load(Relaxed),
+            bytes_from_page_cache: c.bytes_from_page_cache.load(Relaxed),
+            cache_capacity: cs.capacity,
+            cache_bytes: cs.bytes,
+            cache_entries: cs.entries,
+        }
+    }
+}
