@@ -66,6 +66,7 @@ bench: develop-release
 	$(PIP) install --quiet lmdb h5py zarr tensorstore blosc2 array-record grain pylance matplotlib
 	ZRING_BENCH_COLD_GIB=$${ZRING_BENCH_COLD_GIB:-5} cargo bench -p zring-benches
 	$(PY) benches/compare.py --readme
+	$(PY) benches/budget.py --readme
 
 clean:
 	cargo clean
