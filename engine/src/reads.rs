@@ -97,6 +97,14 @@ pub(crate) struct Seen {
     pub read_bytes: u64,
 }
 
+/// Open handles per store in this process: the last one to close takes its
+/// store's records out of the shared cache, where nothing would ever read
+/// (or, under admission without eviction, ever replace) them again.
+fn handles() -> std::sync::MutexGuard<'static, std::collections::HashMap<StoreId, usize>> {
+    static OPEN: std::sync::OnceLock<Mutex<std::collections::HashMap<StoreId, usize>>> = std::sync::OnceLock::new();
+    OPEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// A store's read policy and counters (one per open [`crate::Store`]).
 pub(crate) struct Reads {
     id: Option<StoreId>,
@@ -104,6 +112,9 @@ pub(crate) struct Reads {
     /// `Some(direct)` when the mode is forced.
     forced: Option<bool>,
     policy: Mutex<Policy>,
+    /// The store's stored bytes when the policy was last chosen: a store that
+    /// has since doubled or halved (appends, compaction) is judged afresh.
+    chosen_for: AtomicU64,
     /// Whether the record cache is consulted (direct mode, not forced).
     caching: AtomicBool,
     cache: Arc<Cache>,
@@ -139,12 +150,17 @@ impl Reads {
         if caching {
             cache.set_capacity(cache.capacity().max(policy.cache_bytes));
         }
+        // A store whose directory cannot be identified is read uncached.
+        let id = StoreId::of(dir).ok();
+        if let Some(id) = id {
+            *handles().entry(id).or_default() += 1;
+        }
         Ok(Reads {
-            // A store whose directory cannot be identified is read uncached.
-            id: StoreId::of(dir).ok(),
+            id,
             explicit,
             forced,
             policy: Mutex::new(policy),
+            chosen_for: AtomicU64::new(data_bytes),
             caching: AtomicBool::new(caching),
             cache,
             c: Counters::default(),
@@ -192,7 +208,19 @@ impl Reads {
         c.policy_bytes.fetch_add(s.stored_bytes, Relaxed);
         let records = c.window_records.fetch_add(s.records, Relaxed) + s.records;
         c.window_resident.fetch_add(s.cache_hits + s.mapped, Relaxed);
-        if self.forced.is_some() || records < budget::MIN_WINDOW_RECORDS {
+        if self.forced.is_some() {
+            return None;
+        }
+        let chosen = self.chosen_for.load(Relaxed);
+        if data_bytes > chosen.saturating_mul(2) || data_bytes < chosen / 2 {
+            let policy = self.policy.try_lock().ok()?;
+            self.chosen_for.store(data_bytes, Relaxed);
+            let fresh = budget::choose(&policy.budget, data_bytes);
+            if fresh.mode != policy.mode {
+                return Some(fresh);
+            }
+        }
+        if records < budget::MIN_WINDOW_RECORDS {
             return None;
         }
         // One gather judges; the others carry on counting.
@@ -258,6 +286,28 @@ impl Reads {
             cache_capacity: cs.capacity,
             cache_bytes: cs.bytes,
             cache_entries: cs.entries,
+        }
+    }
+}
+
+impl Drop for Reads {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        let last = {
+            let mut open = handles();
+            match open.get_mut(&id) {
+                Some(n) if *n > 1 => {
+                    *n -= 1;
+                    false
+                }
+                _ => {
+                    open.remove(&id);
+                    true
+                }
+            }
+        };
+        if last {
+            self.cache.clear_store(id);
         }
     }
 }

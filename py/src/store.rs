@@ -48,9 +48,10 @@ impl PyStore {
     /// mode "r" opens read-only (zring or loaderx format), "a" takes the
     /// single-writer lock and creates the store if missing, "x" creates a
     /// new store and fails if one exists. `codec` is the default codec of
-    /// appends, `level` the zstd level, `chunk_bytes` the chunk file size.
+    /// appends, `level` the zstd level, `chunk_bytes` the chunk file size,
+    /// `cache_bytes` the memory budget of the read policy (default: detected).
     #[new]
-    #[pyo3(signature = (path, mode = "r", *, codec = None, level = None, chunk_bytes = None))]
+    #[pyo3(signature = (path, mode = "r", *, codec = None, level = None, chunk_bytes = None, cache_bytes = None))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -58,6 +59,7 @@ impl PyStore {
         codec: Option<&str>,
         level: Option<i32>,
         chunk_bytes: Option<u64>,
+        cache_bytes: Option<u64>,
     ) -> PyResult<Self> {
         let mut builder = Store::builder(&path);
         if let Some(c) = codec_name(codec)? {
@@ -68,6 +70,9 @@ impl PyStore {
         }
         if let Some(b) = chunk_bytes {
             builder = builder.chunk_bytes(b);
+        }
+        if let Some(b) = cache_bytes {
+            builder = builder.cache_bytes(b);
         }
         let (store, writable) = match mode {
             "r" => (py.detach(|| builder.open()), false),
@@ -254,6 +259,14 @@ impl PyStore {
         let store = self.store()?;
         let report = py.detach(|| store.compact()).map_err(error::engine)?;
         to_py(py, &report)
+    }
+
+    /// The read policy in force and the reads since open, as a dict (policy,
+    /// policy_reason, budget_bytes, cache_hits, page_cache_hits, hit_rate,
+    /// bytes_read, bytes_from_cache, ...). Cheap: no table scan.
+    fn read_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        to_py(py, &store.read_stats())
     }
 
     /// Storage usage as a dict (records, live_bytes, chunk_bytes, ...).

@@ -61,7 +61,7 @@ class Dataset:
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path) -> None: ...
+    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
     @property
     def record_bytes(self) -> int:
         """Bytes in one sample."""
@@ -71,7 +71,9 @@ class Dataset:
     def verify(self) -> dict[str, Any]:
         """Check every record."""
     def stats(self) -> dict[str, Any]:
-        """Storage usage."""
+        """Storage usage, and the read statistics under "reads"."""
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force and the reads since open (hits, bytes by source)."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "Dataset": ...
@@ -84,7 +86,7 @@ class RaggedDataset:
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path) -> None: ...
+    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
     @property
     def row_bytes(self) -> int:
         """Bytes in one row."""
@@ -100,7 +102,9 @@ class RaggedDataset:
     def verify(self) -> dict[str, Any]:
         """Check every record."""
     def stats(self) -> dict[str, Any]:
-        """Storage usage."""
+        """Storage usage, and the read statistics under "reads"."""
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force and the reads since open (hits, bytes by source)."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "RaggedDataset": ...
@@ -131,6 +135,7 @@ class DataLoader:
         state: Optional[dict[str, Any]] = None,
         shard: Optional[tuple[int, int]] = None,
         transform_workers: Optional[int] = None,
+        cache_bytes: Optional[int] = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> "DataLoader": ...
@@ -140,7 +145,7 @@ class DataLoader:
     def state(self) -> dict[str, Any]:
         """Resume point: pass as state= to continue with the batch after the last one returned."""
     def stats(self) -> dict[str, Any]:
-        """Pipeline statistics."""
+        """Pipeline statistics, and each stream's read statistics under "reads"."""
     def close(self) -> None:
         """Stop and join the transform workers and the gather threads."""
     def __enter__(self) -> "DataLoader": ...
@@ -151,7 +156,9 @@ class Zrecord:
 
     path: Any
     codec: str
-    def __init__(self, path: _Path, codec: str = "zstd", *, readonly: bool = False) -> None: ...
+    def __init__(
+        self, path: _Path, codec: str = "zstd", *, readonly: bool = False, cache_bytes: Optional[int] = None
+    ) -> None: ...
     def __len__(self) -> int: ...
     def sync(self) -> None:
         """Make appends durable."""
@@ -176,7 +183,9 @@ class Zrecord:
     def compact(self) -> dict[str, Any]:
         """Reclaim deleted space."""
     def stats(self) -> dict[str, Any]:
-        """Storage usage."""
+        """Storage usage, and the read statistics under "reads"."""
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force and the reads since open."""
     def verify(self) -> dict[str, Any]:
         """Check every record."""
     def close(self) -> None:

@@ -110,3 +110,14 @@ class Closeable:
             self.close()
         except Exception:
             pass
+
+
+def cache_bytes(value: Any) -> int | None:
+    """Checks a ``cache_bytes=`` argument: None or a non-negative int."""
+    if value is None:
+        return None
+    if not is_int(value):
+        raise TypeError(f"cache_bytes must be an int number of bytes or None, got {value!r}")
+    if int(value) < 0:
+        raise ValueError(f"cache_bytes must be >= 0, got {int(value)}")
+    return int(value)

@@ -47,7 +47,8 @@ class Zrecord(_util.Closeable):
     record only until the next :meth:`delete`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], codec: str = "zstd", *, readonly: bool = False):
+    def __init__(self, path: str | os.PathLike[str], codec: str = "zstd", *, readonly: bool = False,
+                 cache_bytes: int | None = None):
         """Open (or create) the store at ``path``.
 
         Args:
@@ -55,6 +56,8 @@ class Zrecord(_util.Closeable):
             codec: Default compression for :meth:`append`: ``"raw"``,
                 ``"zstd"`` or ``"zstd_dict"`` (needs :meth:`train_dict` first).
             readonly: Open without the writer lock; writes then raise.
+            cache_bytes: Memory budget of the read policy (see
+                :class:`zring.Dataset`); detected when None.
 
         Raises:
             ValueError: ``codec`` names no codec.
@@ -64,7 +67,8 @@ class Zrecord(_util.Closeable):
         self.codec = _schema.check_codec(codec)
         self.path = Path(path)
         self._store: Store | None = None
-        self._store = Store(str(self.path), "r" if readonly else "a", codec=codec)
+        self._store = Store(str(self.path), "r" if readonly else "a", codec=codec,
+                            cache_bytes=_util.cache_bytes(cache_bytes))
 
     @property
     def _s(self) -> Store:
@@ -159,8 +163,13 @@ class Zrecord(_util.Closeable):
         return self._s.compact()
 
     def stats(self) -> dict[str, Any]:
-        """Storage usage: ``records``, ``live_bytes``, ``chunk_bytes``, ``reclaimable``, ..."""
-        return self._s.stats()
+        """Storage usage: ``records``, ``live_bytes``, ``chunk_bytes``, ``reclaimable``, ...,
+        and under ``"reads"`` the read policy and what reads have done."""
+        return {**self._s.stats(), "reads": self._s.read_stats()}
+
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force and the reads since open (no table scan)."""
+        return self._s.read_stats()
 
     def verify(self) -> dict[str, Any]:
         """Read and check every record; raises CorruptError/ChecksumError on damage."""

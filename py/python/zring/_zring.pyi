@@ -40,6 +40,7 @@ class Store:
         codec: Optional[str] = None,
         level: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
+        cache_bytes: Optional[int] = None,
     ) -> None: ...
     @property
     def path(self) -> str:
@@ -77,6 +78,8 @@ class Store:
         """Reclaim deleted space; returns a report."""
     def stats(self) -> dict[str, Any]:
         """Storage usage."""
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force and the reads since open (no table scan)."""
     def verify(self) -> dict[str, Any]:
         """Check every record; raises CorruptError/ChecksumError on damage."""
     def train_dict(self, samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int) -> int:

@@ -4,7 +4,7 @@
     zring verify PATH
     zring convert SRC DST [--codec zstd] [--chunk-bytes N]
     zring compact PATH
-    zring bench PATH [--batch-size 256] [--batches 200] [--seed 0]
+    zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ def _describe_schema(text: str | None) -> tuple[str, str, str]:
 def cmd_info(args: argparse.Namespace) -> int:
     with Store(args.path, "r") as store:
         stats = store.stats()
+        reads = store.read_stats()
         kind, dtype, shape = _describe_schema(store.schema())
         codec = json.loads(store.schema() or "{}").get("codec", "-")
     disk = _disk_bytes(Path(args.path))
@@ -79,7 +80,18 @@ def cmd_info(args: argparse.Namespace) -> int:
     print(f"ratio         {logical / disk:.2f}x" if disk else "ratio         -")
     print(f"reclaimable   {_human(stats.get('reclaimable', 0))}")
     print(f"dictionary    {'yes' if stats.get('has_dict') else 'no'}")
+    print(f"memory budget {_human(reads['budget_bytes'])} ({reads['budget_source']})")
+    print(f"read policy   {reads['policy']}: {reads['policy_reason']}")
     return 0
+
+
+def _print_reads(r: dict) -> None:
+    print(f"read policy: {r['policy']} ({r['policy_reason']})")
+    print(f"reads: {r['records']:,} records, hit rate {r['hit_rate']:.1%} "
+          f"(record cache {r['cache_hits']:,}, page cache {r['page_cache_hits']:,}); "
+          f"from disk or buffered reads {_human(r['bytes_read'])}, from the record cache "
+          f"{_human(r['bytes_from_cache'])}, from the page cache {_human(r['bytes_from_page_cache'])}; "
+          f"record cache holds {_human(r['cache_bytes'])} of {_human(r['cache_capacity'])}")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -122,7 +134,7 @@ def cmd_compact(args: argparse.Namespace) -> int:
 
 def cmd_bench(args: argparse.Namespace) -> int:
     """Random batch gathers: throughput and latency percentiles."""
-    with Store(args.path, "r") as store:
+    with Store(args.path, "r", cache_bytes=args.cache_bytes) as store:
         n = len(store)
         if n == 0:
             print("error: the store is empty", file=sys.stderr)
@@ -142,6 +154,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
             lat[i] = time.perf_counter_ns() - t0
             total_bytes += dst.size
         elapsed = (time.perf_counter_ns() - start) / 1e9
+        reads = store.read_stats()
     q = np.percentile(lat, [50, 90, 99, 99.9]) / 1e3
     print(f"{args.batches} batches of {args.batch_size} random records from {n} "
           f"in {elapsed:.3f} s")
@@ -152,6 +165,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     print("| p50 (µs) | p90 (µs) | p99 (µs) | p99.9 (µs) | max (µs) |")
     print("|---------:|---------:|---------:|-----------:|---------:|")
     print(f"| {q[0]:8.1f} | {q[1]:8.1f} | {q[2]:8.1f} | {q[3]:10.1f} | {lat.max() / 1e3:8.1f} |")
+    print()
+    _print_reads(reads)
     return 0
 
 
@@ -178,6 +193,8 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--batch-size", type=int, default=256)
     s.add_argument("--batches", type=int, default=200)
     s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--cache-bytes", type=int, default=None,
+                   help="memory budget of the read policy (default: detected)")
     s.set_defaults(func=cmd_bench)
     return p
 

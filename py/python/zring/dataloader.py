@@ -296,7 +296,7 @@ class DataLoader(_util.Closeable):
                  batch_size: int = 256, prefetch_size: int = 4, mode: int = 1, seed: int = 42,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
-                 transform_workers: int | None = None):
+                 transform_workers: int | None = None, cache_bytes: int | None = None):
         """Start gathering.
 
         Args:
@@ -323,6 +323,10 @@ class DataLoader(_util.Closeable):
                 None: as many as ``num_workers``). ``0`` calls it on the
                 consumer thread inside ``next()``. Unused (no thread starts)
                 when ``transform`` is the default identity.
+            cache_bytes: The memory budget of the streams' read policy
+                (see :class:`Dataset`): when given, the loader reads each
+                stream through its own handle opened with this budget;
+                by default it reads through the datasets' handles.
 
         Raises:
             ValueError: No streams, streams of different lengths, or an
@@ -339,13 +343,24 @@ class DataLoader(_util.Closeable):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         specs = []
         self._views: list[tuple[str, Any]] = []
+        budget = _util.cache_bytes(cache_bytes)
+        # Handles opened here for `cache_bytes` (closed with the loader).
+        self._own: list[Any] = []
+
+        def handle(ds: Any) -> Any:
+            if budget is None:
+                return ds._s
+            h = _zring.Store(str(ds.path), "r", cache_bytes=budget)
+            self._own.append(h)
+            return h
+
         for name, ds in self.streams.items():
             if not isinstance(name, str):
                 raise TypeError(f"stream names must be str, got {name!r}")
             if isinstance(ds, Dataset):
-                specs.append((name, ds._s, ds.record_bytes))
+                specs.append((name, handle(ds), ds.record_bytes))
             elif isinstance(ds, RaggedDataset):
-                specs.append((name, ds._s, None))
+                specs.append((name, handle(ds), None))
             else:
                 raise TypeError(
                     f"stream {name!r} is a {type(ds).__name__}; DataLoader reads zring "
@@ -440,10 +455,15 @@ class DataLoader(_util.Closeable):
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
         percentiles (µs). They describe the Rust loader; with transform workers
         its consumers are those workers, so ``steps_delivered`` counts the steps
-        they took, which may run ahead of ``next()``."""
+        they took, which may run ahead of ``next()``. Under ``"reads"``, each
+        stream's read policy and its cache and page-cache hits (see
+        :meth:`Dataset.read_stats`)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
-        return self._loader.stats()
+        stats = self._loader.stats()
+        handles = self._own or [ds._s for _, ds in self._views]
+        stats["reads"] = {name: h.read_stats() for (name, _), h in zip(self._views, handles)}
+        return stats
 
     def close(self) -> None:
         """Stop and join the transform workers, then the gather threads. Safe to
@@ -455,3 +475,5 @@ class DataLoader(_util.Closeable):
             pool.close()
         if loader is not None:
             loader.close()
+        for h in getattr(self, "_own", []):
+            h.close()

@@ -18,11 +18,12 @@ from . import _schema, _util
 from ._zring import Store
 
 
-def _open(path: str | os.PathLike[str], ragged: bool) -> tuple[Path, Store, dict[str, Any]]:
+def _open(path: str | os.PathLike[str], ragged: bool,
+          cache_bytes: int | None = None) -> tuple[Path, Store, dict[str, Any]]:
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
-    store = Store(str(p), "r")
+    store = Store(str(p), "r", cache_bytes=_util.cache_bytes(cache_bytes))
     try:
         text = store.schema()
         where = str(p / _schema.SCHEMA)
@@ -61,8 +62,16 @@ class _Base(_util.Closeable):
         return self._s.verify()
 
     def stats(self) -> dict[str, Any]:
-        """Storage usage of the underlying store."""
-        return self._s.stats()
+        """Storage usage of the underlying store, and under ``"reads"`` its
+        read policy and what reads have done (:meth:`read_stats`)."""
+        return {**self._s.stats(), "reads": self._s.read_stats()}
+
+    def read_stats(self) -> dict[str, Any]:
+        """The read policy in force (``policy``, ``policy_reason``,
+        ``budget_bytes``) and the reads since open: ``cache_hits``,
+        ``page_cache_hits``, ``hit_rate``, ``bytes_read``,
+        ``bytes_from_cache``, ... Cheap (no table scan)."""
+        return self._s.read_stats()
 
     def close(self) -> None:
         """Release the store. Safe to call twice."""
@@ -80,8 +89,13 @@ class Dataset(_Base):
     ``(n, *shape)``. Negative indices count from the end.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None):
         """Open the dataset at ``path`` (written by :func:`write_dataset`, or by loaderx).
+
+        ``cache_bytes`` is the memory the process may fill with this data (page
+        cache or zring's record cache); by default ``ZRING_CACHE_BYTES``, else
+        the cgroup memory limit less what the process uses, else
+        ``MemAvailable``. It decides the read policy (see the README).
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
@@ -89,7 +103,7 @@ class Dataset(_Base):
             NotAStoreError: ``path`` holds no store.
         """
         self._store = None
-        self.path, self._store, schema = _open(path, ragged=False)
+        self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes)
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         self.shape: tuple[int, ...] = tuple(int(d) for d in schema["shape"])
         self.codec: str = schema.get("codec", "zstd")
@@ -164,15 +178,16 @@ class RaggedDataset(_Base):
     alone, shaped ``(rows, *item_shape)``.
     """
 
-    def __init__(self, path: str | os.PathLike[str]):
+    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None):
         """Open the ragged dataset at ``path`` (written by :func:`write_ragged`).
+        ``cache_bytes`` as for :class:`Dataset`.
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
             ValueError: ``path`` is a fixed-shape dataset.
         """
         self._store = None
-        self.path, self._store, schema = _open(path, ragged=True)
+        self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes)
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         self.item_shape: tuple[int, ...] = tuple(int(d) for d in schema["item_shape"])
         self.codec: str = schema.get("codec", "zstd")
