@@ -111,7 +111,13 @@ impl Store {
             for (k, e) in entries.iter().enumerate() {
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
                 rest = tail;
-                items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: false });
+                items.push(Item {
+                    index: start + k as u64,
+                    entry: *e,
+                    dst: slot,
+                    keep_stored: false,
+                    next: crate::cache::NextUse::Unknown,
+                });
                 rep.stored_bytes += u64::from(e.stored_len);
                 rep.logical_bytes += u64::from(e.logical_len);
             }
@@ -220,7 +226,13 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         for (k, e) in entries.iter().enumerate() {
             let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
             rest = tail;
-            items.push(Item { index: start + k as u64, entry: *e, dst: slot, keep_stored: true });
+            items.push(Item {
+                index: start + k as u64,
+                entry: *e,
+                dst: slot,
+                keep_stored: true,
+                next: crate::cache::NextUse::Unknown,
+            });
         }
         from.read_items(&snap, items)?;
         let records = entries

@@ -180,9 +180,11 @@ impl Key {
     }
 }
 
-/// When a record is needed next, as the caller knows it.
+/// When a record is needed next, as the caller knows it: a data loader's
+/// sampler knows every future index, and the record cache keeps the records
+/// needed soonest ([`crate::Store::gather_hinted`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum NextUse {
+pub enum NextUse {
     /// Nothing is known: the record may come again, as every other may.
     Unknown,
     /// Needed again at this step (the loader's step count).

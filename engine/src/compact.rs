@@ -104,7 +104,13 @@ impl Store {
                 for (k, e) in entries[start..end].iter().enumerate() {
                     let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
                     rest = tail;
-                    items.push(Item { index: (start + k) as u64, entry: *e, dst: slot, keep_stored: true });
+                    items.push(Item {
+                        index: (start + k) as u64,
+                        entry: *e,
+                        dst: slot,
+                        keep_stored: true,
+                        next: crate::cache::NextUse::Unknown,
+                    });
                 }
                 self.read_items(&snap, items)?;
                 let mut pos = 0usize;

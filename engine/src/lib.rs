@@ -71,6 +71,7 @@ mod uring;
 mod write;
 
 pub use admin::{import_loaderx, Stats, VerifyReport};
+pub use cache::NextUse;
 pub use codec::Codec;
 pub use compact::CompactReport;
 pub use error::{Error, Result};

@@ -176,15 +176,22 @@ impl Reads {
         self.caching.load(Relaxed).then_some(self.id).flatten().map(|id| Key::new(id, e))
     }
 
-    /// The record's stored bytes if the record cache holds them.
-    pub fn lookup(&self, e: &Entry) -> Option<Arc<[u8]>> {
-        self.cache.get(&self.key(e)?)
+    /// The record's stored bytes if the record cache holds them; a hit with a
+    /// known next use re-ranks the entry (a step already served must not keep
+    /// it cached as "needed soon").
+    pub fn lookup(&self, e: &Entry, next: NextUse) -> Option<Arc<[u8]>> {
+        let key = self.key(e)?;
+        let got = self.cache.get(&key)?;
+        if next != NextUse::Unknown {
+            self.cache.touch(&key, next);
+        }
+        Some(got)
     }
 
     /// Offers a verified record's stored bytes, just read, to the cache.
-    pub fn offer(&self, e: &Entry, stored: &[u8]) {
+    pub fn offer(&self, e: &Entry, stored: &[u8], next: NextUse) {
         if let Some(key) = self.key(e) {
-            self.cache.insert(key, stored, NextUse::Unknown);
+            self.cache.insert(key, stored, next);
         }
     }
 

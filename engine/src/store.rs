@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
+use crate::cache::NextUse;
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::head::{Head, HEAD_FILE};
@@ -373,6 +374,8 @@ pub(crate) struct Item<'a> {
     pub dst: &'a mut [u8],
     /// Copy the stored bytes without decoding (compaction, import).
     pub keep_stored: bool,
+    /// When the caller needs the record again (for the record cache).
+    pub next: NextUse,
 }
 
 /// Records per claim from the hot queue: about 100 KiB of 12 KiB records,
@@ -550,6 +553,17 @@ impl Store {
     ///
     /// Every index and entry is checked before anything is written to `dst`.
     pub fn gather(&self, indices: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+        self.gather_hinted(indices, dst, stride, &[])
+    }
+
+    /// [`Store::gather`], telling the record cache when each record is
+    /// needed next (`next[k]` for `indices[k]`; an empty `next` says nothing):
+    /// when the cache is full it keeps the records needed soonest, and drops
+    /// those not needed again this cycle first. A data loader knows this from
+    /// its sampler. Without a record cache (buffered reads) the hints are
+    /// ignored.
+    pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
+        check_hints(indices, next)?;
         let need = indices
             .len()
             .checked_mul(stride)
@@ -572,10 +586,11 @@ impl Store {
             .chunks_exact_mut(stride.max(1))
             .take(indices.len())
             .zip(indices.iter().zip(entries))
-            .map(|(slot, (&index, entry))| {
+            .enumerate()
+            .map(|(k, (slot, (&index, entry)))| {
                 let (rec, rest) = slot.split_at_mut(entry.logical_len as usize);
                 rest.fill(0);
-                Item { index, entry, dst: rec, keep_stored: false }
+                Item { index, entry, dst: rec, keep_stored: false, next: hint(next, k) }
             })
             .collect();
         if stride == 0 {
@@ -588,6 +603,12 @@ impl Store {
     /// where `len_k` is its logical length ([`Store::lengths`]). Slots must lie
     /// inside `dst` and must not overlap.
     pub fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+        self.gather_var_hinted(indices, dst, offsets, &[])
+    }
+
+    /// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`].
+    pub fn gather_var_hinted(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64], next: &[NextUse]) -> Result<()> {
+        check_hints(indices, next)?;
         if offsets.len() != indices.len() {
             return Err(Error::InvalidArgument(format!(
                 "gather_var: {} indices but {} offsets",
@@ -596,14 +617,14 @@ impl Store {
             )));
         }
         let snap = self.snapshot();
-        let mut order: Vec<(u64, u64, Entry)> = Vec::with_capacity(indices.len());
-        for (&i, &o) in indices.iter().zip(offsets) {
-            order.push((o, i, snap.entry(i)?));
+        let mut order: Vec<(u64, u64, Entry, NextUse)> = Vec::with_capacity(indices.len());
+        for (k, (&i, &o)) in indices.iter().zip(offsets).enumerate() {
+            order.push((o, i, snap.entry(i)?, hint(next, k)));
         }
         // Empty records share their offset with the next slot: order by (offset, length).
         order.sort_unstable_by_key(|t| (t.0, t.2.logical_len));
         let mut end = 0u64;
-        for &(o, i, e) in &order {
+        for &(o, i, e, _) in &order {
             if o < end {
                 return Err(Error::InvalidArgument(format!(
                     "gather_var: the slot of record {i} at offset {o} overlaps the previous slot"
@@ -621,12 +642,12 @@ impl Store {
         let mut items = Vec::with_capacity(order.len());
         let mut rest: &mut [u8] = dst;
         let mut pos = 0u64;
-        for (o, index, entry) in order {
+        for (o, index, entry, next) in order {
             let (_, tail) = std::mem::take(&mut rest).split_at_mut((o - pos) as usize);
             let (slot, tail) = tail.split_at_mut(entry.logical_len as usize);
             rest = tail;
             pos = o + u64::from(entry.logical_len);
-            items.push(Item { index, entry, dst: slot, keep_stored: false });
+            items.push(Item { index, entry, dst: slot, keep_stored: false, next });
         }
         self.read_items(&snap, items)
     }
@@ -661,7 +682,9 @@ impl Store {
                 seen.mapped += 1;
                 seen.mapped_bytes += stored as u64;
                 hot.push((it, Hot::Mapped(b)));
-            } else if let Some(b) = if caching && !it.keep_stored { self.reads.lookup(&it.entry) } else { None } {
+            } else if let Some(b) =
+                if caching && !it.keep_stored { self.reads.lookup(&it.entry, it.next) } else { None }
+            {
                 seen.cache_hits += 1;
                 seen.cache_bytes += stored as u64;
                 hot.push((it, Hot::Cached(b)));
@@ -852,7 +875,7 @@ impl Store {
                     let stored = &buf[skip..skip + stored_len];
                     let r = finish_record(it, stored, dict);
                     if r.is_ok() && plans[i].direct && !it.keep_stored {
-                        self.reads.offer(&it.entry, stored);
+                        self.reads.offer(&it.entry, stored, it.next);
                     }
                     r
                 } else {
@@ -880,6 +903,18 @@ impl Store {
             None => Ok(()),
         }
     }
+}
+
+/// Hint `k`, or `Unknown` when the caller gave none.
+fn hint(next: &[NextUse], k: usize) -> NextUse {
+    next.get(k).copied().unwrap_or(NextUse::Unknown)
+}
+
+fn check_hints(indices: &[u64], next: &[NextUse]) -> Result<()> {
+    if next.is_empty() || next.len() == indices.len() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!("{} indices but {} next-use hints", indices.len(), next.len())))
 }
 
 fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
