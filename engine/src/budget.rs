@@ -295,7 +295,7 @@ pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
 }
 
 /// [`detect`] against the tree at `root` (standing for `/`): `env` is the
-/// value of `ZRING_CACHE_BYTES`, `rss` the anonymous memory of the process
+/// value of `ZRING_CACHE_BYTES`, `rss` the resident memory of the process
 /// ([`process_rss`]), `cached` the bytes the record cache charges, which are
 /// part of `rss` but count toward the budget, not against it.
 pub(crate) fn detect_in(
