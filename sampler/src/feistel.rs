@@ -22,6 +22,11 @@
 //! restriction is again a bijection. The domain is under `4n`, so on average
 //! fewer than four passes are needed (about one for `n` just under a power
 //! of four).
+//!
+//! The inverse ([`Permutation::invert`]) runs the rounds backward and walks
+//! with the inverse network; the argument that this undoes the walk is at
+//! [`Permutation::walk_back`]. The sampler needs it to answer "when is record
+//! `i` read next" without scanning.
 
 use crate::mix::{mix64, GOLDEN};
 
@@ -137,6 +142,43 @@ impl Permutation {
         (left << h) | right
     }
 
+    /// [`Permutation::network`] backward: undoes the rounds last to first.
+    ///
+    /// Round `k` maps `(L, R)` to `(R, L ^ F_k(R))`. Given its output
+    /// `(L', R')`, the input is `R = L'` and `L = R' ^ F_k(L')`: the round
+    /// function is evaluated on a value the output still holds, so the round
+    /// is undone whatever `F_k` is.
+    #[inline(always)]
+    fn network_back<const R: usize>(&self, y: u64) -> u64 {
+        let h = self.half_bits;
+        let mut left = y >> h;
+        let mut right = y & ((1u64 << h) - 1);
+        for &(mask, mul) in self.keys[..R].iter().rev() {
+            let z = (left ^ mask).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+            let z = (z ^ (z >> 32)).wrapping_mul(mul);
+            let prev = right ^ (z >> (64 - h));
+            right = left;
+            left = prev;
+        }
+        (left << h) | right
+    }
+
+    /// [`Permutation::network_back`] for `half_bits <= 16`, in 32-bit words.
+    #[inline(always)]
+    fn network_narrow_back<const R: usize>(&self, y: u32) -> u32 {
+        let h = self.half_bits;
+        let mut left = y >> h;
+        let mut right = y & ((1u32 << h) - 1);
+        for &(mask, mul) in self.narrow_keys[..R].iter().rev() {
+            let z = (left ^ mask).wrapping_mul(0x9E37_79B9);
+            let z = (z ^ (z >> 16)).wrapping_mul(mul);
+            let prev = right ^ (z >> (32 - h));
+            right = left;
+            left = prev;
+        }
+        (left << h) | right
+    }
+
     /// Cycle-walks from position `x` (`x < n`) to its image.
     #[inline(always)]
     fn walk<const R: usize>(&self, x: u64) -> u64 {
@@ -156,6 +198,52 @@ impl Permutation {
             if y <= self.last {
                 return y;
             }
+        }
+    }
+
+    /// Walks back from an image `y` (`y < n`) to its position.
+    ///
+    /// Why this inverts [`Permutation::walk`]: write `N` for the network, a
+    /// bijection on `[0, 4^h)`. The walk from `x < n` visits `x, N(x),
+    /// N^2(x), ...` and stops at the first `y = N^k(x)` with `k >= 1` and
+    /// `y < n`, so every value strictly between, `N^j(x)` for `0 < j < k`, is
+    /// `>= n`. Walking back from `y` with `N^-1` visits `N^(k-1)(x), ...,
+    /// N(x), x`: all of them `>= n` except the last, so the first value below
+    /// `n` it meets (and where it stops) is exactly `x`. It meets one because
+    /// `x` is on the way, so it stops after `k` passes, the same number the
+    /// walk took. Both paths run inside one cycle of `N`; cycle-walking is a
+    /// bijection on `[0, n)` precisely because each cycle of `N` through
+    /// `[0, n)` is cut into such segments.
+    #[inline(always)]
+    fn walk_back<const R: usize>(&self, y: u64) -> u64 {
+        if self.narrow {
+            // Lossless: every value is below 4^h <= 2^32 on the narrow path.
+            let mut x = y as u32;
+            loop {
+                x = self.network_narrow_back::<R>(x);
+                if u64::from(x) <= self.last {
+                    return u64::from(x);
+                }
+            }
+        }
+        let mut x = y;
+        loop {
+            x = self.network_back::<R>(x);
+            if x <= self.last {
+                return x;
+            }
+        }
+    }
+
+    /// The position whose image is `y`, for `y < n`: `invert(apply(x)) == x`.
+    /// Costs what one image costs (the same rounds and the same number of
+    /// walking passes).
+    pub(crate) fn invert(&self, y: u64) -> u64 {
+        debug_assert!(y <= self.last);
+        if self.half_bits >= FEW_ROUNDS_MIN_HALF_BITS {
+            self.walk_back::<FEW_ROUNDS>(y)
+        } else {
+            self.walk_back::<MANY_ROUNDS>(y)
         }
     }
 
@@ -240,6 +328,56 @@ mod tests {
         for n in 1..=300u64 {
             for key in [0, 1, 0xDEAD_BEEF, u64::MAX] {
                 assert_bijection(n, key);
+            }
+        }
+    }
+
+    /// `invert` undoes `fill` at every position of `[0, n)`, on both networks.
+    fn assert_inverse(n: u64, key: u64) {
+        for domain in [Domain::new(n), Domain::wide(n)] {
+            let perm = domain.permutation(key);
+            let mut out = vec![0; n as usize];
+            perm.fill(0, &mut out);
+            for (x, &y) in (0..n).zip(&out) {
+                assert_eq!(perm.invert(y), x, "n={n} key={key} narrow={}: {x} -> {y}", domain.narrow);
+            }
+        }
+    }
+
+    #[test]
+    fn invert_undoes_apply_on_every_small_n() {
+        // Exhaustive, like the bijection test: every position of every
+        // domain up to 300, so both round counts, every half width up to 5
+        // bits and every amount of cycle-walking are covered.
+        for n in 1..=300u64 {
+            for key in [0, 1, 0xDEAD_BEEF, u64::MAX] {
+                assert_inverse(n, key);
+            }
+        }
+        for n in [1000u64, 4096, 4097, 16_383, 16_385, 65_537] {
+            assert_inverse(n, 42);
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// On domains too large to check exhaustively (odd sizes, the 32-bit
+        /// and 64-bit networks, up to `u64::MAX`), sampled positions and
+        /// images round-trip both ways.
+        #[test]
+        fn invert_round_trips_on_any_domain(
+            n in proptest::prop_oneof![3u64..100_000, (1u64 << 32) - 5..(1u64 << 32) + 5, 1u64..=u64::MAX],
+            key in proptest::prelude::any::<u64>(),
+            at in proptest::prelude::any::<u64>(),
+        ) {
+            let x = at % n;
+            for perm in [Domain::new(n).permutation(key), Domain::wide(n).permutation(key)] {
+                let y = perm.apply(x);
+                proptest::prop_assert!(y < n);
+                proptest::prop_assert_eq!(perm.invert(y), x);
+                // Reading `x` as an image: its position maps back onto it.
+                proptest::prop_assert_eq!(perm.apply(perm.invert(x)), x);
             }
         }
     }

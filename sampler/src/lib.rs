@@ -40,7 +40,11 @@
 //!   give the global batch of any step; [`Sampler::fill_shard`] gives one
 //!   shard's slice of it into a caller's buffer without allocating;
 //!   [`Sampler::next_batch`] and [`Sampler::seek`] are the iterator-like
-//!   convenience on top.
+//!   convenience on top. [`Sampler::next_use`] (and
+//!   [`Sampler::fill_next_use`] for many indices) answers the reverse
+//!   question, the first step after a given one whose batch contains an
+//!   index, directly: cyclic mode inverts the cycle's permutation, so a cache
+//!   in front of the store can keep the records needed soonest.
 //! - [`Mode`] picks how indices are drawn:
 //!   - [`Mode::Sequential`] walks `[0, length)` in order and wraps around the
 //!     end, so every batch is full.

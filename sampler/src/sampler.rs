@@ -17,6 +17,15 @@ pub const MAX_BATCH: u64 = {
     }
 };
 
+/// How many cycles [`Sampler::next_use`] searches in cyclic mode, counting
+/// the first one it searches. A cycle leaves out `length mod B`
+/// of its `length` indices, which is under half of them (`length mod B < B
+/// <= length - length mod B`), and each cycle's permutation is keyed afresh;
+/// so an index is left out of 63 cycles in a row with probability below
+/// `2^-63`, and the search practically never ends empty-handed while a
+/// step still exists.
+const NEXT_USE_CYCLES: u64 = 64;
+
 /// Domain-separation constants: the iid and cyclic streams of one seed are
 /// derived from different keys, so they share no structure.
 const IID_KEY: u64 = 0x5A17_1D00_0000_0001;
@@ -200,6 +209,151 @@ impl Sampler {
     /// The step whose batch [`next_batch`](Sampler::next_batch) returns next.
     pub fn step(&self) -> u64 {
         self.step
+    }
+
+    /// The first step after `after` whose global batch contains `index`:
+    /// when the record is needed next. Computed directly, in about the time
+    /// of computing one or two indices, never by scanning batches.
+    ///
+    /// - Sequential: arithmetic on the circular walk.
+    /// - Cyclic: the inverse permutation gives the index's position in the
+    ///   cycle of step `after + 1`; if that position's step is past `after`
+    ///   it is the answer, else (or when that cycle leaves the index out, see
+    ///   the [crate docs](crate)) the next cycles are asked the same way.
+    /// - Iid: always `None`: every step draws independently, so no step is
+    ///   known in advance.
+    ///
+    /// In sequential and cyclic mode `None` means no such step exists:
+    /// `index >= length`, or the step would be past `u64::MAX` (steps are not
+    /// wrapped here, unlike [`next_batch`](Sampler::next_batch)), or, in
+    /// cyclic mode, none of the 64 cycles searched (that of `after + 1` and
+    /// the 63 after it) places the index after `after`, which needs it left
+    /// out of 63 cycles in a row: probability below `2^-63`.
+    ///
+    /// The step is that of the *global* batch: a consumer of one
+    /// [`Shard`] may find the index in another shard's slice at that step.
+    /// [`fill_next_use`](Sampler::fill_next_use) answers for many indices at
+    /// once, computing each cycle's permutation only once.
+    pub fn next_use(&self, index: u64, after: u64) -> Option<u64> {
+        let mut out = [None];
+        self.next_use_into(after, &[index], &mut out, false);
+        out[0]
+    }
+
+    /// [`next_use`](Sampler::next_use) of every `indices[k]` into `out[k]`;
+    /// `out` must be as long as `indices` ([`Error::BufferLength`]
+    /// otherwise). Allocates nothing. For a loader's step `s`, passing the
+    /// step's indices and `after = s` gives each record's next use.
+    pub fn fill_next_use(&self, after: u64, indices: &[u64], out: &mut [Option<u64>]) -> Result<(), Error> {
+        if out.len() != indices.len() {
+            return Err(Error::BufferLength { expected: indices.len() as u64, got: out.len() as u64 });
+        }
+        self.next_use_into(after, indices, out, false);
+        Ok(())
+    }
+
+    /// [`fill_shard`](Sampler::fill_shard) and the
+    /// [`next_use`](Sampler::next_use) after `step` of each index it wrote:
+    /// `next[k]` is when `indices[k]` is needed next. Both buffers must hold
+    /// exactly [`shard_len`](Sampler::shard_len) entries.
+    ///
+    /// This is what a loader gathering `step` asks. It costs less than
+    /// [`fill_next_use`](Sampler::fill_next_use) on the same indices: in
+    /// cyclic mode the indices are known to sit at `step` in their cycle, so
+    /// the search starts at the next cycle, one inverse permutation per index
+    /// instead of two. (The step is that of the global batch, see
+    /// [`next_use`](Sampler::next_use).)
+    pub fn fill_shard_with_next_use(
+        &self,
+        step: u64,
+        shard: Shard,
+        indices: &mut [u64],
+        next: &mut [Option<u64>],
+    ) -> Result<(), Error> {
+        self.fill_shard(step, shard, indices)?;
+        if next.len() != indices.len() {
+            return Err(Error::BufferLength { expected: indices.len() as u64, got: next.len() as u64 });
+        }
+        self.next_use_into(step, indices, next, true);
+        Ok(())
+    }
+
+    /// The body of the next-use methods; the lengths are equal. With
+    /// `from_batch`, every index is one of the batch of `after`.
+    fn next_use_into(&self, after: u64, indices: &[u64], out: &mut [Option<u64>], from_batch: bool) {
+        out.fill(None);
+        let Some(first_step) = after.checked_add(1) else {
+            return;
+        };
+        let n = self.length;
+        let b = self.batch_len as u64;
+        match self.kernel {
+            Kernel::Iid { .. } => {}
+            Kernel::Sequential => {
+                // Step `s` holds the positions `s * B .. (s + 1) * B` of the
+                // walk, and position `p` reads index `p mod n`. The positions
+                // of steps `>= first_step` are exactly those `>= first_step *
+                // B`, so the answer is the step of the first position at or
+                // past that with `p mod n == index`: `first_step * B + r`,
+                // `r = (index - first_step * B) mod n`, whose step is
+                // `first_step + r / B` (the start is a multiple of B).
+                // Lossless: the remainder is below n.
+                let start = ((u128::from(first_step) * u128::from(b)) % u128::from(n)) as u64;
+                for (o, &index) in out.iter_mut().zip(indices) {
+                    if index >= n {
+                        continue;
+                    }
+                    let r = if index >= start { index - start } else { index + (n - start) };
+                    *o = first_step.checked_add(r / b);
+                }
+            }
+            Kernel::Cyclic { key, domain, steps_per_cycle } => {
+                // Cycle `c` runs steps `c * S .. (c + 1) * S` and reads
+                // position `q < S * B` of its permutation at step
+                // `c * S + q / B`; positions `>= S * B` are left out. Each
+                // cycle contains an index at most once, so the first cycle
+                // (from the one of `first_step` on) that places it at a step
+                // `>= first_step` holds its next use. An index of the batch
+                // of `after` has its one place in `after`'s cycle at `after`,
+                // so its search starts a cycle later.
+                let per_cycle = steps_per_cycle * b;
+                let mut open = indices.iter().filter(|&&i| i < n).count();
+                let first_cycle = if from_batch {
+                    // Lossless: after < u64::MAX here. Past the last cycle
+                    // the range below is empty.
+                    after / steps_per_cycle + 1
+                } else {
+                    first_step / steps_per_cycle
+                };
+                let last_cycle = first_cycle.saturating_add(NEXT_USE_CYCLES - 1).min(u64::MAX / steps_per_cycle);
+                for cycle in first_cycle..=last_cycle {
+                    if open == 0 {
+                        break;
+                    }
+                    let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
+                    // Lossless: cycle <= u64::MAX / S.
+                    let cycle_start = cycle * steps_per_cycle;
+                    for (o, &index) in out.iter_mut().zip(indices) {
+                        if o.is_some() || index >= n {
+                            continue;
+                        }
+                        let q = perm.invert(index);
+                        if q >= per_cycle {
+                            continue;
+                        }
+                        match cycle_start.checked_add(q / b) {
+                            Some(step) if step >= first_step => {
+                                *o = Some(step);
+                                open -= 1;
+                            }
+                            // Before `first_step` (only in the first cycle),
+                            // or past the last step there is.
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
     }
 
     /// The state to save for an exact resume.

@@ -217,6 +217,56 @@ fn sequential_wraps_circularly() {
 }
 
 #[test]
+fn next_use_on_fixed_inputs() {
+    // Sequential over 10 in batches of 4: [0..4), [4..8), [8, 9, 0, 1], ...
+    let s = sampler(Mode::Sequential, 10, 4, 0);
+    assert_eq!(s.next_use(0, 0), Some(2));
+    assert_eq!(s.next_use(1, 2), Some(5), "batch 5 is [0, 1, 2, 3]");
+    assert_eq!(s.next_use(9, 2), Some(4), "batch 4 is [6, 7, 8, 9]");
+    assert_eq!(s.next_use(10, 0), None, "out of range");
+    // A store smaller than a batch: every step holds every index.
+    assert_eq!(sampler(Mode::Sequential, 3, 5, 0).next_use(2, 41), Some(42));
+    assert_eq!(sampler(Mode::Cyclic, 3, 5, 0).next_use(2, 41), Some(42));
+    // Iid knows nothing ahead.
+    assert_eq!(sampler(Mode::Iid, 10, 4, 0).next_use(3, 0), None);
+
+    // Cyclic: each index of step 5 comes again in a later cycle, at the
+    // first batch that holds it.
+    let s = sampler(Mode::Cyclic, 100, 10, 3);
+    for &i in &s.batch(5) {
+        let next = s.next_use(i, 5).unwrap();
+        assert!(next >= 10, "{i} is read once in cycle 0");
+        assert!(s.batch(next).contains(&i));
+        assert!((6..next).all(|step| !s.batch(step).contains(&i)));
+    }
+}
+
+#[test]
+fn next_use_at_the_end_of_the_step_range() {
+    // 1455 records in batches of 14: cycles of 103 steps, and the last
+    // cycle is cut short by u64::MAX. Steps are never wrapped: an index
+    // whose next place is past u64::MAX has no next use.
+    let s = sampler(Mode::Cyclic, 1455, 14, 12_472_246_626_575_190_145);
+    let after = u64::MAX - 83;
+    let mut found = 0;
+    for i in 0..1455 {
+        let scanned = (after + 1..=u64::MAX).find(|&step| s.batch(step).contains(&i));
+        assert_eq!(s.next_use(i, after), scanned, "index {i}");
+        found += usize::from(scanned.is_some());
+    }
+    // 83 steps of 14 indices leave some of the 1455 out.
+    assert!(found > 0 && found < 1455, "{found}");
+    for mode in MODES {
+        assert_eq!(sampler(mode, 10, 4, 0).next_use(3, u64::MAX), None);
+    }
+    // Batch u64::MAX is [0, 1, 2, 3]: 4 * (2^64 - 1) mod 10 == 0.
+    let s = sampler(Mode::Sequential, 10, 4, 0);
+    assert_eq!(s.batch(u64::MAX), vec![0, 1, 2, 3]);
+    assert_eq!(s.next_use(2, u64::MAX - 1), Some(u64::MAX));
+    assert_eq!(s.next_use(8, u64::MAX - 1), None);
+}
+
+#[test]
 fn shards_are_disjoint_and_union_to_the_batch() {
     for mode in MODES {
         let s = sampler(mode, 1000, 24, 5);

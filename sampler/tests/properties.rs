@@ -121,3 +121,108 @@ proptest! {
         prop_assert_eq!(all, (0..length).collect::<Vec<u64>>());
     }
 }
+
+/// The first step after `after` whose batch contains `index`, by scanning
+/// batches: up to the end of the 64 cycles [`Sampler::next_use`] searches in
+/// cyclic mode (`length / batch_len` steps each), or the `length + 1` steps
+/// in which a sequential walk meets every index, never past `u64::MAX`.
+fn next_use_by_scanning(s: &Sampler, mode: Mode, index: u64, after: u64) -> Option<u64> {
+    let length = s.state().length;
+    let per_cycle = length / s.batch_len() as u64;
+    let first = after.checked_add(1)?;
+    let last = match mode {
+        Mode::Cyclic => {
+            let end = (u128::from(first / per_cycle) + 64) * u128::from(per_cycle) - 1;
+            u64::try_from(end).unwrap_or(u64::MAX)
+        }
+        _ => after.saturating_add(length + 1),
+    };
+    (first..=last).find(|&step| s.batch(step).contains(&index))
+}
+
+/// Small index spaces and batches, where scanning is cheap and every shape of
+/// cycle (remainder or not, batch larger than the store) comes up.
+fn small_shape() -> impl Strategy<Value = (u64, u64)> {
+    prop_oneof![
+        (1u64..=40).prop_flat_map(|n| (Just(n), 1u64..=48)),
+        (41u64..=2_000).prop_flat_map(|n| (Just(n), 1u64..=64)),
+    ]
+}
+
+/// Steps from the start, mid-run, and at the very end of the step range.
+fn after_step() -> impl Strategy<Value = u64> {
+    prop_oneof![0u64..5_000, (u64::MAX - 200)..=u64::MAX]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(400))]
+
+    #[test]
+    fn next_use_equals_the_first_batch_found_by_scanning(
+        mode in prop_oneof![Just(Mode::Sequential), Just(Mode::Cyclic)],
+        seed in any::<u64>(), (length, batch) in small_shape(), after in after_step(), pick in any::<u64>(),
+    ) {
+        let s = Sampler::new(mode, length, batch, seed).unwrap();
+        // Mostly an index of the batch of `after` (what a loader asks
+        // about), sometimes any index, now and then one out of range.
+        let index = match pick % 8 {
+            0 => length + pick % 3,
+            1 | 2 => pick % length,
+            _ => s.batch(after)[(pick % s.batch_len() as u64) as usize],
+        };
+        let scanned = next_use_by_scanning(&s, mode, index, after);
+        prop_assert_eq!(s.next_use(index, after), scanned, "index {} after {}", index, after);
+        if index < length && u128::from(u64::MAX - after) >= 64 * u128::from(length) {
+            // Far from the end of the step range every index comes again
+            // (barring a chance below 2^-63 in cyclic mode).
+            prop_assert!(scanned.is_some());
+        }
+    }
+
+    #[test]
+    fn fill_next_use_agrees_with_next_use(
+        mode in mode(), seed in any::<u64>(), (length, batch) in shape(), after in any::<u64>(),
+    ) {
+        let s = Sampler::new(mode, length, batch, seed).unwrap();
+        let indices = s.batch(after);
+        let mut out = vec![Some(7); indices.len()];
+        s.fill_next_use(after, &indices, &mut out).unwrap();
+        for (&index, &next) in indices.iter().zip(&out) {
+            prop_assert_eq!(next, s.next_use(index, after));
+            match (mode, next) {
+                // Iid knows nothing of later steps.
+                (Mode::Iid, next) => prop_assert_eq!(next, None),
+                (_, Some(step)) => {
+                    prop_assert!(step > after);
+                    prop_assert!(s.batch(step).contains(&index));
+                }
+                // No later step exists: the 64 cycles searched (of at most
+                // `length` steps each) run past the last step.
+                (_, None) => prop_assert!(u128::from(u64::MAX - after) < 64 * u128::from(length)),
+            }
+        }
+        prop_assert!(s.fill_next_use(after, &indices, &mut out[1..]).is_err());
+    }
+
+    #[test]
+    fn fill_shard_with_next_use_agrees_with_its_parts(
+        mode in mode(), seed in any::<u64>(), length in 1u64..100_000,
+        per_shard in 1u64..40, step in after_step(), index in 0u32..4,
+    ) {
+        let s = Sampler::new(mode, length, 4 * per_shard, seed).unwrap();
+        let shard = Shard::new(index, 4).unwrap();
+        let Ok(len) = s.shard_len(shard) else {
+            return Ok(());
+        };
+        let mut indices = vec![0; len];
+        let mut next = vec![None; len];
+        s.fill_shard_with_next_use(step, shard, &mut indices, &mut next).unwrap();
+        let mut want = vec![0; len];
+        s.fill_shard(step, shard, &mut want).unwrap();
+        prop_assert_eq!(&indices, &want);
+        for (&i, &n) in indices.iter().zip(&next) {
+            prop_assert_eq!(n, s.next_use(i, step));
+        }
+        prop_assert!(s.fill_shard_with_next_use(step, shard, &mut indices, &mut next[1..]).is_err());
+    }
+}
