@@ -10,6 +10,12 @@ pub const MAX_DEPTH: usize = 1024;
 /// The largest accepted [`LoaderConfig::threads`].
 pub const MAX_THREADS: usize = 256;
 
+/// The default [`LoaderConfig::ahead_bytes`]: 1 GiB of gathered steps ahead
+/// of the consumer. Far above what the default depth of 2 takes for usual
+/// batches (tens of megabytes), so it binds only for very large batches,
+/// where a deep window would otherwise hold gigabytes.
+pub const DEFAULT_AHEAD_BYTES: u64 = 1 << 30;
+
 /// The parameters of a [`Loader`](crate::Loader).
 ///
 /// [`LoaderConfig::new`] gives the defaults for a batch size;
@@ -30,6 +36,14 @@ pub struct LoaderConfig {
     /// `>= 1`. With depth `d`, while the caller works on step `s` the workers
     /// may gather steps `s + 1 ..= s + d`. Default 2.
     pub depth: usize,
+    /// The most data bytes (all streams' columns, this shard's records) the
+    /// steps gathered ahead may hold together; `depth` still caps the step
+    /// count. One step is always allowed, however large. Fixed-layout streams
+    /// are counted exactly; a ragged stream counts as its largest step
+    /// gathered so far, and until its first step is known the loader gathers
+    /// one step at a time. Default [`DEFAULT_AHEAD_BYTES`]; `u64::MAX`
+    /// leaves only `depth`.
+    pub ahead_bytes: u64,
     /// Gather threads, `>= 1`. Each works on one whole step at a time, so
     /// more threads than `depth` never run at once. Default 2.
     pub threads: usize,
@@ -43,7 +57,8 @@ pub struct LoaderConfig {
 
 impl LoaderConfig {
     /// Defaults for `batch_size`: cyclic mode (every record once per cycle),
-    /// seed 0, all shards, depth 2, 2 threads, from step 0.
+    /// seed 0, all shards, depth 2 (and at most [`DEFAULT_AHEAD_BYTES`]
+    /// ahead), 2 threads, from step 0.
     pub fn new(batch_size: u64) -> Self {
         LoaderConfig {
             batch_size,
@@ -51,6 +66,7 @@ impl LoaderConfig {
             seed: 0,
             shard: Shard::ALL,
             depth: 2,
+            ahead_bytes: DEFAULT_AHEAD_BYTES,
             threads: 2,
             start_step: 0,
             expect_length: None,
@@ -59,8 +75,8 @@ impl LoaderConfig {
 
     /// The configuration that continues a saved run: a loader built with it
     /// (over the same streams) yields the same batches the saved loader would
-    /// have yielded next. Depth and threads take the defaults and may be
-    /// changed freely; they never change the batches.
+    /// have yielded next. Depth, read-ahead bytes and threads take the
+    /// defaults and may be changed freely; they never change the batches.
     pub fn from_state(state: &LoaderState) -> Self {
         LoaderConfig {
             batch_size: state.sampler.batch_size,

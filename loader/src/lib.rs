@@ -57,11 +57,16 @@
 //! * [`Source`] (module `source`) is the seam to the store: gather the records
 //!   at some indices into a buffer, in a [`Layout`] that is either fixed-size
 //!   or ragged. [`StoreSource`] adapts a `zring_engine::Store`; tests use
-//!   in-memory sources.
+//!   in-memory sources. A source that caches may ask for hints
+//!   ([`Source::wants_hints`]): with each gather, the step at which every
+//!   record is needed next, from the sampler. A `StoreSource` asks while its
+//!   store reads with O_DIRECT behind a record cache, which then keeps the
+//!   records needed soonest.
 //! * [`Stream`] names a source. All streams of a loader have the same length
 //!   and are gathered at the same indices, so their records line up.
 //! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
-//!   depth, thread count and start step; [`LoaderState`] is the serde-able
+//!   depth (in steps, and in bytes: `ahead_bytes`), thread count and start
+//!   step; [`LoaderState`] is the serde-able
 //!   position for an exact resume.
 //! * [`Loader`] runs the pipeline; [`Batch`] is one step: the shard's indices
 //!   and one [`Column`] per stream (bytes, plus offsets for ragged streams).
@@ -101,7 +106,7 @@ mod stats;
 mod store;
 
 pub use batch::{Batch, Column};
-pub use config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
+pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, Stream};
 pub use pool::{Pooled, PooledBuf};

@@ -15,6 +15,37 @@
 //!   finished step always has a slot. Delivery in step order falls out of the
 //!   ring: the consumer only ever takes slot 0.
 //!
+//! * The window in bytes. `ahead_bytes` narrows the window further: it is
+//!   `clamp(ahead_bytes / step_bytes, 1, depth)` steps, where `step_bytes` is
+//!   the data one step of this shard gathers (exact for fixed layouts; a
+//!   ragged stream counts as its largest step so far, and one step at a time
+//!   is gathered until the first is known). At least one step keeps the
+//!   pipeline moving, so a single step larger than the budget still loads.
+//!   The window only narrows as ragged steps grow, except once: when the
+//!   first ragged step is known it may widen, and the worker that learned it
+//!   wakes the others. A narrower window still lies inside the ring of
+//!   `depth` slots, so the slot argument above holds.
+//!
+//! * Hints, and what the window has to do with them. A store that reads
+//!   around the page cache (O_DIRECT) keeps a record cache of its own, and
+//!   that cache does best keeping the records needed soonest (Belady's
+//!   rule). The sampler knows exactly when that is: for each record of step
+//!   `s`, the first later step whose *global* batch holds it
+//!   (`Sampler::fill_shard_with_next_use`, one inverse permutation per
+//!   record in cyclic mode, arithmetic in sequential mode; iid draws know
+//!   nothing ahead and pass no hints). So a worker asks each stream once per
+//!   step whether it [wants hints](Source::wants_hints) and, if any does,
+//!   computes them with the step's indices and passes them to the hinted
+//!   gathers. The cache works on the hints; the read-ahead is still this
+//!   window: records are read when their step is claimed, at most the
+//!   window's steps before they are delivered, never fetched earlier because
+//!   a hint says they come soon. For a shard the hint names the global step,
+//!   at which another shard may take the record instead. That is still a
+//!   fair ranking, but a record this loader does not read at its hinted step
+//!   keeps that (by then past) rank in the cache until this loader reads it
+//!   again, so with many shards the cache drifts towards a fixed subset,
+//!   which is what it keeps without hints.
+//!
 //! * Threads versus depth. A worker gathers one whole step (every stream), so
 //!   at most `min(threads, depth)` gathers run at a time; threads beyond
 //!   `depth` sleep. We do not split a step across workers: a store such as
@@ -53,7 +84,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Sampler, Shard};
+use zring_sampler::{Mode, Sampler, Shard};
 
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
@@ -114,11 +145,43 @@ struct Ctx {
     shard: Shard,
     shard_len: usize,
     depth: usize,
+    /// At most this many data bytes in the steps ahead (see the module docs).
+    ahead_bytes: u64,
+    /// The data bytes of one step of the fixed-layout streams (saturating).
+    fixed_step_bytes: u64,
+    /// Whether some stream is ragged, so a step's size is only learned by
+    /// gathering it.
+    has_ragged: bool,
+    /// Whether the sampling mode knows when records come again, so hints can
+    /// be computed (sequential and cyclic).
+    knows_next_use: bool,
     /// Whether a worker's gathers may hand work to the store's decode pool:
     /// only while fewer gathers run at once than there are cores.
     fan_out: bool,
     streams: Vec<StreamCtx>,
     indices: Arc<Pool<u64>>,
+    /// Next-use hints, one per index, for steps some stream wants them for.
+    hints: Arc<Pool<Option<u64>>>,
+}
+
+impl Ctx {
+    /// How many steps may be claimed ahead of `next_deliver`: `depth`,
+    /// narrowed by `ahead_bytes` (module docs, "The window in bytes").
+    fn window(&self, ragged_step_max: Option<u64>) -> u64 {
+        let depth = self.depth as u64;
+        if self.ahead_bytes == u64::MAX {
+            return depth;
+        }
+        let step_bytes = match (self.has_ragged, ragged_step_max) {
+            (false, _) => self.fixed_step_bytes,
+            (true, Some(ragged)) => self.fixed_step_bytes.saturating_add(ragged),
+            (true, None) => return 1,
+        };
+        if step_bytes == 0 {
+            return depth;
+        }
+        (self.ahead_bytes / step_bytes).clamp(1, depth)
+    }
 }
 
 /// The part of the pipeline under the lock.
@@ -134,6 +197,9 @@ struct State {
     slots: VecDeque<Option<Result<Batch, Error>>>,
     /// Set when a worker thread died of a panic outside a step's gather.
     died: Option<String>,
+    /// The largest data bytes of the ragged streams in one gathered step;
+    /// `None` before the first.
+    ragged_step_max: Option<u64>,
     gather: GatherStats,
 }
 
@@ -251,7 +317,7 @@ impl Loader {
         // plus the batch the caller holds. Ragged buffers start empty and
         // grow to fit.
         let prefill = config.depth + 1;
-        let streams = streams
+        let streams: Vec<StreamCtx> = streams
             .into_iter()
             .map(|s| {
                 let layout = s.source.layout();
@@ -266,6 +332,15 @@ impl Loader {
             })
             .collect();
 
+        let fixed_step_bytes = streams
+            .iter()
+            .filter_map(|s| match s.layout {
+                Layout::Fixed { record_bytes } => Some((shard_len as u64).saturating_mul(record_bytes as u64)),
+                Layout::Ragged => None,
+            })
+            .fold(0u64, u64::saturating_add);
+        let has_ragged = streams.iter().any(|s| s.layout == Layout::Ragged);
+
         let mut slots = VecDeque::with_capacity(config.depth);
         slots.resize_with(config.depth, || None);
         let shared = Arc::new(Shared {
@@ -274,9 +349,15 @@ impl Loader {
                 shard: config.shard,
                 shard_len,
                 depth: config.depth,
+                ahead_bytes: config.ahead_bytes,
+                fixed_step_bytes,
+                has_ragged,
+                knows_next_use: config.mode != Mode::Iid,
                 fan_out: gathers_leave_cores_idle(config.threads, config.depth),
                 streams,
                 indices: Pool::new(retain, prefill, shard_len),
+                // Filled on first use: most stores never want hints.
+                hints: Pool::new(retain, 0, 0),
             },
             state: Mutex::new(State {
                 shutdown: false,
@@ -284,6 +365,7 @@ impl Loader {
                 next_deliver: config.start_step,
                 slots,
                 died: None,
+                ragged_step_max: None,
                 gather: GatherStats::new(),
             }),
             work: Condvar::new(),
@@ -397,6 +479,7 @@ impl Loader {
     pub fn stats(&self) -> LoaderStats {
         let ctx = &self.shared.ctx;
         let allocated = ctx.indices.allocations()
+            + ctx.hints.allocations()
             + ctx.streams.iter().map(|s| s.data.allocations() + s.offsets.allocations()).sum::<u64>();
         let state = self.shared.lock();
         stats::snapshot(self.delivered, allocated, &self.wait, &state.gather)
@@ -454,7 +537,7 @@ fn worker(shared: &Shared) {
                 if state.shutdown {
                     return;
                 }
-                let window_end = state.next_deliver.saturating_add(shared.ctx.depth as u64);
+                let window_end = state.next_deliver.saturating_add(shared.ctx.window(state.ragged_step_max));
                 if state.next_claim < window_end {
                     let step = state.next_claim;
                     state.next_claim += 1;
@@ -478,12 +561,21 @@ fn worker(shared: &Shared) {
         };
 
         let mut state = shared.lock();
+        let mut widened = false;
         if let Ok(batch) = &outcome {
             let g = &mut state.gather;
             g.steps += 1;
             g.records += (batch.indices.len() * batch.columns.len()) as u64;
             g.bytes += batch.columns.iter().map(|c| c.data.len() as u64).sum::<u64>();
             stats::record(&mut g.time, elapsed);
+            if shared.ctx.has_ragged {
+                let ragged: u64 =
+                    batch.columns.iter().filter(|c| c.offsets.is_some()).map(|c| c.data.len() as u64).sum();
+                let before = shared.ctx.window(state.ragged_step_max);
+                let max = state.ragged_step_max.map_or(ragged, |m| m.max(ragged));
+                state.ragged_step_max = Some(max);
+                widened = shared.ctx.window(state.ragged_step_max) > before;
+            }
         }
         // The window guarantees next_deliver <= step < next_deliver + depth.
         let slot = (step - state.next_deliver) as usize;
@@ -492,6 +584,9 @@ fn worker(shared: &Shared) {
         drop(state);
         if is_next {
             shared.ready.notify_one();
+        }
+        if widened {
+            shared.work.notify_all();
         }
     }
 }
@@ -512,10 +607,24 @@ fn fan_out_for(threads: usize, depth: usize, cores: usize) -> bool {
 /// Gathers every stream of `step`. `current` names the stream being gathered,
 /// so a panic in a source can be attributed to it.
 fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<Batch, Error> {
-    let mut indices = ctx.indices.take(ctx.shard_len);
-    ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
-    let mut columns = Vec::with_capacity(ctx.streams.len());
+    // Asked once per step: a store's read policy may change while it runs.
+    let mut wants = Vec::with_capacity(ctx.streams.len());
     for stream in &ctx.streams {
+        *current = Some(Arc::clone(&stream.name));
+        wants.push(ctx.knows_next_use && stream.source.wants_hints());
+    }
+    let mut indices = ctx.indices.take(ctx.shard_len);
+    let hints = if wants.contains(&true) {
+        let mut next = ctx.hints.take(ctx.shard_len);
+        ctx.sampler.fill_shard_with_next_use(step, ctx.shard, &mut indices, &mut next)?;
+        Some(next)
+    } else {
+        ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
+        None
+    };
+    let mut columns = Vec::with_capacity(ctx.streams.len());
+    for (stream, wants) in ctx.streams.iter().zip(wants) {
+        let hints = hints.as_deref().filter(|_| wants);
         *current = Some(Arc::clone(&stream.name));
         let gather_err = |source| Error::Gather { step, stream: stream.name.to_string(), source };
         let too_large = |bytes: u128| Error::BatchTooLarge { step, stream: stream.name.to_string(), bytes };
@@ -526,7 +635,11 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                stream.source.gather(&indices, &mut data).map_err(gather_err)?;
+                match hints {
+                    Some(next) => stream.source.gather_hinted(&indices, &mut data, next),
+                    None => stream.source.gather(&indices, &mut data),
+                }
+                .map_err(gather_err)?;
                 Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
@@ -538,7 +651,11 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
-                stream.source.gather_var(&indices, &mut data, &offsets).map_err(gather_err)?;
+                match hints {
+                    Some(next) => stream.source.gather_var_hinted(&indices, &mut data, &offsets, next),
+                    None => stream.source.gather_var(&indices, &mut data, &offsets),
+                }
+                .map_err(gather_err)?;
                 Column { name: Arc::clone(&stream.name), data, offsets: Some(offsets) }
             }
         };

@@ -4,6 +4,13 @@
 //! records at a list of indices into a buffer the loader owns, which keeps the
 //! pipeline testable with an in-memory source and lets the store choose how to
 //! batch its reads.
+//!
+//! A source that caches records may also want to know the future: the
+//! loader's sampler knows at which step every record is needed next, and
+//! passes it along ([`Source::wants_hints`], [`Source::gather_hinted`]) in its
+//! own terms, a step number or nothing per record; [`crate::StoreSource`]
+//! turns that into the store's `zring_engine::NextUse`. Sources that do not
+//! cache keep the default methods and never see a hint.
 
 /// The error a [`Source`] returns. It is boxed so any store's error type fits;
 /// the loader wraps it in [`Error::Gather`](crate::Error::Gather) together with
@@ -58,4 +65,38 @@ pub trait Source: Send + Sync + 'static {
     /// `offsets[0] == 0`, and the last offset is `dst.len()`; the offsets come
     /// from the lengths [`Source::lengths`] reported for the same indices.
     fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError>;
+
+    /// Whether [`Source::gather_hinted`] and [`Source::gather_var_hinted`]
+    /// would use their hints. The loader asks once per step, before it
+    /// gathers the step, and computes hints only when some stream wants them.
+    /// Default `false`.
+    fn wants_hints(&self) -> bool {
+        false
+    }
+
+    /// [`Source::gather`], told when each record is needed next: `next[k]`
+    /// is for `indices[k]`, `Some(step)` the first later loader step whose
+    /// global batch holds it, `None` no later step (the sampler found none).
+    /// `next.len() == indices.len()`. A source may keep the records needed
+    /// soonest in memory; the bytes written must be those of
+    /// [`Source::gather`]. The loader calls it only for sources that
+    /// [want hints](Source::wants_hints) and only in sampling modes that know
+    /// the future (sequential and cyclic, not iid). Default: ignores the hints.
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        let _ = next;
+        self.gather(indices, dst)
+    }
+
+    /// [`Source::gather_var`] with hints, as [`Source::gather_hinted`].
+    /// Default: ignores the hints.
+    fn gather_var_hinted(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        let _ = next;
+        self.gather_var(indices, dst, offsets)
+    }
 }

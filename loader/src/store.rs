@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zring_engine::Store;
+use zring_engine::{NextUse, Store};
 
 use crate::source::{Layout, Source, SourceError};
 
@@ -15,6 +15,15 @@ use crate::source::{Layout, Source, SourceError};
 /// its own length. Store errors pass through boxed but unchanged, so a caller
 /// can downcast a [`Error::Gather`](crate::Error::Gather) source back to
 /// `zring_engine::Error`.
+///
+/// It [wants hints](Source::wants_hints) while the store reads with O_DIRECT
+/// behind its record cache (its read policy is "direct" and was not forced):
+/// then the hinted gathers pass each record's next use to the store
+/// (`Some(step)` as `NextUse::At(step)`, `None` as `NextUse::Never`), and the
+/// cache keeps the records needed soonest. Buffered stores read through the
+/// page cache, which takes no hints. The steps are this loader's: the store
+/// compares the hints of all its readers, so one store should have one
+/// loader passing hints at a time.
 #[derive(Clone)]
 pub struct StoreSource {
     /// The store gathered from; shared, as every worker reads it.
@@ -71,6 +80,35 @@ impl Source for StoreSource {
         let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
         Ok(self.store.gather_var(indices, dst, starts)?)
     }
+
+    fn wants_hints(&self) -> bool {
+        // One lock and a few counters: cheap once per step, not per record.
+        let stats = self.store.read_stats();
+        stats.policy == "direct" && !stats.forced
+    }
+
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Err("gather called on a ragged StoreSource".into());
+        };
+        Ok(self.store.gather_hinted(indices, dst, record_bytes, &next_uses(next))?)
+    }
+
+    fn gather_var_hinted(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
+        Ok(self.store.gather_var_hinted(indices, dst, starts, &next_uses(next))?)
+    }
+}
+
+/// The loader's hints in the store's terms: a later step, or none at all.
+fn next_uses(next: &[Option<u64>]) -> Vec<NextUse> {
+    next.iter().map(|n| n.map_or(NextUse::Never, NextUse::At)).collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,151 @@
+//! Next-use hints: a source that wants them gets, for every record of a step,
+//! the first later step whose global batch holds it, exactly as the sampler
+//! computes it; sources that do not want them, and iid loaders, never see a
+//! hinted gather; and the hinted gathers deliver the same bytes.
+
+mod common;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use common::{assert_matches_source, take, with_timeout, MemSource, DEADLOCK};
+use zring_loader::{Layout, Loader, LoaderConfig, Mode, Shard, Source, SourceError, Stream};
+use zring_sampler::Sampler;
+
+/// What a [`Probe`] saw: per hinted gather, the indices and their hints.
+type Seen = Arc<Mutex<Vec<(Vec<u64>, Vec<Option<u64>>)>>>;
+
+/// A [`MemSource`] that says whether it wants hints and records every hinted
+/// gather; a plain gather is counted separately.
+struct Probe {
+    inner: Arc<MemSource>,
+    wants: bool,
+    hinted: Seen,
+    plain: Arc<Mutex<u64>>,
+}
+
+impl Probe {
+    fn new(inner: Arc<MemSource>, wants: bool) -> Arc<Probe> {
+        Arc::new(Probe { inner, wants, hinted: Seen::default(), plain: Arc::default() })
+    }
+}
+
+impl Source for Probe {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn layout(&self) -> Layout {
+        self.inner.layout()
+    }
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        *self.plain.lock().unwrap() += 1;
+        self.inner.gather(indices, dst)
+    }
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        self.inner.lengths(indices, out)
+    }
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
+        *self.plain.lock().unwrap() += 1;
+        self.inner.gather_var(indices, dst, offsets)
+    }
+    fn wants_hints(&self) -> bool {
+        self.wants
+    }
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        assert_eq!(next.len(), indices.len());
+        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
+        self.inner.gather(indices, dst)
+    }
+    fn gather_var_hinted(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        assert_eq!(next.len(), indices.len());
+        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
+        self.inner.gather_var(indices, dst, offsets)
+    }
+}
+
+fn config(mode: Mode, shard: Shard) -> LoaderConfig {
+    LoaderConfig { mode, seed: 11, shard, threads: 3, depth: 3, ..LoaderConfig::new(12) }
+}
+
+#[test]
+fn hints_are_the_samplers_next_use_of_the_global_batch() {
+    with_timeout(DEADLOCK, || {
+        // 100 records in batches of 12: cycles of 8 steps that leave 4 out.
+        for mode in [Mode::Cyclic, Mode::Sequential] {
+            for shard in [Shard::ALL, Shard::new(1, 3).unwrap()] {
+                let img = Probe::new(MemSource::fixed(100, 5), true);
+                let txt = Probe::new(MemSource::ragged(100), true);
+                let streams = vec![Stream::new("img", img.clone()), Stream::new("txt", txt.clone())];
+                let mut loader = Loader::new(streams, config(mode, shard)).unwrap();
+                // Sequential steps repeat their indices every 25 steps;
+                // with the read-ahead, steps up to 23 are gathered.
+                let batches = take(&mut loader, 20);
+                drop(loader);
+                let sampler = Sampler::new(mode, 100, 12, 11).unwrap();
+                for probe in [&img, &txt] {
+                    assert_eq!(*probe.plain.lock().unwrap(), 0, "{mode:?}: a plain gather despite wanting hints");
+                    // No two of these steps have the same indices, so they
+                    // name the step's gather.
+                    let seen: HashMap<Vec<u64>, Vec<Option<u64>>> =
+                        probe.hinted.lock().unwrap().iter().cloned().collect();
+                    for b in &batches {
+                        let hints = seen.get(&b.indices).expect("every delivered step had a hinted gather");
+                        for (&index, &hint) in b.indices.iter().zip(hints) {
+                            assert_eq!(hint, sampler.next_use(index, b.step), "{mode:?} step {}", b.step);
+                            let step = hint.expect("a later use within the run's range");
+                            assert!(sampler.batch(step).contains(&index));
+                        }
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn hinted_gathers_deliver_the_same_batches() {
+    with_timeout(DEADLOCK, || {
+        let plain = vec![Stream::new("img", MemSource::fixed(100, 12)), Stream::new("txt", MemSource::ragged(100))];
+        let hinted = vec![
+            Stream::new("img", Probe::new(MemSource::fixed(100, 12), true)),
+            Stream::new("txt", Probe::new(MemSource::ragged(100), true)),
+        ];
+        let mut a = Loader::new(plain, config(Mode::Cyclic, Shard::ALL)).unwrap();
+        let mut b = Loader::new(hinted, config(Mode::Cyclic, Shard::ALL)).unwrap();
+        let sa = take(&mut a, 25);
+        assert_eq!(sa, take(&mut b, 25));
+        assert_matches_source(&b.next().unwrap());
+    });
+}
+
+#[test]
+fn no_hints_for_iid_or_for_sources_that_do_not_want_them() {
+    with_timeout(DEADLOCK, || {
+        // Iid: nothing is known ahead, so even a source that wants hints
+        // gets plain gathers.
+        let wants = Probe::new(MemSource::fixed(100, 4), true);
+        let mut loader = Loader::new(vec![Stream::new("x", wants.clone())], config(Mode::Iid, Shard::ALL)).unwrap();
+        take(&mut loader, 10);
+        drop(loader);
+        assert!(wants.hinted.lock().unwrap().is_empty());
+        assert!(*wants.plain.lock().unwrap() >= 10);
+
+        // Cyclic: only the stream that wants hints gets them.
+        let yes = Probe::new(MemSource::fixed(100, 4), true);
+        let no = Probe::new(MemSource::ragged(100), false);
+        let streams = vec![Stream::new("yes", yes.clone()), Stream::new("no", no.clone())];
+        let mut loader = Loader::new(streams, config(Mode::Cyclic, Shard::ALL)).unwrap();
+        take(&mut loader, 10);
+        drop(loader);
+        assert!(yes.hinted.lock().unwrap().len() >= 10);
+        assert_eq!(*yes.plain.lock().unwrap(), 0);
+        assert!(no.hinted.lock().unwrap().is_empty());
+        assert!(*no.plain.lock().unwrap() >= 10);
+    });
+}
