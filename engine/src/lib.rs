@@ -64,6 +64,11 @@ mod mmap;
 mod pool;
 mod reads;
 mod record;
+#[allow(
+    unsafe_code,
+    reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"
+)]
+mod sigbus;
 mod store;
 mod table;
 #[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]

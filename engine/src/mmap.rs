@@ -1,4 +1,9 @@
-//! Read-only mappings of record tables.
+//! Read-only mappings of record tables and chunk files, each registered with
+//! the SIGBUS guard ([`crate::sigbus`]) so a file that shrinks under it gives
+//! an error instead of killing the process.
+//!
+//! Nothing is mapped where the guard is unavailable ([`guard_available`]):
+//! then tables and chunks are read through their files.
 
 use std::fs::File;
 use std::io;
@@ -7,36 +12,85 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use memmap2::{Mmap, MmapOptions};
 
-/// Maps the first `len` bytes of a table file read-only.
-///
-/// The caller has checked that the file is at least `len` bytes long, so no
-/// mapped page lies past the end of the file when the map is made.
-pub(crate) fn map_table(file: &File, len: usize) -> io::Result<Mmap> {
-    // SAFETY: a published table prefix is never modified or truncated by zring:
-    // appends write past the committed length, and deletes and compactions write
-    // a new table file and rename. Within this process nothing writes through
-    // another mapping of it. A different program truncating the file while it is
-    // mapped is outside the store's contract (documented in DESIGN.md), as for
-    // every mmap-based store.
-    unsafe { MmapOptions::new().len(len).map(file) }
+use crate::sigbus;
+
+/// Whether mappings can be made safely in this process: the SIGBUS handler is
+/// installed (on the first call) and still in place. When false, [`Mapping`]s
+/// are refused and callers read through the file.
+pub(crate) fn guard_available() -> bool {
+    sigbus::available()
 }
 
-/// Maps the first `len` bytes of a chunk file read-only, for copying hot
-/// records straight out of the page cache. `len` must be non-zero and at most
-/// the file's length.
-pub(crate) fn map_chunk(file: &File, len: usize) -> io::Result<Mmap> {
-    // SAFETY: committed chunk bytes are never modified or truncated while a
-    // store is open: appends write past the committed length, compaction writes
-    // new files and unlinks old ones (a mapping keeps an unlinked file alive),
-    // and recovery only cuts bytes past the committed length, before any
-    // reader of that process exists. `len` is at most the file's length (the
-    // caller checked it against the file's size), so no mapped page lies past
-    // the end of the file.
-    // No MADV_RANDOM: records are copied from this mapping only once their
-    // pages are known to be in memory, so faults are minor, and the kernel's
-    // fault-around (mapping neighbouring cached pages with each fault) saves
-    // most of them.
-    unsafe { MmapOptions::new().len(len).map(file) }
+/// Whether the process allows mappings: `ZRING_MMAP=0` turns every mapping
+/// off, and so does an unavailable guard.
+pub(crate) fn allowed() -> bool {
+    std::env::var("ZRING_MMAP").as_deref() != Ok("0") && guard_available()
+}
+
+/// A read-only mapping of a file's first `len` bytes, guarded against SIGBUS.
+///
+/// The file may shrink under it anyway (another program truncating it, a
+/// network file system, a page the disk cannot read back); the guard then
+/// replaces the whole mapping with zeros and marks it faulted. Read it only
+/// through [`Mapping::read`], which hands out the bytes for one call and
+/// reports whether they could be trusted.
+pub(crate) struct Mapping {
+    // Declared before `map`, so it is dropped (unregistered) before the pages
+    // are unmapped, as `sigbus::register` requires.
+    guard: sigbus::Guard,
+    map: Mmap,
+}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file`, which the caller has checked is
+    /// at least that long. Fails when `len` is zero, when the guard is
+    /// unavailable or full; the caller then reads the file instead.
+    pub fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        if len == 0 || !guard_available() {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, "no SIGBUS guard: read the file instead"));
+        }
+        // SAFETY: zring never modifies or truncates the mapped prefix of a
+        // published file while a store is open: appends write past the
+        // committed length, deletes and compactions write new files and
+        // rename (a mapping keeps an unlinked file alive), and recovery cuts
+        // only bytes past the committed length, before any reader of that
+        // process exists. `len` is at most the file's length, so no page lies
+        // past its end when the map is made. If another program shrinks the
+        // file anyway, or a page cannot be read back, the access raises
+        // SIGBUS and the guard registered below maps zeros over the mapping:
+        // the bytes behind a borrowed slice may then turn to zeros. Readers
+        // only copy, checksum and decode (with bounds checks) those bytes, and
+        // `Mapping::read` discards the result when the mapping faulted.
+        let map = unsafe { MmapOptions::new().len(len).map(file) }?;
+        // SAFETY: `map` is a read-only shared file mapping of `map.len()`
+        // bytes starting at a page boundary, owned by the `Mapping` built
+        // below, which drops the guard before the mapping.
+        let guard = unsafe { sigbus::register(map.as_ptr(), map.len()) }
+            .ok_or_else(|| io::Error::other("every SIGBUS guard slot is taken: read the file instead"))?;
+        Ok(Mapping { guard, map })
+    }
+
+    /// Calls `f` with the mapped bytes at `offset..offset + len` and returns
+    /// its result, or `None` when the range lies outside the mapping or the
+    /// mapping faulted, before or during the call (then `f` may have seen
+    /// zeros in place of the file's bytes, and its result is dropped). After
+    /// `None` the caller reads the file, which reports a short or unreadable
+    /// file as an error.
+    #[inline]
+    pub fn read<R>(&self, offset: usize, len: usize, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        if self.guard.faulted() {
+            return None;
+        }
+        let bytes = self.map.get(offset..offset.checked_add(len)?)?;
+        let r = f(bytes);
+        (!self.guard.faulted()).then_some(r)
+    }
+
+    /// Whether an access has faulted: the mapping is never read again.
+    #[inline]
+    pub fn faulted(&self) -> bool {
+        self.guard.faulted()
+    }
 }
 
 const PAGE: usize = 4096;
@@ -54,27 +108,45 @@ const PAGE: usize = 4096;
 /// `posix_fadvise(DONTNEED)` by another program) cost synchronous faults,
 /// never wrong bytes.
 pub(crate) struct ChunkMap {
-    map: Mmap,
+    map: Mapping,
     seen: Box<[AtomicU64]>,
     /// The eviction count the bitmap is valid for.
     epoch: AtomicU64,
 }
 
 impl ChunkMap {
+    /// Maps the first `len` bytes of a chunk file (at most the file's
+    /// length). Fails where mapping is unsafe ([`guard_available`]); the
+    /// caller then reads the file.
     pub fn new(file: &File, len: usize) -> io::Result<ChunkMap> {
-        let map = map_chunk(file, len)?;
+        // No MADV_RANDOM: records are copied from this mapping only once their
+        // pages are known to be in memory, so faults are minor, and the
+        // kernel's fault-around (mapping neighbouring cached pages with each
+        // fault) saves most of them.
+        let map = Mapping::new(file, len)?;
         let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         Ok(ChunkMap { map, seen, epoch: AtomicU64::new(u64::MAX) })
     }
 
-    /// The bytes at `offset..offset + len` if their pages are in memory.
+    /// The stored bytes at `offset..offset + len` if their pages are in
+    /// memory and the mapping has not faulted, with the means to tell
+    /// afterwards whether what was read from them was the file's
+    /// ([`Resident::faulted`]). A faulted mapping is never handed out again, so
+    /// later reads go through the file, which reports a short or unreadable
+    /// file as an error.
+    ///
     /// `epoch` is [`evictions`] read at the start of the gather, or `None` to
     /// ask the kernel without consulting the bitmap (small gathers, where one
     /// read of the counters costs more than asking per record).
-    pub fn resident(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
-        let end = offset.checked_add(len).filter(|&e| e <= self.map.len())?;
+    pub fn resident_checked(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<Resident<'_>> {
+        if self.map.faulted() {
+            return None;
+        }
+        let map = &self.map.map;
+        let end = offset.checked_add(len).filter(|&e| e <= map.len())?;
+        let found = Resident { bytes: &map[offset..end], guard: &self.map.guard };
         let Some(epoch) = epoch else {
-            return resident(&self.map, offset, len).then(|| &self.map[offset..end]);
+            return resident(map, offset, len).then_some(found);
         };
         if self.epoch.load(Relaxed) != epoch {
             for w in self.seen.iter() {
@@ -85,14 +157,55 @@ impl ChunkMap {
         let pages = offset / PAGE..end.div_ceil(PAGE);
         let known = pages.clone().all(|p| self.seen[p / 64].load(Relaxed) & (1 << (p % 64)) != 0);
         if !known {
-            if !resident(&self.map, offset, len) {
+            if !resident(map, offset, len) {
                 return None;
             }
             for p in pages {
                 self.seen[p / 64].fetch_or(1 << (p % 64), Relaxed);
             }
         }
-        Some(&self.map[offset..end])
+        Some(found)
+    }
+
+    /// [`ChunkMap::resident_checked`] without the means to check: bytes used
+    /// from here are zeros if the file shrinks meanwhile, with nothing to say
+    /// so but their checksum.
+    pub fn resident(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
+        self.resident_checked(offset, len, epoch).map(|r| r.bytes())
+    }
+}
+
+/// A resident record's stored bytes in a chunk's mapping.
+///
+/// Use [`Resident::bytes`] (copy, checksum, decode), then ask
+/// [`Resident::faulted`]: when true, the file shrank or a page could not be
+/// read while mapped, what was read may be zeros in place of the file's
+/// bytes, and the record must be reported as an error (or read again through
+/// the file). The check is one fence and one load; checking once after
+/// several records of the same chunk covers them all, as the flag never
+/// clears.
+#[derive(Clone, Copy)]
+pub(crate) struct Resident<'m> {
+    bytes: &'m [u8],
+    guard: &'m sigbus::Guard,
+}
+
+impl<'m> Resident<'m> {
+    /// The stored bytes, borrowed from the mapping.
+    #[inline]
+    pub fn bytes(&self) -> &'m [u8] {
+        self.bytes
+    }
+
+    /// Whether the mapping faulted since it was made: everything read from
+    /// [`Resident::bytes`] before this call is suspect when true.
+    #[inline]
+    #[allow(
+        dead_code,
+        reason = "the gather path in store.rs moves from resident() to resident_checked(); drop this then"
+    )]
+    pub fn faulted(&self) -> bool {
+        self.guard.faulted()
     }
 }
 
@@ -144,4 +257,96 @@ fn resident(map: &Mmap, offset: usize, len: usize) -> bool {
     // mapping's page tables; `out` has one byte per page of the range.
     let r = unsafe { libc::mincore(map.as_ptr().add(start) as *mut libc::c_void, end - start, out.as_mut_ptr()) };
     r == 0 && out.iter().all(|b| b & 1 == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn file_of(len: usize) -> File {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+        f.write_all(&data).unwrap();
+        f
+    }
+
+    /// A chunk file shrinks under its mapping while the residency bitmap still
+    /// says its pages are in memory: the copy faults, the guard turns it into
+    /// zeros plus the faulted flag, `read` returns `None`, and the mapping is
+    /// never read again, not even for bytes that are still in the file.
+    #[test]
+    fn a_shrunk_chunk_faults_into_none_not_a_signal() {
+        assert!(guard_available(), "the SIGBUS handler could not be installed");
+        let len = 64 * PAGE;
+        let f = file_of(len);
+        let map = ChunkMap::new(&f, len).unwrap();
+        let epoch = Some(7);
+        let hot = map.resident_checked(40 * PAGE, 3 * PAGE, epoch).expect("pages just written are resident");
+        let first = hot.bytes().to_vec();
+        assert!(!hot.faulted());
+        assert_eq!(first[0], (40 * PAGE % 251) as u8 + 1);
+        f.set_len(8 * PAGE as u64).unwrap();
+        // The bitmap remembers the pages, so no mincore: the copy touches them.
+        let hot = map.resident_checked(40 * PAGE, 3 * PAGE, epoch).expect("the bitmap still says resident");
+        assert_eq!(hot.bytes().to_vec(), vec![0u8; 3 * PAGE], "the faulting copy resumed on zeros");
+        assert!(hot.faulted());
+        assert!(map.resident_checked(0, PAGE, epoch).is_none());
+        assert!(map.resident_checked(0, PAGE, None).is_none());
+    }
+
+    /// The same through `Mapping::read` (tables): a fault inside `f` drops its
+    /// result.
+    #[test]
+    fn a_fault_during_read_drops_the_result() {
+        let len = 16 * PAGE;
+        let f = file_of(len);
+        let map = Mapping::new(&f, len).unwrap();
+        let want: Vec<u8> = (PAGE..PAGE + 4).map(|i| (i % 251) as u8 + 1).collect();
+        assert_eq!(map.read(PAGE, 4, |b| b.to_vec()), Some(want));
+        f.set_len(0).unwrap();
+        let mut saw = None;
+        assert!(map.read(12 * PAGE, 8, |b| saw = Some(b.to_vec())).is_none());
+        assert_eq!(saw, Some(vec![0u8; 8]), "the faulting copy resumed on zeros");
+        assert!(map.read(0, 1, |_| ()).is_none());
+    }
+
+    /// A fault on one thread makes a concurrent reader on another thread drop
+    /// what it read, whether it faulted itself or found the zeros already
+    /// mapped.
+    #[test]
+    fn concurrent_readers_all_see_the_fault() {
+        let len = 256 * PAGE;
+        let f = file_of(len);
+        let map = ChunkMap::new(&f, len).unwrap();
+        for p in 0..256 {
+            assert!(map.resident_checked(p * PAGE, PAGE, Some(1)).is_some());
+        }
+        std::thread::scope(|s| {
+            let readers: Vec<_> = (0..4)
+                .map(|t| {
+                    let map = &map;
+                    s.spawn(move || {
+                        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                        for round in 0usize.. {
+                            let p = (round * 7 + t * 13) % 256;
+                            let Some(hot) = map.resident_checked(p * PAGE, PAGE, Some(1)) else { return };
+                            let all_file_bytes = hot.bytes().iter().all(|&x| x != 0);
+                            if hot.faulted() {
+                                return;
+                            }
+                            assert!(all_file_bytes, "zeros were taken for file bytes");
+                            assert!(std::time::Instant::now() < deadline, "the shrink was never noticed");
+                        }
+                    })
+                })
+                .collect();
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            f.set_len(0).unwrap();
+            for r in readers {
+                r.join().unwrap();
+            }
+        });
+        assert!(map.map.faulted());
+    }
 }
