@@ -46,7 +46,7 @@ impl Store {
         let mut order = indices.to_vec();
         order.sort_unstable_by(|a, b| b.cmp(a));
         order.dedup();
-        let mut bytes = snap.table.native_bytes()[..w.records as usize * ENTRY_BYTES].to_vec();
+        let mut bytes = snap.table.entry_bytes()?;
         let mut len = w.records as usize;
         for i in order {
             let i = i as usize;

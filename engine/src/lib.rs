@@ -32,9 +32,11 @@
 //! - Delete keeps the index space dense by moving the last record into each
 //!   hole, as loaderx does: a sampler over `0..len` never hits a hole, but
 //!   survivors may change index.
-//! - The record table is memory-mapped. Files are never modified in place once
-//!   published, so mapped readers in other processes stay consistent; a program
-//!   that truncates the store's files under a reader is outside the contract.
+//! - The record table and hot chunks are memory-mapped. Files are never
+//!   modified in place once published, so mapped readers in other processes
+//!   stay consistent; a file that shrinks under a reader anyway (another
+//!   program, a network file system, an unreadable page) gives an error, not a
+//!   SIGBUS (a guard maps zeros over the lost pages and the read is refused).
 //!
 //! ```
 //! use zring_engine::{Codec, Store};
@@ -59,7 +61,10 @@ mod error;
 pub mod fault;
 mod fs;
 mod head;
-#[allow(unsafe_code, reason = "memory-maps record tables; the invariant is argued at the one unsafe call")]
+#[allow(
+    unsafe_code,
+    reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
+)]
 mod mmap;
 mod pool;
 mod reads;

@@ -166,13 +166,6 @@ impl ChunkMap {
         }
         Some(found)
     }
-
-    /// [`ChunkMap::resident_checked`] without the means to check: bytes used
-    /// from here are zeros if the file shrinks meanwhile, with nothing to say
-    /// so but their checksum.
-    pub fn resident(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
-        self.resident_checked(offset, len, epoch).map(|r| r.bytes())
-    }
 }
 
 /// A resident record's stored bytes in a chunk's mapping.
@@ -200,10 +193,6 @@ impl<'m> Resident<'m> {
     /// Whether the mapping faulted since it was made: everything read from
     /// [`Resident::bytes`] before this call is suspect when true.
     #[inline]
-    #[allow(
-        dead_code,
-        reason = "the gather path in store.rs moves from resident() to resident_checked(); drop this then"
-    )]
     pub fn faulted(&self) -> bool {
         self.guard.faulted()
     }

@@ -51,12 +51,13 @@ pub(crate) struct Chunk {
 
 impl Chunk {
     /// The stored bytes at `offset..offset + len` if every page of them is in
-    /// memory (so reading them performs no I/O).
-    pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<&[u8]> {
+    /// memory (so reading them performs no I/O). Ask
+    /// [`crate::mmap::Resident::faulted`] after using them.
+    pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<crate::mmap::Resident<'_>> {
         if self.direct.is_some() {
             return None;
         }
-        self.mapping()?.resident(offset as usize, len, epoch)
+        self.mapping()?.resident_checked(offset as usize, len, epoch)
     }
 
     fn mapping(&self) -> Option<&crate::mmap::ChunkMap> {
@@ -264,7 +265,7 @@ impl StoreBuilder {
             dir: self.path,
             backend,
             reads,
-            mmap: self.mmap.unwrap_or_else(mmap_default),
+            mmap: self.mmap.unwrap_or_else(mmap_default) && crate::mmap::guard_available(),
             codec: self.codec,
             level: self.level,
             dict_level: self.dict_level,
@@ -387,7 +388,7 @@ const HOT_GROUP: usize = 8;
 /// Where a hot record's stored bytes are: in a chunk's mapping (the page
 /// cache) or in the record cache.
 pub(crate) enum Hot<'m> {
-    Mapped(&'m [u8]),
+    Mapped(crate::mmap::Resident<'m>),
     Cached(Arc<[u8]>),
 }
 
@@ -395,7 +396,7 @@ impl std::ops::Deref for Hot<'_> {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Hot::Mapped(b) => b,
+            Hot::Mapped(b) => b.bytes(),
             Hot::Cached(b) => b,
         }
     }
@@ -406,6 +407,9 @@ pub(crate) struct HotQueue<'q, 'i, 'm> {
     groups: &'q [Mutex<&'q mut [(Item<'i>, Hot<'m>)]>],
     next: AtomicUsize,
     dict: Option<&'m Dict>,
+    /// The store's directory and format, to name a chunk file in an error.
+    dir: &'m Path,
+    format: Format,
     /// The first error of a hot record.
     error: Mutex<Option<Error>>,
 }
@@ -421,7 +425,23 @@ impl HotQueue<'_, '_, '_> {
             let Some(group) = self.groups.get(k) else { return };
             let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
             for (it, stored) in group.iter_mut() {
-                if let Err(e) = finish_record(it, stored, self.dict) {
+                let r = finish_record(it, stored, self.dict);
+                if let Hot::Mapped(m) = stored {
+                    if m.faulted() {
+                        // The copy may have read zeros for pages the file lost.
+                        let path = self.dir.join(chunk_name(self.format, it.entry.chunk));
+                        self.failed(corrupted(
+                            format!("chunk {}", it.entry.chunk.0),
+                            format!(
+                                "{} shrank or could not be read while mapped (record {})",
+                                path.display(),
+                                it.index
+                            ),
+                        ));
+                        continue;
+                    }
+                }
+                if let Err(e) = r {
                     self.failed(e);
                 }
             }
@@ -699,6 +719,8 @@ impl Store {
             groups: &hot_groups,
             next: AtomicUsize::new(0),
             dict: snap.dict.as_deref(),
+            dir: &self.dir,
+            format: snap.table.format,
             error: Mutex::new(None),
         };
         let parallel =

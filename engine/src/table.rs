@@ -168,14 +168,6 @@ impl Table {
         Ok(v)
     }
 
-    /// [`Table::entry_bytes`] without its error: where the file cannot be
-    /// read, zeros, which fail their entry checksum (so a table written from
-    /// them reports those entries as corrupted, never as other records).
-    /// Prefer `entry_bytes`.
-    pub fn native_bytes(&self) -> Vec<u8> {
-        self.entry_bytes().unwrap_or_else(|_| vec![0u8; self.len.saturating_sub(TABLE_HEADER_BYTES)])
-    }
-
     /// Reads `buf.len()` bytes at `at` through the file. The file was checked
     /// at open to hold `len` bytes, so ending early means it shrank since.
     fn read_at(&self, buf: &mut [u8], at: usize) -> Result<()> {
