@@ -139,6 +139,38 @@ fn a_chunk_cut_to_nothing_under_a_reader_is_an_error_for_every_gather() {
     }
 }
 
+/// With the record cache in front of O_DIRECT reads (a budget of half the
+/// data), a chunk cut under the reader: records the cache holds are still its
+/// verified committed bytes; every other record past the cut is an error.
+#[test]
+fn a_chunk_cut_under_a_reader_with_the_record_cache_is_an_error_past_the_cut() {
+    for backend in backends() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(store_and_reader(dir.path(), backend));
+        let budget = N * REC as u64 / 2;
+        let reader = Store::builder(dir.path()).backend(backend).cache_bytes(budget).open().unwrap();
+        let all: Vec<u64> = (0..N).collect();
+        check(&reader, &all);
+        check(&reader, &all);
+        let stats = reader.read_stats();
+        assert_eq!(stats.policy, "direct", "{stats:?}");
+        assert!(stats.cache_hits > 0, "{stats:?}");
+        let chunk = only_file(dir.path(), "chunk-");
+        truncate(&chunk, N / 2 * REC as u64);
+        assert_chunk_error(&gather_err(&reader, &all), &chunk);
+        for i in 0..N {
+            let mut out = vec![0u8; REC];
+            match reader.gather(&[i], &mut out, REC) {
+                Ok(()) => assert!(out == record(i), "{backend:?}: record {i} read back wrong"),
+                Err(e) => {
+                    assert!(i >= N / 2, "{backend:?}: record {i} before the cut failed: {e}");
+                    assert_chunk_error(&e, &chunk);
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn a_table_cut_under_a_reader_is_corrupted_naming_the_table() {
     for backend in backends() {
