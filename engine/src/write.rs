@@ -243,6 +243,12 @@ impl Writer {
         let table_at = TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64;
         writes.push((self.table.as_fd(), table_at, &table_bytes[..]));
         let r = uring::write_batch(backend, &writes);
+        if r.is_ok() {
+            // Writeback starts now, while later blocks encode.
+            for (fd, offset, bytes) in &writes {
+                uring::start_writeback(*fd, *offset, bytes.len());
+            }
+        }
         drop(writes);
         drop(sealed);
         if let Err(e) = r {
