@@ -704,16 +704,13 @@ def versions() -> str:
 
 
 def update_readme(readme: Path, text: str) -> None:
-    """Replaces the text between the README's budget markers with ``text``
-    (headings moved down a level to sit under the README's "Benchmarks")."""
-    begin, end = "<!-- budget:begin -->", "<!-- budget:end -->"
-    body = readme.read_text()
-    if begin not in body or end not in body:
-        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
-    demoted = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    head, rest = body.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{demoted}\n{end}{tail}")
+    """Replaces the README's budget section with ``text`` (compare.py's
+    section writer, imported here: it pulls in NumPy, which the parent
+    process otherwise never needs)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from compare import update_readme as replace_section
+
+    replace_section(readme, text, "budget")
 
 
 # --------------------------------------------------------------------------

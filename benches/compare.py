@@ -1263,10 +1263,10 @@ def main() -> None:
     print(text)
 
 
-def update_readme(readme: Path, text: str) -> None:
-    """Replaces the text between the README's compare markers with ``text``
+def update_readme(readme: Path, text: str, section: str = "compare") -> None:
+    """Replaces the text between the README's ``section`` markers with ``text``
     (headings moved down a level to sit under the README's "Benchmarks")."""
-    begin, end = "<!-- compare:begin -->", "<!-- compare:end -->"
+    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
     body = readme.read_text()
     if begin not in body or end not in body:
         raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
