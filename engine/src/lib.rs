@@ -61,6 +61,7 @@ mod error;
 pub mod fault;
 mod fs;
 mod head;
+mod hot;
 #[allow(
     unsafe_code,
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"

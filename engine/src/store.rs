@@ -11,6 +11,7 @@ use crate::cache::NextUse;
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::head::{Head, HEAD_FILE};
+use crate::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::reads::{ReadStats, Reads, Seen};
 use crate::record::{check_index, ChunkId, Entry};
 use crate::table::{Format, Table, LOADERX_META};
@@ -377,88 +378,6 @@ pub(crate) struct Item<'a> {
     pub keep_stored: bool,
     /// When the caller needs the record again (for the record cache).
     pub next: NextUse,
-}
-
-/// Records per claim from the hot queue: about 100 KiB of 12 KiB records,
-/// far more work (tens of microseconds to decode) than a claim costs (one
-/// atomic add and an uncontended lock), and small enough that two threads
-/// finish a 256-record batch within a group of each other.
-const HOT_GROUP: usize = 8;
-
-/// Where a hot record's stored bytes are: in a chunk's mapping (the page
-/// cache) or in the record cache.
-pub(crate) enum Hot<'m> {
-    Mapped(crate::mmap::Resident<'m>),
-    Cached(Arc<[u8]>),
-}
-
-impl std::ops::Deref for Hot<'_> {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        match self {
-            Hot::Mapped(b) => b.bytes(),
-            Hot::Cached(b) => b,
-        }
-    }
-}
-
-/// Hot records of one gather, in groups any of its threads may claim.
-pub(crate) struct HotQueue<'q, 'i, 'm> {
-    groups: &'q [Mutex<&'q mut [(Item<'i>, Hot<'m>)]>],
-    next: AtomicUsize,
-    dict: Option<&'m Dict>,
-    /// The store's directory and format, to name a chunk file in an error.
-    dir: &'m Path,
-    format: Format,
-    /// The first error of a hot record.
-    error: Mutex<Option<Error>>,
-}
-
-impl HotQueue<'_, '_, '_> {
-    /// Copies or decodes groups until none is left unclaimed; an error is
-    /// kept for [`HotQueue::finish`] and the other groups still run (a
-    /// failed gather's slots are undefined anyway, and stopping early would
-    /// need a second flag for no gain).
-    fn drain(&self) {
-        loop {
-            let k = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let Some(group) = self.groups.get(k) else { return };
-            let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
-            for (it, stored) in group.iter_mut() {
-                let r = finish_record(it, stored, self.dict);
-                if let Hot::Mapped(m) = stored {
-                    if m.faulted() {
-                        // The copy may have read zeros for pages the file lost.
-                        let path = self.dir.join(chunk_name(self.format, it.entry.chunk));
-                        self.failed(corrupted(
-                            format!("chunk {}", it.entry.chunk.0),
-                            format!(
-                                "{} shrank or could not be read while mapped (record {})",
-                                path.display(),
-                                it.index
-                            ),
-                        ));
-                        continue;
-                    }
-                }
-                if let Err(e) = r {
-                    self.failed(e);
-                }
-            }
-        }
-    }
-
-    fn failed(&self, e: Error) {
-        self.error.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
-    }
-
-    /// Drains what is left (a thread whose reads failed before it drained)
-    /// and returns the first error: `r`, else one from a hot record.
-    fn finish(&self, r: Result<()>) -> Result<()> {
-        self.drain();
-        let hot = self.error.lock().unwrap_or_else(|p| p.into_inner()).take();
-        r.and(hot.map_or(Ok(()), Err))
-    }
 }
 
 impl Store {
@@ -955,7 +874,7 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
 /// over the stored bytes pays for bringing them from memory, the second finds
 /// them in the CPU cache. Decoding unverified bytes is safe (zstd checks its
 /// input); a mismatch still fails the call, with the slot's contents undefined.
-fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
+pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
     let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
     let decoded = codec::decode(codec, stored, it.dst, dict);
     crc_check(it.index, &it.entry, stored)?;
