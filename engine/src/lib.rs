@@ -59,6 +59,8 @@ mod codec;
 mod compact;
 mod error;
 pub mod fault;
+#[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
+mod fds;
 mod fs;
 mod head;
 mod hot;

@@ -1,8 +1,8 @@
 //! The store: opening, the read path (gather), and shared state.
 
-use std::fs::{File, OpenOptions};
+use std::collections::HashMap;
+use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use crate::cache::NextUse;
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
+use crate::fds::ChunkFile;
 use crate::head::{Head, HEAD_FILE};
 use crate::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::reads::{ReadStats, Reads, Seen};
@@ -17,6 +18,7 @@ use crate::record::{check_index, ChunkId, Entry};
 use crate::table::{Format, Table, LOADERX_META};
 use crate::uring::{self, AlignedBuf, BackendKind, ReqErrorKind, ALIGN};
 use crate::write::Writer;
+use once_cell::race::OnceBox;
 
 /// zstd level of plain `zstd` records unless the builder says otherwise.
 pub const DEFAULT_LEVEL: i32 = 3;
@@ -38,16 +40,21 @@ pub(crate) fn chunk_name(format: Format, id: ChunkId) -> String {
 /// One chunk file as readers see it.
 #[derive(Clone)]
 pub(crate) struct Chunk {
-    pub file: Arc<File>,
-    /// The same file opened with O_DIRECT, when direct reads are on and the
-    /// file system supports them.
-    pub direct: Option<Arc<File>>,
+    /// The file; its descriptors are opened on first use and cached by the
+    /// process ([`crate::fds`]).
+    pub file: Arc<ChunkFile>,
+    /// Whether reads bypass the page cache (O_DIRECT) where the file system
+    /// allows it.
+    pub direct: bool,
     /// Bytes of this chunk that committed records may occupy.
     pub len: u64,
     /// A read-only mapping of the first `len` bytes, made on first use, for
     /// copying records that are already in the page cache without a system
-    /// call. `None` inside when mapping failed or direct reads are on.
-    pub map: Arc<std::sync::OnceLock<Option<crate::mmap::ChunkMap>>>,
+    /// call. `None` inside when mapping failed or direct reads are on. Made
+    /// without blocking (racing threads may both map; one mapping is kept),
+    /// so no thread can wait on another's initialisation, even in a child
+    /// forked while it ran.
+    pub map: Arc<OnceBox<Option<crate::mmap::ChunkMap>>>,
 }
 
 impl Chunk {
@@ -55,7 +62,7 @@ impl Chunk {
     /// memory (so reading them performs no I/O). Ask
     /// [`crate::mmap::Resident::faulted`] after using them.
     pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<crate::mmap::Resident<'_>> {
-        if self.direct.is_some() {
+        if self.direct && !self.file.direct_refused() {
             return None;
         }
         self.mapping()?.resident_checked(offset as usize, len, epoch)
@@ -64,9 +71,18 @@ impl Chunk {
     fn mapping(&self) -> Option<&crate::mmap::ChunkMap> {
         self.map
             .get_or_init(|| {
-                (self.len > 0).then(|| crate::mmap::ChunkMap::new(&self.file, self.len as usize).ok()).flatten()
+                let map = (self.len > 0)
+                    .then(|| self.file.buffered().ok())
+                    .flatten()
+                    .and_then(|f| crate::mmap::ChunkMap::new(&f, self.len as usize).ok());
+                Box::new(map)
             })
             .as_ref()
+    }
+
+    /// The same file under another read mode.
+    pub fn with_direct(&self, direct: bool) -> Chunk {
+        Chunk { direct, ..self.clone() }
     }
 }
 
@@ -278,8 +294,8 @@ impl StoreBuilder {
 
 pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
     let path = dir.join(chunk_name(format, id));
-    let file = crate::fs::open_read(&path)?;
-    let size = file.metadata().map_err(io_err("stat", &path))?.len();
+    // Only its size is checked now; it is opened when first read.
+    let size = std::fs::metadata(&path).map_err(io_err("stat", &path))?.len();
     let len = match len {
         Some(l) if l > size => {
             return Err(corrupted(
@@ -290,12 +306,7 @@ pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u6
         Some(l) => l,
         None => size,
     };
-    let direct = if direct {
-        crate::fs::open(&path, OpenOptions::new().read(true).custom_flags(libc::O_DIRECT)).ok().map(Arc::new)
-    } else {
-        None
-    };
-    Ok(Chunk { file: Arc::new(file), direct, len, map: Default::default() })
+    Ok(Chunk { file: ChunkFile::new(path), direct, len, map: Default::default() })
 }
 
 /// Loads a snapshot (and for native stores the head it came from), with the
@@ -308,7 +319,7 @@ pub(crate) fn load(
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         let table = Table::open_native(dir, head.generation, head.records)?;
-        // Open every chunk before deciding on O_DIRECT (which needs the total
+        // Check every chunk before deciding on O_DIRECT (which needs the total
         // size); a missing chunk fails here, before any large allocation.
         let mut chunks = Vec::new();
         for k in 0..head.chunk_count {
@@ -317,9 +328,7 @@ pub(crate) fn load(
         }
         let reads = reads(chunks.iter().map(|c| c.len).sum())?;
         if reads.direct() {
-            for (k, c) in chunks.iter_mut().enumerate() {
-                *c = open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k as u32), Some(c.len), true)?;
-            }
+            chunks.iter_mut().for_each(|c| c.direct = true);
         }
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::write::DICT_FILE);
@@ -696,24 +705,13 @@ impl Store {
                 w => w,
             };
             let now = self.snapshot();
-            let chunks = now
-                .chunks
-                .iter()
-                .enumerate()
-                .map(|(k, c)| {
-                    open_chunk(&self.dir, now.table.format, ChunkId(now.chunk_base + k as u32), Some(c.len), direct)
-                })
-                .collect::<Result<Vec<_>>>();
-            // A store that cannot reopen its chunks keeps the policy it has.
-            if let Ok(chunks) = chunks {
-                self.publish(Snapshot {
-                    table: now.table.clone(),
-                    chunk_base: now.chunk_base,
-                    chunks,
-                    dict: now.dict.clone(),
-                });
-                self.reads.adopt(policy);
-            }
+            self.publish(Snapshot {
+                table: now.table.clone(),
+                chunk_base: now.chunk_base,
+                chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),
+                dict: now.dict.clone(),
+            });
+            self.reads.adopt(policy);
         }
         r
     }
@@ -723,7 +721,24 @@ impl Store {
             static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
         }
         let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
-        let r = self.read_group_with(snap, items, &mut scratch, hot);
+        // A batch holds a descriptor per chunk file it names until it
+        // completes: name at most `batch_files` files per batch (fds.rs).
+        let limit = crate::fds::batch_files();
+        let mut rest = items;
+        let r = loop {
+            let cut = if snap.chunks.len() <= limit {
+                rest.len()
+            } else {
+                let mut files = std::collections::HashSet::new();
+                rest.iter().position(|it| files.insert(it.entry.chunk) && files.len() > limit).unwrap_or(rest.len())
+            };
+            let (batch, tail) = std::mem::take(&mut rest).split_at_mut(cut);
+            let r = self.read_group_with(snap, batch, &mut scratch, hot);
+            rest = tail;
+            if rest.is_empty() || r.is_err() {
+                break r;
+            }
+        };
         SCRATCH.with(|s| *s.borrow_mut() = scratch);
         r
     }
@@ -752,11 +767,25 @@ impl Store {
         }
         let dict = snap.dict.as_deref();
         let mut first_err: Option<Error> = None;
+        // The descriptors of the batch's files (opened or taken from the
+        // process's cache), held until its reads complete; `true` with an
+        // O_DIRECT one.
+        let mut files: HashMap<ChunkId, (Arc<File>, bool)> = HashMap::new();
+        for it in items.iter() {
+            if let std::collections::hash_map::Entry::Vacant(v) = files.entry(it.entry.chunk) {
+                let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+                let direct = if chunk.direct { chunk.file.direct()? } else { None };
+                v.insert(match direct {
+                    Some(f) => (f, true),
+                    None => (chunk.file.buffered()?, false),
+                });
+            }
+        }
         let mut plans = Vec::with_capacity(items.len());
         for it in items.iter() {
-            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+            let (file, direct) = &files[&it.entry.chunk];
             let stored = it.entry.stored_len as usize;
-            let p = match &chunk.direct {
+            let p = match direct.then_some(file) {
                 Some(d) => {
                     let start = it.entry.offset / ALIGN as u64 * ALIGN as u64;
                     let end = it.entry.end().div_ceil(ALIGN as u64) * ALIGN as u64;
@@ -774,7 +803,7 @@ impl Store {
                 None => {
                     let in_place = it.entry.codec == Codec::Raw || it.keep_stored;
                     Plan {
-                        fd: chunk.file.as_fd(),
+                        fd: file.as_fd(),
                         offset: it.entry.offset,
                         len: stored,
                         need: stored,

@@ -81,7 +81,7 @@ use std::collections::{HashSet, VecDeque};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use zring_sampler::{Mode, Sampler, Shard};
@@ -243,6 +243,9 @@ pub struct Loader {
     closed: bool,
     delivered: u64,
     wait: Histogram<u64>,
+    /// When the consumer began waiting for the next step, across
+    /// [`Loader::next_timeout`] calls that timed out.
+    waiting_since: Option<Instant>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -399,6 +402,7 @@ impl Loader {
             closed: false,
             delivered: 0,
             wait: stats::histogram(),
+            waiting_since: None,
         })
     }
 
@@ -413,13 +417,25 @@ impl Loader {
         reason = "the loader never ends and every call can fail, so Iterator's Option would only add an always-Some layer"
     )]
     pub fn next(&mut self) -> Result<Batch, Error> {
+        Ok(self.next_until(None)?.expect("waits without a deadline"))
+    }
+
+    /// [`Loader::next`], giving up after `timeout` with `Ok(None)` if the
+    /// step is not ready by then; a later call waits for the same step. A
+    /// caller that must stay responsive (to signals, say) waits in slices:
+    /// the wait statistics count the slices up to a delivery as one wait.
+    pub fn next_timeout(&mut self, timeout: Duration) -> Result<Option<Batch>, Error> {
+        self.next_until(Some(Instant::now() + timeout))
+    }
+
+    fn next_until(&mut self, deadline: Option<Instant>) -> Result<Option<Batch>, Error> {
         if let Some(step) = self.poisoned {
             return Err(Error::Poisoned { step });
         }
         if self.closed {
             return Err(Error::Closed);
         }
-        let started = Instant::now();
+        let started = *self.waiting_since.get_or_insert_with(Instant::now);
         let shared = &*self.shared;
         let mut state = shared.lock();
         let outcome = loop {
@@ -437,16 +453,26 @@ impl Loader {
                 // kept so a future path cannot leave the consumer waiting.
                 break Err(Error::Closed);
             }
-            state = shared.ready.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = match deadline {
+                None => shared.ready.wait(state).unwrap_or_else(PoisonError::into_inner),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(None);
+                    }
+                    shared.ready.wait_timeout(state, left).unwrap_or_else(PoisonError::into_inner).0
+                }
+            };
         };
         drop(state);
+        self.waiting_since = None;
         stats::record(&mut self.wait, started.elapsed());
         match outcome {
             Ok(batch) => {
                 shared.work.notify_one();
                 self.next_step += 1;
                 self.delivered += 1;
-                Ok(batch)
+                Ok(Some(batch))
             }
             Err(e) => {
                 self.poisoned = Some(self.next_step);

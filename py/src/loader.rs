@@ -8,6 +8,7 @@
 //! last NumPy view of it is gone.
 
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use numpy::ndarray::ArrayViewMut1;
 use numpy::PyArray1;
@@ -54,11 +55,17 @@ fn lend(py: Python<'_>, mut buf: PooledBuf) -> PyResult<Bound<'_, PyArray1<u8>>>
     Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
 }
 
+/// How long `next()` waits without the GIL before it looks for signals:
+/// Ctrl-C reaches a consumer blocked on a slow step within this much (plus
+/// the time to take the GIL back).
+const SIGNAL_POLL: Duration = Duration::from_millis(50);
+
 /// The step pipeline (the Python class `Loader`).
 #[pyclass(name = "Loader", module = "zring._zring", frozen)]
 pub struct PyLoader {
-    /// `None` once closed. `next()` holds the lock while it waits (with the
-    /// GIL released); `close()` takes it after that step arrives.
+    /// `None` once closed. Taken only without the GIL, and by `next()` for
+    /// one [`SIGNAL_POLL`] slice of its wait at a time, so another thread's
+    /// `state()`, `stats()` or `close()` waits at most one slice.
     inner: Mutex<Option<Loader>>,
     /// The process that started the gather threads. A forked child has a
     /// copy of this object but none of the threads.
@@ -166,8 +173,18 @@ impl PyLoader {
     /// `columns` is a list of `(name, data, offsets)`: `data` a uint8 array
     /// viewing the pooled buffer, `offsets` the `len + 1` byte boundaries of
     /// a ragged column (uint64 array) or None.
+    ///
+    /// The wait runs without the GIL in slices of [`SIGNAL_POLL`]; between
+    /// slices the lock is let go (so `state()`, `stats()` and `close()` from
+    /// other threads get in) and, with the GIL, pending signals are handled:
+    /// Ctrl-C raises `KeyboardInterrupt` here, and the step stays next.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let batch = py.detach(|| self.with(|l| l.next()))?.map_err(error::loader)?;
+        let batch = loop {
+            match py.detach(|| self.with(|l| l.next_timeout(SIGNAL_POLL)))?.map_err(error::loader)? {
+                Some(batch) => break batch,
+                None => py.check_signals()?,
+            }
+        };
         let step = batch.step;
         let indices = PyArray1::from_slice(py, &batch.indices);
         let columns = PyList::empty(py);
@@ -186,18 +203,18 @@ impl PyLoader {
     /// The state to resume from, as a dict; its step is the next one `next()`
     /// would return.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let state = self.with(|l| l.state())?;
+        let state = py.detach(|| self.with(|l| l.state()))?;
         to_py(py, &state)
     }
 
     /// The records per batch this loader delivers.
-    fn batch_len(&self) -> PyResult<usize> {
-        self.with(|l| l.batch_len())
+    fn batch_len(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.with(|l| l.batch_len()))
     }
 
     /// Pipeline statistics (wait and gather percentiles, counters) as a dict.
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
-        let stats = self.with(|l| l.stats())?;
+        let stats = py.detach(|| self.with(|l| l.stats()))?;
         to_py(py, &stats)
     }
 
@@ -211,18 +228,21 @@ impl PyLoader {
 
     /// Whether `close()` has been called.
     #[getter]
-    fn closed(&self) -> bool {
+    fn closed(&self, py: Python<'_>) -> bool {
         if std::process::id() != self.pid {
             return true;
         }
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner).is_none()
+        py.detach(|| self.inner.lock().unwrap_or_else(PoisonError::into_inner).is_none())
     }
 }
 
 impl Drop for PyLoader {
     fn drop(&mut self) {
         // In the process that made it, dropping the loader stops and joins its
-        // threads; in a forked child `take` forgets it instead.
-        drop(self.take());
+        // threads (without the GIL, so other Python threads run meanwhile);
+        // in a forked child `take` forgets it instead.
+        if let Some(loader) = self.take() {
+            Python::attach(|py| py.detach(move || drop(loader)));
+        }
     }
 }
