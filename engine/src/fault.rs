@@ -17,7 +17,18 @@ pub enum Kind {
     Fsync,
     /// Opening or creating a file.
     Open,
+    /// Creating a thread's io_uring ring.
+    RingSetup,
+    /// An `io_uring_enter` call (submitting, or waiting for completions).
+    Enter,
+    /// Handing a completed read to its record's check and decode: an armed
+    /// fault makes that callback panic (the errno is ignored).
+    Complete,
 }
+
+/// Number of [`Kind`]s.
+#[cfg(feature = "fault-injection")]
+const KINDS: usize = 7;
 
 #[cfg(feature = "fault-injection")]
 mod imp {
@@ -25,11 +36,12 @@ mod imp {
     use std::sync::Mutex;
 
     struct State {
-        seen: [u64; 4],
-        armed: Option<(Kind, u64, i32)>,
+        seen: [u64; super::KINDS],
+        /// (kind, the operation count that fails, errno, and every later one too)
+        armed: Option<(Kind, u64, i32, bool)>,
     }
 
-    static STATE: Mutex<State> = Mutex::new(State { seen: [0; 4], armed: None });
+    static STATE: Mutex<State> = Mutex::new(State { seen: [0; super::KINDS], armed: None });
 
     fn slot(k: Kind) -> usize {
         match k {
@@ -37,6 +49,9 @@ mod imp {
             Kind::Write => 1,
             Kind::Fsync => 2,
             Kind::Open => 3,
+            Kind::RingSetup => 4,
+            Kind::Enter => 5,
+            Kind::Complete => 6,
         }
     }
 
@@ -44,7 +59,15 @@ mod imp {
     pub fn arm(kind: Kind, nth: u64, errno: i32) {
         let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
         let at = s.seen[slot(kind)] + nth.max(1);
-        s.armed = Some((kind, at, errno));
+        s.armed = Some((kind, at, errno, false));
+    }
+
+    /// Fails the `nth` (1-based) operation of `kind` from now and every later
+    /// one with `errno`, until [`disarm`].
+    pub fn arm_from(kind: Kind, nth: u64, errno: i32) {
+        let mut s = STATE.lock().unwrap_or_else(|p| p.into_inner());
+        let at = s.seen[slot(kind)] + nth.max(1);
+        s.armed = Some((kind, at, errno, true));
     }
 
     /// Cancels an armed fault.
@@ -67,8 +90,10 @@ mod imp {
         s.seen[slot(kind)] += 1;
         let n = s.seen[slot(kind)];
         match s.armed {
-            Some((k, at, errno)) if k == kind && at == n => {
-                s.armed = None;
+            Some((k, at, errno, from)) if k == kind && (at == n || from && n > at) => {
+                if !from {
+                    s.armed = None;
+                }
                 Err(std::io::Error::from_raw_os_error(errno))
             }
             _ => Ok(()),
@@ -125,7 +150,7 @@ mod trace {
 }
 
 #[cfg(feature = "fault-injection")]
-pub use imp::{arm, disarm, pending, seen};
+pub use imp::{arm, arm_from, disarm, pending, seen};
 #[cfg(feature = "fault-injection")]
 pub use trace::{start_trace, take_trace, trace_len};
 

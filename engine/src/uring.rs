@@ -108,19 +108,66 @@ impl BackendKind {
     }
 }
 
-/// Whether this process may create rings; probed once.
+/// Whether this process may use io_uring for zring's transfers; probed once
+/// ([`probe`]).
 pub(crate) fn uring_available() -> Result<(), io::Error> {
     static PROBE: OnceLock<Result<(), (io::ErrorKind, String)>> = OnceLock::new();
-    PROBE
-        .get_or_init(|| IoUring::new(2).map(drop).map_err(|e| (e.kind(), e.to_string())))
-        .clone()
-        .map_err(|(k, m)| io::Error::new(k, m))
+    PROBE.get_or_init(|| probe().map_err(|e| (e.kind(), e.to_string()))).clone().map_err(|(k, m)| io::Error::new(k, m))
+}
+
+/// Makes a ring, asks the kernel whether it runs the operations zring submits
+/// (`IORING_OP_READ` and `IORING_OP_WRITE`, through `IORING_REGISTER_PROBE`,
+/// both of Linux 5.6), and reads one byte through a pipe with it: a seccomp
+/// filter may allow `io_uring_setup` and refuse `io_uring_enter`.
+fn probe() -> io::Result<()> {
+    use std::io::Write;
+    let mut ring = new_ring(2)?;
+    let mut supported = io_uring::Probe::new();
+    ring.submitter().register_probe(&mut supported).map_err(|e| {
+        io::Error::new(e.kind(), format!("the kernel does not say which io_uring operations it runs: {e}"))
+    })?;
+    for (code, name) in [(opcode::Read::CODE, "IORING_OP_READ"), (opcode::Write::CODE, "IORING_OP_WRITE")] {
+        if !supported.is_supported(code) {
+            return Err(io::Error::new(io::ErrorKind::Unsupported, format!("the kernel's io_uring lacks {name}")));
+        }
+    }
+    let (r, mut w) = std::io::pipe()?;
+    w.write_all(b"z")?;
+    // Leaked on purpose (one byte, once per process): if the wait below
+    // fails, the kernel may still own it.
+    let byte: &'static mut [u8; 1] = Box::leak(Box::new([0u8; 1]));
+    let read = opcode::Read::new(types::Fd(r.as_raw_fd()), byte.as_mut_ptr(), 1).build();
+    // SAFETY: `byte` is valid for writes for the rest of the process, and
+    // `r` is kept open until the completion has been seen (or forever, by the
+    // kernel's own reference, if it never is).
+    unsafe { ring.submission().push(&read) }.map_err(|_| io::Error::other("a fresh ring's queue is full"))?;
+    enter(&mut ring, 1)?;
+    let res = ring.completion().next().map(|c| c.result());
+    match res {
+        Some(1) if byte[0] == b'z' => Ok(()),
+        Some(n) if n < 0 => Err(io::Error::from_raw_os_error(-n)),
+        other => Err(io::Error::other(format!("an io_uring read of a pipe returned {other:?}"))),
+    }
+}
+
+/// A new ring of `entries` (fault hook: [`crate::fault::Kind::RingSetup`]).
+fn new_ring(entries: u32) -> io::Result<IoUring> {
+    crate::fault::hit(crate::fault::Kind::RingSetup)?;
+    IoUring::new(entries)
+}
+
+/// Submits what is queued and waits for `want` completions
+/// (`io_uring_enter`; fault hook: [`crate::fault::Kind::Enter`]).
+fn enter(ring: &mut IoUring, want: usize) -> io::Result<usize> {
+    crate::fault::hit(crate::fault::Kind::Enter)?;
+    ring.submit_and_wait(want)
 }
 
 thread_local! {
     // One ring per thread, tagged with the pid that made it: a forked child
     // inherits the parent's mapping of the ring, and must never submit to it.
-    static RING: RefCell<Option<(u32, IoUring)>> = const { RefCell::new(None) };
+    // `None` inside: this thread could not make a ring, and reads with pread.
+    static RING: RefCell<Option<(u32, Option<IoUring>)>> = const { RefCell::new(None) };
 }
 
 /// Runs every request in `reqs`, calling `on_done(i)` once request `i` has fully
@@ -151,29 +198,29 @@ unsafe fn run(
     match backend {
         BackendKind::Uring => {
             let pid = std::process::id();
-            let ring = RING.with(|cell| {
-                let mut slot = cell.borrow_mut();
-                match slot.take() {
-                    Some((p, ring)) if p == pid => Ok(ring),
-                    Some((_, inherited)) => {
-                        // Dropping it unmaps the child's copy and closes the
-                        // child's descriptor; the parent's ring is untouched.
-                        drop(inherited);
-                        IoUring::new(RING_ENTRIES)
-                    }
-                    None => IoUring::new(RING_ENTRIES),
-                }
+            let ring = RING.with(|cell| match cell.borrow_mut().take() {
+                Some((p, ring)) if p == pid => ring,
+                // A parent's ring in a forked child: dropping it unmaps the
+                // child's copy and closes the child's descriptor only.
+                _ => new_ring(RING_ENTRIES).ok(),
             });
-            let mut ring = match ring {
-                Ok(r) => r,
-                Err(e) => {
-                    idle();
-                    return Err(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
-                }
+            let Some(mut ring) = ring else {
+                // This thread cannot make a ring (a locked-memory limit, say):
+                // it reads with pread from now on.
+                RING.with(|cell| *cell.borrow_mut() = Some((pid, None)));
+                idle();
+                // SAFETY: the caller's contract is forwarded unchanged.
+                return unsafe { run_sync(op, reqs, on_done) };
             };
+            let mut healthy = false;
             // SAFETY: the caller's contract is forwarded unchanged.
-            let r = unsafe { run_uring(&mut ring, op, reqs, on_done, idle) };
-            RING.with(|cell| *cell.borrow_mut() = Some((pid, ring)));
+            let r = unsafe { run_uring(&mut ring, op, reqs, on_done, idle, &mut healthy) };
+            // A ring whose enter failed may hold entries it never submitted,
+            // pointing at this call's buffers: it is dropped, and the next
+            // batch makes a new one.
+            if healthy {
+                RING.with(|cell| *cell.borrow_mut() = Some((pid, Some(ring))));
+            }
             r
         }
         _ => {
@@ -218,6 +265,9 @@ pub(crate) fn read_batch<'a>(
         .collect();
     let mut slots: Vec<Option<&'a mut [u8]>> = reads.into_iter().map(|r| Some(r.buf)).collect();
     let mut done = |i: usize| {
+        if crate::fault::hit(crate::fault::Kind::Complete).is_err() {
+            panic!("injected panic in the completion callback of read {i}");
+        }
         if let Some(buf) = slots[i].take() {
             on_done(i, buf);
         }
@@ -320,35 +370,59 @@ unsafe fn run_sync(op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Resu
 
 /// Counts requests the kernel still owns; dropping it waits for all of them,
 /// so no buffer borrow can end while the kernel may still write to it.
+///
+/// Waiting never depends on `io_uring_enter` working: when an enter fails
+/// (other than EINTR), the ring is marked failed, no more is submitted, and
+/// [`InFlight::settle`] watches the completion queue in shared memory,
+/// sleeping between looks (completions arrive there without an enter; task
+/// work runs on the sleep's return to user space). Entries the kernel never
+/// took from the submission queue are abandoned with the ring.
 struct InFlight<'r> {
     ring: &'r mut IoUring,
+    /// Requests pushed and not yet completed (some maybe never submitted).
     count: usize,
+    /// An enter failed: the ring must not be used again.
+    failed: bool,
 }
 
 impl InFlight<'_> {
+    /// Submits what is queued and waits for a completion.
     fn wait(&mut self) -> io::Result<()> {
         loop {
-            match self.ring.submit_and_wait(1) {
+            match enter(self.ring, 1) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
-                Err(e) => return Err(e),
+                Err(e) => {
+                    self.failed = true;
+                    return Err(e);
+                }
             }
+        }
+    }
+
+    /// Returns once the kernel owns none of the requests.
+    fn settle(&mut self) {
+        let mut looks = 0u64;
+        while self.count > 0 {
+            if !self.failed {
+                let _ = self.wait();
+            } else {
+                if self.ring.submission().len() >= self.count {
+                    // Everything left never reached the kernel.
+                    return;
+                }
+                looks += 1;
+                std::thread::sleep(std::time::Duration::from_millis(looks.min(10)));
+            }
+            let n = self.ring.completion().count();
+            self.count -= n.min(self.count);
         }
     }
 }
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        while self.count > 0 {
-            if self.wait().is_err() {
-                // The ring itself failed; nothing more can be learnt from it.
-                // Leaking would be wrong too, so keep retrying (EINTR-like
-                // failures are transient; a dead ring returns completions).
-                std::thread::yield_now();
-            }
-            let n = self.ring.completion().count();
-            self.count -= n.min(self.count);
-        }
+        self.settle();
     }
 }
 
@@ -360,13 +434,14 @@ unsafe fn run_uring(
     reqs: &[Req],
     on_done: &mut dyn FnMut(usize),
     idle: &mut dyn FnMut(),
+    healthy: &mut bool,
 ) -> Result<(), ReqError> {
     let mut idle = Some(idle);
     let mut done = vec![0usize; reqs.len()];
     let mut next = 0usize; // next request never submitted
     let mut retry: Vec<usize> = Vec::new(); // requests to resubmit (short transfer, EINTR, EAGAIN)
     let mut failure: Option<ReqError> = None;
-    let mut flight = InFlight { ring, count: 0 };
+    let mut flight = InFlight { ring, count: 0, failed: false };
 
     loop {
         // Fill the submission queue.
@@ -407,16 +482,21 @@ unsafe fn run_uring(
             // Hand the first requests to the kernel, then do the caller's
             // other work while they run. A failed submit is retried by the
             // wait below.
-            let _ = flight.ring.submit();
+            let _ = enter(flight.ring, 0);
             idle();
         }
         if let Err(e) = flight.wait() {
+            // The ring failed: stop here; settle() waits for what the kernel
+            // holds without entering it again.
             failure.get_or_insert(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
+            break;
         }
         let completed: Vec<(usize, i32)> =
             flight.ring.completion().map(|c| (c.user_data() as usize, c.result())).collect();
+        // Counted off before any callback runs: if one panics, the unwinding
+        // must not wait for completions already taken from the queue.
+        flight.count -= completed.len();
         for (i, res) in completed {
-            flight.count -= 1;
             let r = &reqs[i];
             if res < 0 {
                 if res == -libc::EINTR || res == -libc::EAGAIN {
@@ -447,6 +527,8 @@ unsafe fn run_uring(
             retry.clear();
         }
     }
+    flight.settle();
+    *healthy = !flight.failed;
     if let Some(idle) = idle.take() {
         idle();
     }
@@ -486,6 +568,15 @@ mod tests {
     use super::*;
     use std::io::Write;
     use std::os::fd::AsRawFd;
+
+    #[test]
+    fn the_probe_runs_a_read_and_agrees_with_ring_creation() {
+        // Where a ring can be made on this kernel, the opcodes zring uses are
+        // there and a read runs through it; where not, the probe says so.
+        let ring = IoUring::new(2);
+        assert_eq!(probe().is_ok(), ring.is_ok(), "probe {:?}, ring {:?}", probe(), ring.err());
+        assert_eq!(uring_available().is_ok(), ring.is_ok());
+    }
 
     fn backends() -> Vec<BackendKind> {
         let mut v = vec![BackendKind::Pread];
