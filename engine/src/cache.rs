@@ -506,10 +506,15 @@ fn lock(shard: &Shard) -> MutexGuard<'_, Inner> {
 
 static GLOBAL: Mutex<Option<(u32, Arc<Cache>)>> = Mutex::new(None);
 
+/// The cache's slot, locked (also held across `fork()` by [`crate::fork`]).
+pub(crate) fn lock_raw() -> MutexGuard<'static, Option<(u32, Arc<Cache>)>> {
+    GLOBAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The current process's cache.
 pub(crate) fn global() -> Arc<Cache> {
     let pid = std::process::id();
-    let mut slot = GLOBAL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = lock_raw();
     match slot.as_ref() {
         Some((p, cache)) if *p == pid => cache.clone(),
         _ => {

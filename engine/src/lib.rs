@@ -61,6 +61,8 @@ mod error;
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
 mod fds;
+#[allow(unsafe_code, reason = "registers the pthread_atfork handlers; the block has its SAFETY argument")]
+mod fork;
 mod fs;
 mod head;
 mod hot;

@@ -13,10 +13,15 @@ use rayon::{ThreadPool, ThreadPoolBuilder};
 
 static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
 
+/// The pool's slot, locked (also held across `fork()` by [`crate::fork`]).
+pub(crate) fn lock_raw() -> std::sync::MutexGuard<'static, Option<(u32, Arc<ThreadPool>)>> {
+    POOL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// The current process's pool.
 pub(crate) fn get() -> Arc<ThreadPool> {
     let pid = std::process::id();
-    let mut slot = POOL.lock().unwrap_or_else(|p| p.into_inner());
+    let mut slot = lock_raw();
     match slot.as_ref() {
         Some((p, pool)) if *p == pid => pool.clone(),
         _ => {

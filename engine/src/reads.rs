@@ -100,7 +100,9 @@ pub(crate) struct Seen {
 /// Open handles per store in this process: the last one to close takes its
 /// store's records out of the shared cache, where nothing would ever read
 /// (or, under admission without eviction, ever replace) them again.
-fn handles() -> std::sync::MutexGuard<'static, std::collections::HashMap<StoreId, usize>> {
+///
+/// Also held across `fork()` by [`crate::fork`].
+pub(crate) fn lock_handles() -> std::sync::MutexGuard<'static, std::collections::HashMap<StoreId, usize>> {
     static OPEN: std::sync::OnceLock<Mutex<std::collections::HashMap<StoreId, usize>>> = std::sync::OnceLock::new();
     OPEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -153,7 +155,7 @@ impl Reads {
         // A store whose directory cannot be identified is read uncached.
         let id = StoreId::of(dir).ok();
         if let Some(id) = id {
-            *handles().entry(id).or_default() += 1;
+            *lock_handles().entry(id).or_default() += 1;
         }
         Ok(Reads {
             id,
@@ -301,7 +303,7 @@ impl Drop for Reads {
     fn drop(&mut self) {
         let Some(id) = self.id else { return };
         let last = {
-            let mut open = handles();
+            let mut open = lock_handles();
             match open.get_mut(&id) {
                 Some(n) if *n > 1 => {
                     *n -= 1;

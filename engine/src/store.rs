@@ -11,6 +11,7 @@ use crate::cache::NextUse;
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::fds::ChunkFile;
+use crate::fork::Gated;
 use crate::head::{Head, HEAD_FILE};
 use crate::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::reads::{ReadStats, Reads, Seen};
@@ -259,6 +260,7 @@ impl StoreBuilder {
     }
 
     fn finish_open(self, lock: Option<File>) -> Result<Store> {
+        let _gate = crate::fork::enter();
         let backend = self.backend.resolve().map_err(io_err("set up io_uring for", &self.path))?;
         // A reader can race a writer's compaction, which replaces files and
         // then the head: read the head again when a file it names is gone.
@@ -443,6 +445,7 @@ impl Store {
     /// The read policy in force and what reads have done since the store
     /// opened: record-cache and page-cache hits, bytes from each source.
     pub fn read_stats(&self) -> ReadStats {
+        let _gate = crate::fork::enter();
         self.reads.stats()
     }
 
@@ -457,18 +460,23 @@ impl Store {
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
+        let _gate = crate::fork::enter();
         self.snap.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     pub(crate) fn publish(&self, snap: Snapshot) {
+        let _gate = crate::fork::enter();
         *self.snap.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
     }
 
-    pub(crate) fn writer(&self) -> Result<MutexGuard<'_, Writer>> {
+    /// The writer, for the whole of a write operation (inside the fork gate,
+    /// [`crate::fork`]).
+    pub(crate) fn writer(&self) -> Result<Gated<MutexGuard<'_, Writer>>> {
         let w = self.writer.as_ref().ok_or_else(|| {
             Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
         })?;
-        let g = w.lock().unwrap_or_else(|p| p.into_inner());
+        let gate = crate::fork::enter();
+        let g = Gated::new(gate, w.lock().unwrap_or_else(|p| p.into_inner()));
         if let Some(why) = &g.poisoned {
             return Err(Error::Poisoned(why.clone()));
         }
@@ -612,6 +620,7 @@ impl Store {
     /// or is descheduled simply takes fewer groups instead of holding up the
     /// gather, and the copying or decoding overlaps the I/O.
     pub(crate) fn read_items(&self, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
+        let _gate = crate::fork::enter();
         let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
         // One read of the eviction counters (for the whole gather) costs about
         // what asking the kernel about 16 records does.
