@@ -7,6 +7,7 @@ and a pipe, and the parent waits with a deadline so a hang fails the test.
 """
 
 import os
+import threading
 import time
 
 import numpy as np
@@ -94,4 +95,74 @@ def test_forked_child_gets_a_clear_error_from_a_parent_loader(tmp_path):
     assert msg == "ok", f"child said {msg!r} (status {status})"
     np.testing.assert_array_equal(next(loader)["x"], np.arange(8, 16))
     loader.close()
+    ds.close()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="os.fork is not available on this platform")
+def test_fork_while_threads_gather_on_the_pool_and_during_an_append(tmp_path):
+    """Forks while two threads gather 256-record batches of a zstd store on
+    the decode pool, a DataLoader's threads gather ahead, and a third thread
+    appends to another store: fork waits for the operations under way (the
+    engine's fork gate), so every child reads, and syncs the store being
+    appended to, without hanging."""
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 50, size=(3000, 512), dtype=np.uint8)
+    zring.write_dataset(tmp_path / "d", data, codec="zstd")
+    ds = zring.Dataset(tmp_path / "d")
+    loader = zring.DataLoader({"x": ds}, batch_size=256, num_workers=2)
+    writer = zring.Zrecord(tmp_path / "w", codec="zstd")
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def gather(seed: int) -> None:
+        r = np.random.default_rng(seed)
+        try:
+            while not stop.is_set():
+                idx = r.integers(0, len(data), 256)
+                np.testing.assert_array_equal(ds[idx], data[idx])
+        except BaseException as exc:  # reported by the main thread
+            failures.append(exc)
+
+    def append() -> None:
+        try:
+            while not stop.is_set():
+                writer.append(data[:1000], 1000, data.shape[1])
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=gather, args=(s,)) for s in (1, 2)] + [threading.Thread(target=append)]
+    for t in threads:
+        t.start()
+    try:
+        for round in range(12):
+            time.sleep(0.01)
+            next(loader)
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # child: never return into pytest
+                code = 1
+                try:
+                    os.close(r)
+                    idx = np.arange(round, len(data), 11)[:256]
+                    ok = np.array_equal(ds[idx], data[idx])
+                    writer.sync()
+                    os.write(w, b"ok" if ok else b"mismatch")
+                    code = 0 if ok else 2
+                except BaseException as exc:
+                    os.write(w, repr(exc).encode()[:500])
+                finally:
+                    os._exit(code)
+            os.close(w)
+            status = wait_child(pid, time.monotonic() + 30)
+            msg = os.read(r, 1000).decode(errors="replace")
+            os.close(r)
+            assert status is not None, f"round {round}: the forked child hung"
+            assert msg == "ok", f"round {round}: child said {msg!r} (status {status})"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+        loader.close()
+    assert not failures, failures
+    writer.close()
     ds.close()
