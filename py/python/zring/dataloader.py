@@ -2,7 +2,11 @@
 
 Gathering runs in Rust threads that work a few steps ahead; the next raw
 batch is waited for with the GIL released and each stream's bytes are
-wrapped as a NumPy array without copying.
+wrapped as a NumPy array without copying. The wait looks for signals every
+50 ms, so Ctrl-C raises ``KeyboardInterrupt`` in a ``next()`` blocked on a
+slow step (the step stays next); :meth:`DataLoader.state`,
+:meth:`DataLoader.stats` and :meth:`DataLoader.close` from another thread
+never wait with the GIL held.
 
 A ``transform`` (anything but the default identity) runs on the loader's
 *transform workers*: ``transform_workers`` Python threads (named
