@@ -100,6 +100,7 @@ mod batch;
 mod config;
 mod error;
 mod loader;
+mod lookahead;
 mod pool;
 mod source;
 mod stats;

@@ -32,8 +32,9 @@
 //!   rule). The sampler knows exactly when that is: for each record of step
 //!   `s`, the first later step whose *global* batch holds it
 //!   (`Sampler::fill_shard_with_next_use`, one inverse permutation per
-//!   record in cyclic mode, arithmetic in sequential mode; iid draws know
-//!   nothing ahead and pass no hints). So a worker asks each stream once per
+//!   record in cyclic mode, arithmetic in sequential mode; for iid draws,
+//!   which have no inverse, a window of the draws of the steps ahead,
+//!   `lookahead.rs`). So a worker asks each stream once per
 //!   step whether it [wants hints](Source::wants_hints) and, if any does,
 //!   computes them with the step's indices and passes them to the hinted
 //!   gathers. The cache works on the hints; the read-ahead is still this
@@ -89,6 +90,7 @@ use zring_sampler::{Mode, Sampler, Shard};
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
+use crate::lookahead::Lookahead;
 use crate::pool::Pool;
 use crate::source::{Layout, Source};
 use crate::stats::{self, GatherStats, LoaderStats};
@@ -152,9 +154,10 @@ struct Ctx {
     /// Whether some stream is ragged, so a step's size is only learned by
     /// gathering it.
     has_ragged: bool,
-    /// Whether the sampling mode knows when records come again, so hints can
-    /// be computed (sequential and cyclic).
-    knows_next_use: bool,
+    /// How iid draws learn when records come again: a window of the steps
+    /// ahead (`None` in sequential and cyclic modes, where the sampler
+    /// computes it).
+    lookahead: Option<Lookahead>,
     /// Whether a worker's gathers may hand work to the store's decode pool:
     /// only while fewer gathers run at once than there are cores.
     fan_out: bool,
@@ -346,6 +349,7 @@ impl Loader {
 
         let mut slots = VecDeque::with_capacity(config.depth);
         slots.resize_with(config.depth, || None);
+        let lookahead = (config.mode == Mode::Iid).then(|| Lookahead::new(&sampler));
         let shared = Arc::new(Shared {
             ctx: Ctx {
                 sampler,
@@ -355,7 +359,7 @@ impl Loader {
                 ahead_bytes: config.ahead_bytes,
                 fixed_step_bytes,
                 has_ragged,
-                knows_next_use: config.mode != Mode::Iid,
+                lookahead,
                 fan_out: gathers_leave_cores_idle(config.threads, config.depth),
                 streams,
                 indices: Pool::new(retain, prefill, shard_len),
@@ -637,12 +641,18 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     let mut wants = Vec::with_capacity(ctx.streams.len());
     for stream in &ctx.streams {
         *current = Some(Arc::clone(&stream.name));
-        wants.push(ctx.knows_next_use && stream.source.wants_hints());
+        wants.push(stream.source.wants_hints());
     }
     let mut indices = ctx.indices.take(ctx.shard_len);
     let hints = if wants.contains(&true) {
         let mut next = ctx.hints.take(ctx.shard_len);
-        ctx.sampler.fill_shard_with_next_use(step, ctx.shard, &mut indices, &mut next)?;
+        match &ctx.lookahead {
+            Some(look) => {
+                ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
+                look.fill(&ctx.sampler, step, &indices, &mut next)?;
+            }
+            None => ctx.sampler.fill_shard_with_next_use(step, ctx.shard, &mut indices, &mut next)?,
+        }
         Some(next)
     } else {
         ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;

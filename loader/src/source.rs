@@ -76,12 +76,12 @@ pub trait Source: Send + Sync + 'static {
 
     /// [`Source::gather`], told when each record is needed next: `next[k]`
     /// is for `indices[k]`, `Some(step)` the first later loader step whose
-    /// global batch holds it, `None` no later step (the sampler found none).
+    /// global batch holds it, `None` none known (iid draws are looked ahead
+    /// for a window of steps only).
     /// `next.len() == indices.len()`. A source may keep the records needed
     /// soonest in memory; the bytes written must be those of
     /// [`Source::gather`]. The loader calls it only for sources that
-    /// [want hints](Source::wants_hints) and only in sampling modes that know
-    /// the future (sequential and cyclic, not iid). Default: ignores the hints.
+    /// [want hints](Source::wants_hints). Default: ignores the hints.
     fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
         let _ = next;
         self.gather(indices, dst)

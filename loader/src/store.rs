@@ -19,8 +19,12 @@ use crate::source::{Layout, Source, SourceError};
 /// It [wants hints](Source::wants_hints) while the store reads with O_DIRECT
 /// behind its record cache (its read policy is "direct" and was not forced):
 /// then the hinted gathers pass each record's next use to the store
-/// (`Some(step)` as `NextUse::At(step)`, `None` as `NextUse::Never`), and the
-/// cache keeps the records needed soonest. Buffered stores read through the
+/// (`Some(step)` as `NextUse::At(step)`; `None` as `NextUse::At(u64::MAX)`,
+/// later than every step known but still this loader's, so a cached record
+/// read again without a known next use gives up the rank of the step just
+/// read, and is kept behind the records known to come sooner and ahead of
+/// those nobody said anything about), and the cache keeps the records needed
+/// soonest. Buffered stores read through the
 /// page cache, which takes no hints. The steps are this loader's: the store
 /// compares the hints of all its readers, so one store should have one
 /// loader passing hints at a time.
@@ -106,9 +110,10 @@ impl Source for StoreSource {
     }
 }
 
-/// The loader's hints in the store's terms: a later step, or none at all.
+/// The loader's hints in the store's terms: a later step, or later than any
+/// step known.
 fn next_uses(next: &[Option<u64>]) -> Vec<NextUse> {
-    next.iter().map(|n| n.map_or(NextUse::Never, NextUse::At)).collect()
+    next.iter().map(|n| NextUse::At(n.unwrap_or(u64::MAX))).collect()
 }
 
 #[cfg(test)]

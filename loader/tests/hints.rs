@@ -1,7 +1,8 @@
 //! Next-use hints: a source that wants them gets, for every record of a step,
 //! the first later step whose global batch holds it, exactly as the sampler
-//! computes it; sources that do not want them, and iid loaders, never see a
-//! hinted gather; and the hinted gathers deliver the same bytes.
+//! computes it (for iid draws, within a window of the steps ahead); sources
+//! that do not want them never see a hinted gather; and the hinted gathers
+//! deliver the same bytes.
 
 mod common;
 
@@ -125,16 +126,31 @@ fn hinted_gathers_deliver_the_same_batches() {
 }
 
 #[test]
-fn no_hints_for_iid_or_for_sources_that_do_not_want_them() {
+fn iid_hints_come_from_the_draws_ahead_and_only_sources_that_want_them_get_any() {
     with_timeout(DEADLOCK, || {
-        // Iid: nothing is known ahead, so even a source that wants hints
-        // gets plain gathers.
+        // Iid: the loader looks at the draws of the steps ahead (as many as
+        // one pass over the records takes on average: 100 / 10 here), so
+        // each hint is the next step within them that draws the index.
         let wants = Probe::new(MemSource::fixed(100, 4), true);
-        let mut loader = Loader::new(vec![Stream::new("x", wants.clone())], config(Mode::Iid, Shard::ALL)).unwrap();
+        let cfg = config(Mode::Iid, Shard::ALL);
+        let sampler = Sampler::new(Mode::Iid, 100, cfg.batch_size, cfg.seed).unwrap();
+        let mut loader = Loader::new(vec![Stream::new("x", wants.clone())], cfg).unwrap();
         take(&mut loader, 10);
         drop(loader);
-        assert!(wants.hinted.lock().unwrap().is_empty());
-        assert!(*wants.plain.lock().unwrap() >= 10);
+        assert_eq!(*wants.plain.lock().unwrap(), 0);
+        let hinted = wants.hinted.lock().unwrap();
+        assert!(hinted.len() >= 10);
+        let span = 100u64.div_ceil(sampler.batch_len() as u64);
+        let mut some = 0;
+        for (indices, next) in hinted.iter() {
+            let step = (0..20).find(|&s| sampler.batch(s) == *indices).expect("a batch of the sampler");
+            for (&i, &n) in indices.iter().zip(next) {
+                let want = (step + 1..=step + span).find(|&t| sampler.batch(t).contains(&i));
+                assert_eq!(n, want, "step {step}, index {i}");
+                some += usize::from(n.is_some());
+            }
+        }
+        assert!(some > 0, "some records come again within the window");
 
         // Cyclic: only the stream that wants hints gets them.
         let yes = Probe::new(MemSource::fixed(100, 4), true);

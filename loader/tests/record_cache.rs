@@ -191,3 +191,38 @@ fn the_second_epoch_is_served_from_the_cache_by_its_share() {
         }
     });
 }
+
+/// Iid draws with the look-ahead's hints: the cache keeps the records drawn
+/// again soonest instead of a fixed subset, and serves well over its share
+/// (with a third of the data cached, plain admission serves a third).
+#[test]
+fn iid_draws_with_hints_beat_the_cache_share() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    with_timeout(common::DEADLOCK * 3, || {
+        let dir = tempfile::tempdir().unwrap();
+        let data = create(dir.path());
+        let budget = data / 3;
+        let store = open(dir.path(), budget);
+        let hinted = Arc::new(AtomicU64::new(0));
+        let source = Counted { inner: StoreSource::fixed(Arc::clone(&store), SLOT), hinted: Arc::clone(&hinted) };
+        let cfg = LoaderConfig { mode: Mode::Iid, ..config() };
+        let mut loader = Loader::new(vec![Stream::new("fixed", Arc::new(source))], cfg).unwrap();
+        // Warm up for two passes' worth of draws, then measure four.
+        take(&mut loader, 2 * STEPS_PER_EPOCH as usize);
+        let warm = store.read_stats();
+        let batches = take(&mut loader, 4 * STEPS_PER_EPOCH as usize);
+        loader.close().unwrap();
+        for b in batches.iter().take(5) {
+            for (k, &i) in b.indices.iter().enumerate() {
+                assert_eq!(&b.columns[0].1[k * SLOT..k * SLOT + record(i).len()], &record(i)[..]);
+            }
+        }
+        let stats = store.read_stats();
+        assert_eq!(stats.policy, "direct", "{stats:?}");
+        assert!(hinted.load(Ordering::Relaxed) >= 6 * STEPS_PER_EPOCH, "the iid gathers were hinted");
+        let rate = (stats.cache_hits - warm.cache_hits) as f64 / (stats.records - warm.records) as f64;
+        let share = budget as f64 / data as f64;
+        eprintln!("iid with hints: {rate:.3} of the draws from the cache, budget/data {share:.3}");
+        assert!(rate >= 1.3 * share, "{rate:.3} of the draws from a cache of {share:.3} of the data: {stats:?}");
+    });
+}
