@@ -12,6 +12,9 @@ the second half. Measured per budget:
      (``Dataset.__getitems__``), MiB/s;
   2. the DataLoader end to end, batch 256, 2 workers, prefetch 4, mode 2
      (cyclic: every record once per pass), MiB/s;
+  3. the same DataLoader in mode 1 (iid draws with replacement), where the
+     loader looks ahead at the draws to come and the record cache keeps the
+     records drawn again soonest, MiB/s;
 
 each for zring's default (no ``ZRING_DIRECT``), forced buffered reads
 (``ZRING_DIRECT=0``), forced O_DIRECT (``ZRING_DIRECT=1``) and loaderx 0.7.3,
@@ -26,6 +29,7 @@ Usage (as root, in the project venv, with zring built by
 ``maturin develop --release``):
 
     python benches/budget.py [--quick] [--gib N] [--secs S] [--data DIR] [--out DIR] [--readme]
+                             [--ratios R,R,...] [--kinds gather,loader,loader_iid]
 
 The stores (raw codec, 12 KiB records of random bytes, one zring and one
 loaderx) go to $ZRING_BENCH_DIR/budget (default ``bench-data/budget``; never
@@ -74,7 +78,13 @@ COLUMNS = {
     "direct": ("zring ZRING_DIRECT=1", "zring", "1"),
     "loaderx": ("loaderx 0.7.3", "loaderx", None),
 }
-KINDS = {"gather": "Random gathers", "loader": "DataLoader end to end"}
+KINDS = {"gather": "Random gathers", "loader": "DataLoader end to end",
+         "loader_iid": "DataLoader end to end, iid draws"}
+WHAT = {
+    "gather": "256 uniform random indices per batch, `Dataset.__getitems__`",
+    "loader": "batch 256, 2 workers, prefetch 4, mode 2 (cyclic), seed 1; 1 batch = 3 MiB",
+    "loader_iid": "as above in mode 1 (iid, with replacement): zring looks ahead at the draws to come",
+}
 
 notes: list[str] = []
 
@@ -277,8 +287,8 @@ def child(spec: dict) -> None:
 
         def step() -> None:
             get(rng.integers(0, n, size=BATCH, dtype=np.int64))
-    elif spec["kind"] == "loader":
-        dl = lib.DataLoader({"data": ds}, **LOADER)
+    elif spec["kind"] in ("loader", "loader_iid"):
+        dl = lib.DataLoader({"data": ds}, **dict(LOADER, mode=1 if spec["kind"] == "loader_iid" else 2))
 
         def step() -> None:
             next(dl)
@@ -614,8 +624,9 @@ def tables(results: dict, fio: dict | None, data_bytes: int) -> str:
     f = fio["mib_s"] if fio else None
     parts = []
     for kind, title in KINDS.items():
-        what = ("256 uniform random indices per batch, `Dataset.__getitems__`" if kind == "gather" else
-                "batch 256, 2 workers, prefetch 4, mode 2 (cyclic), seed 1; 1 batch = 3 MiB")
+        if not any(k == kind for _, k in results):
+            continue
+        what = WHAT[kind]
         parts.append(f"### {title}: steady-state MiB/s ({what})\n")
         heads = [h for h, _, _ in COLUMNS.values()]
         parts.append("| dataset/budget | budget/dataset | budget MiB | " + " | ".join(heads)
@@ -725,7 +736,14 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/budget)")
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
     ap.add_argument("--readme", action="store_true", help="also replace the README's budget section")
+    ap.add_argument("--ratios", default=None, help="dataset/budget ratios to run (default 0.5,1.5,3,10)")
+    ap.add_argument("--kinds", default=None, help=f"measurements to run (default {','.join(KINDS)})")
     args = ap.parse_args()
+    ratios = tuple(float(r) for r in args.ratios.split(",")) if args.ratios else RATIOS
+    kinds = args.kinds.split(",") if args.kinds else list(KINDS)
+    for k in kinds:
+        if k not in KINDS:
+            raise SystemExit(f"--kinds: unknown measurement {k!r} (known: {', '.join(KINDS)})")
     secs = args.secs if args.secs is not None else (10.0 if args.quick else 30.0)
     data = args.data or Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "budget"
     if str(data.resolve()).startswith("/tmp"):
@@ -763,9 +781,9 @@ def main() -> None:
 
         results: dict = {}
         seq = 0
-        for ratio in RATIOS:
+        for ratio in ratios:
             limit = int(data_bytes / ratio)
-            for kind in KINDS:
+            for kind in kinds:
                 row = results.setdefault((ratio, kind), {})
                 for col in COLUMNS:
                     seq += 1
