@@ -55,10 +55,11 @@
 //!   evicts nothing: it keeps the first records that fit, and serves exactly
 //!   its share `c` of every later epoch with no churn (the policy of CoorDL's
 //!   MinIO cache).
-//! * A loader that knows the next epochs' order passes the step at which a
-//!   record is needed next ([`NextUse::At`]), or [`NextUse::Never`] when it is
-//!   not needed again this cycle, and updates cached records it reads
-//!   ([`Cache::touch`]). A full cache then replaces the records needed
+//! * A loader that knows the next epochs' order (or, for iid draws, looks
+//!   ahead at them) passes the step at which a record is needed next
+//!   ([`NextUse::At`]; `At(u64::MAX)` for "later than every step it can
+//!   see"), or [`NextUse::Never`] when it is not needed again this cycle, and
+//!   updates cached records it reads ([`Cache::touch`]). A full cache then replaces the records needed
 //!   farthest in the future, or never, by ones needed sooner (Belady's
 //!   rule). A record inserted as `Never` is not admitted when the cache is
 //!   full. Steps of different loaders are not comparable; one store should
@@ -69,8 +70,9 @@
 //! each epoch boundary, and the cache holds at most its capacity across it.
 //! Knowing the future pays when records recur within an epoch (sampling with
 //! replacement, weighted sampling: 53 % instead of 20 % hits in the test with
-//! a fifth of the data cached), and it lets a cache filled by one cycle's
-//! order follow the next one's.
+//! a fifth of the data cached; a loader's iid draws with a third cached, 72 %
+//! instead of 33 %), and it lets a cache filled by one cycle's order follow
+//! the next one's.
 //!
 //! Ranks, from kept longest to evicted first: `At(s)` by `s`, then `Unknown`,
 //! then `Never`. A record whose `At` step has passed keeps its rank until it is
