@@ -519,7 +519,7 @@ def bench_cold(data: Path, gib: float, mode: str) -> tuple[list[Row], str]:
     block = 1 << 14
     writers = []
     if zring is not None:
-        writers.append(("zring raw", "zring", root / "zring_raw", lambda p, a: zring.write_dataset(p, a, codec="raw"),
+        writers.append(("zring raw", "zring", root / "zring_raw", lambda p, a: zring.write_dataset(p, a, codec="raw", append=True),
                         lambda p: zring.Dataset(p).__getitems__))
     if loaderx is not None:
         writers.append(("loaderx raw", "loaderx", root / "loaderx_raw", lambda p, a: loaderx.write_dataset(p, a, codec="raw"),

@@ -33,8 +33,13 @@ def write_dataset(
     dict_size: Optional[int] = None,
     *,
     progress: Optional[bool] = None,
+    overwrite: bool = False,
+    append: bool = False,
 ) -> int:
-    """Store array one record per slice along axis 0; returns the record count."""
+    """Store array one record per slice along axis 0; returns the record count.
+
+    Built beside path and renamed into place when complete; an existing path
+    is FileExistsError unless overwrite=True (replace) or append=True (add)."""
 
 def write_ragged(
     path: _Path,
@@ -46,8 +51,13 @@ def write_ragged(
     dict_size: Optional[int] = None,
     *,
     progress: Optional[bool] = None,
+    overwrite: bool = False,
+    append: bool = False,
 ) -> int:
-    """Store variable-length arrays one record each; returns the record count."""
+    """Store variable-length arrays one record each; returns the record count.
+
+    Built beside path and renamed into place when complete; an existing path
+    is FileExistsError unless overwrite=True (replace) or append=True (add)."""
 
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0

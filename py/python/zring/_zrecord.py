@@ -11,8 +11,13 @@ released, so several Python threads can gather at once.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import errno
 import os
+import shutil
 import sys
+import tempfile
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -225,6 +230,83 @@ def _dict_target(sample_bytes: int, dict_size: int | None) -> int:
     return min(DICT_MAX, max(DICT_MIN, sample_bytes // 100))
 
 
+def _is_store(path: Path) -> bool:
+    """Whether ``path`` is a directory holding a store (zring's or loaderx's)
+    or nothing at all: what ``overwrite=True`` may replace."""
+    if not path.is_dir() or path.is_symlink():
+        return False
+    names = set(os.listdir(path))
+    return not names or bool(names & {"head.zr", _schema.SCHEMA, "meta.json"})
+
+
+def _rename_exchange(a: Path, b: Path) -> bool:
+    """Swaps two directories in one step (Linux ``renameat2(RENAME_EXCHANGE)``);
+    False where the system cannot."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL):
+        return False
+    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _target(path: Path, overwrite: bool, append: bool):
+    """Where to build the store for ``path``, and its publication.
+
+    By default (and with ``overwrite``) the store is built in a temporary
+    directory beside ``path`` and renamed into place once complete and
+    synced; an exception removes it, leaving ``path`` as it was. An existing
+    ``path`` is an error unless ``overwrite`` (which replaces it, in one
+    rename where the system can swap directories) or ``append`` (which
+    writes into it, as loaderx does).
+    """
+    if overwrite and append:
+        raise ValueError("overwrite=True and append=True exclude each other")
+    exists = os.path.lexists(path)
+    if append:
+        yield path
+        return
+    if exists and not overwrite:
+        raise FileExistsError(
+            f"{path} already exists; pass overwrite=True to replace it, or append=True to add records to it"
+        )
+    if exists and not _is_store(path):
+        raise FileExistsError(
+            f"{path} exists and is not a store (nor an empty directory); overwrite=True only replaces stores"
+        )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    try:
+        yield tmp
+        if not exists:
+            os.rename(tmp, path)
+        elif _rename_exchange(tmp, path):
+            shutil.rmtree(tmp)  # the old store, now at the temporary name
+        else:
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.rename(path, old / "store")
+            os.rename(tmp, path)
+            shutil.rmtree(old)
+        _fsync_dir(path.parent)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
 def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
                     describe: str) -> Store:
     """Open (or create) the store and check or write its schema."""
@@ -256,13 +338,20 @@ def _describe(schema: dict[str, Any]) -> str:
 
 def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
                   chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
-                  *, progress: bool | None = None) -> int:
+                  *, progress: bool | None = None, overwrite: bool = False, append: bool = False) -> int:
     """Store ``array`` one record per slice along axis 0; returns the record count.
 
     The array is read in blocks of at most ``chunk_bytes`` bytes, so a
     ``np.load(..., mmap_mode='r')`` array converts without being loaded whole.
     A ``schema.json`` records dtype and sample shape for :class:`Dataset`.
-    Writing into an existing dataset appends, if dtype and shape agree.
+
+    The store is built in a temporary directory beside ``path`` and renamed
+    into place once complete and durable: an exception part-way (or a
+    crash) leaves nothing at ``path``. A ``path`` that exists already is an
+    error unless ``overwrite=True`` (replace it; only a store or an empty
+    directory is replaced) or ``append=True`` (add the records to it if dtype
+    and shape agree, loaderx's behaviour; an exception part-way then keeps the
+    records appended before it).
 
     Args:
         path: Destination directory.
@@ -271,9 +360,14 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
         chunk_bytes: Upper bound on the bytes submitted per append.
         dict_size: Dictionary size cap for ``"zstd_dict"``; adapts when None.
         progress: Show a tqdm bar; by default only when stderr is a terminal.
+        overwrite: Replace an existing store at ``path``.
+        append: Add to an existing store at ``path`` (or create it).
 
     Raises:
-        ValueError: Bad codec, a 0-d array, or a schema mismatch on append.
+        FileExistsError: ``path`` exists and neither ``overwrite`` nor
+            ``append`` is set (or ``overwrite`` is, and it is not a store).
+        ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
+            both ``overwrite`` and ``append``.
         TypeError: The dtype holds Python objects.
     """
     _schema.check_codec(codec)
@@ -296,8 +390,18 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
 
     path = Path(path)
     count = len(array)
-    store = _open_for_write(path, schema, same, f"{dtype} samples of shape {shape}")
-    bar = _progress(count, f"write {path.name}", progress)
+    with _target(path, overwrite, append) as where:
+        _write_fixed(where, path.name, array, codec, dtype, shape, itemsize, schema, same, chunk_bytes,
+                     dict_size, progress)
+    return count
+
+
+def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype, shape: tuple[int, ...],
+                 itemsize: int, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
+                 chunk_bytes: int, dict_size: int | None, progress: bool | None) -> None:
+    count = len(array)
+    store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}")
+    bar = _progress(count, f"write {name}", progress)
     try:
         if codec == "zstd_dict" and count and not store.has_dict():
             k = min(count, DICT_MAX_SAMPLES, max(1, DICT_SAMPLE_BYTES // max(itemsize, 1)))
@@ -317,22 +421,26 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
         if bar is not None:
             bar.close()
         store.close()
-    return count
 
 
 def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any = None,
                  item_shape: Iterable[int] | None = None, codec: str = "zstd",
                  chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
-                 *, progress: bool | None = None) -> int:
+                 *, progress: bool | None = None, overwrite: bool = False, append: bool = False) -> int:
     """Store variable-length arrays, one record each; returns the record count.
 
     Each array is ``(rows, *item_shape)``; ``dtype`` and ``item_shape`` are
     taken from the first array when omitted. Open the result with
-    :class:`RaggedDataset`.
+    :class:`RaggedDataset`. ``overwrite`` and ``append`` as for
+    :func:`write_dataset`: by default the store is built beside ``path`` and
+    renamed into place when complete, so an exception (an iterable that
+    raises part-way, a bad array) leaves nothing at ``path``.
 
     Raises:
-        ValueError: No arrays, a bad codec, or an array whose row shape is not
-            ``item_shape``.
+        FileExistsError: ``path`` exists and neither ``overwrite`` nor
+            ``append`` is set.
+        ValueError: No arrays, a bad codec, an array whose row shape is not
+            ``item_shape``, or both ``overwrite`` and ``append``.
     """
     _schema.check_codec(codec)
     if int(chunk_bytes) <= 0:
@@ -365,8 +473,17 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
         return a
 
     path = Path(path)
-    store = _open_for_write(path, schema, same, f"ragged {dt} rows of shape {ishape}")
-    bar = _progress(0, f"write {path.name}", progress)
+    with _target(path, overwrite, append) as where:
+        return _write_var(where, path.name, chain([first], it), codec, dt, ishape, schema, same, prepared,
+                          chunk_bytes, dict_size, progress)
+
+
+def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np.dtype,
+               ishape: tuple[int, ...], schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
+               prepared: Callable[[int, Any], np.ndarray], chunk_bytes: int, dict_size: int | None,
+               progress: bool | None) -> int:
+    store = _open_for_write(where, schema, same, f"ragged {dt} rows of shape {ishape}")
+    bar = _progress(0, f"write {name}", progress)
     total = 0
     need_dict = codec == "zstd_dict" and not store.has_dict()
     block: list[np.ndarray] = []
@@ -393,7 +510,7 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
         block, block_bytes = [], 0
 
     try:
-        for i, a in enumerate(chain([first], it)):
+        for i, a in enumerate(arrays):
             a = prepared(i, a)
             block.append(a)
             block_bytes += a.nbytes

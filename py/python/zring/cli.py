@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _schema
 from ._zring import Store, ZringError, import_loaderx
-from ._zrecord import WRITE_CHUNK_BYTES, write_dataset
+from ._zrecord import WRITE_CHUNK_BYTES, _target, write_dataset
 
 
 def _disk_bytes(path: Path) -> int:
@@ -109,11 +109,14 @@ def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = Path(args.src), Path(args.dst)
     if src.is_file() and src.suffix == ".npy":
         array = np.load(src, mmap_mode="r")
-        n = write_dataset(dst, array, codec=args.codec, chunk_bytes=args.chunk_bytes)
+        n = write_dataset(dst, array, codec=args.codec, chunk_bytes=args.chunk_bytes, overwrite=args.overwrite)
         print(f"wrote {n} records of {array.dtype} {array.shape[1:]} to {dst}")
         return 0
     if src.is_dir():
-        report = import_loaderx(str(src), str(dst))
+        # Built beside dst and renamed into place when complete, as write_dataset does.
+        with _target(dst, args.overwrite, False) as where:
+            os.rmdir(where)  # the import creates its destination itself
+            report = import_loaderx(str(src), str(where))
         print(f"imported {src} into {dst}: {report}")
         return 0
     print(f"error: {src} is neither a .npy file nor a loaderx store directory", file=sys.stderr)
@@ -184,6 +187,7 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("dst")
     s.add_argument("--codec", default="zstd", choices=_schema.CODECS)
     s.add_argument("--chunk-bytes", type=int, default=WRITE_CHUNK_BYTES)
+    s.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
     s.set_defaults(func=cmd_convert)
     s = sub.add_parser("compact", help="reclaim the space of deleted records")
     s.add_argument("path")
