@@ -175,6 +175,8 @@ impl Store {
             chunk_base: old.chunk_base,
             chunks: old.chunks.clone(),
             dict: Some(Arc::new(dict)),
+            known: (w.head.records, w.head.content),
+            content: Default::default(),
         });
         Ok(n)
     }
@@ -196,9 +198,45 @@ impl Store {
     }
 }
 
+/// Decodes every compressed record of an import batch (stored bytes back to
+/// back in `buf`) on the decode pool; the first that fails is the error.
+fn verify_imported(
+    buf: &[u8],
+    entries: &[crate::record::Entry],
+    first: u64,
+    dict: Option<&crate::codec::Dict>,
+    src: &Path,
+) -> Result<()> {
+    use rayon::prelude::*;
+    let mut starts = Vec::with_capacity(entries.len());
+    let mut pos = 0usize;
+    for e in entries {
+        starts.push(pos);
+        pos += e.stored_len as usize;
+    }
+    crate::pool::get().install(|| {
+        entries.par_iter().zip(starts.par_iter()).enumerate().try_for_each_init(Vec::new, |out, (k, (e, &at))| {
+            let stored = &buf[at..at + e.stored_len as usize];
+            out.resize(e.logical_len as usize, 0);
+            crate::codec::decode(e.codec, stored, out, dict).map_err(|why| {
+                crate::error::corrupted(
+                    format!("record {} of loaderx store {}", first + k as u64, src.display()),
+                    format!("{why}; not imported"),
+                )
+            })
+        })
+    })
+}
+
 /// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
 /// copying every record's stored bytes unchanged (no recompression) with a
 /// checksum added, the dictionary, and `schema.json`.
+///
+/// loaderx keeps no checksums, so before a record gets one it is checked as
+/// far as its bytes allow: a raw record must be as long as its logical
+/// length, a compressed one must decode (on the decode pool) to exactly that
+/// length. A record that does not is [`Error::Corrupted`] naming it, instead
+/// of damaged bytes blessed with a fresh checksum.
 pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
     let from = Store::open(src.as_ref())?;
     if from.format() != Format::Loaderx {
@@ -235,6 +273,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
             });
         }
         from.read_items(&snap, items)?;
+        verify_imported(&buf, &entries, start, snap.dict.as_deref(), src.as_ref())?;
         let records = entries
             .iter()
             .scan(0usize, |pos, e| {

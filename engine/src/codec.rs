@@ -59,25 +59,36 @@ impl Codec {
 
 /// A trained dictionary, digested once for both directions and shared by all
 /// threads (zstd's digested dictionaries are immutable).
+///
+/// The compression side is digested on the first encode, not when a store
+/// opens: most handles only read, and a digested compression dictionary
+/// costs as much time and memory as the decompression one.
 pub(crate) struct Dict {
     pub bytes: Vec<u8>,
     pub ddict: DDict<'static>,
-    pub cdict: Option<(i32, CDict<'static>)>,
+    /// The level to compress at (`None`: this store never encodes with it).
+    level: Option<i32>,
+    cdict: std::sync::OnceLock<Option<CDict<'static>>>,
 }
 
 impl Dict {
     pub fn new(bytes: Vec<u8>, level: Option<i32>) -> Result<Dict> {
         let ddict = DDict::try_create(&bytes)
             .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?;
-        let cdict = match level {
-            Some(l) => Some((
-                l,
-                CDict::try_create(&bytes, l)
-                    .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?,
-            )),
-            None => None,
-        };
-        Ok(Dict { bytes, ddict, cdict })
+        Ok(Dict { bytes, ddict, level, cdict: std::sync::OnceLock::new() })
+    }
+
+    /// The digested compression dictionary, made on first use; `None` where
+    /// the store does not compress with it or zstd rejects the bytes.
+    fn cdict(&self) -> Option<&CDict<'static>> {
+        let level = self.level?;
+        self.cdict.get_or_init(|| CDict::try_create(&self.bytes, level)).as_ref()
+    }
+
+    /// Whether the compression side has been digested (tests).
+    #[cfg(test)]
+    pub fn has_cdict(&self) -> bool {
+        self.cdict.get().is_some_and(Option::is_some)
     }
 }
 
@@ -101,18 +112,19 @@ pub(crate) fn decode(codec: Codec, src: &[u8], dst: &mut [u8], dict: Option<&Dic
             Ok(())
         }
         Codec::Zstd | Codec::ZstdDict => {
+            if codec == Codec::ZstdDict && dict.is_none() {
+                return Err("zstd_dict record but the store has no dictionary".into());
+            }
             let n = DCTX.with(|c| {
                 let mut c = c.borrow_mut();
-                match (codec, dict) {
-                    (Codec::ZstdDict, Some(d)) => c.decompress_using_ddict(dst, src, &d.ddict),
-                    (Codec::ZstdDict, None) => Err(usize::MAX),
-                    _ => c.decompress(dst, src),
+                match dict.filter(|_| codec == Codec::ZstdDict) {
+                    Some(d) => c.decompress_using_ddict(dst, src, &d.ddict),
+                    None => c.decompress(dst, src),
                 }
             });
             match n {
                 Ok(n) if n == dst.len() => Ok(()),
                 Ok(n) => Err(format!("decoded {n} bytes, table says {}", dst.len())),
-                Err(usize::MAX) => Err("zstd_dict record but the store has no dictionary".into()),
                 Err(code) => Err(format!("zstd: {}", zstd::zstd_safe::get_error_name(code))),
             }
         }
@@ -143,8 +155,7 @@ pub(crate) fn encode_into(
         let mut c = c.borrow_mut();
         match codec {
             Codec::ZstdDict => {
-                let d = dict.ok_or(Error::NoDictionary)?;
-                let (_, cdict) = d.cdict.as_ref().ok_or(Error::NoDictionary)?;
+                let cdict = dict.and_then(Dict::cdict).ok_or(Error::NoDictionary)?;
                 Ok(c.compress_using_cdict(&mut cursor, src, cdict))
             }
             _ => Ok(c.compress(&mut cursor, src, level)),
@@ -208,5 +219,40 @@ mod tests {
         assert!(decode(Codec::Zstd, &z, &mut short, None).is_err());
         assert!(decode(Codec::Zstd, &noise, &mut back, None).is_err());
         assert!(decode(Codec::ZstdDict, &z, &mut back, None).is_err());
+    }
+
+    fn trained() -> Vec<u8> {
+        let samples: Vec<Vec<u8>> =
+            (0..400u32).map(|i| format!("record {i}: the quick brown fox {} jumps", i % 17).into_bytes()).collect();
+        zstd::dict::from_samples(&samples, 4096).unwrap()
+    }
+
+    #[test]
+    fn zstd_errors_are_named_not_taken_for_a_missing_dictionary() {
+        // A generic zstd failure has the error code usize::MAX (-1), which a
+        // sentinel once made read as "no dictionary".
+        let d = Dict::new(trained(), None).unwrap();
+        let mut dst = vec![0u8; 64];
+        let e = decode(Codec::ZstdDict, b"not a zstd frame at all", &mut dst, Some(&d)).unwrap_err();
+        assert!(e.starts_with("zstd: "), "{e}");
+        assert!(!e.contains("dictionary"), "{e}");
+        let e = decode(Codec::ZstdDict, b"x", &mut dst, None).unwrap_err();
+        assert!(e.contains("no dictionary"), "{e}");
+    }
+
+    #[test]
+    fn the_compression_dictionary_is_digested_on_the_first_encode_only() {
+        let reader = Dict::new(trained(), None).unwrap();
+        let mut out = Vec::new();
+        assert!(matches!(encode_into(Codec::ZstdDict, 3, b"abc", Some(&reader), &mut out), Err(Error::NoDictionary)));
+        assert!(!reader.has_cdict(), "a reader's dictionary never digests the compression side");
+        let writer = Dict::new(trained(), Some(3)).unwrap();
+        assert!(!writer.has_cdict(), "not when the store opens");
+        let rec = b"record 5: the quick brown fox 5 jumps record 5: the quick brown fox 5 jumps".to_vec();
+        assert_eq!(encode_into(Codec::ZstdDict, 3, &rec, Some(&writer), &mut out).unwrap(), Codec::ZstdDict);
+        assert!(writer.has_cdict());
+        let mut back = vec![0u8; rec.len()];
+        decode(Codec::ZstdDict, &out, &mut back, Some(&writer)).unwrap();
+        assert_eq!(back, rec);
     }
 }

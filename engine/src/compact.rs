@@ -164,7 +164,12 @@ impl Store {
         crate::fault::crash_point("table.written");
         w.sync(&self.dir)?;
         fs::fsync_dir(&self.dir)?;
-        let mut head = Head { generation: gen, records: (entries.len() / ENTRY_BYTES) as u64, ..w.head };
+        let mut head = Head {
+            generation: gen,
+            records: (entries.len() / ENTRY_BYTES) as u64,
+            content: crate::fingerprint::over_entries(crate::fingerprint::SEED, entries),
+            ..w.head
+        };
         if let Some((base, count, tail)) = chunks {
             head.chunk_base = base;
             head.chunk_count = count;

@@ -23,6 +23,9 @@ pub(crate) struct Head {
     pub dict_len: u32,
     pub dict_crc: u32,
     pub chunk_target: u64,
+    /// The fingerprint content of the committed records (0: not known, a
+    /// head written before the field existed; [`crate::fingerprint`]).
+    pub content: u32,
 }
 
 impl Head {
@@ -38,6 +41,7 @@ impl Head {
         b[40..44].copy_from_slice(&self.dict_len.to_le_bytes());
         b[44..48].copy_from_slice(&self.dict_crc.to_le_bytes());
         b[48..56].copy_from_slice(&self.chunk_target.to_le_bytes());
+        b[56..60].copy_from_slice(&self.content.to_le_bytes());
         let crc = crc32c::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
@@ -68,6 +72,7 @@ impl Head {
             dict_len: u32_at(b, 40),
             dict_crc: u32_at(b, 44),
             chunk_target: u64_at(b, 48),
+            content: u32_at(b, 56),
         };
         if h.chunk_count == 0 || h.chunk_target == 0 {
             return Err(corrupted("head", "no chunks or a zero chunk size"));
@@ -118,6 +123,7 @@ mod tests {
             dict_len: 0,
             dict_crc: 0,
             chunk_target: 1 << 30,
+            content: 0x1234_5678,
         };
         let p = Path::new("x");
         assert_eq!(Head::decode(p, &h.encode()).unwrap(), h);

@@ -61,6 +61,7 @@ mod error;
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
 mod fds;
+mod fingerprint;
 #[allow(unsafe_code, reason = "registers the pthread_atfork handlers; the block has its SAFETY argument")]
 mod fork;
 mod fs;
@@ -90,6 +91,7 @@ pub use cache::NextUse;
 pub use codec::Codec;
 pub use compact::CompactReport;
 pub use error::{Error, Result};
+pub use fingerprint::Fingerprint;
 pub use head::FORMAT_VERSION;
 pub use pool::{set_thread_fan_out, thread_fan_out};
 pub use reads::ReadStats;

@@ -11,6 +11,7 @@ use crate::cache::NextUse;
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::fds::ChunkFile;
+use crate::fingerprint::Fingerprint;
 use crate::fork::Gated;
 use crate::head::{Head, HEAD_FILE};
 use crate::hot::{Hot, HotQueue, HOT_GROUP};
@@ -100,6 +101,11 @@ pub(crate) struct Snapshot {
     pub chunk_base: u32,
     pub chunks: Vec<Chunk>,
     pub dict: Option<Arc<Dict>>,
+    /// The fingerprint content as far as a head knows it: (records, content),
+    /// content 0 when unknown ([`crate::fingerprint`]).
+    pub known: (u64, u32),
+    /// The content of all of `table`'s records, once computed.
+    pub content: std::sync::OnceLock<u32>,
 }
 
 impl Snapshot {
@@ -342,7 +348,15 @@ pub(crate) fn load(
         } else {
             None
         };
-        Ok((Snapshot { table: Arc::new(table), chunk_base: head.chunk_base, chunks, dict }, Some(head), reads))
+        let snap = Snapshot {
+            table: Arc::new(table),
+            chunk_base: head.chunk_base,
+            chunks,
+            dict,
+            known: (head.records, head.content),
+            content: Default::default(),
+        };
+        Ok((snap, Some(head), reads))
     } else {
         let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
         // loaderx chunk files are 4 GiB sparse files; only the data below the
@@ -358,7 +372,15 @@ pub(crate) fn load(
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", &p)(e)),
         };
-        Ok((Snapshot { table: Arc::new(table), chunk_base: 0, chunks, dict }, None, reads))
+        let snap = Snapshot {
+            table: Arc::new(table),
+            chunk_base: 0,
+            chunks,
+            dict,
+            known: (0, 0),
+            content: Default::default(),
+        };
+        Ok((snap, None, reads))
     }
 }
 
@@ -440,6 +462,28 @@ impl Store {
     /// Whether reads bypass the page cache (O_DIRECT).
     pub fn is_direct(&self) -> bool {
         self.reads.direct()
+    }
+
+    /// What a checkpoint records of the store: its record count and a
+    /// content checksum that appends, deletes, rewrites and re-encoding
+    /// change and compaction keeps. O(1) when the head knows it (every store
+    /// written by this version, once synced); otherwise computed once per
+    /// snapshot from the table ([`crate::fingerprint`]).
+    pub fn fingerprint(&self) -> Result<Fingerprint> {
+        let snap = self.snapshot();
+        let records = snap.records();
+        let (known_records, known) = snap.known;
+        if known != 0 && known_records == records {
+            return Ok(Fingerprint { records, content: known });
+        }
+        if let Some(&content) = snap.content.get() {
+            return Ok(Fingerprint { records, content });
+        }
+        let (from, h) =
+            if known != 0 && known_records <= records { (known_records, known) } else { (0, crate::fingerprint::SEED) };
+        let content = crate::fingerprint::over_table(h, &snap.table, from, records)?;
+        let _ = snap.content.set(content);
+        Ok(Fingerprint { records, content })
     }
 
     /// The read policy in force and what reads have done since the store
@@ -719,6 +763,8 @@ impl Store {
                 chunk_base: now.chunk_base,
                 chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),
                 dict: now.dict.clone(),
+                known: now.known,
+                content: now.content.clone(),
             });
             self.reads.adopt(policy);
         }

@@ -58,6 +58,7 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
         dict_len: 0,
         dict_crc: 0,
         chunk_target,
+        content: crate::fingerprint::SEED,
     }
     .commit(dir)
 }
@@ -65,9 +66,36 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
 /// Brings the files back to exactly what the head describes: cuts the table
 /// and the tail chunk to their committed lengths and removes files that no
 /// committed state refers to (left by a crash mid-append, -delete or -compact).
+/// A table or tail chunk shorter than the head says is reported, never
+/// extended: a crash cannot shorten them (both are synced before the head
+/// names them), so something else lost committed bytes. Nothing is changed
+/// then.
 pub(crate) fn recover(dir: &Path) -> Result<()> {
     let head = Head::read(dir)?;
     let live_table = table_name(head.generation);
+    let tp = dir.join(&live_table);
+    let t = fs::open_rw(&tp)?;
+    let table_size = t.metadata().map_err(io_err("stat", &tp))?.len();
+    if table_size < head.table_bytes() {
+        return Err(crate::error::corrupted(
+            "table",
+            format!(
+                "{} is {table_size} bytes, the head says {} ({} records): committed entries are missing",
+                tp.display(),
+                head.table_bytes(),
+                head.records
+            ),
+        ));
+    }
+    let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
+    let c = fs::open_rw(&cp)?;
+    let size = c.metadata().map_err(io_err("stat", &cp))?.len();
+    if size < head.tail_len {
+        return Err(crate::error::corrupted(
+            format!("chunk {}", head.last_chunk()),
+            format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
+        ));
+    }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
     let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
     for e in entries {
@@ -85,18 +113,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             fs::remove(&p)?;
         }
     }
-    let tp = dir.join(&live_table);
-    let t = fs::open_rw(&tp)?;
     fs::set_len(&t, &tp, head.table_bytes())?;
-    let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-    let c = fs::open_rw(&cp)?;
-    let size = c.metadata().map_err(io_err("stat", &cp))?.len();
-    if size < head.tail_len {
-        return Err(crate::error::corrupted(
-            format!("chunk {}", head.last_chunk()),
-            format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
-        ));
-    }
     fs::set_len(&c, &cp, head.tail_len)?;
     fs::fsync_dir(dir)
 }
@@ -150,13 +167,25 @@ impl Writer {
 
     /// Makes every appended byte durable and commits a head naming it.
     pub fn sync(&mut self, dir: &Path) -> Result<()> {
-        let head = Head { records: self.records, chunk_count: self.chunk_count, tail_len: self.tail_len, ..self.head };
+        let mut head =
+            Head { records: self.records, chunk_count: self.chunk_count, tail_len: self.tail_len, ..self.head };
         if head == self.head {
             return Ok(());
         }
         if let Err(e) = self.flush(dir) {
             return self.poison(e);
         }
+        // The fingerprint over the entries this sync commits (all of them
+        // when the old head did not know it): read back from the table.
+        let tp = dir.join(table_name(self.head.generation));
+        let (from, h) = match self.head.content {
+            0 => (0, crate::fingerprint::SEED),
+            h => (self.head.records, h),
+        };
+        head.content = match crate::fingerprint::over_file(h, &self.table, &tp, from, self.records) {
+            Ok(h) => h,
+            Err(e) => return self.poison(e),
+        };
         crate::fault::crash_point("sync.flushed");
         if let Err(e) = head.commit(dir) {
             return self.poison(e);
@@ -353,7 +382,14 @@ impl Store {
             }
         }
         chunks.truncate(w.chunk_count as usize);
-        self.publish(Snapshot { table: std::sync::Arc::new(table), chunk_base: base, chunks, dict: old.dict.clone() });
+        self.publish(Snapshot {
+            table: std::sync::Arc::new(table),
+            chunk_base: base,
+            chunks,
+            dict: old.dict.clone(),
+            known: (w.head.records, w.head.content),
+            content: Default::default(),
+        });
         Ok(())
     }
 

@@ -269,6 +269,15 @@ impl PyStore {
         to_py(py, &store.read_stats())
     }
 
+    /// What a checkpoint records of the store, as a dict: `records` and
+    /// `content`, a 32-bit checksum over every record's stored checksum and
+    /// length in index order. O(1) for a store whose head carries it.
+    fn fingerprint<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let fp = py.detach(|| store.fingerprint()).map_err(error::engine)?;
+        to_py(py, &fp)
+    }
+
     /// Storage usage as a dict (records, live_bytes, chunk_bytes, ...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store()?;

@@ -231,6 +231,21 @@ def test_loaderx_store_opened_by_zring(loaderx, zring, tmp_path, images, sequenc
         np.testing.assert_array_equal(ds[:], ref)
 
 
+def test_a_damaged_loaderx_record_is_not_imported(loaderx, zring, tmp_path):
+    """loaderx keeps no checksums: the import decodes each record before it
+    gives it one, so damaged bytes are an error naming the record."""
+    tiles = np.random.default_rng(0).integers(0, 4, (64, 3, 16, 16), dtype=np.uint8)
+    loaderx.write_dataset(tmp_path / "img", tiles)  # zstd, and compressible
+    chunk = tmp_path / "img" / "0.zr"
+    with open(chunk, "r+b") as f:
+        head = f.read(4)
+        assert head == b"\x28\xb5\x2f\xfd", "record 0 starts with a zstd frame"
+        f.seek(0)
+        f.write(b"\x00\x00\x00\x00")
+    with pytest.raises(zring.CorruptError, match="record 0 of loaderx store"):
+        zring.import_loaderx(tmp_path / "img", tmp_path / "native")
+
+
 def test_zring_and_loaderx_stores_give_identical_arrays(loaderx, zring, tmp_path, images):
     loaderx.write_dataset(tmp_path / "a", images)
     zring.write_dataset(tmp_path / "b", images)

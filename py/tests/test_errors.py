@@ -58,9 +58,11 @@ def test_bad_codec_and_arrays(tmp_path):
 def test_append_schema_mismatch(tmp_path):
     zring.write_dataset(tmp_path / "d", np.zeros((4, 2), np.float32))
     with pytest.raises(ValueError, match="cannot append"):
-        zring.write_dataset(tmp_path / "d", np.zeros((4, 3), np.float32))
+        zring.write_dataset(tmp_path / "d", np.zeros((4, 3), np.float32), append=True)
     with pytest.raises(ValueError, match="cannot append"):
-        zring.write_dataset(tmp_path / "d", np.zeros((4, 2), np.float64))
+        zring.write_dataset(tmp_path / "d", np.zeros((4, 2), np.float64), append=True)
+    with zring.Dataset(tmp_path / "d") as ds:
+        assert len(ds) == 4, "a refused append adds nothing"
 
 
 def test_wrong_dataset_kind(tmp_path):

@@ -175,10 +175,16 @@ def test_changed_store_is_refused(streams, tmp_path):
         zjax.restore_loader({**streams, "z": other["y"]}, state)
     with pytest.raises(zjax.StateMismatchError, match="DataLoader.state"):
         zjax.restore_loader(streams, {"sampler": {}, "shard": {}})
-    # The same data re-encoded with another codec keeps the fingerprint.
-    zring.write_dataset(tmp_path / "yraw", np.arange(N, dtype=np.int32), codec="raw")
-    with zjax.restore_loader({"x": streams["x"], "y": zring.Dataset(tmp_path / "yraw")}, state) as dl:
+    # The same records written again (another store, compacted) keep it.
+    zring.write_dataset(tmp_path / "ysame", np.arange(N, dtype=np.int32))
+    with zring.Zrecord(tmp_path / "ysame") as z:
+        z.compact()
+    with zjax.restore_loader({"x": streams["x"], "y": zring.Dataset(tmp_path / "ysame")}, state) as dl:
         np.testing.assert_array_equal(next(dl)["y"], _expected(1))
+    # Same count and schema, other values: the content differs.
+    zring.write_dataset(tmp_path / "yother", np.arange(N, dtype=np.int32)[::-1].copy())
+    with pytest.raises(zjax.StateMismatchError, match="other records"):
+        zjax.restore_loader({"x": streams["x"], "y": zring.Dataset(tmp_path / "yother")}, state)
 
 
 # --------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class Dataset:
         """Storage usage, and the read statistics under "reads"."""
     def read_stats(self) -> dict[str, Any]:
         """The read policy in force and the reads since open (hits, bytes by source)."""
+    def fingerprint(self) -> dict[str, Any]:
+        """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "Dataset": ...
@@ -115,6 +117,8 @@ class RaggedDataset:
         """Storage usage, and the read statistics under "reads"."""
     def read_stats(self) -> dict[str, Any]:
         """The read policy in force and the reads since open (hits, bytes by source)."""
+    def fingerprint(self) -> dict[str, Any]:
+        """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "RaggedDataset": ...
@@ -196,6 +200,8 @@ class Zrecord:
         """Storage usage, and the read statistics under "reads"."""
     def read_stats(self) -> dict[str, Any]:
         """The read policy in force and the reads since open."""
+    def fingerprint(self) -> dict[str, Any]:
+        """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
     def verify(self) -> dict[str, Any]:
         """Check every record."""
     def close(self) -> None:

@@ -176,6 +176,13 @@ class Zrecord(_util.Closeable):
         """The read policy in force and the reads since open (no table scan)."""
         return self._s.read_stats()
 
+    def fingerprint(self) -> dict[str, Any]:
+        """``{"records", "content"}``: the record count and a 32-bit checksum
+        over every record's stored checksum and length, in index order. Kept
+        in the store's head, so O(1); compaction keeps it, appends, deletes
+        and other data change it. What :mod:`zring.jax` checkpoints check."""
+        return self._s.fingerprint()
+
     def verify(self) -> dict[str, Any]:
         """Read and check every record; raises CorruptError/ChecksumError on damage."""
         return self._s.verify()

@@ -80,6 +80,8 @@ class Store:
         """Storage usage."""
     def read_stats(self) -> dict[str, Any]:
         """The read policy in force and the reads since open (no table scan)."""
+    def fingerprint(self) -> dict[str, Any]:
+        """{"records", "content"}: what a checkpoint records (O(1) from the head)."""
     def verify(self) -> dict[str, Any]:
         """Check every record; raises CorruptError/ChecksumError on damage."""
     def train_dict(self, samples: npt.NDArray[np.uint8], sizes: npt.NDArray[np.uint64], max_size: int) -> int:

@@ -73,6 +73,11 @@ class _Base(_util.Closeable):
         ``bytes_from_cache``, ... Cheap (no table scan)."""
         return self._s.read_stats()
 
+    def fingerprint(self) -> dict[str, Any]:
+        """``{"records", "content"}`` of the underlying store (see
+        :meth:`zring.Zrecord.fingerprint`); O(1)."""
+        return self._s.fingerprint()
+
     def close(self) -> None:
         """Release the store. Safe to call twice."""
         store, self._store = getattr(self, "_store", None), None

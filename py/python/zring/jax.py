@@ -92,10 +92,12 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
     """A short description of the stores that a resumed run must find unchanged.
 
     For each stream: its record count, and a SHA-256 over its schema (dtype
-    and shape; the codec is left out, since re-encoding does not change the
-    samples) and its logical byte count (which tells apart ragged stores of
-    equal length). Compaction and a different codec keep the fingerprint;
-    appending, deleting or rewriting with other data change it.
+    and shape; the codec is left out) and the store's content checksum
+    (:meth:`zring.Zrecord.fingerprint`: every record's stored checksum and
+    length, in order), which the store keeps in its head, so this costs
+    O(1) whatever the store's size. Compaction keeps the fingerprint;
+    appending, deleting, rewriting with other data, and re-encoding records
+    into other stored bytes (another codec) change it.
     """
     out: dict[str, Any] = {}
     for name in sorted(streams):
@@ -103,9 +105,9 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
         store = ds._s
         schema = json.loads(store.schema() or "{}")
         schema.pop("codec", None)
-        stats = store.stats()
-        blob = json.dumps({"schema": schema, "logical_bytes": stats.get("logical_bytes")}, sort_keys=True)
-        out[name] = {"records": len(ds), "sha256": hashlib.sha256(blob.encode()).hexdigest()[:16]}
+        fp = store.fingerprint()
+        blob = json.dumps({"schema": schema, "content": fp["content"]}, sort_keys=True)
+        out[name] = {"records": int(fp["records"]), "sha256": hashlib.sha256(blob.encode()).hexdigest()[:16]}
     return out
 
 
@@ -160,7 +162,7 @@ def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> 
             elif have[name]["records"] != saved[name]["records"]:
                 diffs.append(f"stream {name!r} has {have[name]['records']} records, the checkpoint saw {saved[name]['records']}")
             elif have[name] != saved[name]:
-                diffs.append(f"stream {name!r} has another schema or content size than the checkpoint saw")
+                diffs.append(f"stream {name!r} has another schema or other records than the checkpoint saw")
         raise StateMismatchError("the stores changed since the checkpoint: " + "; ".join(diffs))
     length = len(next(iter(streams.values())))
     if int(state["length"]) != length:
