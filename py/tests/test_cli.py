@@ -47,4 +47,5 @@ def test_compact(tmp_path, capsys):
 def test_errors_give_exit_status(tmp_path, capsys):
     assert cli.main(["info", str(tmp_path / "missing")]) == 1
     assert "error:" in capsys.readouterr().err
-    assert cli.main(["convert", str(tmp_path / "x.txt"), str(tmp_path / "y")]) == 2
+    assert cli.main(["convert", str(tmp_path / "x.txt"), str(tmp_path / "y")]) == 1
+    assert "x.txt does not exist" in capsys.readouterr().err

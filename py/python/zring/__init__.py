@@ -4,8 +4,9 @@ A drop-in for loaderx 0.7.3 (``import zring as loaderx``): the same
 ``write_dataset``/``Dataset``/``RaggedDataset``/``pad``/``DataLoader``/
 ``Zrecord`` API, on a Rust engine. Extras: exact resume (``DataLoader(...,
 state=...)``, ``DataLoader.state()``), sharding, ``stats()``, ``verify()``,
-a typed exception hierarchy under :class:`ZringError`, and the ``zring``
-command.
+a typed exception hierarchy under :class:`ZringError`, importers from
+Parquet, folders of files and WebDataset shards (:func:`convert`), and the
+``zring`` command.
 """
 
 from ._zring import (
@@ -21,6 +22,7 @@ from ._zring import (
 )
 from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
+from ._convert import convert
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 
@@ -41,6 +43,7 @@ __all__ = [
     "Zrecord",
     "ZrecordError",
     "ZringError",
+    "convert",
     "import_loaderx",
     "pad",
     "write_dataset",

@@ -1,7 +1,7 @@
 """zring: a persistent record store and endless step-based data loader (loaderx-compatible)."""
 
 import os
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import numpy.typing as npt
@@ -59,6 +59,23 @@ def write_ragged(
     Built beside path and renamed into place when complete; an existing path
     is FileExistsError unless overwrite=True (replace) or append=True (add)."""
 
+def convert(
+    src: _Path,
+    dst: _Path,
+    *,
+    columns: Optional[Sequence[str]] = None,
+    fill: Any = None,
+    extensions: Optional[Sequence[str]] = None,
+    codec: str = "zstd",
+    kind: Optional[str] = None,
+    overwrite: bool = False,
+    block_bytes: int = ...,
+    progress: Optional[bool] = None,
+) -> dict[str, int]:
+    """Parquet (one store per column), a folder of files, WebDataset tar shards
+    (one store per extension), a .npy or a loaderx store into zring stores at
+    dst; returns the records written per store."""
+
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0
 ) -> tuple[npt.NDArray[Any], npt.NDArray[np.int64]]:
@@ -86,6 +103,9 @@ class Dataset:
         """The read policy in force and the reads since open (hits, bytes by source)."""
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
+    @property
+    def names(self) -> Optional[list[str]]:
+        """Record names kept with the store (zring.convert of a folder or tar shards), or None."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "Dataset": ...
@@ -119,6 +139,9 @@ class RaggedDataset:
         """The read policy in force and the reads since open (hits, bytes by source)."""
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
+    @property
+    def names(self) -> Optional[list[str]]:
+        """Record names kept with the store (zring.convert of a folder or tar shards), or None."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "RaggedDataset": ...

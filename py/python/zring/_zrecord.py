@@ -237,13 +237,16 @@ def _dict_target(sample_bytes: int, dict_size: int | None) -> int:
     return min(DICT_MAX, max(DICT_MIN, sample_bytes // 100))
 
 
-def _is_store(path: Path) -> bool:
-    """Whether ``path`` is a directory holding a store (zring's or loaderx's)
-    or nothing at all: what ``overwrite=True`` may replace."""
+def _is_store(path: Path, nested: bool = True) -> bool:
+    """Whether ``path`` is a directory holding a store (zring's or loaderx's),
+    a directory of stores (what ``zring.convert`` makes of a Parquet file or
+    tar shards) or nothing at all: what ``overwrite=True`` may replace."""
     if not path.is_dir() or path.is_symlink():
         return False
     names = set(os.listdir(path))
-    return not names or bool(names & {"head.zr", _schema.SCHEMA, "meta.json"})
+    if not names or names & {"head.zr", _schema.SCHEMA, "meta.zr"}:
+        return True
+    return nested and all(n.endswith(".zr") and _is_store(path / n, nested=False) for n in names)
 
 
 def _rename_exchange(a: Path, b: Path) -> bool:

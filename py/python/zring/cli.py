@@ -20,8 +20,9 @@ from typing import Sequence
 import numpy as np
 
 from . import _schema
-from ._zring import Store, ZringError, import_loaderx
-from ._zrecord import WRITE_CHUNK_BYTES, _target, write_dataset
+from ._zring import Store, ZringError
+from ._convert import convert
+from ._zrecord import WRITE_CHUNK_BYTES
 
 
 def _disk_bytes(path: Path) -> int:
@@ -105,22 +106,37 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fill(text: str) -> int | float:
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--fill takes a number, got {text!r}") from None
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = Path(args.src), Path(args.dst)
-    if src.is_file() and src.suffix == ".npy":
-        array = np.load(src, mmap_mode="r")
-        n = write_dataset(dst, array, codec=args.codec, chunk_bytes=args.chunk_bytes, overwrite=args.overwrite)
-        print(f"wrote {n} records of {array.dtype} {array.shape[1:]} to {dst}")
-        return 0
-    if src.is_dir():
-        # Built beside dst and renamed into place when complete, as write_dataset does.
-        with _target(dst, args.overwrite, False) as where:
-            os.rmdir(where)  # the import creates its destination itself
-            report = import_loaderx(str(src), str(where))
-        print(f"imported {src} into {dst}: {report}")
-        return 0
-    print(f"error: {src} is neither a .npy file nor a loaderx store directory", file=sys.stderr)
-    return 2
+    t = time.perf_counter()
+    counts = convert(
+        src, dst,
+        columns=args.columns.split(",") if args.columns else None,
+        fill=args.fill,
+        extensions=args.ext.split(",") if args.ext else None,
+        codec=args.codec,
+        kind=args.kind,
+        overwrite=args.overwrite,
+        block_bytes=args.chunk_bytes,
+        progress=None if args.progress is None else args.progress,
+    )
+    secs = time.perf_counter() - t
+    for name, n in counts.items():
+        where = dst / f"{name}.zr" if name else dst
+        print(f"{where}: {n} records")
+    print(f"converted {src} in {secs:.1f} s")
+    return 0
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
@@ -185,9 +201,14 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("convert", help="a .npy file or a loaderx store into a zring store")
     s.add_argument("src")
     s.add_argument("dst")
-    s.add_argument("--codec", default="zstd", choices=_schema.CODECS)
-    s.add_argument("--chunk-bytes", type=int, default=WRITE_CHUNK_BYTES)
+    s.add_argument("--codec", default="zstd", choices=("zstd", "raw"))
+    s.add_argument("--chunk-bytes", type=int, default=WRITE_CHUNK_BYTES, help="bytes handed to one append")
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
+    s.add_argument("--columns", help="Parquet: the columns to convert, comma-separated (default: all)")
+    s.add_argument("--fill", type=_fill, help="what a null becomes (default: a null is an error)")
+    s.add_argument("--ext", help="folder: keep only files with these extensions, comma-separated")
+    s.add_argument("--kind", choices=("parquet", "folder", "tar", "npy", "loaderx"), help="the source's kind (default: guessed)")
+    s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
     s.set_defaults(func=cmd_convert)
     s = sub.add_parser("compact", help="reclaim the space of deleted records")
     s.add_argument("path")

@@ -73,6 +73,17 @@ class _Base(_util.Closeable):
         ``bytes_from_cache``, ... Cheap (no table scan)."""
         return self._s.read_stats()
 
+    @property
+    def names(self) -> list[str] | None:
+        """The record names kept with the store (the relative paths of a
+        converted folder, the sample keys of converted tar shards), or None.
+        Read once, on first use."""
+        if not hasattr(self, "_names"):
+            from ._convert import read_names
+
+            self._names = read_names(self.path)
+        return self._names
+
     def fingerprint(self) -> dict[str, Any]:
         """``{"records", "content"}`` of the underlying store (see
         :meth:`zring.Zrecord.fingerprint`); O(1)."""

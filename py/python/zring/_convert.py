@@ -1,0 +1,503 @@
+"""Importers: Parquet files, folders of files and WebDataset tar shards into
+zring stores (:func:`convert`, and ``zring convert`` on the command line).
+
+Every importer streams: a Parquet file a row group at a time, a folder or a
+tar shard a block of files at a time (``block_bytes``), so memory stays
+bounded whatever the source's size. Each block is handed to the engine as one
+append, which compresses its records on every core. The whole destination is
+built in a temporary directory beside it and renamed into place when every
+store in it is complete and synced, like :func:`zring.write_dataset`.
+
+What each source becomes:
+
+* Parquet (a file, or a directory of ``*.parquet`` files read in sorted
+  order; needs ``pyarrow``): ``DST/<column>.zr`` per column (``columns=``
+  picks some). Fixed-width numbers and booleans become a :class:`Dataset` of
+  scalars; fixed-size lists (nested too) a :class:`Dataset` with that item
+  shape; variable-length lists of numbers a :class:`RaggedDataset` of the
+  element type; strings and binary a :class:`RaggedDataset` of uint8 (the
+  UTF-8 bytes). A null is an error naming its column unless ``fill=`` is
+  given: then a null number (or list element) becomes ``fill`` and a null
+  list, string or binary an empty record. Any other type (structs, maps,
+  timestamps, dictionaries) is an error naming the column and its type.
+* A folder of files: one uint8 record per file in ``DST``, a
+  :class:`RaggedDataset`, files in sorted order of their relative paths,
+  which are kept (:attr:`RaggedDataset.names`); ``extensions=`` keeps only
+  files with those extensions.
+* WebDataset shards (a ``.tar`` file, or a directory of them read in sorted
+  order): members are grouped into samples by key (the member's path up to
+  the first dot of its file name) in shard order, and each extension becomes
+  ``DST/<extension>.zr`` (a :class:`RaggedDataset` of uint8), record ``i`` of
+  every store belonging to sample ``i``; the keys are kept in each store's
+  names. A sample lacking an extension others have is an error naming it.
+* A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
+  (:func:`zring.import_loaderx`), as before.
+
+Names live in ``names.json`` in the store directory (a JSON list of strings,
+one per record, written once with the store); deleting records later does not
+update them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tarfile
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import numpy as np
+
+from . import _schema
+from ._zrecord import WRITE_CHUNK_BYTES, _open_for_write, _progress, _target, write_dataset
+from ._zring import Store, import_loaderx
+
+#: File holding a store's record names.
+NAMES = "names.json"
+
+
+def read_names(path: str | os.PathLike[str]) -> list[str] | None:
+    """The names kept with the store at ``path`` (``names.json``), or None."""
+    p = Path(path) / NAMES
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    names = json.loads(text)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{p} is not a JSON list of strings")
+    return names
+
+
+def _write_names(store_dir: Path, names: Sequence[str]) -> None:
+    tmp = store_dir / (NAMES + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(list(names), f, ensure_ascii=False)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, store_dir / NAMES)
+
+
+class _Sink:
+    """One store being filled: fixed (``shape`` given) or ragged."""
+
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...] | None, codec: str):
+        self.path, self.dtype, self.shape, self.codec = path, np.dtype(dtype), shape, codec
+        if shape is None:
+            schema = _schema.ragged_schema(self.dtype, (), codec)
+        else:
+            schema = _schema.fixed_schema(self.dtype, shape, codec)
+        self.store: Store = _open_for_write(path, schema, lambda _: False, "")
+        self.records = 0
+
+    def fixed(self, values: np.ndarray) -> None:
+        """Appends ``len(values)`` records of shape ``self.shape``."""
+        values = np.ascontiguousarray(values, dtype=self.dtype)
+        n = len(values)
+        if n:
+            item = values.nbytes // n
+            self.store.append_fixed(values.reshape(-1).view(np.uint8), item, self.codec)
+        self.records += n
+
+    def ragged(self, values: np.ndarray, offsets: np.ndarray) -> None:
+        """Appends one record per ``offsets[i]:offsets[i + 1]`` slice of ``values``."""
+        values = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
+        offsets = np.asarray(offsets, dtype=np.int64)
+        n = len(offsets) - 1
+        if n <= 0:
+            return
+        width = self.dtype.itemsize
+        starts = ((offsets[:-1] - offsets[0]) * width).astype(np.uint64)
+        lens = (np.diff(offsets) * width).astype(np.uint64)
+        flat = values[offsets[0]:offsets[-1]].view(np.uint8) if len(values) else np.zeros(0, np.uint8)
+        self.store.append(flat, starts, lens, self.codec)
+        self.records += n
+
+    def close(self) -> None:
+        try:
+            self.store.sync()
+        finally:
+            self.store.close()
+
+
+# --------------------------------------------------------------------------
+# Parquet
+# --------------------------------------------------------------------------
+
+def _pyarrow():
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise ImportError("converting Parquet needs pyarrow: pip install pyarrow") from None
+    return pa, pq
+
+
+def _parquet_files(src: Path) -> list[Path]:
+    if src.is_dir():
+        files = sorted(p for p in src.rglob("*.parquet") if p.is_file())
+        if not files:
+            raise ValueError(f"{src} holds no .parquet files")
+        return files
+    return [src]
+
+
+def _plan_column(pa: Any, name: str, t: Any) -> tuple[str, np.dtype, tuple[int, ...] | None]:
+    """(kind, dtype, item shape or None) for a column of Arrow type ``t``."""
+    types = pa.types
+
+    def numeric(x: Any) -> bool:
+        return types.is_integer(x) or types.is_floating(x) or types.is_boolean(x)
+
+    if numeric(t):
+        return "scalar", np.dtype(t.to_pandas_dtype()), ()
+    if types.is_fixed_size_list(t):
+        shape, inner = [], t
+        while types.is_fixed_size_list(inner):
+            shape.append(inner.list_size)
+            inner = inner.value_type
+        if numeric(inner):
+            return "fixed_list", np.dtype(inner.to_pandas_dtype()), tuple(shape)
+    if (types.is_list(t) or types.is_large_list(t)) and numeric(t.value_type):
+        return "list", np.dtype(t.value_type.to_pandas_dtype()), None
+    if types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t):
+        return "bytes", np.dtype(np.uint8), None
+    raise ValueError(
+        f"cannot map column {name!r} of type {t} to a zring store (numbers, fixed-size lists of numbers, "
+        f"lists of numbers, strings and binary are supported); leave it out with columns="
+    )
+
+
+def _fill_nulls(pa: Any, arr: Any, name: str, fill: Any, kind: str) -> Any:
+    """``arr`` without nulls (``fill`` for numbers, empty for lists/bytes), or a ValueError."""
+    import pyarrow.compute as pc
+
+    if arr.null_count == 0 and not (kind in ("list", "fixed_list") and arr.values.null_count):
+        return arr
+    if fill is None:
+        raise ValueError(f"column {name!r} holds nulls; pass fill= (--fill) to say what to write for them")
+    if kind == "scalar":
+        return pc.fill_null(arr, pa.scalar(fill, type=arr.type))
+    if kind == "bytes":
+        return pc.fill_null(arr, pa.scalar(b"" if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
+                                           else "", type=arr.type))
+    # lists: null elements become fill, null lists become empty lists
+    values = pc.fill_null(arr.values, pa.scalar(fill, type=arr.type.value_type)) if arr.values.null_count else arr.values
+    if kind == "fixed_list":
+        if arr.null_count:
+            raise ValueError(f"column {name!r} holds null fixed-size lists, which have no empty form")
+        return type(arr).from_arrays(values, arr.type.list_size)
+    offsets = arr.offsets
+    if arr.null_count:
+        # A null list's offsets already span nothing in Arrow's layout only by
+        # convention; rebuild them from the filled lengths.
+        lengths = pc.fill_null(pc.list_value_length(arr), 0).to_numpy(zero_copy_only=False)
+        starts = arr.offsets.to_numpy()[:-1]
+        keep = np.concatenate([np.arange(s, s + n) for s, n in zip(starts, lengths)]) if len(arr) else np.zeros(0, int)
+        values = values.take(pa.array(keep, type=pa.int64()))
+        offsets = pa.array(np.concatenate([[0], np.cumsum(lengths)]), type=arr.offsets.type)
+    return type(arr).from_arrays(offsets, values)
+
+
+def _append_column(pa: Any, sink: _Sink, arr: Any, kind: str, shape: tuple[int, ...] | None) -> None:
+    if isinstance(arr, pa.ChunkedArray):
+        for chunk in arr.chunks:
+            _append_column(pa, sink, chunk, kind, shape)
+        return
+    if kind == "scalar":
+        sink.fixed(arr.to_numpy(zero_copy_only=False))
+    elif kind == "fixed_list":
+        flat = arr.flatten()
+        while pa.types.is_fixed_size_list(flat.type):
+            flat = flat.flatten()
+        sink.fixed(flat.to_numpy(zero_copy_only=False).reshape((len(arr), *shape)))
+    elif kind == "list":
+        offsets = arr.offsets.to_numpy()
+        sink.ragged(arr.values.to_numpy(zero_copy_only=False), offsets)
+    else:  # bytes: the data buffer with the offsets buffer
+        offsets_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
+        bufs = arr.buffers()
+        offsets = np.frombuffer(bufs[1], dtype=offsets_type)[arr.offset:arr.offset + len(arr) + 1]
+        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+        sink.ragged(data, offsets)
+
+
+def _row_groups(pq: Any, files: Sequence[Path], schema: Any, names: Sequence[str]) -> Iterator[Any]:
+    """The row groups of ``files`` (columns ``names``) in order, each read on
+    a helper thread while the caller appends the one before: pyarrow decodes
+    without the GIL, so decoding overlaps the engine's compression. At most
+    two row groups are in memory."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def groups() -> Iterator[tuple[Any, int]]:
+        for f in files:
+            pf = pq.ParquetFile(f)
+            if pf.schema_arrow.names != schema.names or any(
+                    pf.schema_arrow.field(c).type != schema.field(c).type for c in names):
+                raise ValueError(f"{f} has another schema than {files[0]}")
+            for g in range(pf.num_row_groups):
+                yield pf, g
+
+    with ThreadPoolExecutor(1, thread_name_prefix="zring-parquet") as pool:
+        pending = None
+        for pf, g in groups():
+            nxt = pool.submit(pf.read_row_group, g, columns=list(names))
+            if pending is not None:
+                yield pending.result()
+            pending = nxt
+        if pending is not None:
+            yield pending.result()
+
+
+def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str,
+                     progress: bool | None) -> dict[str, int]:
+    pa, pq = _pyarrow()
+    files = _parquet_files(src)
+    schema = pq.ParquetFile(files[0]).schema_arrow
+    names = list(columns) if columns else list(schema.names)
+    missing = [c for c in names if c not in schema.names]
+    if missing:
+        raise ValueError(f"{files[0]} has no column(s) {missing}; it has {schema.names}")
+    plans = {c: _plan_column(pa, c, schema.field(c).type) for c in names}
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    bar = _progress(total, f"convert {src.name}", progress)
+    sinks: dict[str, _Sink] = {}
+    try:
+        for c, (kind, dt, shape) in plans.items():
+            sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec)
+        for table in _row_groups(pq, files, schema, names):
+            for c, (kind, _, shape) in plans.items():
+                for chunk in table.column(c).chunks:
+                    _append_column(pa, sinks[c], _fill_nulls(pa, chunk, c, fill, kind), kind, shape)
+            if bar is not None:
+                bar.update(table.num_rows)
+    finally:
+        if bar is not None:
+            bar.close()
+        for s in sinks.values():
+            s.close()
+    return {c: s.records for c, s in sinks.items()}
+
+
+# --------------------------------------------------------------------------
+# Folders and tar shards
+# --------------------------------------------------------------------------
+
+def _bytes_records(sink: _Sink, items: Iterable[bytes], block_bytes: int) -> None:
+    """Appends each item as one uint8 record, in blocks of about ``block_bytes``."""
+    block: list[bytes] = []
+    size = 0
+
+    def flush() -> None:
+        nonlocal block, size
+        if not block:
+            return
+        lens = np.array([len(b) for b in block], dtype=np.int64)
+        offsets = np.concatenate([[0], np.cumsum(lens)])
+        sink.ragged(np.frombuffer(b"".join(block), dtype=np.uint8), offsets)
+        block, size = [], 0
+
+    for b in items:
+        block.append(b)
+        size += len(b)
+        if size >= block_bytes:
+            flush()
+    flush()
+
+
+def _convert_folder(src: Path, dst: Path, extensions: Sequence[str] | None, codec: str, block_bytes: int,
+                    progress: bool | None) -> dict[str, int]:
+    wanted = {e.lower().lstrip(".") for e in extensions} if extensions else None
+    rels = []
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        for f in files:
+            if wanted is None or f.rsplit(".", 1)[-1].lower() in wanted and "." in f:
+                rels.append(os.path.relpath(os.path.join(root, f), src))
+    rels.sort()
+    if not rels:
+        raise ValueError(f"{src} holds no files" + (f" with extensions {sorted(wanted)}" if wanted else ""))
+    bar = _progress(len(rels), f"convert {src.name}", progress)
+    sink = _Sink(dst, np.dtype(np.uint8), None, codec)
+    try:
+        def read() -> Iterator[bytes]:
+            for r in rels:
+                yield (src / r).read_bytes()
+                if bar is not None:
+                    bar.update(1)
+        _bytes_records(sink, read(), block_bytes)
+    finally:
+        if bar is not None:
+            bar.close()
+        sink.close()
+    _write_names(dst, [r.replace(os.sep, "/") for r in rels])
+    return {"": sink.records}
+
+
+def _tar_files(src: Path) -> list[Path]:
+    if src.is_dir():
+        files = sorted(p for p in src.rglob("*.tar") if p.is_file())
+        if not files:
+            raise ValueError(f"{src} holds no .tar shards")
+        return files
+    return [src]
+
+
+def _split_key(name: str) -> tuple[str, str]:
+    """WebDataset's split of a member name: key up to the first dot of the
+    file name, extension after it."""
+    head, _, base = name.rpartition("/")
+    if "." not in base:
+        return name, ""
+    stem, ext = base.split(".", 1)
+    return (f"{head}/{stem}" if head else stem), ext
+
+
+def _samples(shards: Sequence[Path]) -> Iterator[tuple[str, dict[str, bytes]]]:
+    """(key, {extension: bytes}) per sample, in shard order."""
+    for shard in shards:
+        key, sample = None, {}
+        with tarfile.open(shard, mode="r|*") as tf:
+            for m in tf:
+                if not m.isfile():
+                    continue
+                k, ext = _split_key(m.name)
+                if not ext:
+                    raise ValueError(f"{shard}: member {m.name!r} has no extension, so no store to go to")
+                if k != key:
+                    if key is not None:
+                        yield key, sample
+                    key, sample = k, {}
+                if ext in sample:
+                    raise ValueError(f"{shard}: sample {k!r} has two {ext!r} members")
+                f = tf.extractfile(m)
+                sample[ext] = f.read() if f is not None else b""
+        if key is not None:
+            yield key, sample
+
+
+def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool | None) -> dict[str, int]:
+    shards = _tar_files(src)
+    bar = _progress(0, f"convert {src.name}", progress)
+    sinks: dict[str, _Sink] = {}
+    keys: list[str] = []
+    blocks: dict[str, list[bytes]] = {}
+    size = 0
+
+    def flush() -> None:
+        nonlocal size
+        for ext, items in blocks.items():
+            _bytes_records(sinks[ext], items, block_bytes)
+            items.clear()
+        size = 0
+
+    try:
+        for key, sample in _samples(shards):
+            if not sinks:
+                for ext in sorted(sample):
+                    if not ext.replace(".", "").replace("_", "").replace("-", "").isalnum():
+                        raise ValueError(f"extension {ext!r} of sample {key!r} cannot name a store")
+                    sinks[ext] = _Sink(dst / f"{ext}.zr", np.dtype(np.uint8), None, codec)
+                    blocks[ext] = []
+            if sample.keys() != sinks.keys():
+                raise ValueError(
+                    f"sample {key!r} has members {sorted(sample)}, the first sample had {sorted(sinks)}: "
+                    "every sample needs the same extensions"
+                )
+            for ext, b in sample.items():
+                blocks[ext].append(b)
+                size += len(b)
+            keys.append(key)
+            if bar is not None:
+                bar.update(1)
+            if size >= block_bytes:
+                flush()
+        if not sinks:
+            raise ValueError(f"{src} holds no samples")
+        flush()
+    finally:
+        if bar is not None:
+            bar.close()
+        for s in sinks.values():
+            s.close()
+    for ext in sinks:
+        _write_names(dst / f"{ext}.zr", keys)
+    return {ext: s.records for ext, s in sinks.items()}
+
+
+# --------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------
+
+def _kind(src: Path) -> str:
+    if src.is_file():
+        suffix = src.suffix.lower()
+        if suffix == ".npy":
+            return "npy"
+        if suffix == ".parquet":
+            return "parquet"
+        if suffix == ".tar":
+            return "tar"
+        raise ValueError(f"cannot convert {src}: expected a .npy, .parquet or .tar file, or a directory")
+    if src.is_dir():
+        if (src / "meta.zr").is_file():
+            return "loaderx"
+        entries = [p for p in src.rglob("*") if p.is_file()]
+        if entries and all(p.suffix.lower() == ".parquet" for p in entries):
+            return "parquet"
+        if entries and all(p.suffix.lower() == ".tar" for p in entries):
+            return "tar"
+        return "folder"
+    raise FileNotFoundError(f"{src} does not exist")
+
+
+def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
+            fill: Any = None, extensions: Sequence[str] | None = None, codec: str = "zstd",
+            kind: str | None = None, overwrite: bool = False, block_bytes: int = WRITE_CHUNK_BYTES,
+            progress: bool | None = None) -> dict[str, int]:
+    """Converts ``src`` into zring stores at ``dst`` (module docs); returns
+    the records written per store (``""`` for a single store at ``dst``).
+
+    Args:
+        src: A ``.parquet`` file or a directory of them, a folder of files, a
+            ``.tar`` shard or a directory of them, a ``.npy`` file, or a
+            loaderx store. ``kind`` overrides the guess (``"parquet"``,
+            ``"folder"``, ``"tar"``, ``"npy"``, ``"loaderx"``).
+        dst: The store (``.npy``, loaderx, folder) or the directory of stores
+            (Parquet: one per column; tar: one per extension) to create.
+        columns: Parquet columns to convert (default: all).
+        fill: What a null becomes (default: a null is an error).
+        extensions: Folder files to keep, by extension (default: all).
+        codec: ``"zstd"`` (default), ``"raw"`` or ``"zstd_dict"`` is not
+            offered here (a dictionary needs a sample of the whole column).
+        overwrite: Replace an existing ``dst``.
+        block_bytes: Bytes of files handed to one append (folders, tar).
+        progress: Show a tqdm bar; by default only when stderr is a terminal.
+
+    Raises:
+        FileExistsError: ``dst`` exists and ``overwrite`` is not set.
+        ValueError: A column or member that cannot be mapped, a null without
+            ``fill``, a sample missing an extension, an unknown ``kind``.
+        ImportError: A Parquet source without pyarrow installed.
+    """
+    src, dst = Path(src), Path(dst)
+    if codec not in ("zstd", "raw"):
+        raise ValueError(f"codec must be 'zstd' or 'raw' for convert, got {codec!r}")
+    if int(block_bytes) <= 0:
+        raise ValueError(f"block_bytes must be positive, got {block_bytes}")
+    kind = kind or _kind(src)
+    if kind == "npy":
+        n = write_dataset(dst, np.load(src, mmap_mode="r"), codec=codec, overwrite=overwrite, progress=progress)
+        return {"": n}
+    if kind not in ("parquet", "folder", "tar", "loaderx"):
+        raise ValueError(f"unknown kind {kind!r}: expected parquet, folder, tar, npy or loaderx")
+    with _target(dst, overwrite, False) as where:
+        if kind == "loaderx":
+            os.rmdir(where)  # the import creates its destination itself
+            stats = import_loaderx(str(src), str(where))
+            return {"": int(stats["records"])}
+        if kind == "parquet":
+            return _convert_parquet(src, where, columns, fill, codec, progress)
+        if kind == "folder":
+            return _convert_folder(src, where, extensions, codec, int(block_bytes), progress)
+        return _convert_tar(src, where, codec, int(block_bytes), progress)

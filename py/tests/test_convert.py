@@ -1,0 +1,152 @@
+"""zring.convert / ``zring convert``: Parquet columns, folders of files and
+WebDataset tar shards round-trip into stores, with names and keys kept."""
+
+import io
+import tarfile
+
+import numpy as np
+import pytest
+
+import zring
+from zring import cli
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+def _table(n, start=0):
+    rng = np.random.default_rng(start)
+    ids = np.arange(start, start + n)
+    tokens = [rng.integers(0, 50_000, size=int(i % 7), dtype=np.int32) for i in ids]  # includes empty lists
+    return pa.table({
+        "label": pa.array(ids % 10, type=pa.int64()),
+        "score": pa.array(ids * 0.5, type=pa.float32()),
+        "flag": pa.array(ids % 3 == 0, type=pa.bool_()),
+        "tokens": pa.array(tokens, type=pa.list_(pa.int32())),
+        "patch": pa.array([np.full(6, i, np.int16).tolist() for i in ids], type=pa.list_(pa.int16(), 6)),
+        "grid": pa.array([[[int(i) % 256, 1], [2, 3], [4, 5]] for i in ids], type=pa.list_(pa.list_(pa.uint8(), 2), 3)),
+        "text": pa.array(["" if i % 4 == 0 else f"sample {i} ü" for i in ids], type=pa.string()),
+        "blob": pa.array([bytes([i % 256]) * int(i % 5) for i in ids], type=pa.large_binary()),
+    }), tokens
+
+
+def test_every_parquet_column_kind_round_trips_over_row_groups(tmp_path):
+    table, tokens = _table(1000)
+    pq.write_table(table, tmp_path / "t.parquet", row_group_size=128)  # 8 row groups
+    assert pq.ParquetFile(tmp_path / "t.parquet").num_row_groups == 8
+    counts = zring.convert(tmp_path / "t.parquet", tmp_path / "out")
+    assert counts == {c: 1000 for c in table.column_names}
+    out = tmp_path / "out"
+    with zring.Dataset(out / "label.zr") as d:
+        np.testing.assert_array_equal(d[:], np.arange(1000) % 10)
+        assert d.dtype == np.int64
+    with zring.Dataset(out / "score.zr") as d:
+        np.testing.assert_array_equal(d[:], (np.arange(1000) * 0.5).astype(np.float32))
+    with zring.Dataset(out / "flag.zr") as d:
+        np.testing.assert_array_equal(d[:], np.arange(1000) % 3 == 0)
+    with zring.RaggedDataset(out / "tokens.zr") as d:
+        for i in (0, 1, 6, 7, 500, 999):
+            np.testing.assert_array_equal(d[i], tokens[i])
+        assert d[0].size == 0 and d[7].size == 0, "empty lists stay empty"
+        assert d.dtype == np.int32
+    with zring.Dataset(out / "patch.zr") as d:
+        assert d.shape == (6,)
+        np.testing.assert_array_equal(d[[3, 999]], np.array([[3] * 6, [999] * 6], np.int16))
+    with zring.Dataset(out / "grid.zr") as d:
+        assert d.shape == (3, 2)
+        np.testing.assert_array_equal(d[42], np.array([[42, 1], [2, 3], [4, 5]], np.uint8))
+    with zring.RaggedDataset(out / "text.zr") as d:
+        assert bytes(d[0]) == b"" and bytes(d[5]).decode() == "sample 5 ü"
+    with zring.RaggedDataset(out / "blob.zr") as d:
+        assert bytes(d[9]) == bytes([9]) * 4 and bytes(d[10]) == b""
+
+
+def test_a_directory_of_files_and_chosen_columns(tmp_path):
+    (tmp_path / "src").mkdir()
+    pq.write_table(_table(100, 0)[0], tmp_path / "src" / "part-0.parquet")
+    pq.write_table(_table(50, 100)[0], tmp_path / "src" / "part-1.parquet")
+    counts = zring.convert(tmp_path / "src", tmp_path / "out", columns=["label", "text"])
+    assert counts == {"label": 150, "text": 150}
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["label.zr", "text.zr"]
+    with zring.Dataset(tmp_path / "out" / "label.zr") as d:
+        np.testing.assert_array_equal(d[:], np.arange(150) % 10)
+
+
+def test_nulls_are_an_error_naming_the_column_unless_filled(tmp_path):
+    t = pa.table({"ok": pa.array([1, 2, 3]), "gappy": pa.array([1.0, None, 3.0]),
+                  "lists": pa.array([[1], None, [2, None]], type=pa.list_(pa.int64()))})
+    pq.write_table(t, tmp_path / "n.parquet")
+    with pytest.raises(ValueError, match="column 'gappy' holds nulls"):
+        zring.convert(tmp_path / "n.parquet", tmp_path / "out")
+    assert not (tmp_path / "out").exists(), "a failed conversion leaves nothing"
+    zring.convert(tmp_path / "n.parquet", tmp_path / "out", fill=-1)
+    with zring.Dataset(tmp_path / "out" / "gappy.zr") as d:
+        np.testing.assert_array_equal(d[:], [1.0, -1.0, 3.0])
+    with zring.RaggedDataset(tmp_path / "out" / "lists.zr") as d:
+        assert [d[i].tolist() for i in range(3)] == [[1], [], [2, -1]]
+
+
+def test_unmappable_columns_are_named(tmp_path):
+    t = pa.table({"x": pa.array([1, 2]), "meta": pa.array([{"a": 1}, {"a": 2}])})
+    pq.write_table(t, tmp_path / "s.parquet")
+    with pytest.raises(ValueError, match="column 'meta' of type struct"):
+        zring.convert(tmp_path / "s.parquet", tmp_path / "out")
+    assert zring.convert(tmp_path / "s.parquet", tmp_path / "out", columns=["x"]) == {"x": 2}
+
+
+def test_a_folder_of_files_keeps_paths_in_sorted_order(tmp_path):
+    src = tmp_path / "imgs"
+    files = {"b/2.jpg": b"\xff\xd8two", "a.png": b"\x89PNGone", "b/1.jpg": b"", "c/readme.txt": b"skip me"}
+    for rel, data in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_bytes(data)
+    assert zring.convert(src, tmp_path / "all") == {"": 4}
+    with zring.RaggedDataset(tmp_path / "all") as d:
+        assert d.names == ["a.png", "b/1.jpg", "b/2.jpg", "c/readme.txt"]
+        assert [bytes(d[i]) for i in range(4)] == [files[n] for n in d.names]
+    assert zring.convert(src, tmp_path / "pics", extensions=["jpg", ".PNG"]) == {"": 3}
+    with zring.RaggedDataset(tmp_path / "pics") as d:
+        assert d.names == ["a.png", "b/1.jpg", "b/2.jpg"]
+        assert bytes(d[2]) == b"\xff\xd8two"
+
+
+def _shard(path, samples):
+    with tarfile.open(path, "w") as tf:
+        for key, members in samples:
+            for ext, data in members.items():
+                info = tarfile.TarInfo(f"{key}.{ext}")
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+
+
+def test_two_webdataset_shards_round_trip_with_keys(tmp_path):
+    (tmp_path / "shards").mkdir()
+    a = [(f"train/s{i:03d}", {"jpg": bytes([i]) * (i + 1), "cls": str(i % 3).encode(), "meta.json": b"{}"})
+         for i in range(5)]
+    b = [(f"train/s{i:03d}", {"jpg": bytes([i]) * 2, "cls": b"", "meta.json": b"[1]"}) for i in range(5, 8)]
+    _shard(tmp_path / "shards" / "shard-000.tar", a)
+    _shard(tmp_path / "shards" / "shard-001.tar", b)
+    counts = zring.convert(tmp_path / "shards", tmp_path / "wds")
+    assert counts == {"cls": 8, "jpg": 8, "meta.json": 8}
+    keys = [k for k, _ in a + b]
+    for ext in ("jpg", "cls", "meta.json"):
+        with zring.RaggedDataset(tmp_path / "wds" / f"{ext}.zr") as d:
+            assert d.names == keys
+            assert [bytes(d[i]) for i in range(8)] == [m[ext] for _, m in a + b]
+
+
+def test_a_sample_missing_an_extension_is_an_error(tmp_path):
+    _shard(tmp_path / "x.tar", [("k1", {"jpg": b"1", "cls": b"0"}), ("k2", {"jpg": b"2"})])
+    with pytest.raises(ValueError, match="sample 'k2' has members"):
+        zring.convert(tmp_path / "x.tar", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_command_line(tmp_path, capsys):
+    pq.write_table(_table(20)[0], tmp_path / "t.parquet")
+    assert cli.main(["convert", str(tmp_path / "t.parquet"), str(tmp_path / "o"), "--columns", "label,tokens"]) == 0
+    assert "label.zr: 20 records" in capsys.readouterr().out
+    assert cli.main(["convert", str(tmp_path / "t.parquet"), str(tmp_path / "o")]) == 1
+    assert "overwrite" in capsys.readouterr().err
+    assert cli.main(["convert", str(tmp_path / "t.parquet"), str(tmp_path / "o"), "--overwrite"]) == 0
+    assert len(list((tmp_path / "o").iterdir())) == 8
