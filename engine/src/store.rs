@@ -468,7 +468,7 @@ impl Store {
     /// content checksum that appends, deletes, rewrites and re-encoding
     /// change and compaction keeps. O(1) when the head knows it (every store
     /// written by this version, once synced); otherwise computed once per
-    /// snapshot from the table ([`crate::fingerprint`]).
+    /// snapshot from the table (see [`Fingerprint`]).
     pub fn fingerprint(&self) -> Result<Fingerprint> {
         let snap = self.snapshot();
         let records = snap.records();
