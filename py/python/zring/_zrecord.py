@@ -357,7 +357,8 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
 
     The store is built in a temporary directory beside ``path`` and renamed
     into place once complete and durable: an exception part-way (or a
-    crash) leaves nothing at ``path``. A ``path`` that exists already is an
+    crash) leaves nothing at ``path`` (a crash may leave the hidden
+    ``.NAME.*.partial`` directory beside it, which is safe to delete). A ``path`` that exists already is an
     error unless ``overwrite=True`` (replace it; only a store or an empty
     directory is replaced) or ``append=True`` (add the records to it if dtype
     and shape agree, loaderx's behaviour; an exception part-way then keeps the
