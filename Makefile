@@ -51,7 +51,7 @@ PYTEST = $(PY) -m pytest -q $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest c
 
 py-test: develop
 	$(call PYTEST,py/tests)
-	ZRING_BACKEND=pread $(call PYTEST,py/tests/test_fork.py py/tests/test_load.py py/tests/test_corruption.py py/tests/test_errors.py py/tests/test_sigbus.py py/tests/test_cache.py)
+	ZRING_BACKEND=pread $(call PYTEST,py/tests/test_fork.py py/tests/test_fd_limit.py py/tests/test_interrupt.py py/tests/test_load.py py/tests/test_corruption.py py/tests/test_errors.py py/tests/test_sigbus.py py/tests/test_cache.py)
 
 fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)
