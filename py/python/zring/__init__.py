@@ -23,6 +23,7 @@ from ._zring import (
 from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
+from ._mix import Mixture, mix
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 
@@ -34,6 +35,7 @@ __all__ = [
     "DataLoader",
     "Dataset",
     "LockedError",
+    "Mixture",
     "NotAStoreError",
     "PoisonedError",
     "RaggedDataset",
@@ -45,6 +47,7 @@ __all__ = [
     "ZringError",
     "convert",
     "import_loaderx",
+    "mix",
     "pad",
     "write_dataset",
     "write_ragged",

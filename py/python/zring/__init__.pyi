@@ -59,6 +59,20 @@ def write_ragged(
     Built beside path and renamed into place when complete; an existing path
     is FileExistsError unless overwrite=True (replace) or append=True (add)."""
 
+class Mixture:
+    """Stream dicts and their weights (from mix); pass it to DataLoader."""
+    sources: list[dict[str, Union[Dataset, RaggedDataset]]]
+    weights: npt.NDArray[np.float64]
+    names: list[str]
+    lengths: list[int]
+    def allocation(self, rows: int) -> npt.NDArray[np.int64]:
+        """Rows per source among the first rows of the mixture (largest remainder)."""
+
+def mix(sources: Sequence[Mapping[str, Union[Dataset, RaggedDataset]]], weights: Sequence[float]) -> Mixture:
+    """A weighted mixture for DataLoader: every batch holds each source's share
+    exactly (largest remainder, carried over), each source drawn by its own
+    sampler; last_sources/last_indices name each row; state()/state= resume."""
+
 def convert(
     src: _Path,
     dst: _Path,
@@ -159,6 +173,8 @@ class DataLoader:
     transform: Callable[[dict[str, Any]], Any]
     last_indices: Optional[npt.NDArray[np.uint64]]
     last_step: Optional[int]
+    #: For a zring.mix mixture: the source of each row of the last batch.
+    last_sources: Optional[npt.NDArray[np.int64]]
     def __init__(
         self,
         streams: Mapping[str, Union[Dataset, RaggedDataset]],

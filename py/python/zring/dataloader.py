@@ -296,6 +296,16 @@ class DataLoader(_util.Closeable):
     indices of the batch last returned.
     """
 
+    def __new__(cls, streams: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # A zring.mix(...) mixture gets the mixture loader (zring._mix).
+        from ._mix import MixLoader, Mixture
+
+        if isinstance(streams, Mixture):
+            if kwargs.get("transform", _identity) is _identity:
+                kwargs.pop("transform", None)
+            return MixLoader(streams, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(self, streams: Mapping[str, Dataset | RaggedDataset], num_workers: int = 4,
                  batch_size: int = 256, prefetch_size: int = 4, mode: int = 1, seed: int = 42,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
@@ -304,7 +314,10 @@ class DataLoader(_util.Closeable):
         """Start gathering.
 
         Args:
-            streams: Named datasets, all of the same length.
+            streams: Named datasets, all of the same length; or a
+                :func:`zring.mix` mixture of such dicts, which gives a
+                loader of the same interface whose batches hold each
+                source's share exactly (see :mod:`zring._mix`).
             num_workers: Gather threads (>= 1). While ``min(num_workers,
                 prefetch_size)`` is below the core count each gather also
                 uses zring's decode pool; from there on each thread gathers

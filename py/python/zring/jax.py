@@ -55,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
         "`pip install \"jax[cpu]\"` (or the jax build for your accelerator)"
     ) from exc
 
+from ._mix import Mixture
 from ._sampler import Sampler
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset
@@ -99,6 +100,9 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
     appending, deleting, rewriting with other data, and re-encoding records
     into other stored bytes (another codec) change it.
     """
+    if isinstance(streams, Mixture):
+        # Each source's streams, named "<source>/<stream>".
+        return {f"{k}/{n}": v for k, s in enumerate(streams.sources) for n, v in fingerprint(s).items()}
     out: dict[str, Any] = {}
     for name in sorted(streams):
         ds = streams[name]
@@ -126,6 +130,9 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset], sampler_sta
     the same dict, and it resumes on any shard count dividing the batch.
     """
     mode = sampler_state["mode"]
+    extra = {}
+    if isinstance(streams, Mixture):
+        extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths)}
     return {
         "format": STATE_FORMAT,
         "mode": _MODE_NUMBERS[mode] if isinstance(mode, str) else int(mode),
@@ -134,6 +141,7 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset], sampler_sta
         "global_batch_size": int(sampler_state["batch_size"]),
         "length": int(sampler_state["length"]),
         "fingerprint": fingerprint(streams),
+        **extra,
     }
 
 
@@ -164,7 +172,7 @@ def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> 
             elif have[name] != saved[name]:
                 diffs.append(f"stream {name!r} has another schema or other records than the checkpoint saw")
         raise StateMismatchError("the stores changed since the checkpoint: " + "; ".join(diffs))
-    length = len(next(iter(streams.values())))
+    length = sum(streams.lengths) if isinstance(streams, Mixture) else len(next(iter(streams.values())))
     if int(state["length"]) != length:
         raise StateMismatchError(f"the checkpoint sampled {state['length']} records, the streams hold {length}")
     return dict(state)
@@ -180,7 +188,10 @@ def _sampler_state(state: Mapping[str, Any]) -> dict[str, Any]:
 def _loader_state(state: Mapping[str, Any], shard: tuple[int, int] | None) -> dict[str, Any]:
     """A :meth:`zring.DataLoader.state` dict that resumes the checkpoint ``state``."""
     index, count = shard if shard is not None else (0, 1)
-    return {"sampler": _sampler_state(state), "shard": {"index": int(index), "count": int(count)}}
+    out = {"sampler": _sampler_state(state), "shard": {"index": int(index), "count": int(count)}}
+    if "mixture" in state:
+        out["mixture"] = state["mixture"]
+    return out
 
 
 def restore_loader(streams: Mapping[str, Dataset | RaggedDataset], state: Mapping[str, Any], *,
