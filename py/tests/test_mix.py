@@ -30,7 +30,7 @@ def _run(loader, steps):
 
 
 def test_every_batch_holds_each_share_and_the_run_is_exact(sources):
-    w = np.array([5.0, 2.0, 1.0])
+    w = np.array([0.5, 0.3, 0.2])  # 12, 7.2 and 4.8 rows of 24: the remainders must carry
     with zring.DataLoader(zring.mix(sources, w), batch_size=B, mode=2, seed=1, num_workers=2) as dl:
         got = _run(dl, 60)
     share = w / w.sum() * B
@@ -40,6 +40,7 @@ def test_every_batch_holds_each_share_and_the_run_is_exact(sources):
         counts = np.bincount(src, minlength=3)
         assert counts.sum() == B
         assert np.all(np.abs(counts - share) < 2), counts
+        assert counts[0] == 12 and set(counts[1:]) <= {4, 5, 6, 7, 8}, counts
         total += counts
         assert np.all(np.abs(total - share * (t + 1)) < 1), "the remainders carry over"
         # rows are the records named, source by source
