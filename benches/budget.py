@@ -253,6 +253,14 @@ def proc_read_bytes() -> int:
     return 0
 
 
+def major_faults() -> int:
+    """Major page faults of this process so far (pages it had to read back
+    from disk: its own code and mapped files, evicted under the limit)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+
+
 def cgroup_stat(cg: str | None) -> dict:
     """Anonymous and page-cache bytes of the child's cgroup now."""
     if not cg:
@@ -333,12 +341,12 @@ def child(spec: dict) -> None:
         t = time.perf_counter() - t0
         done.append(t)
         if mid is None and t >= secs / 2:
-            mid = {"t": t, "k": len(done), "io": proc_read_bytes(), "stats": snapshot()}
+            mid = {"t": t, "k": len(done), "io": proc_read_bytes(), "majflt": major_faults(), "stats": snapshot()}
         if len(done) % 16 == 0:
             anon_peak = max(anon_peak, status_kib("RssAnon"))
         if t >= secs:
             break
-    end = {"t": done[-1], "k": len(done), "io": proc_read_bytes(), "stats": snapshot()}
+    end = {"t": done[-1], "k": len(done), "io": proc_read_bytes(), "majflt": major_faults(), "stats": snapshot()}
     mem = cgroup_stat(cg)
     anon_peak = max(anon_peak, status_kib("RssAnon"))
     steady_batches = end["k"] - mid["k"]
@@ -355,6 +363,7 @@ def child(spec: dict) -> None:
         "steady_batches": steady_batches,
         "disk_per_delivered": (end["io"] - mid["io"]) / steady_bytes if steady_bytes else None,
         "disk_mib_whole": (end["io"] - io0) / MIB,
+        "majflt_per_batch": (end["majflt"] - mid["majflt"]) / steady_batches,
         "anon_peak": anon_peak * 1024,
         "cgroup_end": mem,
         "stats_start": start_stats,
@@ -667,17 +676,19 @@ def diag_table(results: dict) -> str:
              "delivered, in the steady state (above 1: pages read and evicted before use, i.e. thrashing; "
              "below 1: hits). `peak`: the cgroup's peak usage, page cache included. `anon`, `cache`: the "
              "cgroup's anonymous and page-cache bytes at the end. `direct`: zring's `direct` stat at the end. "
-             "`zring budget`: a budget figure from zring's stats, if any.",
+             "`zring budget`: a budget figure from zring's stats, if any. `major faults`: the process's major page "
+             "faults per batch in the steady state (pages of its own code or mapped files read back from disk: "
+             "above 0, the limit is squeezing the program itself).",
              "",
-             "| dataset/budget | measurement | column | steady MiB/s | whole-run MiB/s | first batch s | disk ÷ delivered | peak MiB | anon MiB | cache MiB | direct | zring budget MiB | hit/miss keys |",
-             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---|"]
+             "| dataset/budget | measurement | column | steady MiB/s | whole-run MiB/s | first batch s | disk ÷ delivered | peak MiB | anon MiB | cache MiB | direct | zring budget MiB | major faults | hit/miss keys |",
+             "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---|"]
     for ratio in RATIOS:
         for kind in KINDS:
             for col, r in results.get((ratio, kind), {}).items():
                 head = COLUMNS[col][0]
                 if r["status"] != "ok":
                     lines.append(f"| {fmt_ratio(ratio)} | {kind} | {head} | {r['status']} | | | | "
-                                 f"{(r['peak'] or 0) / MIB:.0f} | | | | | |")
+                                 f"{(r['peak'] or 0) / MIB:.0f} | | | | | | |")
                     continue
                 mem = r.get("cgroup_end") or {}
                 dpd = r.get("disk_per_delivered")
@@ -687,7 +698,8 @@ def diag_table(results: dict) -> str:
                     f"{r['first_batch_s']:.3f} | {'-' if dpd is None else f'{dpd:.2f}'} | "
                     f"{(r['peak'] or 0) / MIB:.0f} | {mem.get('anon', 0) / MIB:.0f} | {mem.get('cache', 0) / MIB:.0f} | "
                     f"{direct_flag(r['stats_end']) if COLUMNS[col][1] == 'zring' else '-'} | "
-                    f"{budget_seen(r['stats_end']) if COLUMNS[col][1] == 'zring' else '-'} | {key or '-'} |")
+                    f"{budget_seen(r['stats_end']) if COLUMNS[col][1] == 'zring' else '-'} | "
+                    f"{r.get('majflt_per_batch', 0):.1f} | {key or '-'} |")
     return "\n".join(lines)
 
 

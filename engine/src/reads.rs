@@ -82,6 +82,10 @@ struct Counters {
     /// that were in memory.
     window_records: AtomicU64,
     window_resident: AtomicU64,
+    /// Records and stored bytes since the budget was last detected
+    /// ([`budget::resize`]).
+    check_records: AtomicU64,
+    check_bytes: AtomicU64,
 }
 
 /// One gather's counts, for [`Reads::observe`].
@@ -145,6 +149,7 @@ impl Reads {
                 ),
                 budget,
                 data_bytes,
+                grows: false,
             },
         };
         let cache = cache::global();
@@ -229,11 +234,28 @@ impl Reads {
                 return Some(fresh);
             }
         }
-        if records < budget::MIN_WINDOW_RECORDS {
+        // By bytes too while a record cache fills (it must not outgrow the
+        // budget between looks); by records alone while the page cache
+        // serves, at hot-read rates.
+        let by_records = c.check_records.fetch_add(s.records, Relaxed) + s.records >= budget::CHECK_RECORDS;
+        let by_bytes = c.check_bytes.fetch_add(s.stored_bytes, Relaxed) + s.stored_bytes >= budget::CHECK_BYTES;
+        if !(by_records || by_bytes && self.caching.load(Relaxed)) {
             return None;
         }
         // One gather judges; the others carry on counting.
-        let policy = self.policy.try_lock().ok()?;
+        let mut policy = self.policy.try_lock().ok()?;
+        c.check_records.store(0, Relaxed);
+        c.check_bytes.store(0, Relaxed);
+        let budget = budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone());
+        if let Some(resized) = budget::resize(&policy, &budget) {
+            // Same mode, no chunk to reopen: the cache evicts down to the
+            // new size here, and grows by admitting more.
+            self.cache.set_capacity(resized.cache_bytes);
+            *policy = resized;
+        }
+        if records < budget::MIN_WINDOW_RECORDS {
+            return None;
+        }
         let records = c.window_records.swap(0, Relaxed);
         let resident = c.window_resident.swap(0, Relaxed);
         let read_bytes = c.policy_bytes.load(Relaxed);
@@ -243,7 +265,6 @@ impl Reads {
             c.window_resident.fetch_add(resident, Relaxed);
             return None;
         }
-        let budget = budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone());
         budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes, budget })
     }
 

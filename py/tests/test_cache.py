@@ -139,3 +139,35 @@ def test_the_loader_reports_each_streams_reads(tmp_path):
         assert reads["policy"] == "direct"
         assert reads["records"] >= 16 * 64
     ds.close()
+
+
+def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeypatch):
+    # The budget is detected again as reads go on (every few thousand records
+    # or 16 MiB): a process that grows takes its memory out of the cache
+    # at once, and the cache grows back when the memory is free again. The
+    # environment override stands in for a cgroup limit that moves.
+    arr = _data(1024, seed=5)
+    zring.write_dataset(tmp_path / "d.zr", arr, codec="raw")
+    idx = np.arange(len(arr), dtype=np.uint64)
+    monkeypatch.setenv("ZRING_CACHE_BYTES", str(arr.nbytes // 2))
+    with zring.Dataset(tmp_path / "d.zr") as ds:
+        assert ds.read_stats()["policy"] == "direct"
+        for _ in range(2):
+            np.testing.assert_array_equal(ds[idx], arr)
+        assert ds.read_stats()["cache_bytes"] > arr.nbytes // 4
+        monkeypatch.setenv("ZRING_CACHE_BYTES", str(arr.nbytes // 8))
+        for _ in range(5):
+            np.testing.assert_array_equal(ds[idx], arr)
+        r = ds.read_stats()
+        assert r["cache_capacity"] == arr.nbytes // 8, r
+        assert r["cache_bytes"] <= arr.nbytes // 8, r
+        assert r["budget_bytes"] == arr.nbytes // 8
+        assert "shrinks" in r["policy_reason"], r["policy_reason"]
+        assert r["policy"] == "direct" and r["switches"] == 0
+        monkeypatch.setenv("ZRING_CACHE_BYTES", str(arr.nbytes // 2))
+        for _ in range(5):
+            np.testing.assert_array_equal(ds[idx], arr)
+        r = ds.read_stats()
+        assert r["cache_capacity"] == arr.nbytes // 2, r
+        assert "grows" in r["policy_reason"], r["policy_reason"]
+        assert r["cache_bytes"] > arr.nbytes // 4, r
