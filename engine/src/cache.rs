@@ -195,6 +195,22 @@ pub enum NextUse {
     Never,
 }
 
+/// Returns the allocator's free memory to the system. Entries are allocated
+/// by whichever thread read them, so with glibc they sit in per-thread arenas,
+/// which give memory back only from the top of a heap; `malloc_trim` releases
+/// every free page of every arena (`madvise(MADV_DONTNEED)`). Other
+/// allocators (musl, a program's own) return large frees themselves or have
+/// their own knobs; nothing is done for them.
+#[allow(unsafe_code, reason = "one libc call with no pointer arguments; the block has its SAFETY argument")]
+fn give_back() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes each arena's lock itself and only releases
+    // pages of free chunks; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 const RANK_UNKNOWN: u64 = u64::MAX - 2;
 const RANK_NEVER: u64 = u64::MAX - 1;
 
@@ -325,9 +341,22 @@ impl Cache {
     /// farthest-needed entries until the cache fits. An insert that reserved
     /// against the old capacity while this ran can leave the cache over the
     /// new one by that insert's charge until the next shrink or eviction.
+    ///
+    /// Memory freed by a shrink is handed back to the system at once
+    /// ([`give_back`]): the budget is measured from the process's resident
+    /// memory, and memory the allocator kept would read as the rest of the
+    /// process having grown, shrinking the cache again, in a spiral down to
+    /// nothing (measured: a loader's cache under a 683 MiB limit went from 611
+    /// MiB to 0 in 15 s, resident memory unchanged throughout).
     pub fn set_capacity(&self, bytes: u64) {
         self.capacity.store(bytes, Relaxed);
-        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && self.evict_one(None) {}
+        let mut evicted = false;
+        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && self.evict_one(None) {
+            evicted = true;
+        }
+        if evicted {
+            give_back();
+        }
     }
 
     /// The stored bytes of `key`, if cached.
