@@ -301,11 +301,7 @@ impl Budget {
     /// What a direct-mode record cache may hold: all of a stated budget, a
     /// measured one less its reserve (module docs).
     pub fn cache_bytes(&self) -> u64 {
-        if self.source.is_stated() {
-            self.bytes
-        } else {
-            self.bytes.saturating_sub(self.reserve())
-        }
+        self.bytes.saturating_sub(self.reserve())
     }
 
     /// The part of a measured budget kept out of the record cache.

@@ -246,12 +246,19 @@ impl Reads {
         let mut policy = self.policy.try_lock().ok()?;
         c.check_records.store(0, Relaxed);
         c.check_bytes.store(0, Relaxed);
-        let budget = budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone());
-        if let Some(resized) = budget::resize(&policy, &budget) {
-            // Same mode, no chunk to reopen: the cache evicts down to the
-            // new size here, and grows by admitting more.
-            self.cache.set_capacity(resized.cache_bytes);
-            *policy = resized;
+        // Only a record cache is sized from the budget now; buffered reads
+        // need it only for a judgement below.
+        let mut budget = None;
+        if policy.mode == ReadMode::Direct {
+            let now = self.budget_now(&policy);
+            if let Some(resized) = budget::resize(&policy, &now) {
+                // Same mode, no chunk to reopen: the cache evicts down to the
+                // new size here, and grows by admitting more.
+                self.cache.set_capacity(resized.cache_bytes);
+                self.caching.store(resized.cache_bytes > 0, Relaxed);
+                *policy = resized;
+            }
+            budget = Some(now);
         }
         if records < budget::MIN_WINDOW_RECORDS {
             return None;
@@ -265,7 +272,13 @@ impl Reads {
             c.window_resident.fetch_add(resident, Relaxed);
             return None;
         }
+        let budget = budget.unwrap_or_else(|| self.budget_now(&policy));
         budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes, budget })
+    }
+
+    /// The budget detected now; the policy's own if detection fails.
+    fn budget_now(&self, policy: &Policy) -> budget::Budget {
+        budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone())
     }
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
