@@ -171,6 +171,7 @@ impl Store {
         w.head = head;
         let old = self.snapshot();
         self.publish(crate::store::Snapshot {
+            pin: old.pin.clone(),
             table: Arc::new(crate::table::Table::open_native(&self.dir, w.head.generation, w.records)?),
             chunk_base: old.chunk_base,
             chunks: old.chunks.clone(),

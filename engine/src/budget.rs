@@ -216,21 +216,27 @@ pub(crate) enum BudgetSource {
         /// The variable's value as written.
         value: String,
     },
-    /// A cgroup v2 `memory.max` less what the process uses.
+    /// A cgroup v2 `memory.max` less what the processes in it use.
     CgroupV2 {
         /// The smallest limit on the way to the root of the hierarchy.
         limit: u64,
-        /// Anonymous memory of this process outside the record cache.
+        /// Memory of this process outside its record caches, and the
+        /// anonymous memory of the cgroup's other processes.
         used: u64,
+        /// zring processes registered in the cgroup ([`crate::ranks`]).
+        ranks: u64,
         /// The `memory.max` file that set the limit.
         file: PathBuf,
     },
-    /// A cgroup v1 `memory.limit_in_bytes` less what the process uses.
+    /// A cgroup v1 `memory.limit_in_bytes` less what the processes in it use.
     CgroupV1 {
         /// The smallest limit on the way to the root of the hierarchy.
         limit: u64,
-        /// Anonymous memory of this process outside the record cache.
+        /// Memory of this process outside its record caches, and the
+        /// anonymous memory of the cgroup's other processes.
         used: u64,
+        /// zring processes registered in the cgroup ([`crate::ranks`]).
+        ranks: u64,
         /// The `memory.limit_in_bytes` file that set the limit.
         file: PathBuf,
     },
@@ -245,6 +251,15 @@ pub(crate) enum BudgetSource {
     Unknown,
 }
 
+/// ", shared by 4 zring processes" when several ranks share the limit.
+fn ranks_note(ranks: u64) -> String {
+    if ranks > 1 {
+        format!(", shared by {ranks} zring processes")
+    } else {
+        String::new()
+    }
+}
+
 impl BudgetSource {
     /// What set the budget, for logs: "cgroup v2 memory.max 3.0 GiB
     /// (/sys/fs/cgroup/job/memory.max) less 210 MiB this process uses".
@@ -252,17 +267,19 @@ impl BudgetSource {
         match self {
             BudgetSource::Explicit => "set explicitly".into(),
             BudgetSource::Env { value } => format!("{ENV_VAR}={value}"),
-            BudgetSource::CgroupV2 { limit, used, file } => format!(
-                "cgroup v2 memory.max {} ({}) less {} this process uses",
+            BudgetSource::CgroupV2 { limit, used, ranks, file } => format!(
+                "cgroup v2 memory.max {} ({}) less {} in use{}",
                 human(*limit),
                 file.display(),
-                human(*used)
+                human(*used),
+                ranks_note(*ranks)
             ),
-            BudgetSource::CgroupV1 { limit, used, file } => format!(
-                "cgroup v1 memory.limit_in_bytes {} ({}) less {} this process uses",
+            BudgetSource::CgroupV1 { limit, used, ranks, file } => format!(
+                "cgroup v1 memory.limit_in_bytes {} ({}) less {} in use{}",
                 human(*limit),
                 file.display(),
-                human(*used)
+                human(*used),
+                ranks_note(*ranks)
             ),
             BudgetSource::MemAvailable { available, cached } if *cached > 0 => format!(
                 "MemAvailable {} plus {} the record cache holds (no binding cgroup memory limit)",
@@ -325,7 +342,7 @@ pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
             })?),
         };
     let root = Path::new("/");
-    let cached = crate::cache::global().stats().charged;
+    let cached = crate::memory::held();
     detect_in(root, explicit, env.as_deref(), process_rss(root).unwrap_or(0), cached)
 }
 
@@ -353,12 +370,24 @@ pub(crate) fn detect_in(
         return Ok(Budget { bytes, source: BudgetSource::Env { value: value.to_string() } });
     }
     let mem = meminfo(root);
-    let used = rss.saturating_sub(cached);
+    let own = rss.saturating_sub(cached);
     if let Some(l) = cgroup_limit(root).filter(|l| mem.total.is_none_or(|t| l.limit < t)) {
-        let bytes = l.limit.saturating_sub(used);
+        // Every process of the cgroup is charged to the limit: the others'
+        // anonymous memory (record caches included) is not ours to fill.
+        let own_anon = read(root, Path::new("/proc/self/status")).and_then(|s| kib_field(&s, "RssAnon:"));
+        let others = match (cgroup_anon(root, &l), own_anon) {
+            (Some(all), Some(mine)) => all.saturating_sub(mine),
+            _ => 0,
+        };
+        // Ranks of one job are alike: each may fill its share of the limit
+        // less its own memory (module docs).
+        let ranks = if root == Path::new("/") { crate::ranks::count(&l.file) } else { 1 };
+        let fair = (l.limit / ranks.max(1)).saturating_sub(own);
+        let bytes = l.limit.saturating_sub(others).saturating_sub(own).min(fair);
+        let used = own + others;
         let source = match l.version {
-            2 => BudgetSource::CgroupV2 { limit: l.limit, used, file: l.file },
-            _ => BudgetSource::CgroupV1 { limit: l.limit, used, file: l.file },
+            2 => BudgetSource::CgroupV2 { limit: l.limit, used, ranks, file: l.file },
+            _ => BudgetSource::CgroupV1 { limit: l.limit, used, ranks, file: l.file },
         };
         return Ok(Budget { bytes, source });
     }
@@ -460,6 +489,18 @@ struct MemInfo {
 fn meminfo(root: &Path) -> MemInfo {
     let text = read(root, Path::new("/proc/meminfo")).unwrap_or_default();
     MemInfo { total: kib_field(&text, "MemTotal:"), available: kib_field(&text, "MemAvailable:") }
+}
+
+/// Anonymous memory of every process in the cgroup that sets the limit `l`
+/// (its `memory.stat`: `anon` on v2, `total_rss` on v1, both counting the
+/// cgroups below it).
+fn cgroup_anon(root: &Path, l: &CgroupLimit) -> Option<u64> {
+    let stat = read(root, &l.file.parent()?.join("memory.stat"))?;
+    let key = if l.version == 2 { "anon" } else { "total_rss" };
+    stat.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 /// The binding cgroup memory limit of this process.
@@ -653,7 +694,7 @@ pub(crate) fn choose(budget: &Budget, data_bytes: u64) -> Policy {
 
 /// ", keeping 40 MiB of the budget for the rest of the process" for a
 /// measured budget; nothing for a stated one.
-fn kept(budget: &Budget) -> String {
+pub(crate) fn kept(budget: &Budget) -> String {
     match budget.reserve() {
         0 => String::new(),
         r => format!(", keeping {} of the budget for the rest of the process", human(r)),
@@ -668,36 +709,17 @@ fn direct(budget: &Budget, data_bytes: u64, cache_bytes: u64, reason: String, gr
     Policy { mode: ReadMode::Direct, cache_bytes, reason, budget: budget.clone(), data_bytes, grows }
 }
 
-/// The direct-mode policy `current` with its cache sized for `budget`, the
-/// budget detected now, or `None` to keep it: shrunk whenever it holds more
-/// than the budget allows, grown (if it [`Policy::grows`]) when it is short
-/// by more than [`GROW_BAND`] (module docs).
-pub(crate) fn resize(current: &Policy, budget: &Budget) -> Option<Policy> {
-    if current.mode != ReadMode::Direct {
-        return None;
-    }
+/// The record caches' total for `budget` (the budget detected now), given
+/// the total `now`, or `None` to keep it: shrunk whenever it is more than the
+/// budget allows, grown (when the policy [`Policy::grows`]) once it is short
+/// by more than [`GROW_BAND`] (module docs). [`crate::memory`] shares the
+/// total out among the stores.
+pub(crate) fn cache_total(now: u64, grows: bool, budget: &Budget) -> Option<u64> {
     let target = budget.cache_bytes();
-    let now = current.cache_bytes;
-    let change = if target < now {
-        "shrinks"
-    } else if current.grows && target - now > GROW_BAND.of(now) {
-        "grows"
-    } else {
-        return None;
-    };
-    let reason = format!(
-        "the budget is now {}: the record cache {change} from {} to {}{}, which serves about {} % of a random \
-         epoch from memory (O_DIRECT reads)",
-        budget.describe(),
-        human(now),
-        human(target),
-        kept(budget),
-        hit_percent(target, current.data_bytes)
-    );
-    Some(Policy { cache_bytes: target, reason, budget: budget.clone(), ..current.clone() })
+    (target < now || grows && target - now > GROW_BAND.of(now)).then_some(target)
 }
 
-fn hit_percent(cache: u64, data: u64) -> u64 {
+pub(crate) fn hit_percent(cache: u64, data: u64) -> u64 {
     if data == 0 {
         100
     } else {
@@ -743,6 +765,11 @@ pub(crate) fn reconsider(current: &Policy, seen: &Observed) -> Option<Policy> {
             // `rate` on random permutations: what it evidently had.
             let held = lru_fraction_for(rate);
             let cache = budget.cache_bytes().min((held * data as f64) as u64);
+            if cache == 0 {
+                // Nothing evidently held and nothing to hold it in: O_DIRECT
+                // reads with no cache would serve nothing from memory.
+                return None;
+            }
             let reason = format!(
                 "the page cache is thrashing: {:.0} % of the last {} records were resident where the budget \
                  of {} promised {:.0} % for {} of data; it held about {:.0} % of the data, so O_DIRECT reads \
@@ -851,13 +878,42 @@ mod tests {
             BudgetSource::CgroupV2 {
                 limit: 3 * GIB,
                 used: 210 * MIB,
+                ranks: 1,
                 file: "/sys/fs/cgroup/job/step/memory.max".into()
             }
         );
         assert_eq!(
             b.source.describe(),
-            "cgroup v2 memory.max 3.0 GiB (/sys/fs/cgroup/job/step/memory.max) less 210 MiB this process uses"
+            "cgroup v2 memory.max 3.0 GiB (/sys/fs/cgroup/job/step/memory.max) less 210 MiB in use"
         );
+    }
+
+    /// Four ranks in one cgroup each sized their record cache from the whole
+    /// limit less their own memory, committed about four times the limit
+    /// between them and were OOM-killed. The budget now also subtracts the
+    /// other processes' anonymous memory (their caches included).
+    #[test]
+    fn other_processes_of_the_cgroup_count_against_the_budget() {
+        for (v, limit_file, stat) in [
+            (2, "memory.max", "anon 1073741824\nfile 99999\n"),
+            (1, "memory.limit_in_bytes", "cache 99999\nrss 1\ntotal_cache 5\ntotal_rss 1073741824\n"),
+        ] {
+            let (cg, mounts) = if v == 2 { ("0::/job\n", V2_MOUNTS) } else { ("4:memory:/job\n0::/\n", V1_MOUNTS) };
+            let dir = if v == 2 { "/sys/fs/cgroup/job" } else { "/sys/fs/cgroup/memory/job" };
+            let t = tree(&[
+                ("/proc/self/cgroup", cg),
+                ("/proc/self/mountinfo", mounts),
+                ("/proc/meminfo", MEMINFO),
+                ("/proc/self/status", "VmRSS:\t  307200 kB\nRssAnon:\t  102400 kB\n"),
+                (&format!("{dir}/{limit_file}"), &(3 * GIB).to_string()),
+                (&format!("{dir}/memory.stat"), stat),
+            ]);
+            // 1 GiB anonymous in the cgroup, 100 MiB of it this process's:
+            // the others hold 924 MiB.
+            let b = detect_in(t.path(), None, None, 300 * MIB, 0).unwrap();
+            assert_eq!(b.bytes, 3 * GIB - 300 * MIB - 924 * MIB, "v{v}");
+            assert!(b.describe().contains("less 1.2 GiB in use"), "{}", b.describe());
+        }
     }
 
     #[test]
@@ -1115,30 +1171,22 @@ mod tests {
 
     #[test]
     fn the_cache_follows_the_budget_down_at_once_and_up_past_a_band() {
-        let p = choose(&measured(10 * GIB), 20 * GIB);
-        assert_eq!(p.cache_bytes, 10 * GIB - 640 * MIB);
-        assert!(p.grows);
+        let now = 10 * GIB - 640 * MIB;
+        assert_eq!(choose(&measured(10 * GIB), 20 * GIB).cache_bytes, now);
         // The same budget, or one a little larger: keep.
-        assert_eq!(resize(&p, &measured(10 * GIB)), None);
-        assert_eq!(resize(&p, &measured(10 * GIB + 128 * MIB)), None);
+        assert_eq!(cache_total(now, true, &measured(10 * GIB)), None);
+        assert_eq!(cache_total(now, true, &measured(10 * GIB + 128 * MIB)), None);
         // Any fall shrinks, to the new budget less its reserve.
-        let q = resize(&p, &measured(10 * GIB - MIB)).expect("shrinks");
-        assert_eq!((q.mode, q.cache_bytes), (ReadMode::Direct, (10 * GIB - MIB) * 15 / 16));
-        assert!(q.reason.contains("shrinks"), "{}", q.reason);
-        let q = resize(&p, &measured(5 * GIB)).expect("shrinks");
-        assert_eq!(q.cache_bytes, 5 * GIB - 320 * MIB);
+        assert_eq!(cache_total(now, true, &measured(10 * GIB - MIB)), Some((10 * GIB - MIB) * 15 / 16));
+        assert_eq!(cache_total(now, true, &measured(5 * GIB)), Some(5 * GIB - 320 * MIB));
         // A budget grown back by more than the band grows it again.
-        let r = resize(&q, &measured(8 * GIB)).expect("grows");
-        assert_eq!(r.cache_bytes, 8 * GIB - 512 * MIB);
-        assert!(r.reason.contains("grows"), "{}", r.reason);
+        assert_eq!(cache_total(5 * GIB - 320 * MIB, true, &measured(8 * GIB)), Some(8 * GIB - 512 * MIB));
         // A cache sized from a thrashing page cache only shrinks.
-        let t = Policy { grows: false, ..q.clone() };
-        assert_eq!(resize(&t, &measured(40 * GIB)), None);
-        assert!(resize(&t, &measured(4 * GIB)).is_some());
-        // Buffered reads have no cache to size; a stated budget keeps no reserve.
-        assert_eq!(resize(&choose(&measured(10 * GIB), GIB), &measured(GIB)), None);
+        assert_eq!(cache_total(GIB, false, &measured(40 * GIB)), None);
+        assert!(cache_total(GIB, false, &measured(GIB / 2)).is_some());
+        // A stated budget keeps no reserve.
         let s = Budget { bytes: GIB, source: BudgetSource::Explicit };
-        assert_eq!(resize(&p, &s).unwrap().cache_bytes, GIB);
+        assert_eq!(cache_total(now, true, &s), Some(GIB));
     }
 
     #[test]

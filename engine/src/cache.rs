@@ -535,33 +535,6 @@ fn lock(shard: &Shard) -> MutexGuard<'_, Inner> {
     shard.inner.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-static GLOBAL: Mutex<Option<(u32, Arc<Cache>)>> = Mutex::new(None);
-
-/// The cache's slot, locked (also held across `fork()` by [`crate::fork`]).
-pub(crate) fn lock_raw() -> MutexGuard<'static, Option<(u32, Arc<Cache>)>> {
-    GLOBAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// The current process's cache.
-pub(crate) fn global() -> Arc<Cache> {
-    let pid = std::process::id();
-    let mut slot = lock_raw();
-    match slot.as_ref() {
-        Some((p, cache)) if *p == pid => cache.clone(),
-        _ => {
-            // A parent's cache in a forked child: its locks may be held by
-            // threads that do not exist here. Leave it (and its memory,
-            // shared with the parent until either writes) untouched.
-            if let Some(old) = slot.take() {
-                std::mem::forget(old);
-            }
-            let cache = Arc::new(Cache::new(0));
-            *slot = Some((pid, cache.clone()));
-            cache
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -867,10 +840,5 @@ mod tests {
             codec: crate::codec::Codec::Zstd,
         };
         assert_eq!(Key::new(a, &e).record, RecordKey { chunk: ChunkId(3), offset: 40, stored_len: 7, crc: Some(5) });
-    }
-
-    #[test]
-    fn global_is_one_cache_per_process() {
-        assert!(Arc::ptr_eq(&global(), &global()));
     }
 }

@@ -141,10 +141,11 @@ impl Store {
         if let Err(e) = self.commit_table(&mut w, gen, &table, Some(new_chunks)) {
             return w.poison(e);
         }
-        for k in 0..old.1 {
-            let _ = fs::remove(&self.dir.join(chunk_name(Format::Native, ChunkId(old.0 + k))));
-        }
+        // Republished first, so this handle's own old snapshot no longer pins
+        // the old chunks (gathers still running on it do, and keep them).
         self.republish(&w)?;
+        let deferred = std::mem::take(&mut w.deferred);
+        w.remove_old_chunks(&self.dir, deferred.into_iter().chain(old.0..old.0 + old.1));
         // The old chunks are gone: their records can never be asked for again.
         self.reads.forget();
         Ok(CompactReport { bytes_before: before, bytes_after: live, records: entries.len() as u64 })

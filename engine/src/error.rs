@@ -92,6 +92,17 @@ pub enum Error {
     /// what reached the disk is unknown. Reopen the store to recover the last synced state.
     #[error("the store's writer is poisoned by an earlier failure ({0}); reopen the store")]
     Poisoned(String),
+    /// The handle's snapshot can no longer be read: the store at its path was
+    /// replaced (`overwrite=True`, or deleted and written again), or files its
+    /// snapshot names were removed by something that does not honour readers'
+    /// pins. Reopen the store to read what is there now.
+    #[error("{path}: the store changed under this handle: {detail}; reopen it to read the store as it is now")]
+    Stale {
+        /// The store directory.
+        path: PathBuf,
+        /// What was found.
+        detail: String,
+    },
     /// `create` found a store (or other files) already there.
     #[error("{path} already exists")]
     AlreadyExists {

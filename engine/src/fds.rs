@@ -53,6 +53,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 
+use crate::cache::StoreId;
 use crate::error::{Error, Result};
 
 /// Fraction (1/n) of the soft descriptor limit the cache may hold open.
@@ -71,14 +72,23 @@ const DIRECT_REFUSED: u8 = 2;
 pub(crate) struct ChunkFile {
     id: u64,
     path: PathBuf,
+    /// The identity of the store directory when the snapshot naming this
+    /// file was read; `None` where it could not be taken.
+    store: Option<StoreId>,
     direct: AtomicU8,
 }
 
 impl ChunkFile {
-    /// The chunk file at `path` (not opened yet).
-    pub fn new(path: PathBuf) -> Arc<ChunkFile> {
+    /// The chunk file at `path` (not opened yet) of the store whose
+    /// directory had identity `store` when its snapshot was read.
+    pub fn new(path: PathBuf, store: Option<StoreId>) -> Arc<ChunkFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        Arc::new(ChunkFile { id: NEXT.fetch_add(1, Relaxed), path, direct: AtomicU8::new(DIRECT_UNKNOWN) })
+        Arc::new(ChunkFile { id: NEXT.fetch_add(1, Relaxed), path, store, direct: AtomicU8::new(DIRECT_UNKNOWN) })
+    }
+
+    /// The identity of the store the file belongs to.
+    pub fn store(&self) -> Option<StoreId> {
+        self.store
     }
 
     /// A descriptor reading through the page cache.
@@ -126,16 +136,34 @@ impl ChunkFile {
         Ok(f)
     }
 
+    /// Opens the file; [`Error::Stale`] when it is gone or the directory now
+    /// holds another store (module docs of [`crate::pins`]: a writer honouring
+    /// pins never removes a file a snapshot names).
     fn open(&self, direct: bool) -> Result<File> {
         let mut opts = OpenOptions::new();
         opts.read(true);
         if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
-        match crate::fs::open(&self.path, &opts) {
+        let f = match crate::fs::open(&self.path, &opts) {
             Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 lock().lru.clear();
                 crate::fs::open(&self.path, &opts)
+            }
+            r => r,
+        };
+        let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+        let stale = |what: &str| Error::Stale { path: dir.to_path_buf(), detail: what.to_string() };
+        match f {
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+                Err(stale(&format!("{name}, which this handle's snapshot names, is gone")))
+            }
+            // Opened: if the directory is still the store the snapshot was
+            // read from, the file is that store's (a replacement after this
+            // point does not change what an open descriptor reads).
+            Ok(_) if self.store.is_some() && StoreId::of(dir).ok() != self.store => {
+                Err(stale("the directory now holds another store (replaced since this handle opened it)"))
             }
             r => r,
         }
@@ -234,11 +262,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c");
         std::fs::write(&p, b"abc").unwrap();
-        let cf = ChunkFile::new(p.clone());
+        let cf = ChunkFile::new(p.clone(), None);
         let a = cf.buffered().unwrap();
         let b = cf.buffered().unwrap();
         assert!(Arc::ptr_eq(&a, &b), "the second open is a cache hit");
-        let other = ChunkFile::new(p);
+        let other = ChunkFile::new(p, None);
         assert!(!Arc::ptr_eq(&a, &other.buffered().unwrap()), "another handle's file is another entry");
         let key = (cf.id, false);
         assert!(lock().lru.contains(&key));
@@ -249,7 +277,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let cf = ChunkFile::new(dir.path().join("gone"));
+        let cf = ChunkFile::new(dir.path().join("gone"), None);
         let e = cf.buffered().unwrap_err().to_string();
         assert!(e.contains("gone"), "{e}");
     }

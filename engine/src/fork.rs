@@ -47,9 +47,8 @@ thread_local! {
 
 /// The locks held across a `fork`, released in reverse order of taking.
 struct Held {
-    _handles: std::sync::MutexGuard<'static, std::collections::HashMap<crate::cache::StoreId, usize>>,
     _fds: std::sync::MutexGuard<'static, Option<crate::fds::Fds>>,
-    _cache: std::sync::MutexGuard<'static, Option<(u32, std::sync::Arc<crate::cache::Cache>)>>,
+    _memory: std::sync::MutexGuard<'static, Option<crate::memory::Owner>>,
     _pool: std::sync::MutexGuard<'static, Option<(u32, std::sync::Arc<rayon::ThreadPool>)>>,
     _gate: RwLockWriteGuard<'static, ()>,
 }
@@ -128,9 +127,8 @@ extern "C" fn prepare() {
     let gate = GATE.write().unwrap_or_else(|p| p.into_inner());
     let held = Held {
         _pool: crate::pool::lock_raw(),
-        _cache: crate::cache::lock_raw(),
+        _memory: crate::memory::lock_raw(),
         _fds: crate::fds::lock_raw(),
-        _handles: crate::reads::lock_handles(),
         _gate: gate,
     };
     HELD.with(|h| *h.borrow_mut() = Some(held));

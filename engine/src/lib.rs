@@ -67,12 +67,24 @@ mod fork;
 mod fs;
 mod head;
 mod hot;
+mod memory;
 #[allow(
     unsafe_code,
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
 )]
 mod mmap;
+#[allow(
+    unsafe_code,
+    reason = "takes open file description locks through libc::fcntl; every block has its SAFETY argument"
+)]
+mod pins;
+
 mod pool;
+#[allow(
+    unsafe_code,
+    reason = "counts the host's ranks with libc::fcntl lock queries; the block has its SAFETY argument"
+)]
+mod ranks;
 mod reads;
 mod record;
 #[allow(

@@ -20,9 +20,10 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::budget::{self, Observed, Policy, ReadMode};
-use crate::cache::{self, Cache, Key, NextUse, StoreId};
+use crate::budget::{self, Budget, Observed, Policy, ReadMode};
+use crate::cache::{Cache, Key, NextUse, StoreId};
 use crate::error::Result;
+use crate::memory;
 use crate::record::Entry;
 
 /// How a store reads now and what its reads have done since it opened.
@@ -99,22 +100,21 @@ pub(crate) struct Seen {
     pub mapped: u64,
     pub mapped_bytes: u64,
     pub read_bytes: u64,
-}
-
-/// Open handles per store in this process: the last one to close takes its
-/// store's records out of the shared cache, where nothing would ever read
-/// (or, under admission without eviction, ever replace) them again.
-///
-/// Also held across `fork()` by [`crate::fork`].
-pub(crate) fn lock_handles() -> std::sync::MutexGuard<'static, std::collections::HashMap<StoreId, usize>> {
-    static OPEN: std::sync::OnceLock<Mutex<std::collections::HashMap<StoreId, usize>>> = std::sync::OnceLock::new();
-    OPEN.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner())
+    /// Whether residency in the page cache was observed (chunk mappings on):
+    /// without it a buffered store's hits cannot be counted.
+    pub residency: bool,
 }
 
 /// A store's read policy and counters (one per open [`crate::Store`]).
 pub(crate) struct Reads {
     id: Option<StoreId>,
-    explicit: Option<u64>,
+    /// This handle's membership of the process's memory owner, which sizes
+    /// the store's record cache ([`crate::memory`]).
+    member: memory::Member,
+    /// The owner's generation the policy was last chosen under.
+    generation: AtomicU64,
+    /// The record caches' total this handle last gave the owner.
+    total: AtomicU64,
     /// `Some(direct)` when the mode is forced.
     forced: Option<bool>,
     policy: Mutex<Policy>,
@@ -123,7 +123,6 @@ pub(crate) struct Reads {
     chosen_for: AtomicU64,
     /// Whether the record cache is consulted (direct mode, not forced).
     caching: AtomicBool,
-    cache: Arc<Cache>,
     c: Counters,
 }
 
@@ -137,9 +136,13 @@ impl Reads {
             Some("0") => Some(false),
             _ => None,
         });
-        let budget = budget::detect(explicit)?;
+        // A store whose directory cannot be identified is read uncached.
+        let id = StoreId::of(dir).ok();
+        let member = memory::join(id, explicit, forced.is_some(), data_bytes);
+        let generation = memory::GENERATION.load(Relaxed);
+        let budget = budget::detect(memory::stated())?;
         let policy = match forced {
-            None => budget::choose(&budget, data_bytes),
+            None => budget::choose(&budget, memory::demand()),
             Some(direct) => Policy {
                 mode: if direct { ReadMode::Direct } else { ReadMode::Buffered },
                 cache_bytes: 0,
@@ -152,31 +155,46 @@ impl Reads {
                 grows: false,
             },
         };
-        let cache = cache::global();
-        let caching = forced.is_none() && policy.mode == ReadMode::Direct && policy.cache_bytes > 0;
-        if caching {
-            cache.set_capacity(cache.capacity().max(policy.cache_bytes));
-        }
-        // A store whose directory cannot be identified is read uncached.
-        let id = StoreId::of(dir).ok();
-        if let Some(id) = id {
-            *lock_handles().entry(id).or_default() += 1;
-        }
-        Ok(Reads {
+        let reads = Reads {
             id,
-            explicit,
+            member,
+            generation: AtomicU64::new(generation),
+            total: AtomicU64::new(0),
             forced,
             policy: Mutex::new(policy),
             chosen_for: AtomicU64::new(data_bytes),
-            caching: AtomicBool::new(caching),
-            cache,
+            caching: AtomicBool::new(false),
             c: Counters::default(),
-        })
+        };
+        {
+            let mut p = reads.policy.lock().unwrap_or_else(|p| p.into_inner());
+            let total = p.budget.cache_bytes();
+            reads.total.store(total, Relaxed);
+            reads.share(&mut p, data_bytes, total);
+        }
+        Ok(reads)
+    }
+
+    /// Tells the owner this store's size and mode under `policy`, has it
+    /// share the record caches again, and puts this store's share in the
+    /// policy (its `cache_bytes`). Lookups are made while the share is not 0.
+    fn share(&self, policy: &mut Policy, data_bytes: u64, total: u64) {
+        let direct = policy.mode == ReadMode::Direct && self.forced.is_none();
+        self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.cache_bytes));
+        memory::rebalance(total);
+        if direct {
+            policy.cache_bytes = self.member.capacity();
+        }
+        self.caching.store(direct && self.id.is_some() && policy.cache_bytes > 0, Relaxed);
     }
 
     /// Whether the policy in force reads with O_DIRECT.
     pub fn direct(&self) -> bool {
         self.policy.lock().unwrap_or_else(|p| p.into_inner()).mode == ReadMode::Direct
+    }
+
+    fn cache(&self) -> Option<&Cache> {
+        self.member.cache.as_deref()
     }
 
     fn key(&self, e: &Entry) -> Option<Key> {
@@ -188,17 +206,18 @@ impl Reads {
     /// it cached as "needed soon").
     pub fn lookup(&self, e: &Entry, next: NextUse) -> Option<Arc<[u8]>> {
         let key = self.key(e)?;
-        let got = self.cache.get(&key)?;
+        let cache = self.cache()?;
+        let got = cache.get(&key)?;
         if next != NextUse::Unknown {
-            self.cache.touch(&key, next);
+            cache.touch(&key, next);
         }
         Some(got)
     }
 
     /// Offers a verified record's stored bytes, just read, to the cache.
     pub fn offer(&self, e: &Entry, stored: &[u8], next: NextUse) {
-        if let Some(key) = self.key(e) {
-            self.cache.insert(key, stored, next);
+        if let (Some(key), Some(cache)) = (self.key(e), self.cache()) {
+            cache.insert(key, stored, next);
         }
     }
 
@@ -208,8 +227,8 @@ impl Reads {
     }
 
     /// Counts a gather; returns a new policy when the counters show the one in
-    /// force chose wrong (the caller reopens the chunks and calls
-    /// [`Reads::adopt`]).
+    /// force chose wrong, or the data the budget must serve changed (the
+    /// caller reopens the chunks and calls [`Reads::adopt`]).
     pub fn observe(&self, s: Seen, data_bytes: u64) -> Option<Policy> {
         let c = &self.c;
         c.records.fetch_add(s.records, Relaxed);
@@ -220,18 +239,43 @@ impl Reads {
         c.bytes_from_cache.fetch_add(s.cache_bytes, Relaxed);
         c.bytes_from_page_cache.fetch_add(s.mapped_bytes, Relaxed);
         c.policy_bytes.fetch_add(s.stored_bytes, Relaxed);
+        self.member.asked(s.records);
         let records = c.window_records.fetch_add(s.records, Relaxed) + s.records;
         c.window_resident.fetch_add(s.cache_hits + s.mapped, Relaxed);
         if self.forced.is_some() {
             return None;
         }
+        // The owner's view changed (a store opened or closed, or one changed
+        // size or mode), or this store doubled or halved: choose again
+        // against the data every open store must be served from.
+        let generation = memory::GENERATION.load(Relaxed);
         let chosen = self.chosen_for.load(Relaxed);
-        if data_bytes > chosen.saturating_mul(2) || data_bytes < chosen / 2 {
-            let policy = self.policy.try_lock().ok()?;
-            self.chosen_for.store(data_bytes, Relaxed);
-            let fresh = budget::choose(&policy.budget, data_bytes);
-            if fresh.mode != policy.mode {
+        let resized = data_bytes > chosen.saturating_mul(2) || data_bytes < chosen / 2;
+        if resized || generation != self.generation.load(Relaxed) {
+            let mut policy = self.policy.try_lock().ok()?;
+            self.generation.store(generation, Relaxed);
+            if resized {
+                self.chosen_for.store(data_bytes, Relaxed);
+                let direct = policy.mode == ReadMode::Direct;
+                self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.cache_bytes));
+            }
+            let budget = self.budget_now(&policy);
+            let demand = memory::demand();
+            let fresh = budget::choose(&budget, demand);
+            let switch = match (policy.mode, fresh.mode) {
+                (ReadMode::Buffered, ReadMode::Direct) => true,
+                // Back to buffered only well inside the budget (a band
+                // against flip-flopping), and not from a mode the reads chose.
+                (ReadMode::Direct, ReadMode::Buffered) => {
+                    policy.grows && (budget.source.is_stated() || demand <= budget::RETURN_FIT.of(budget.bytes))
+                }
+                _ => false,
+            };
+            if switch {
                 return Some(fresh);
+            }
+            if policy.mode == ReadMode::Direct {
+                self.resize(&mut policy, budget, data_bytes);
             }
         }
         // By bytes too while a record cache fills (it must not outgrow the
@@ -251,16 +295,15 @@ impl Reads {
         let mut budget = None;
         if policy.mode == ReadMode::Direct {
             let now = self.budget_now(&policy);
-            if let Some(resized) = budget::resize(&policy, &now) {
-                // Same mode, no chunk to reopen: the cache evicts down to the
-                // new size here, and grows by admitting more.
-                self.cache.set_capacity(resized.cache_bytes);
-                self.caching.store(resized.cache_bytes > 0, Relaxed);
-                *policy = resized;
-            }
+            self.resize(&mut policy, now.clone(), data_bytes);
             budget = Some(now);
         }
         if records < budget::MIN_WINDOW_RECORDS {
+            return None;
+        }
+        if policy.mode == ReadMode::Buffered && !s.residency {
+            // Nothing tells what the page cache holds (no mappings): no
+            // judgement, so no switch made blind.
             return None;
         }
         let records = c.window_records.swap(0, Relaxed);
@@ -273,30 +316,58 @@ impl Reads {
             return None;
         }
         let budget = budget.unwrap_or_else(|| self.budget_now(&policy));
-        budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes, budget })
+        // The page cache holds every open store's data: judged against all of it.
+        let demand = memory::demand().max(data_bytes);
+        budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes: demand, budget })
+    }
+
+    /// Sizes the record caches again for `budget` (the owner shares them
+    /// out) and puts this store's share in the direct-mode `policy`.
+    fn resize(&self, policy: &mut Policy, budget: Budget, data_bytes: u64) {
+        let last = self.total.load(Relaxed);
+        let total = budget::cache_total(last, policy.grows, &budget).unwrap_or(last);
+        self.total.store(total, Relaxed);
+        let before = policy.cache_bytes;
+        let mut fresh = Policy { budget, ..policy.clone() };
+        self.share(&mut fresh, data_bytes, total);
+        if fresh.cache_bytes != before {
+            let change = if fresh.cache_bytes < before { "shrinks" } else { "grows" };
+            fresh.reason = format!(
+                "the budget is now {}: this store's record cache {change} from {} to {} (its share of {} for every \
+                 store read with O_DIRECT){}, which serves about {} % of a random epoch from memory (O_DIRECT reads)",
+                fresh.budget.describe(),
+                budget::human(before),
+                budget::human(fresh.cache_bytes),
+                budget::human(total),
+                budget::kept(&fresh.budget),
+                budget::hit_percent(fresh.cache_bytes, data_bytes)
+            );
+            *policy = fresh;
+        }
     }
 
     /// The budget detected now; the policy's own if detection fails.
-    fn budget_now(&self, policy: &Policy) -> budget::Budget {
-        budget::detect(self.explicit).unwrap_or_else(|_| policy.budget.clone())
+    fn budget_now(&self, policy: &Policy) -> Budget {
+        budget::detect(memory::stated()).unwrap_or_else(|_| policy.budget.clone())
     }
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
-    pub fn adopt(&self, policy: Policy) {
-        let caching = policy.mode == ReadMode::Direct && policy.cache_bytes > 0;
-        if caching {
-            self.cache.set_capacity(policy.cache_bytes);
-        }
-        self.caching.store(caching, Relaxed);
+    /// A switch to buffered reads gives the store's cached records back.
+    pub fn adopt(&self, mut policy: Policy) {
+        let total = policy.budget.cache_bytes();
+        self.total.store(total, Relaxed);
+        let data = policy.data_bytes;
+        self.share(&mut policy, data, total);
         self.c.policy_bytes.store(0, Relaxed);
         self.c.switches.fetch_add(1, Relaxed);
+        self.generation.store(memory::GENERATION.load(Relaxed), Relaxed);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = policy;
     }
 
     /// Drops this store's records from the cache (its chunks were replaced).
     pub fn forget(&self) {
-        if let Some(id) = self.id {
-            self.cache.clear_store(id);
+        if let (Some(id), Some(cache)) = (self.id, self.cache()) {
+            cache.clear_store(id);
         }
     }
 
@@ -304,7 +375,7 @@ impl Reads {
     pub fn stats(&self) -> ReadStats {
         let p = self.policy.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let c = &self.c;
-        let cs = self.cache.stats();
+        let cs = self.cache().map(Cache::stats).unwrap_or_default();
         let records = c.records.load(Relaxed);
         let hits = c.cache_hits.load(Relaxed);
         let mapped = c.page_cache_hits.load(Relaxed);
@@ -329,28 +400,6 @@ impl Reads {
             cache_capacity: cs.capacity,
             cache_bytes: cs.bytes,
             cache_entries: cs.entries,
-        }
-    }
-}
-
-impl Drop for Reads {
-    fn drop(&mut self) {
-        let Some(id) = self.id else { return };
-        let last = {
-            let mut open = lock_handles();
-            match open.get_mut(&id) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                _ => {
-                    open.remove(&id);
-                    true
-                }
-            }
-        };
-        if last {
-            self.cache.clear_store(id);
         }
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use crate::cache::NextUse;
+use crate::cache::{NextUse, StoreId};
 use crate::codec::{self, Codec, Dict};
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::fds::ChunkFile;
@@ -97,6 +97,9 @@ fn mmap_default() -> bool {
 /// An immutable view of the store; gathers hold one for their whole duration,
 /// so a concurrent append, delete or compaction never changes what they see.
 pub(crate) struct Snapshot {
+    /// Keeps the chunk files this snapshot names from being removed by a
+    /// compaction in any process ([`crate::pins`]); `None` when unpinned.
+    pub pin: Option<Arc<crate::pins::Pin>>,
     pub table: Arc<Table>,
     pub chunk_base: u32,
     pub chunks: Vec<Chunk>,
@@ -300,7 +303,14 @@ impl StoreBuilder {
     }
 }
 
-pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u64>, direct: bool) -> Result<Chunk> {
+pub(crate) fn open_chunk(
+    dir: &Path,
+    store: Option<StoreId>,
+    format: Format,
+    id: ChunkId,
+    len: Option<u64>,
+    direct: bool,
+) -> Result<Chunk> {
     let path = dir.join(chunk_name(format, id));
     // Only its size is checked now; it is opened when first read.
     let size = std::fs::metadata(&path).map_err(io_err("stat", &path))?.len();
@@ -314,7 +324,7 @@ pub(crate) fn open_chunk(dir: &Path, format: Format, id: ChunkId, len: Option<u6
         Some(l) => l,
         None => size,
     };
-    Ok(Chunk { file: ChunkFile::new(path), direct, len, map: Default::default() })
+    Ok(Chunk { file: ChunkFile::new(path, store), direct, len, map: Default::default() })
 }
 
 /// Loads a snapshot (and for native stores the head it came from), with the
@@ -324,15 +334,24 @@ pub(crate) fn load(
     dict_level: i32,
     reads: &dyn Fn(u64) -> Result<Reads>,
 ) -> Result<(Snapshot, Option<Head>, Reads)> {
+    // The store's identity before its head is read: a chunk file opened
+    // later is checked against it, so a store replaced at this path is never
+    // read under this snapshot's table ([`crate::fds::ChunkFile`]).
+    let store = StoreId::of(dir).ok();
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
+        // Pinned before the chunks are checked ([`crate::pins`]).
+        let pin = crate::pins::pin(dir, head.chunk_base)?.map(Arc::new);
         let table = Table::open_native(dir, head.generation, head.records)?;
         // Check every chunk before deciding on O_DIRECT (which needs the total
         // size); a missing chunk fails here, before any large allocation.
         let mut chunks = Vec::new();
         for k in 0..head.chunk_count {
             let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
-            chunks.push(open_chunk(dir, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
+            chunks.push(open_chunk(dir, store, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
+        }
+        if store.is_some() && StoreId::of(dir).ok() != store {
+            return Err(Error::Io { op: "open", path: dir.to_path_buf(), source: std::io::ErrorKind::NotFound.into() });
         }
         let reads = reads(chunks.iter().map(|c| c.len).sum())?;
         if reads.direct() {
@@ -349,6 +368,7 @@ pub(crate) fn load(
             None
         };
         let snap = Snapshot {
+            pin,
             table: Arc::new(table),
             chunk_base: head.chunk_base,
             chunks,
@@ -364,7 +384,9 @@ pub(crate) fn load(
         let reads = reads(u64::from(tail_chunk) * (1 << 32) + tail_offset)?;
         let direct = reads.direct();
         let chunks = (0..=tail_chunk)
-            .map(|k| open_chunk(dir, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct))
+            .map(|k| {
+                open_chunk(dir, store, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct)
+            })
             .collect::<Result<Vec<_>>>()?;
         let p = dir.join(crate::write::DICT_FILE);
         let dict = match crate::fs::read(&p) {
@@ -373,6 +395,7 @@ pub(crate) fn load(
             Err(e) => return Err(io_err("read", &p)(e)),
         };
         let snap = Snapshot {
+            pin: None,
             table: Arc::new(table),
             chunk_base: 0,
             chunks,
@@ -674,8 +697,12 @@ impl Store {
         let caching = self.reads.caching();
         // Compaction and import copy stored bytes: not reads to count.
         let internal = items.first().is_some_and(|it| it.keep_stored);
-        let mut seen =
-            Seen { records: if internal { 0 } else { items.len() as u64 }, stored_bytes: total, ..Seen::default() };
+        let mut seen = Seen {
+            records: if internal { 0 } else { items.len() as u64 },
+            stored_bytes: total,
+            residency: self.mmap,
+            ..Seen::default()
+        };
         for it in items {
             let stored = it.entry.stored_len as usize;
             let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
@@ -759,6 +786,7 @@ impl Store {
             };
             let now = self.snapshot();
             self.publish(Snapshot {
+                pin: now.pin.clone(),
                 table: now.table.clone(),
                 chunk_base: now.chunk_base,
                 chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),

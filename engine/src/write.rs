@@ -97,12 +97,21 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
+    let pins = crate::pins::create(dir).map_err(io_err("open", dir.join(crate::pins::PINS_FILE)))?;
     let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
     for e in entries {
         let e = e.map_err(io_err("list", dir))?;
         let name = e.file_name().to_string_lossy().into_owned();
         let stale = if let Some(id) = name.strip_prefix("chunk-").and_then(|s| s.strip_suffix(".zr")) {
-            id.parse::<u32>().is_ok_and(|id| !live_chunks.contains(&id))
+            match id.parse::<u32>() {
+                // Chunks of an older head stay while a reader pins them.
+                Ok(id) if id < head.chunk_base => {
+                    crate::pins::remove_unpinned(&pins, &e.path(), id)?;
+                    false
+                }
+                Ok(id) => !live_chunks.contains(&id),
+                Err(_) => false,
+            }
         } else if name.starts_with("table-") && name.ends_with(".zr") {
             name != live_table
         } else {
@@ -134,6 +143,11 @@ pub(crate) struct Writer {
     new_files: bool,
     /// Set by a failed write or fsync: what reached the disk is unknown.
     pub poisoned: Option<String>,
+    /// The store's pins file ([`crate::pins`]), to remove old chunks by.
+    pub pins: File,
+    /// Chunks no head names that a reader still pinned when they were to be
+    /// removed: tried again at every sync and compaction.
+    pub deferred: Vec<u32>,
 }
 
 fn open_rw(p: &Path) -> Result<File> {
@@ -153,6 +167,8 @@ impl Writer {
             dirty: Vec::new(),
             new_files: false,
             poisoned: None,
+            pins: crate::pins::create(dir).map_err(io_err("open", dir.join(crate::pins::PINS_FILE)))?,
+            deferred: Vec::new(),
         })
     }
 
@@ -165,8 +181,26 @@ impl Writer {
         Err(e)
     }
 
+    /// Removes the chunk files of older heads that no reader pins any more;
+    /// the rest stay in [`Writer::deferred`].
+    pub fn remove_old_chunks(&mut self, dir: &Path, ids: impl IntoIterator<Item = u32>) {
+        let mut keep = Vec::new();
+        for id in ids {
+            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+            // A failed removal leaves a file recovery removes later.
+            if !crate::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
+                keep.push(id);
+            }
+        }
+        self.deferred = keep;
+    }
+
     /// Makes every appended byte durable and commits a head naming it.
     pub fn sync(&mut self, dir: &Path) -> Result<()> {
+        if !self.deferred.is_empty() {
+            let ids = std::mem::take(&mut self.deferred);
+            self.remove_old_chunks(dir, ids);
+        }
         let mut head =
             Head { records: self.records, chunk_count: self.chunk_count, tail_len: self.tail_len, ..self.head };
         if head == self.head {
@@ -377,12 +411,23 @@ impl Store {
                 }
                 Some(_) => {}
                 None => {
-                    chunks.push(open_chunk(&self.dir, Format::Native, ChunkId(id), Some(len), self.reads.direct())?)
+                    let store = old.chunks.first().and_then(|c| c.file.store());
+                    chunks.push(open_chunk(
+                        &self.dir,
+                        store,
+                        Format::Native,
+                        ChunkId(id),
+                        Some(len),
+                        self.reads.direct(),
+                    )?)
                 }
             }
         }
         chunks.truncate(w.chunk_count as usize);
+        let pin =
+            if old.chunk_base == base { old.pin.clone() } else { crate::pins::pin(&self.dir, base)?.map(Into::into) };
         self.publish(Snapshot {
+            pin,
             table: std::sync::Arc::new(table),
             chunk_base: base,
             chunks,

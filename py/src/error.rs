@@ -45,6 +45,13 @@ create_exception!(
     "An earlier failure left the store writer or the loader unusable; reopen (or rebuild from state())."
 );
 
+create_exception!(
+    zring,
+    StaleError,
+    ZringError,
+    "The store changed under an open handle (replaced, or its files removed outside zring); reopen it."
+);
+
 /// Converts an engine error into the matching Python exception.
 pub fn engine(err: zring_engine::Error) -> PyErr {
     use zring_engine::Error as E;
@@ -64,6 +71,7 @@ pub fn engine(err: zring_engine::Error) -> PyErr {
         E::Locked { .. } => LockedError::new_err(msg),
         E::Poisoned(_) => PoisonedError::new_err(msg),
         E::AlreadyExists { .. } => PyFileExistsError::new_err(msg),
+        E::Stale { .. } => StaleError::new_err(msg),
         _ => ZringError::new_err(msg),
     }
 }

@@ -57,6 +57,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("UnsupportedVersionError", py.get_type::<error::UnsupportedVersionError>())?;
     m.add("LockedError", py.get_type::<error::LockedError>())?;
     m.add("PoisonedError", py.get_type::<error::PoisonedError>())?;
+    m.add("StaleError", py.get_type::<error::StaleError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -12,6 +12,7 @@ from ._zring import (
     LockedError as LockedError,
     NotAStoreError as NotAStoreError,
     PoisonedError as PoisonedError,
+    StaleError as StaleError,
     Store as Store,
     UnsupportedVersionError as UnsupportedVersionError,
     ZringError as ZringError,

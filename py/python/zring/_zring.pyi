@@ -29,6 +29,9 @@ class LockedError(ZringError):
 class PoisonedError(ZringError):
     """An earlier failure left the writer or loader unusable."""
 
+class StaleError(ZringError):
+    """The store changed under an open handle (replaced, or files removed outside zring); reopen it."""
+
 class Store:
     """An open record store. Mode "r" reads, "a" appends (creating if missing), "x" creates."""
 

@@ -1,0 +1,351 @@
+//! The one owner of the memory store data may take in this process.
+//!
+//! Every open store handle joins ([`join`]) with what it knows: its store's
+//! identity and stored bytes, a budget stated for it (the builder's
+//! `cache_bytes`), and whether its mode is forced. From the members the owner
+//! answers the three questions the read policy ([`crate::budget`]) asks, and
+//! nothing else answers them:
+//!
+//! * **Which budget?** ([`stated`]) The smallest budget stated by any open
+//!   handle: a program that gives `cache_bytes=` to one handle (a DataLoader's,
+//!   say) means it for the process's store data, and the smallest promise is
+//!   the one that can be kept for all. Without one, `ZRING_CACHE_BYTES`, else
+//!   the measured budget (which counts the memory of every process in the
+//!   cgroup, [`crate::budget`]).
+//! * **How much data must that budget serve?** ([`demand`]) The stored bytes
+//!   of every distinct store open with an unforced mode, summed: the page
+//!   cache and the record cache hold the data of all of them from one budget,
+//!   so two stores of 0.7× the budget each do not fit, though each alone would.
+//! * **How big is each store's record cache?** ([`rebalance`]) Each store has
+//!   a record cache of its own (its handles share it), and the owner alone sets
+//!   the capacities. The budget's cache bytes go to the stores read with
+//!   O_DIRECT by *worth*: the records they were asked for recently per byte
+//!   of their data, highest first, each up to all of its data ("water
+//!   filling"). A cached byte of a store saves misses in proportion to how
+//!   often its records are asked for per byte it holds, so this order
+//!   maximises the misses saved: a label column (a few bytes a record, read
+//!   with every image) is cached whole before the images get the rest, and of
+//!   two sources of a mixture the one drawn more often per byte goes first.
+//!   Until a store has been read, its worth is one record per its size (the
+//!   smaller first). Request counts decay by half at every rebalance, so the
+//!   shares follow what the program reads now. A store read buffered (or
+//!   forced) gets no record cache: its records are freed when it switches.
+//!
+//! The owner is also the process's entry in the host's rank registry
+//! ([`crate::ranks`]), which the budget uses to split a cgroup among ranks.
+//!
+//! Members leave when their handle drops; the last handle of a store takes its
+//! record cache with it. After `fork()` a child starts with an empty owner
+//! (tagged with the pid), and the owner's lock is one of those
+//! [`crate::fork`] holds across `fork()`.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::cache::{Cache, StoreId};
+
+/// A handle's membership; leaving the owner when dropped.
+pub(crate) struct Member {
+    id: u64,
+    /// The store's record cache (shared by the store's handles), or `None`
+    /// for a store whose directory could not be identified (read uncached).
+    pub cache: Option<Arc<Cache>>,
+    /// Records asked of the store by all its handles (the owner's measure of
+    /// worth).
+    asked: Option<Arc<AtomicU64>>,
+    /// Set for members of an owner other than the process's (tests).
+    local: bool,
+}
+
+impl Member {
+    /// Counts `records` asked of the store.
+    pub fn asked(&self, records: u64) {
+        if let Some(a) = &self.asked {
+            a.fetch_add(records, Relaxed);
+        }
+    }
+
+    /// Tells the owner the store's size and mode now; `cap` bounds its record
+    /// cache (a cache sized from a thrashing page cache never grows).
+    pub fn update(&self, data: u64, direct: bool, cap: Option<u64>) {
+        if !self.local {
+            lock().update(self.id, data, direct, cap);
+        }
+    }
+
+    /// The capacity the owner gave the store's record cache.
+    pub fn capacity(&self) -> u64 {
+        self.cache.as_ref().map_or(0, |c| c.capacity())
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        if !self.local {
+            lock().leave(self.id);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Joined {
+    store: Option<StoreId>,
+    stated: Option<u64>,
+    forced: bool,
+    data: u64,
+    direct: bool,
+    cap: Option<u64>,
+}
+
+struct PerStore {
+    cache: Arc<Cache>,
+    asked: Arc<AtomicU64>,
+    /// Records asked, decayed by half per rebalance.
+    recent: f64,
+}
+
+pub(crate) struct Owner {
+    pid: u32,
+    next: u64,
+    members: HashMap<u64, Joined>,
+    stores: HashMap<StoreId, PerStore>,
+}
+
+static OWNER: Mutex<Option<Owner>> = Mutex::new(None);
+
+/// Bumped whenever a member joins, leaves, or changes size or mode: a store
+/// whose policy was chosen under another generation chooses again.
+pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The owner's lock itself (held across `fork()` by [`crate::fork`]).
+pub(crate) fn lock_raw() -> MutexGuard<'static, Option<Owner>> {
+    OWNER.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+struct Locked(MutexGuard<'static, Option<Owner>>);
+
+impl std::ops::Deref for Locked {
+    type Target = Owner;
+    fn deref(&self) -> &Owner {
+        self.0.as_ref().expect("made by lock()")
+    }
+}
+
+impl std::ops::DerefMut for Locked {
+    fn deref_mut(&mut self) -> &mut Owner {
+        self.0.as_mut().expect("made by lock()")
+    }
+}
+
+fn lock() -> Locked {
+    let mut g = lock_raw();
+    let pid = std::process::id();
+    if g.as_ref().is_none_or(|o| o.pid != pid) {
+        // A parent's owner in a forked child: its caches may be locked by
+        // threads that do not exist here; leave their memory alone.
+        if let Some(old) = g.take() {
+            std::mem::forget(old);
+        }
+        *g = Some(Owner::new(pid));
+    }
+    Locked(g)
+}
+
+/// Joins a handle on `store` (module docs).
+pub(crate) fn join(store: Option<StoreId>, stated: Option<u64>, forced: bool, data: u64) -> Member {
+    lock().join(store, stated, forced, data)
+}
+
+/// The smallest budget stated by an open handle (module docs).
+pub(crate) fn stated() -> Option<u64> {
+    lock().stated()
+}
+
+/// Stored bytes of every distinct store open with an unforced mode (module
+/// docs); a store open through several handles counts once, at its largest.
+pub(crate) fn demand() -> u64 {
+    lock().demand()
+}
+
+/// Bytes the record caches of the process charge now.
+pub(crate) fn held() -> u64 {
+    lock().stores.values().map(|s| s.cache.stats().charged).sum()
+}
+
+/// Shares `cache_bytes` among the stores read with O_DIRECT by worth and
+/// sets every store's record-cache capacity (module docs). The only caller
+/// of [`Cache::set_capacity`].
+pub(crate) fn rebalance(cache_bytes: u64) {
+    lock().rebalance(cache_bytes)
+}
+
+impl Owner {
+    fn new(pid: u32) -> Owner {
+        Owner { pid, next: 0, members: HashMap::new(), stores: HashMap::new() }
+    }
+
+    fn join(&mut self, store: Option<StoreId>, stated: Option<u64>, forced: bool, data: u64) -> Member {
+        let id = self.next;
+        self.next += 1;
+        self.members.insert(id, Joined { store, stated, forced, data, direct: false, cap: None });
+        let shared = store.map(|s| {
+            let e = self.stores.entry(s).or_insert_with(|| PerStore {
+                cache: Arc::new(Cache::new(0)),
+                asked: Arc::default(),
+                recent: 0.0,
+            });
+            (e.cache.clone(), e.asked.clone())
+        });
+        GENERATION.fetch_add(1, Relaxed);
+        let (cache, asked) = shared.unzip();
+        Member { id, cache, asked, local: self.pid == 0 }
+    }
+
+    fn stated(&self) -> Option<u64> {
+        self.members.values().filter_map(|m| m.stated).min()
+    }
+
+    fn demand(&self) -> u64 {
+        let mut per: HashMap<StoreId, u64> = HashMap::new();
+        let mut unknown = 0u64;
+        for m in self.members.values().filter(|m| !m.forced) {
+            match m.store {
+                Some(s) => {
+                    let e = per.entry(s).or_default();
+                    *e = (*e).max(m.data);
+                }
+                None => unknown = unknown.saturating_add(m.data),
+            }
+        }
+        per.values().fold(unknown, |a, &b| a.saturating_add(b))
+    }
+
+    fn update(&mut self, id: u64, data: u64, direct: bool, cap: Option<u64>) {
+        let Some(m) = self.members.get_mut(&id) else { return };
+        if (m.data, m.direct, m.cap) != (data, direct, cap) {
+            (m.data, m.direct, m.cap) = (data, direct, cap);
+            GENERATION.fetch_add(1, Relaxed);
+        }
+    }
+
+    fn leave(&mut self, id: u64) {
+        if let Some(m) = self.members.remove(&id) {
+            if let Some(s) = m.store {
+                if !self.members.values().any(|o| o.store == Some(s)) {
+                    // Nothing reads these records any more (module docs).
+                    self.stores.remove(&s);
+                }
+            }
+        }
+        GENERATION.fetch_add(1, Relaxed);
+    }
+
+    fn rebalance(&mut self, cache_bytes: u64) {
+        // Each store's size (its largest), whether an unforced handle reads
+        // it direct, and the smallest cap.
+        let mut want: HashMap<StoreId, (u64, bool, Option<u64>)> = HashMap::new();
+        for m in self.members.values() {
+            let Some(s) = m.store else { continue };
+            let e = want.entry(s).or_insert((0, false, None));
+            e.0 = e.0.max(m.data);
+            e.1 |= m.direct && !m.forced;
+            if let Some(c) = m.cap {
+                e.2 = Some(e.2.map_or(c, |x: u64| x.min(c)));
+            }
+        }
+        let mut order: Vec<(StoreId, f64, u64)> = Vec::new();
+        for (s, per) in self.stores.iter_mut() {
+            let asked = per.asked.swap(0, Relaxed) as f64;
+            per.recent = per.recent / 2.0 + asked;
+            let Some(&(data, direct, cap)) = want.get(s) else { continue };
+            if !direct {
+                continue;
+            }
+            // What the whole store would charge: its bytes and about an
+            // entry's overhead per KiB (records of a few KiB and up).
+            let whole = data.saturating_add(data / 1024);
+            let limit = cap.map_or(whole, |c| c.min(whole));
+            let worth = per.recent.max(1.0) / (data.max(1) as f64);
+            order.push((*s, worth, limit));
+        }
+        order.sort_by(|a, b| b.1.total_cmp(&a.1));
+        let mut left = cache_bytes;
+        let mut shares: HashMap<StoreId, u64> = HashMap::new();
+        for (s, _, limit) in order {
+            let take = left.min(limit);
+            left -= take;
+            shares.insert(s, take);
+        }
+        for (s, per) in self.stores.iter() {
+            let target = shares.get(s).copied().unwrap_or(0);
+            if per.cache.capacity() != target {
+                per.cache.set_capacity(target);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(dir: &tempfile::TempDir) -> Option<StoreId> {
+        StoreId::of(dir.path()).ok()
+    }
+
+    /// An owner of its own (pid 0), apart from the process's.
+    fn owner() -> Owner {
+        Owner::new(0)
+    }
+
+    #[test]
+    fn the_smallest_stated_budget_wins_and_demand_counts_each_store_once() {
+        let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut o = owner();
+        let m1 = o.join(id(&a), None, false, 700);
+        let m2 = o.join(id(&a), Some(5_000), false, 900);
+        let m3 = o.join(id(&b), Some(3_000), false, 700);
+        o.join(None, Some(9_000), true, 1 << 40);
+        assert_eq!(o.demand(), 1_600);
+        assert_eq!(o.stated(), Some(3_000));
+        o.leave(m3.id);
+        assert_eq!((o.demand(), o.stated()), (900, Some(5_000)));
+        o.leave(m2.id);
+        assert_eq!((o.demand(), o.stated()), (700, Some(9_000)));
+        o.leave(m1.id);
+        assert!(o.stores.is_empty(), "the last handle of a store takes its cache");
+    }
+
+    #[test]
+    fn cache_bytes_go_to_the_stores_worth_most_and_none_to_buffered_ones() {
+        let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut o = owner();
+        // A small store asked as often as a big one is worth more per byte.
+        let small = o.join(id(&a), None, false, 1 << 20);
+        let big = o.join(id(&b), None, false, 1 << 30);
+        let buffered = o.join(id(&c), None, false, 1 << 20);
+        o.update(small.id, 1 << 20, true, None);
+        o.update(big.id, 1 << 30, true, None);
+        for m in [&small, &big, &buffered] {
+            m.asked(1000);
+        }
+        o.rebalance(100 << 20);
+        let whole_small = (1 << 20) + (1 << 10);
+        assert_eq!(small.capacity(), whole_small);
+        assert_eq!(big.capacity(), (100 << 20) - whole_small);
+        assert_eq!(buffered.capacity(), 0);
+        // The big store asked far more per byte now: it goes first.
+        big.asked(1 << 30);
+        o.rebalance(100 << 20);
+        assert_eq!((big.capacity(), small.capacity()), (100 << 20, 0));
+        // A cap bounds a store; the rest goes to the next.
+        o.update(big.id, 1 << 30, true, Some(10 << 20));
+        o.rebalance(100 << 20);
+        assert_eq!((big.capacity(), small.capacity()), (10 << 20, whole_small));
+        // A store switched to buffered gives its records back.
+        o.update(big.id, 1 << 30, false, None);
+        o.rebalance(100 << 20);
+        assert_eq!(big.capacity(), 0);
+    }
+}
