@@ -21,7 +21,8 @@
 //!   the capacities. The budget's cache bytes go to the stores read with
 //!   O_DIRECT by *worth*: the records they were asked for recently per byte
 //!   of their data, highest first, each up to all of its data ("water
-//!   filling"). A cached byte of a store saves misses in proportion to how
+//!   filling"); stores of alike worth (within a factor of two, [`worth_class`])
+//!   share what is left in proportion to their size. A cached byte of a store saves misses in proportion to how
 //!   often its records are asked for per byte it holds, so this order
 //!   maximises the misses saved: a label column (a few bytes a record, read
 //!   with every image) is cached whole before the images get the rest, and of
@@ -43,6 +44,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use crate::budget::Ratio;
 use crate::cache::{Cache, StoreId};
 
 /// A handle's membership; leaving the owner when dropped.
@@ -254,7 +256,7 @@ impl Owner {
                 e.2 = Some(e.2.map_or(c, |x: u64| x.min(c)));
             }
         }
-        let mut order: Vec<(StoreId, f64, u64)> = Vec::new();
+        let mut order: Vec<(StoreId, i64, u64)> = Vec::new();
         for (s, per) in self.stores.iter_mut() {
             let asked = per.asked.swap(0, Relaxed) as f64;
             per.recent = per.recent / 2.0 + asked;
@@ -267,15 +269,18 @@ impl Owner {
             let whole = data.saturating_add(data / 1024);
             let limit = cap.map_or(whole, |c| c.min(whole));
             let worth = per.recent.max(1.0) / (data.max(1) as f64);
-            order.push((*s, worth, limit));
+            order.push((*s, worth_class(worth), limit));
         }
-        order.sort_by(|a, b| b.1.total_cmp(&a.1));
+        order.sort_by_key(|&(_, class, _)| std::cmp::Reverse(class));
         let mut left = cache_bytes;
         let mut shares: HashMap<StoreId, u64> = HashMap::new();
-        for (s, _, limit) in order {
-            let take = left.min(limit);
-            left -= take;
-            shares.insert(s, take);
+        for group in order.chunk_by(|a, b| a.1 == b.1) {
+            let want: u64 = group.iter().map(|g| g.2).sum();
+            for &(s, _, limit) in group {
+                let take = if left >= want { limit } else { Ratio(limit, want.max(1)).of(left) };
+                shares.insert(s, take);
+            }
+            left -= left.min(want);
         }
         for (s, per) in self.stores.iter() {
             let target = shares.get(s).copied().unwrap_or(0);
@@ -284,6 +289,15 @@ impl Owner {
             }
         }
     }
+}
+
+/// Stores whose worth is within a factor of two of each other are of one
+/// class and share the bytes left in proportion to their size (the same hit
+/// rate for each): ordering them strictly would hand the whole cache back and
+/// forth between two alike stores as their recent counts wobble, emptying
+/// one cache to fill the other at every rebalance.
+fn worth_class(worth: f64) -> i64 {
+    worth.log2().floor() as i64
 }
 
 #[cfg(test)]
@@ -335,6 +349,17 @@ mod tests {
         assert_eq!(small.capacity(), whole_small);
         assert_eq!(big.capacity(), (100 << 20) - whole_small);
         assert_eq!(buffered.capacity(), 0);
+        // Alike stores share in proportion to their size.
+        let d = tempfile::tempdir().unwrap();
+        let like = o.join(id(&d), None, false, 3 << 20);
+        o.update(like.id, 3 << 20, true, None);
+        // Equal worth: 1500 (1000 decayed by half, and 1000 more) per MiB.
+        small.asked(1000);
+        like.asked(4500);
+        o.rebalance(2 << 20);
+        assert_eq!(small.capacity(), (2 << 20) * whole_small / (whole_small * 4));
+        assert_eq!(like.capacity(), Ratio(3 * whole_small, whole_small * 4).of(2 << 20));
+        o.leave(like.id);
         // The big store asked far more per byte now: it goes first.
         big.asked(1 << 30);
         o.rebalance(100 << 20);

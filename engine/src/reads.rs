@@ -353,11 +353,10 @@ impl Reads {
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
     /// A switch to buffered reads gives the store's cached records back.
-    pub fn adopt(&self, mut policy: Policy) {
+    pub fn adopt(&self, mut policy: Policy, data_bytes: u64) {
         let total = policy.budget.cache_bytes();
         self.total.store(total, Relaxed);
-        let data = policy.data_bytes;
-        self.share(&mut policy, data, total);
+        self.share(&mut policy, data_bytes, total);
         self.c.policy_bytes.store(0, Relaxed);
         self.c.switches.fetch_add(1, Relaxed);
         self.generation.store(memory::GENERATION.load(Relaxed), Relaxed);

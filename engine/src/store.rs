@@ -794,7 +794,7 @@ impl Store {
                 known: now.known,
                 content: now.content.clone(),
             });
-            self.reads.adopt(policy);
+            self.reads.adopt(policy, data);
         }
         r
     }
