@@ -29,7 +29,8 @@
 //!    nothing and reads any non-empty store with O_DIRECT;
 //! 3. the cgroup memory limit (v2 `memory.max`, else v1
 //!    `memory.limit_in_bytes`; the smallest limit of the process's cgroup and
-//!    its ancestors, since every one of them is enforced) less the memory
+//!    its ancestors, since every one of them is enforced) less the other
+//!    processes' memory (below) and less the memory
 //!    this process already has resident (`VmRSS` of `/proc/self/status`:
 //!    anonymous memory and its mapped files). The mapped files are mostly the
 //!    program's own code (the interpreter, NumPy, this library: some 40 MiB
@@ -48,19 +49,28 @@
 //! 5. nothing found (no `/proc`): [`BudgetSource::Unknown`], an unbounded
 //!    budget, so reads stay buffered as they were before budgets existed.
 //!
-//! The budget is per process. Several processes reading in one cgroup (a
-//! multi-process data loader) each see the whole limit less their own use, so
-//! they should share it out explicitly, through `ZRING_CACHE_BYTES` per worker.
+//! The cgroup is shared: a host runs one process per accelerator (4-8 ranks)
+//! in one cgroup, and each used to size its record caches as if the limit were
+//! its own (four ranks in 3 GiB committed about 4× the limit and were
+//! OOM-killed). So the cgroup source also subtracts the anonymous memory of
+//! the cgroup's *other* processes (`memory.stat` of the cgroup that sets the
+//! limit: v2 `anon`, v1 `total_rss`; their record caches are anonymous), which
+//! keeps the sum of every rank's caches within the limit, and takes at most
+//! `limit / ranks` less the process's own memory, `ranks` being the zring
+//! processes registered for that limit ([`crate::ranks`]), so that ranks that
+//! started first do not keep what later ones need: ranks of one job are alike,
+//! and at equal shares each serves the same fraction of its reads from memory.
 //!
-//! Detection is not cached: it reads a handful of small files
-//! (`/proc/self/cgroup`, `/proc/self/mountinfo`, at most a few cgroup files per
-//! level of the hierarchy, `/proc/meminfo`, `/proc/self/status`), some tens of
-//! microseconds, which is nothing next to opening a store. Reading it afresh
-//! keeps it true when the process has grown or a limit changed. These reads go
+//! Detection reads a handful of small files each time (the limits along the
+//! hierarchy, the cgroup's `memory.stat`, `/proc/meminfo`,
+//! `/proc/self/status`), some tens of microseconds, which is nothing next to
+//! opening a store; reading them afresh keeps the budget true when the
+//! process or its neighbours have grown or a limit changed. Where the cgroups
+//! are (`/proc/self/cgroup`, `/proc/self/mountinfo`) is found once per process. These reads go
 //! through `std::fs`, not the fault-injection seam of [`crate::fs`]: they are
 //! not store I/O, and counting them would shift every injected fault.
 //!
-//! # The policy ([`choose`], [`resize`], [`reconsider`])
+//! # The policy ([`choose`], [`cache_total`], [`reconsider`])
 //!
 //! [`choose`] compares the store's stored bytes with the budget. A budget the
 //! engine measured (cgroup, `MemAvailable`) is discounted; one a person stated
@@ -82,13 +92,13 @@
 //!   (page tables, about 2 MiB per GiB mapped; socket and file-system
 //!   buffers; the page cache of files the process reads without mapping them)
 //!   and the time between two looks at the budget. It does not cover the
-//!   process's own growth: that is watched instead ([`resize`]).
+//!   process's own growth: that is watched instead ([`cache_total`]).
 //!   (A fixed share of 3/4 of the budget, the first rule here, held 0.7 of
 //!   limit / data in the README's cgroup benchmark; this one holds 0.84 to
 //!   0.88 at dataset/limit 1.5 and 3.) The cache charges its
 //!   own per-entry overhead ([`crate::cache::ENTRY_OVERHEAD`]).
 //!
-//! [`resize`] keeps the cache within the budget as the process changes: the
+//! [`cache_total`] keeps the cache within the budget as the process changes: the
 //! budget is detected again every [`CHECK_RECORDS`] records or
 //! [`CHECK_BYTES`] stored bytes gathered (whichever comes first; tens of
 //! microseconds each), and a cache above its size for the budget now shrinks
@@ -225,6 +235,10 @@ pub(crate) enum BudgetSource {
         used: u64,
         /// zring processes registered in the cgroup ([`crate::ranks`]).
         ranks: u64,
+        /// The most this process's record caches may hold: its share of the
+        /// limit, `limit / ranks`, less its own memory (module docs). The page
+        /// cache is shared by the ranks; the record caches are not.
+        share: u64,
         /// The `memory.max` file that set the limit.
         file: PathBuf,
     },
@@ -237,6 +251,10 @@ pub(crate) enum BudgetSource {
         used: u64,
         /// zring processes registered in the cgroup ([`crate::ranks`]).
         ranks: u64,
+        /// The most this process's record caches may hold: its share of the
+        /// limit, `limit / ranks`, less its own memory (module docs). The page
+        /// cache is shared by the ranks; the record caches are not.
+        share: u64,
         /// The `memory.limit_in_bytes` file that set the limit.
         file: PathBuf,
     },
@@ -267,14 +285,14 @@ impl BudgetSource {
         match self {
             BudgetSource::Explicit => "set explicitly".into(),
             BudgetSource::Env { value } => format!("{ENV_VAR}={value}"),
-            BudgetSource::CgroupV2 { limit, used, ranks, file } => format!(
+            BudgetSource::CgroupV2 { limit, used, ranks, file, .. } => format!(
                 "cgroup v2 memory.max {} ({}) less {} in use{}",
                 human(*limit),
                 file.display(),
                 human(*used),
                 ranks_note(*ranks)
             ),
-            BudgetSource::CgroupV1 { limit, used, ranks, file } => format!(
+            BudgetSource::CgroupV1 { limit, used, ranks, file, .. } => format!(
                 "cgroup v1 memory.limit_in_bytes {} ({}) less {} in use{}",
                 human(*limit),
                 file.display(),
@@ -318,7 +336,11 @@ impl Budget {
     /// What a direct-mode record cache may hold: all of a stated budget, a
     /// measured one less its reserve (module docs).
     pub fn cache_bytes(&self) -> u64 {
-        self.bytes.saturating_sub(self.reserve())
+        let share = match self.source {
+            BudgetSource::CgroupV2 { share, .. } | BudgetSource::CgroupV1 { share, .. } => share,
+            _ => u64::MAX,
+        };
+        self.bytes.min(share).saturating_sub(self.reserve())
     }
 
     /// The part of a measured budget kept out of the record cache.
@@ -382,12 +404,12 @@ pub(crate) fn detect_in(
         // Ranks of one job are alike: each may fill its share of the limit
         // less its own memory (module docs).
         let ranks = if root == Path::new("/") { crate::ranks::count(&l.file) } else { 1 };
-        let fair = (l.limit / ranks.max(1)).saturating_sub(own);
-        let bytes = l.limit.saturating_sub(others).saturating_sub(own).min(fair);
+        let share = (l.limit / ranks.max(1)).saturating_sub(own);
+        let bytes = l.limit.saturating_sub(others).saturating_sub(own);
         let used = own + others;
         let source = match l.version {
-            2 => BudgetSource::CgroupV2 { limit: l.limit, used, ranks, file: l.file },
-            _ => BudgetSource::CgroupV1 { limit: l.limit, used, ranks, file: l.file },
+            2 => BudgetSource::CgroupV2 { limit: l.limit, used, ranks, share, file: l.file },
+            _ => BudgetSource::CgroupV1 { limit: l.limit, used, ranks, share, file: l.file },
         };
         return Ok(Budget { bytes, source });
     }
@@ -525,7 +547,29 @@ struct Mount {
 /// ancestors: v2 first, then v1 (a hybrid host mounts v2 without the memory
 /// controller, whose files then exist only under v1).
 fn cgroup_limit(root: &Path) -> Option<CgroupLimit> {
-    let cgroups = read(root, Path::new("/proc/self/cgroup"))?;
+    // The process's cgroups and their mounts are found once per process
+    // (mountinfo can run to thousands of lines in a container host); the
+    // limits are read afresh at every look.
+    static PLACES: std::sync::OnceLock<Vec<(u8, Mount, String)>> = std::sync::OnceLock::new();
+    let found;
+    let places = if root == Path::new("/") {
+        PLACES.get_or_init(|| cgroup_places(root))
+    } else {
+        found = cgroup_places(root);
+        &found
+    };
+    places.iter().find_map(|(version, mount, path)| {
+        let file = if *version == 2 { "memory.max" } else { "memory.limit_in_bytes" };
+        let (limit, file) = smallest_limit(root, mount, path, file)?;
+        Some(CgroupLimit { version: *version, limit, file })
+    })
+}
+
+/// Where this process's memory cgroups are: (version, mount, path in the
+/// hierarchy), v2 first, then v1 (a hybrid host mounts v2 without the memory
+/// controller, whose files then exist only under v1).
+fn cgroup_places(root: &Path) -> Vec<(u8, Mount, String)> {
+    let Some(cgroups) = read(root, Path::new("/proc/self/cgroup")) else { return Vec::new() };
     let mountinfo = read(root, Path::new("/proc/self/mountinfo")).unwrap_or_default();
     let mut v2 = None;
     let mut v1 = None;
@@ -538,22 +582,19 @@ fn cgroup_limit(root: &Path) -> Option<CgroupLimit> {
             v1 = Some(path);
         }
     }
+    let mut out = Vec::new();
     if let Some(path) = v2 {
         let mount = find_mount(&mountinfo, path, |fstype, _| fstype == "cgroup2")
             .unwrap_or_else(|| Mount { point: "/sys/fs/cgroup".into(), root: "/".into() });
-        if let Some((limit, file)) = smallest_limit(root, &mount, path, "memory.max") {
-            return Some(CgroupLimit { version: 2, limit, file });
-        }
+        out.push((2, mount, path.to_string()));
     }
     if let Some(path) = v1 {
         let mount =
             find_mount(&mountinfo, path, |fstype, opts| fstype == "cgroup" && opts.split(',').any(|o| o == "memory"))
                 .unwrap_or_else(|| Mount { point: "/sys/fs/cgroup/memory".into(), root: "/".into() });
-        if let Some((limit, file)) = smallest_limit(root, &mount, path, "memory.limit_in_bytes") {
-            return Some(CgroupLimit { version: 1, limit, file });
-        }
+        out.push((1, mount, path.to_string()));
     }
-    None
+    out
 }
 
 /// The mount in `mountinfo` of a cgroup file system `wanted(fstype,
@@ -655,7 +696,7 @@ pub(crate) struct Policy {
     pub budget: Budget,
     /// The store's stored bytes the decision was made for.
     pub data_bytes: u64,
-    /// Whether [`resize`] may grow the cache with the budget (not for a cache
+    /// Whether [`cache_total`] may grow the cache with the budget (not for a cache
     /// sized from what a thrashing page cache held).
     pub grows: bool,
 }
@@ -879,6 +920,7 @@ mod tests {
                 limit: 3 * GIB,
                 used: 210 * MIB,
                 ranks: 1,
+                share: 3 * GIB - 210 * MIB,
                 file: "/sys/fs/cgroup/job/step/memory.max".into()
             }
         );

@@ -8,8 +8,10 @@
 //!
 //! # API
 //!
-//! - [`global`]: the process's cache (capacity 0, so it admits nothing, until
-//!   a policy sets [`Cache::set_capacity`]).
+//! - [`Cache`]: one per open store, made by the process's memory owner
+//!   ([`crate::memory`]), which alone sets its capacity
+//!   ([`Cache::set_capacity`]; 0, admitting nothing, until the store is read
+//!   with O_DIRECT).
 //! - [`Key`] = [`StoreId`] ([`StoreId::of`] the store directory) +
 //!   [`RecordKey`] ([`RecordKey::of`] the table entry).
 //! - [`Cache::get`], [`Cache::insert`] with a [`NextUse`] hint,
@@ -105,9 +107,9 @@
 //! locking, then locks that one shard to evict; no two shard locks are ever
 //! held at once.
 //!
-//! After `fork()` a child never uses its parent's cache (a parent thread may
-//! have held a lock when the process forked): [`global`] is tagged with the
-//! pid and a child starts an empty one, leaving the parent's memory alone.
+//! After `fork()` a child never uses its parent's caches (a parent thread may
+//! have held a lock when the process forked): the memory owner is tagged with
+//! the pid and a child starts an empty one, leaving the parent's memory alone.
 
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};

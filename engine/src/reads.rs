@@ -84,7 +84,7 @@ struct Counters {
     window_records: AtomicU64,
     window_resident: AtomicU64,
     /// Records and stored bytes since the budget was last detected
-    /// ([`budget::resize`]).
+    /// ([`budget::cache_total`]).
     check_records: AtomicU64,
     check_bytes: AtomicU64,
 }
