@@ -509,6 +509,13 @@ impl Store {
         Ok(Fingerprint { records, content })
     }
 
+    /// Whether next-use hints ([`Store::gather_hinted`]) reach a record cache
+    /// now: the store reads with O_DIRECT behind a record cache of some size.
+    /// Cheap (two relaxed loads); a loader asks once per step.
+    pub fn wants_hints(&self) -> bool {
+        self.reads.caching()
+    }
+
     /// The read policy in force and what reads have done since the store
     /// opened: record-cache and page-cache hits, bytes from each source.
     pub fn read_stats(&self) -> ReadStats {

@@ -86,9 +86,7 @@ impl Source for StoreSource {
     }
 
     fn wants_hints(&self) -> bool {
-        // One lock and a few counters: cheap once per step, not per record.
-        let stats = self.store.read_stats();
-        stats.policy == "direct" && !stats.forced
+        self.store.wants_hints()
     }
 
     fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
