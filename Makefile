@@ -67,6 +67,7 @@ bench: develop-release
 	ZRING_BENCH_COLD_GIB=$${ZRING_BENCH_COLD_GIB:-5} cargo bench -p zring-benches
 	$(PY) benches/compare.py --readme
 	$(PY) benches/budget.py --readme
+	$(PY) benches/host.py
 
 clean:
 	cargo clean

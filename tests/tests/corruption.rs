@@ -56,7 +56,9 @@ fn store_files(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
         .expect("list")
         .map(|e| e.expect("entry").path())
-        .filter(|p| p.file_name().is_some_and(|n| n != "lock"))
+        // The writer's lock and the readers' pins hold no data: nothing there
+        // can be damaged, only locked.
+        .filter(|p| p.file_name().is_some_and(|n| n != "lock" && n != "pins"))
         .collect();
     v.sort();
     v
