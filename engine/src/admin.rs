@@ -4,13 +4,14 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::append::{Block, Meta};
-use crate::codec::{Codec, Dict};
 use crate::error::{io_err, Error, Result};
-use crate::fs::write_atomic;
-use crate::store::{Item, Store};
-use crate::table::Format;
-use crate::write::DICT_FILE;
+use crate::format::codec::{Codec, Dict};
+use crate::format::names::DICT_FILE;
+use crate::format::table::Format;
+use crate::io::fs::write_atomic;
+use crate::read::gather::Item;
+use crate::store::Store;
+use crate::write::append::{Block, Meta};
 
 const SCHEMA_FILE: &str = "schema.json";
 /// Records verified per batch.
@@ -60,152 +61,13 @@ pub struct VerifyReport {
     pub logical_bytes: u64,
 }
 
-impl Store {
-    /// Counts records, bytes and codecs (a scan of the table, no data reads).
-    pub fn stats(&self) -> Result<Stats> {
-        let snap = self.snapshot();
-        let mut s = Stats {
-            format: snap.table.format,
-            records: snap.records(),
-            logical_bytes: 0,
-            live_bytes: 0,
-            chunk_bytes: snap.chunks.iter().map(|c| c.len).sum(),
-            reclaimable: 0,
-            chunks: snap.chunks.len() as u64,
-            has_dict: snap.dict.is_some(),
-            dict_bytes: snap.dict.as_ref().map_or(0, |d| d.bytes.len() as u64),
-            raw_records: 0,
-            zstd_records: 0,
-            zstd_dict_records: 0,
-            backend: self.backend.name(),
-            direct: self.reads.direct(),
-        };
-        for i in 0..snap.records() {
-            let e = snap.entry(i)?;
-            s.logical_bytes += u64::from(e.logical_len);
-            s.live_bytes += u64::from(e.stored_len);
-            match e.codec {
-                Codec::Raw => s.raw_records += 1,
-                Codec::Zstd => s.zstd_records += 1,
-                Codec::ZstdDict => s.zstd_dict_records += 1,
-            }
-        }
-        s.reclaimable = s.chunk_bytes.saturating_sub(s.live_bytes);
-        Ok(s)
-    }
-
-    /// Reads every record, checks its checksum and decodes it: the explicit
-    /// full scan that `open` does not do. The first damaged record is the error.
-    pub fn verify(&self) -> Result<VerifyReport> {
-        let snap = self.snapshot();
-        let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
-        let mut buf = Vec::new();
-        let mut start = 0;
-        while start < snap.records() {
-            let end = (start + VERIFY_BATCH).min(snap.records());
-            let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
-            let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
-            buf.resize(total, 0);
-            let mut rest: &mut [u8] = &mut buf;
-            let mut items = Vec::with_capacity(entries.len());
-            for (k, e) in entries.iter().enumerate() {
-                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
-                rest = tail;
-                items.push(Item {
-                    index: start + k as u64,
-                    entry: *e,
-                    dst: slot,
-                    keep_stored: false,
-                    next: crate::cache::NextUse::Unknown,
-                });
-                rep.stored_bytes += u64::from(e.stored_len);
-                rep.logical_bytes += u64::from(e.logical_len);
-            }
-            self.read_items(&snap, items)?;
-            rep.records += end - start;
-            start = end;
-        }
-        Ok(rep)
-    }
-
-    /// Whether the store has a zstd dictionary.
-    pub fn has_dict(&self) -> bool {
-        self.snapshot().dict.is_some()
-    }
-
-    /// Trains a zstd dictionary of at most `max_size` bytes on `samples`,
-    /// stores it durably and installs it for `zstd_dict` appends. A store has
-    /// at most one dictionary, fixed once trained. Returns its size.
-    pub fn train_dict(&self, samples: &[&[u8]], max_size: usize) -> Result<usize> {
-        if samples.is_empty() || max_size < 256 {
-            return Err(Error::InvalidArgument(format!(
-                "train_dict needs samples and a max_size of at least 256 bytes (got {} samples, max_size {max_size})",
-                samples.len()
-            )));
-        }
-        let bytes = zstd::dict::from_samples(samples, max_size).map_err(|e| {
-            Error::InvalidArgument(format!("zstd could not train a dictionary from these samples: {e}"))
-        })?;
-        self.install_dict(bytes)
-    }
-
-    /// Installs dictionary bytes (trained here or copied from another store).
-    pub(crate) fn install_dict(&self, bytes: Vec<u8>) -> Result<usize> {
-        let mut w = self.writer()?;
-        if w.head.dict_len != 0 {
-            return Err(Error::InvalidArgument(
-                "the store already has a dictionary; records encoded with it depend on it, so it cannot be replaced"
-                    .into(),
-            ));
-        }
-        let dict = Dict::new(bytes, Some(self.dict_level))?;
-        let n = dict.bytes.len();
-        write_atomic(&self.dir, DICT_FILE, &dict.bytes)?;
-        // Pending appends are made durable and committed first; then a head
-        // naming the dictionary.
-        w.sync(&self.dir)?;
-        let head = crate::head::Head { dict_len: n as u32, dict_crc: crc32c::crc32c(&dict.bytes), ..w.head };
-        if let Err(e) = head.commit(&self.dir) {
-            return w.poison(e);
-        }
-        w.head = head;
-        let old = self.snapshot();
-        self.publish(crate::store::Snapshot {
-            pin: old.pin.clone(),
-            table: Arc::new(crate::table::Table::open_native(&self.dir, w.head.generation, w.records)?),
-            chunk_base: old.chunk_base,
-            chunks: old.chunks.clone(),
-            dict: Some(Arc::new(dict)),
-            known: (w.head.records, w.head.content),
-            content: Default::default(),
-        });
-        Ok(n)
-    }
-
-    /// The contents of `schema.json`, the Python layer's metadata, if any.
-    pub fn schema(&self) -> Result<Option<String>> {
-        let p = self.dir.join(SCHEMA_FILE);
-        match std::fs::read_to_string(&p) {
-            Ok(s) => Ok(Some(s)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err("read", &p)(e)),
-        }
-    }
-
-    /// Replaces `schema.json` atomically.
-    pub fn set_schema(&self, json: &str) -> Result<()> {
-        let _w = self.writer()?;
-        write_atomic(&self.dir, SCHEMA_FILE, json.as_bytes())
-    }
-}
-
 /// Decodes every compressed record of an import batch (stored bytes back to
 /// back in `buf`) on the decode pool; the first that fails is the error.
 fn verify_imported(
     buf: &[u8],
-    entries: &[crate::record::Entry],
+    entries: &[crate::format::record::Entry],
     first: u64,
-    dict: Option<&crate::codec::Dict>,
+    dict: Option<&crate::format::codec::Dict>,
     src: &Path,
 ) -> Result<()> {
     use rayon::prelude::*;
@@ -219,7 +81,7 @@ fn verify_imported(
         entries.par_iter().zip(starts.par_iter()).enumerate().try_for_each_init(Vec::new, |out, (k, (e, &at))| {
             let stored = &buf[at..at + e.stored_len as usize];
             out.resize(e.logical_len as usize, 0);
-            crate::codec::decode(e.codec, stored, out, dict).map_err(|why| {
+            crate::format::codec::decode(e.codec, stored, out, dict).map_err(|why| {
                 crate::error::corrupted(
                     format!("record {} of loaderx store {}", first + k as u64, src.display()),
                     format!("{why}; not imported"),
@@ -246,7 +108,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
     let to = Store::builder(dst.as_ref()).create()?;
     let snap = from.snapshot();
     if let Some(d) = &snap.dict {
-        to.install_dict(d.bytes.clone())?;
+        install_dict(&to, d.bytes.clone())?;
     }
     let mut start = 0u64;
     while start < snap.records() {
@@ -270,10 +132,10 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
                 entry: *e,
                 dst: slot,
                 keep_stored: true,
-                next: crate::cache::NextUse::Unknown,
+                next: crate::read::cache::NextUse::Unknown,
             });
         }
-        from.read_items(&snap, items)?;
+        crate::read::gather::read_items(&from, &snap, items)?;
         verify_imported(&buf, &entries, start, snap.dict.as_deref(), src.as_ref())?;
         let records = entries
             .iter()
@@ -289,8 +151,8 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
             })
             .collect();
         let mut w = to.writer()?;
-        to.write_blocks(&mut w, &[Block { bytes: std::borrow::Cow::Borrowed(&buf), records }])?;
-        to.republish(&w)?;
+        crate::write::write_blocks(&to, &mut w, &[Block { bytes: std::borrow::Cow::Borrowed(&buf), records }])?;
+        crate::write::republish(&to, &w)?;
         drop(w);
         start = end;
     }
@@ -299,4 +161,139 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
     }
     to.sync()?;
     Ok(to)
+}
+
+/// Counts records, bytes and codecs (a scan of the table, no data reads).
+pub(crate) fn stats(s: &Store) -> Result<Stats> {
+    let snap = s.snapshot();
+    let mut s = Stats {
+        format: snap.table.format,
+        records: snap.records(),
+        logical_bytes: 0,
+        live_bytes: 0,
+        chunk_bytes: snap.chunks.iter().map(|c| c.len).sum(),
+        reclaimable: 0,
+        chunks: snap.chunks.len() as u64,
+        has_dict: snap.dict.is_some(),
+        dict_bytes: snap.dict.as_ref().map_or(0, |d| d.bytes.len() as u64),
+        raw_records: 0,
+        zstd_records: 0,
+        zstd_dict_records: 0,
+        backend: s.backend.name(),
+        direct: s.reads.direct(),
+    };
+    for i in 0..snap.records() {
+        let e = snap.entry(i)?;
+        s.logical_bytes += u64::from(e.logical_len);
+        s.live_bytes += u64::from(e.stored_len);
+        match e.codec {
+            Codec::Raw => s.raw_records += 1,
+            Codec::Zstd => s.zstd_records += 1,
+            Codec::ZstdDict => s.zstd_dict_records += 1,
+        }
+    }
+    s.reclaimable = s.chunk_bytes.saturating_sub(s.live_bytes);
+    Ok(s)
+}
+
+/// Reads every record, checks its checksum and decodes it: the explicit
+/// full scan that `open` does not do. The first damaged record is the error.
+pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
+    let snap = s.snapshot();
+    let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
+    let mut buf = Vec::new();
+    let mut start = 0;
+    while start < snap.records() {
+        let end = (start + VERIFY_BATCH).min(snap.records());
+        let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
+        let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
+        buf.resize(total, 0);
+        let mut rest: &mut [u8] = &mut buf;
+        let mut items = Vec::with_capacity(entries.len());
+        for (k, e) in entries.iter().enumerate() {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
+            rest = tail;
+            items.push(Item {
+                index: start + k as u64,
+                entry: *e,
+                dst: slot,
+                keep_stored: false,
+                next: crate::read::cache::NextUse::Unknown,
+            });
+            rep.stored_bytes += u64::from(e.stored_len);
+            rep.logical_bytes += u64::from(e.logical_len);
+        }
+        crate::read::gather::read_items(s, &snap, items)?;
+        rep.records += end - start;
+        start = end;
+    }
+    Ok(rep)
+}
+
+/// Whether the store has a zstd dictionary.
+pub(crate) fn has_dict(s: &Store) -> bool {
+    s.snapshot().dict.is_some()
+}
+
+/// Trains a zstd dictionary of at most `max_size` bytes on `samples`,
+/// stores it durably and installs it for `zstd_dict` appends. A store has
+/// at most one dictionary, fixed once trained. Returns its size.
+pub(crate) fn train_dict(s: &Store, samples: &[&[u8]], max_size: usize) -> Result<usize> {
+    if samples.is_empty() || max_size < 256 {
+        return Err(Error::InvalidArgument(format!(
+            "train_dict needs samples and a max_size of at least 256 bytes (got {} samples, max_size {max_size})",
+            samples.len()
+        )));
+    }
+    let bytes = zstd::dict::from_samples(samples, max_size)
+        .map_err(|e| Error::InvalidArgument(format!("zstd could not train a dictionary from these samples: {e}")))?;
+    install_dict(s, bytes)
+}
+
+/// Installs dictionary bytes (trained here or copied from another store).
+pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
+    let mut w = s.writer()?;
+    if w.head.dict_len != 0 {
+        return Err(Error::InvalidArgument(
+            "the store already has a dictionary; records encoded with it depend on it, so it cannot be replaced".into(),
+        ));
+    }
+    let dict = Dict::new(bytes, Some(s.dict_level))?;
+    let n = dict.bytes.len();
+    write_atomic(&s.dir, DICT_FILE, &dict.bytes)?;
+    // Pending appends are made durable and committed first; then a head
+    // naming the dictionary.
+    w.sync(&s.dir)?;
+    let head = crate::format::head::Head { dict_len: n as u32, dict_crc: crc32c::crc32c(&dict.bytes), ..w.head };
+    if let Err(e) = head.commit(&s.dir) {
+        return w.poison(e);
+    }
+    w.head = head;
+    let old = s.snapshot();
+    s.publish(crate::read::gather::Snapshot {
+        pin: old.pin.clone(),
+        table: Arc::new(crate::format::table::Table::open_native(&s.dir, w.head.generation, w.records)?),
+        chunk_base: old.chunk_base,
+        chunks: old.chunks.clone(),
+        dict: Some(Arc::new(dict)),
+        known: (w.head.records, w.head.content),
+        content: Default::default(),
+    });
+    Ok(n)
+}
+
+/// The contents of `schema.json`, the Python layer's metadata, if any.
+pub(crate) fn schema(s: &Store) -> Result<Option<String>> {
+    let p = s.dir.join(SCHEMA_FILE);
+    match std::fs::read_to_string(&p) {
+        Ok(s) => Ok(Some(s)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", &p)(e)),
+    }
+}
+
+/// Replaces `schema.json` atomically.
+pub(crate) fn set_schema(s: &Store, json: &str) -> Result<()> {
+    let _w = s.writer()?;
+    write_atomic(&s.dir, SCHEMA_FILE, json.as_bytes())
 }

@@ -47,8 +47,8 @@ thread_local! {
 
 /// The locks held across a `fork`, released in reverse order of taking.
 struct Held {
-    _fds: std::sync::MutexGuard<'static, Option<crate::fds::Fds>>,
-    _memory: std::sync::MutexGuard<'static, Option<crate::memory::Owner>>,
+    _fds: std::sync::MutexGuard<'static, Option<crate::io::fds::Fds>>,
+    _memory: std::sync::MutexGuard<'static, Option<crate::read::memory::Owner>>,
     _pool: std::sync::MutexGuard<'static, Option<(u32, std::sync::Arc<rayon::ThreadPool>)>>,
     _gate: RwLockWriteGuard<'static, ()>,
 }
@@ -121,14 +121,14 @@ extern "C" fn prepare() {
         return; // module docs: cannot wait for ourselves
     }
     // Finish lazy one-time setup now, so no child inherits it half done.
-    let _ = crate::uring::uring_available();
-    let _ = crate::mmap::guard_available();
-    let _ = crate::mmap::evictions();
+    let _ = crate::io::uring::uring_available();
+    let _ = crate::io::mmap::guard_available();
+    let _ = crate::io::mmap::evictions();
     let gate = GATE.write().unwrap_or_else(|p| p.into_inner());
     let held = Held {
         _pool: crate::pool::lock_raw(),
-        _memory: crate::memory::lock_raw(),
-        _fds: crate::fds::lock_raw(),
+        _memory: crate::read::memory::lock_raw(),
+        _fds: crate::io::fds::lock_raw(),
         _gate: gate,
     };
     HELD.with(|h| *h.borrow_mut() = Some(held));

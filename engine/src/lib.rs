@@ -25,6 +25,22 @@
 //!   also be opened and gathered from directly ([`Format::Loaderx`]).
 //! - [`BackendKind`]: io_uring or pread, chosen automatically.
 //!
+//! Inside, one folder per job, and `store.rs` the façade that ties them:
+//! - `format/`: what is on disk: head, record table, entries, codecs, file
+//!   names and constants, the content fingerprint.
+//! - `read/`: gathers (`gather`, `hot`), each store's read policy and counters
+//!   (`reads`, `policy`), the memory budget (`budget`), the process's one owner
+//!   of memory (`memory`) and its record caches (`cache`), the host's rank
+//!   registry (`ranks`), and the pins that keep a snapshot's files (`pins`).
+//! - `write/`: the single writer, append and sync (`mod.rs`), the encoding
+//!   pipeline (`append`), delete and compaction (`compact`).
+//! - `io/`: io_uring and pread (`uring`), the file-operation seam (`fs`,
+//!   `fault`), chunk descriptors (`fds`), mappings and the SIGBUS guard
+//!   (`mmap`, `sigbus`).
+//! - `env.rs` (every environment variable, in one table), `fork.rs` (the fork
+//!   gate), `pool.rs` (the decode pool), `admin.rs` (stats, verify,
+//!   dictionaries, schema, loaderx import).
+//!
 //! # Trade-offs
 //! - One writer at a time (an advisory lock); readers never block. Appends are
 //!   visible to the writing handle at once and durable after [`Store::sync`]; a
@@ -52,65 +68,31 @@
 #![deny(missing_docs)]
 
 mod admin;
-mod append;
-mod budget;
-mod cache;
-mod codec;
-mod compact;
+mod env;
 mod error;
-pub mod fault;
-#[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
-mod fds;
-mod fingerprint;
 #[allow(unsafe_code, reason = "registers the pthread_atfork handlers; the block has its SAFETY argument")]
 mod fork;
-mod fs;
-mod head;
-mod hot;
-mod memory;
-#[allow(
-    unsafe_code,
-    reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
-)]
-mod mmap;
-#[allow(
-    unsafe_code,
-    reason = "takes open file description locks through libc::fcntl; every block has its SAFETY argument"
-)]
-mod pins;
-
+pub(crate) mod format;
+pub(crate) mod io;
 mod pool;
-#[allow(
-    unsafe_code,
-    reason = "counts the host's ranks with libc::fcntl lock queries; the block has its SAFETY argument"
-)]
-mod ranks;
-mod reads;
-mod record;
-#[allow(
-    unsafe_code,
-    reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"
-)]
-mod sigbus;
+pub(crate) mod read;
 mod store;
-mod table;
-#[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
-mod uring;
-mod write;
+pub(crate) mod write;
 
 pub use admin::{import_loaderx, Stats, VerifyReport};
-pub use cache::NextUse;
-pub use codec::Codec;
-pub use compact::CompactReport;
 pub use error::{Error, Result};
-pub use fingerprint::Fingerprint;
-pub use head::FORMAT_VERSION;
+pub use format::codec::Codec;
+pub use format::fingerprint::Fingerprint;
+pub use format::names::FORMAT_VERSION;
+pub use format::record::ChunkId;
+pub use format::table::Format;
+pub use io::fault;
+pub use io::uring::BackendKind;
 pub use pool::{set_thread_fan_out, thread_fan_out};
-pub use reads::ReadStats;
-pub use record::ChunkId;
+pub use read::cache::NextUse;
+pub use read::reads::ReadStats;
 pub use store::{Store, StoreBuilder, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
-pub use table::Format;
-pub use uring::BackendKind;
+pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;
 
 /// The README's Rust examples, compiled and run as doctests so they stay true.

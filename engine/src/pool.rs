@@ -28,9 +28,7 @@ pub(crate) fn get() -> Arc<ThreadPool> {
             if let Some(old) = slot.take() {
                 std::mem::forget(old);
             }
-            let threads = std::env::var("ZRING_THREADS")
-                .ok()
-                .and_then(|v| v.parse().ok())
+            let threads = crate::env::threads()
                 // The thread calling gather reads a share itself, so the pool
                 // needs one thread fewer than there are cores.
                 .unwrap_or_else(|| {

@@ -42,7 +42,7 @@ def test_an_explicit_budget_below_the_data_reads_direct_with_a_cache(tmp_path):
         assert r["bytes_from_cache"] == r["cache_hits"] * RECORD
         # Admission without churn: after the first pass the cached subset is
         # fixed, so each later pass hits it exactly.
-        assert r["cache_bytes"] <= arr.nbytes // 2
+        assert r["cache_held"] <= arr.nbytes // 2
 
 
 def test_a_budget_that_holds_the_data_reads_buffered(tmp_path):
@@ -154,13 +154,13 @@ def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeyp
         assert ds.read_stats()["policy"] == "direct"
         for _ in range(2):
             np.testing.assert_array_equal(ds[idx], arr)
-        assert ds.read_stats()["cache_bytes"] > arr.nbytes // 4
+        assert ds.read_stats()["cache_held"] > arr.nbytes // 4
         monkeypatch.setenv("ZRING_CACHE_BYTES", str(arr.nbytes // 8))
         for _ in range(5):
             np.testing.assert_array_equal(ds[idx], arr)
         r = ds.read_stats()
         assert r["cache_capacity"] == arr.nbytes // 8, r
-        assert r["cache_bytes"] <= arr.nbytes // 8, r
+        assert r["cache_held"] <= arr.nbytes // 8, r
         assert r["budget_bytes"] == arr.nbytes // 8
         assert "shrinks" in r["policy_reason"], r["policy_reason"]
         assert r["policy"] == "direct" and r["switches"] == 0
@@ -170,4 +170,4 @@ def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeyp
         r = ds.read_stats()
         assert r["cache_capacity"] == arr.nbytes // 2, r
         assert "grows" in r["policy_reason"], r["policy_reason"]
-        assert r["cache_bytes"] > arr.nbytes // 4, r
+        assert r["cache_held"] > arr.nbytes // 4, r

@@ -49,7 +49,7 @@ def test_the_smallest_stated_budget_wins_for_every_handle(tmp_path):
             np.testing.assert_array_equal(a[_all(1024)], arr)
             r = a.read_stats()
             assert r["budget_bytes"] == MIB, r
-            assert r["cache_capacity"] <= MIB and r["cache_bytes"] <= MIB, r
+            assert r["cache_capacity"] <= MIB and r["cache_held"] <= MIB, r
             assert "shrinks" in r["policy_reason"], r["policy_reason"]
         # The smaller promise left with its handle: the cache grows back.
         np.testing.assert_array_equal(a[_all(1024)], arr)
@@ -94,7 +94,7 @@ def test_two_stores_that_fit_alone_but_not_together_are_both_read_direct(tmp_pat
             ra, rb = a.read_stats(), b.read_stats()
             # One budget between them, shared, never more.
             assert ra["cache_capacity"] + rb["cache_capacity"] <= budget
-            assert ra["cache_bytes"] + rb["cache_bytes"] <= budget
+            assert ra["cache_held"] + rb["cache_held"] <= budget
             assert ra["cache_hits"] > 0 and rb["cache_hits"] > 0
 
 
@@ -118,7 +118,7 @@ def test_a_switch_to_buffered_gives_the_cached_records_back(tmp_path, monkeypatc
     with zring.Dataset(tmp_path / "d") as ds:
         ds[_all(512)]
         r = ds.read_stats()
-        assert r["policy"] == "direct" and r["cache_bytes"] > 0, r
+        assert r["policy"] == "direct" and r["cache_held"] > 0, r
         # The budget grows past the data: the cache grows, serves every record,
         # and the store goes back to the page cache, freeing the records.
         monkeypatch.setenv("ZRING_CACHE_BYTES", str(64 * MIB))
@@ -128,7 +128,7 @@ def test_a_switch_to_buffered_gives_the_cached_records_back(tmp_path, monkeypatc
                 break
         r = ds.read_stats()
         assert r["policy"] == "buffered", r["policy_reason"]
-        assert (r["cache_capacity"], r["cache_bytes"], r["cache_entries"]) == (0, 0, 0), r
+        assert (r["cache_capacity"], r["cache_held"], r["cache_entries"]) == (0, 0, 0), r
         np.testing.assert_array_equal(ds[_all(512)], arr)
 
 

@@ -92,7 +92,7 @@ def _print_reads(r: dict) -> None:
           f"(record cache {r['cache_hits']:,}, page cache {r['page_cache_hits']:,}); "
           f"from disk or buffered reads {_human(r['bytes_read'])}, from the record cache "
           f"{_human(r['bytes_from_cache'])}, from the page cache {_human(r['bytes_from_page_cache'])}; "
-          f"record cache holds {_human(r['cache_bytes'])} of {_human(r['cache_capacity'])}")
+          f"record cache holds {_human(r['cache_held'])} of {_human(r['cache_capacity'])}")
 
 
 def cmd_verify(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
-//! A store's reads as they run: the policy in force ([`crate::budget`]), the
-//! record cache in front of its O_DIRECT reads ([`crate::cache`]), the
+//! A store's reads as they run: the policy in force ([`crate::read::budget`]), the
+//! record cache in front of its O_DIRECT reads ([`crate::read::cache`]), the
 //! counters [`ReadStats`] reports, and the switch to another policy when the
 //! counters say the first choice was wrong.
 //!
@@ -10,7 +10,7 @@
 //! counts are relaxed atomics: a handful of adds per gather.
 //!
 //! Why the numbers are what they are: the policy's thresholds and the window
-//! it is judged over ([`crate::budget::MIN_WINDOW_RECORDS`]) are argued in
+//! it is judged over ([`crate::read::policy::MIN_WINDOW_RECORDS`]) are argued in
 //! `budget.rs`, the cache's admission and overhead in `cache.rs`. This module
 //! adds one rule of its own: a setting that forces the mode (the builder's
 //! `direct`, or `ZRING_DIRECT=0|1`) also turns off the record cache and the
@@ -20,11 +20,12 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
-use crate::budget::{self, Budget, Observed, Policy, ReadMode};
-use crate::cache::{Cache, Key, NextUse, StoreId};
 use crate::error::Result;
-use crate::memory;
-use crate::record::Entry;
+use crate::format::record::Entry;
+use crate::read::budget::{self, Budget};
+use crate::read::cache::{Cache, Key, NextUse, StoreId};
+use crate::read::memory;
+use crate::read::policy::{self, Observed, Policy, ReadMode};
 
 /// How a store reads now and what its reads have done since it opened.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -62,7 +63,7 @@ pub struct ReadStats {
     /// bytes and records it holds now.
     pub cache_capacity: u64,
     /// Stored bytes the process's record cache holds.
-    pub cache_bytes: u64,
+    pub cache_held: u64,
     /// Records the process's record cache holds.
     pub cache_entries: u64,
 }
@@ -79,12 +80,12 @@ struct Counters {
     switches: AtomicU64,
     /// Since the policy took effect: stored bytes gathered.
     policy_bytes: AtomicU64,
-    /// The window [`budget::reconsider`] judges: records, and of them those
+    /// The window [`policy::reconsider`] judges: records, and of them those
     /// that were in memory.
     window_records: AtomicU64,
     window_resident: AtomicU64,
     /// Records and stored bytes since the budget was last detected
-    /// ([`budget::cache_total`]).
+    /// ([`policy::cache_total`]).
     check_records: AtomicU64,
     check_bytes: AtomicU64,
 }
@@ -95,7 +96,7 @@ pub(crate) struct Seen {
     pub records: u64,
     pub stored_bytes: u64,
     pub cache_hits: u64,
-    pub cache_bytes: u64,
+    pub cache_hit_bytes: u64,
     pub cache_misses: u64,
     pub mapped: u64,
     pub mapped_bytes: u64,
@@ -109,7 +110,7 @@ pub(crate) struct Seen {
 pub(crate) struct Reads {
     id: Option<StoreId>,
     /// This handle's membership of the process's memory owner, which sizes
-    /// the store's record cache ([`crate::memory`]).
+    /// the store's record cache ([`crate::read::memory`]).
     member: memory::Member,
     /// The owner's generation the policy was last chosen under.
     generation: AtomicU64,
@@ -131,21 +132,17 @@ impl Reads {
     /// explicit budget and a forced mode (the builder's; `ZRING_DIRECT` when
     /// the builder says nothing).
     pub fn open(dir: &Path, explicit: Option<u64>, forced: Option<bool>, data_bytes: u64) -> Result<Reads> {
-        let forced = forced.or_else(|| match std::env::var("ZRING_DIRECT").ok().as_deref() {
-            Some("1") => Some(true),
-            Some("0") => Some(false),
-            _ => None,
-        });
+        let forced = forced.or_else(crate::env::direct);
         // A store whose directory cannot be identified is read uncached.
         let id = StoreId::of(dir).ok();
         let member = memory::join(id, explicit, forced.is_some(), data_bytes);
         let generation = memory::GENERATION.load(Relaxed);
         let budget = budget::detect(memory::stated())?;
         let policy = match forced {
-            None => budget::choose(&budget, memory::demand()),
+            None => policy::choose(&budget, memory::demand()),
             Some(direct) => Policy {
                 mode: if direct { ReadMode::Direct } else { ReadMode::Buffered },
-                cache_bytes: 0,
+                capacity: 0,
                 reason: format!(
                     "forced {} reads (builder or ZRING_DIRECT): no record cache, no switching",
                     if direct { "O_DIRECT" } else { "buffered" }
@@ -168,7 +165,7 @@ impl Reads {
         };
         {
             let mut p = reads.policy.lock().unwrap_or_else(|p| p.into_inner());
-            let total = p.budget.cache_bytes();
+            let total = p.budget.for_caches();
             reads.total.store(total, Relaxed);
             reads.share(&mut p, data_bytes, total);
         }
@@ -177,15 +174,15 @@ impl Reads {
 
     /// Tells the owner this store's size and mode under `policy`, has it
     /// share the record caches again, and puts this store's share in the
-    /// policy (its `cache_bytes`). Lookups are made while the share is not 0.
+    /// policy (its `capacity`). Lookups are made while the share is not 0.
     fn share(&self, policy: &mut Policy, data_bytes: u64, total: u64) {
         let direct = policy.mode == ReadMode::Direct && self.forced.is_none();
-        self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.cache_bytes));
+        self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.capacity));
         memory::rebalance(total);
         if direct {
-            policy.cache_bytes = self.member.capacity();
+            policy.capacity = self.member.capacity();
         }
-        self.caching.store(direct && self.id.is_some() && policy.cache_bytes > 0, Relaxed);
+        self.caching.store(direct && self.id.is_some() && policy.capacity > 0, Relaxed);
     }
 
     /// Whether the policy in force reads with O_DIRECT.
@@ -236,7 +233,7 @@ impl Reads {
         c.cache_misses.fetch_add(s.cache_misses, Relaxed);
         c.page_cache_hits.fetch_add(s.mapped, Relaxed);
         c.bytes_read.fetch_add(s.read_bytes, Relaxed);
-        c.bytes_from_cache.fetch_add(s.cache_bytes, Relaxed);
+        c.bytes_from_cache.fetch_add(s.cache_hit_bytes, Relaxed);
         c.bytes_from_page_cache.fetch_add(s.mapped_bytes, Relaxed);
         c.policy_bytes.fetch_add(s.stored_bytes, Relaxed);
         self.member.asked(s.records);
@@ -257,17 +254,17 @@ impl Reads {
             if resized {
                 self.chosen_for.store(data_bytes, Relaxed);
                 let direct = policy.mode == ReadMode::Direct;
-                self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.cache_bytes));
+                self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.capacity));
             }
             let budget = self.budget_now(&policy);
             let demand = memory::demand();
-            let fresh = budget::choose(&budget, demand);
+            let fresh = policy::choose(&budget, demand);
             let switch = match (policy.mode, fresh.mode) {
                 (ReadMode::Buffered, ReadMode::Direct) => true,
                 // Back to buffered only well inside the budget (a band
                 // against flip-flopping), and not from a mode the reads chose.
                 (ReadMode::Direct, ReadMode::Buffered) => {
-                    policy.grows && (budget.source.is_stated() || demand <= budget::RETURN_FIT.of(budget.bytes))
+                    policy.grows && (budget.source.is_stated() || demand <= policy::RETURN_FIT.of(budget.bytes))
                 }
                 _ => false,
             };
@@ -281,8 +278,8 @@ impl Reads {
         // By bytes too while a record cache fills (it must not outgrow the
         // budget between looks); by records alone while the page cache
         // serves, at hot-read rates.
-        let by_records = c.check_records.fetch_add(s.records, Relaxed) + s.records >= budget::CHECK_RECORDS;
-        let by_bytes = c.check_bytes.fetch_add(s.stored_bytes, Relaxed) + s.stored_bytes >= budget::CHECK_BYTES;
+        let by_records = c.check_records.fetch_add(s.records, Relaxed) + s.records >= policy::CHECK_RECORDS;
+        let by_bytes = c.check_bytes.fetch_add(s.stored_bytes, Relaxed) + s.stored_bytes >= policy::CHECK_BYTES;
         if !(by_records || by_bytes && self.caching.load(Relaxed)) {
             return None;
         }
@@ -298,7 +295,7 @@ impl Reads {
             self.resize(&mut policy, now.clone(), data_bytes);
             budget = Some(now);
         }
-        if records < budget::MIN_WINDOW_RECORDS {
+        if records < policy::MIN_WINDOW_RECORDS {
             return None;
         }
         if policy.mode == ReadMode::Buffered && !s.residency {
@@ -318,29 +315,29 @@ impl Reads {
         let budget = budget.unwrap_or_else(|| self.budget_now(&policy));
         // The page cache holds every open store's data: judged against all of it.
         let demand = memory::demand().max(data_bytes);
-        budget::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes: demand, budget })
+        policy::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes: demand, budget })
     }
 
     /// Sizes the record caches again for `budget` (the owner shares them
     /// out) and puts this store's share in the direct-mode `policy`.
     fn resize(&self, policy: &mut Policy, budget: Budget, data_bytes: u64) {
         let last = self.total.load(Relaxed);
-        let total = budget::cache_total(last, policy.grows, &budget).unwrap_or(last);
+        let total = policy::cache_total(last, policy.grows, &budget).unwrap_or(last);
         self.total.store(total, Relaxed);
-        let before = policy.cache_bytes;
+        let before = policy.capacity;
         let mut fresh = Policy { budget, ..policy.clone() };
         self.share(&mut fresh, data_bytes, total);
-        if fresh.cache_bytes != before {
-            let change = if fresh.cache_bytes < before { "shrinks" } else { "grows" };
+        if fresh.capacity != before {
+            let change = if fresh.capacity < before { "shrinks" } else { "grows" };
             fresh.reason = format!(
                 "the budget is now {}: this store's record cache {change} from {} to {} (its share of {} for every \
                  store read with O_DIRECT){}, which serves about {} % of a random epoch from memory (O_DIRECT reads)",
                 fresh.budget.describe(),
                 budget::human(before),
-                budget::human(fresh.cache_bytes),
+                budget::human(fresh.capacity),
                 budget::human(total),
-                budget::kept(&fresh.budget),
-                budget::hit_percent(fresh.cache_bytes, data_bytes)
+                policy::kept(&fresh.budget),
+                policy::hit_percent(fresh.capacity, data_bytes)
             );
             *policy = fresh;
         }
@@ -354,7 +351,7 @@ impl Reads {
     /// Puts `policy` in force (after the chunks were reopened to match it).
     /// A switch to buffered reads gives the store's cached records back.
     pub fn adopt(&self, mut policy: Policy, data_bytes: u64) {
-        let total = policy.budget.cache_bytes();
+        let total = policy.budget.for_caches();
         self.total.store(total, Relaxed);
         self.share(&mut policy, data_bytes, total);
         self.c.policy_bytes.store(0, Relaxed);
@@ -397,7 +394,7 @@ impl Reads {
             bytes_from_cache: c.bytes_from_cache.load(Relaxed),
             bytes_from_page_cache: c.bytes_from_page_cache.load(Relaxed),
             cache_capacity: cs.capacity,
-            cache_bytes: cs.bytes,
+            cache_held: cs.bytes,
             cache_entries: cs.entries,
         }
     }

@@ -6,20 +6,18 @@
 //! read), entries are read through the file instead, where a short file is
 //! [`Error::Corrupted`] naming it.
 
+use crate::format::names::{table_name, LOADERX_META, TABLE_HEADER_BYTES};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use crate::error::{corrupted, io_err, Error, Result};
-use crate::head::FORMAT_VERSION;
-use crate::mmap::Mapping;
-use crate::record::{u32_at, u64_at, Entry, ENTRY_BYTES};
+use crate::format::names::FORMAT_VERSION;
+use crate::format::record::{u32_at, u64_at, Entry, ENTRY_BYTES};
+use crate::io::mmap::Mapping;
 
-pub(crate) const TABLE_HEADER_BYTES: usize = 64;
 const TABLE_MAGIC: &[u8; 4] = b"ZRTB";
 
-/// loaderx 0.7.3: `meta.zr` is a 16-byte header and 16-byte entries.
-pub(crate) const LOADERX_META: &str = "meta.zr";
 const LOADERX_HEADER: usize = 16;
 const LOADERX_ENTRY: usize = 16;
 
@@ -31,10 +29,6 @@ pub enum Format {
     Native,
     /// A store written by loaderx 0.7.3, read in place.
     Loaderx,
-}
-
-pub(crate) fn table_name(generation: u64) -> String {
-    format!("table-{generation:06}.zr")
 }
 
 pub(crate) fn table_header(generation: u64) -> [u8; TABLE_HEADER_BYTES] {
@@ -63,12 +57,12 @@ pub(crate) struct Table {
 impl Table {
     /// Maps a native table file of generation `generation` holding `records` entries.
     pub fn open_native(dir: &Path, generation: u64, records: u64) -> Result<Table> {
-        Table::open_native_with(dir, generation, records, crate::mmap::allowed())
+        Table::open_native_with(dir, generation, records, crate::io::mmap::allowed())
     }
 
     fn open_native_with(dir: &Path, generation: u64, records: u64, map: bool) -> Result<Table> {
         let path = dir.join(table_name(generation));
-        let file = crate::fs::open_read(&path)?;
+        let file = crate::io::fs::open_read(&path)?;
         let need = records
             .checked_mul(ENTRY_BYTES as u64)
             .and_then(|n| n.checked_add(TABLE_HEADER_BYTES as u64))
@@ -94,7 +88,7 @@ impl Table {
     /// `(tail_chunk, tail_offset)`.
     pub fn open_loaderx(dir: &Path) -> Result<(Table, u32, u64)> {
         let path = dir.join(LOADERX_META);
-        let file = crate::fs::open_read(&path)?;
+        let file = crate::io::fs::open_read(&path)?;
         let mut head = [0u8; LOADERX_HEADER];
         file.read_exact_at(&mut head, 0)
             .map_err(|_| Error::NotAStore { path: dir.into(), reason: "meta.zr is shorter than its header".into() })?;
@@ -110,7 +104,7 @@ impl Table {
         let records = u64::from(u32_at(&head, 12));
         let need = LOADERX_HEADER as u64 + LOADERX_ENTRY as u64 * records;
         check_len(&file, &path, need, "loaderx meta.zr")?;
-        let table = Table::new(file, path, need as usize, Format::Loaderx, records, crate::mmap::allowed());
+        let table = Table::new(file, path, need as usize, Format::Loaderx, records, crate::io::mmap::allowed());
         Ok((table, tail_chunk, tail_offset))
     }
 
@@ -212,7 +206,7 @@ mod tests {
         store.append(&refs, None).unwrap();
         store.sync().unwrap();
         drop(store);
-        let head = crate::head::Head::read(dir.path()).unwrap();
+        let head = crate::format::head::Head::read(dir.path()).unwrap();
         let open = |map| Table::open_native_with(dir.path(), head.generation, head.records, map).unwrap();
         let (mapped, unmapped) = (open(true), open(false));
         assert!(mapped.map.is_some() && unmapped.map.is_none());

@@ -1,14 +1,13 @@
 //! The head file: the one small file whose atomic replacement commits a state.
 
+use crate::format::names::{FORMAT_VERSION, HEAD_FILE};
 use std::path::Path;
 
 use crate::error::{corrupted, io_err, Error, Result};
-use crate::record::{u32_at, u64_at, ENTRY_BYTES};
-use crate::table::TABLE_HEADER_BYTES;
+use crate::format::names::TABLE_HEADER_BYTES;
+use crate::format::record::{u32_at, u64_at, ENTRY_BYTES};
 
 /// Version of the native format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
-pub(crate) const HEAD_FILE: &str = "head.zr";
 pub(crate) const HEAD_BYTES: usize = 64;
 const MAGIC: &[u8; 4] = b"ZRNG";
 
@@ -24,7 +23,7 @@ pub(crate) struct Head {
     pub dict_crc: u32,
     pub chunk_target: u64,
     /// The fingerprint content of the committed records (0: not known, a
-    /// head written before the field existed; [`crate::fingerprint`]).
+    /// head written before the field existed; [`crate::format::fingerprint`]).
     pub content: u32,
 }
 
@@ -88,14 +87,14 @@ impl Head {
 
     pub fn read(dir: &Path) -> Result<Head> {
         let p = dir.join(HEAD_FILE);
-        let b = crate::fs::read(&p).map_err(io_err("read", &p))?;
+        let b = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
         Head::decode(dir, &b)
     }
 
     /// Replaces the head atomically: write a temporary file, fsync it, rename
     /// it over the old head, fsync the directory. A crash leaves either head.
     pub fn commit(&self, dir: &Path) -> Result<()> {
-        crate::fs::write_atomic(dir, HEAD_FILE, &self.encode())
+        crate::io::fs::write_atomic(dir, HEAD_FILE, &self.encode())
     }
 
     /// Length of the committed table file (checked in `decode` not to overflow).

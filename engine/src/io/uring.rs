@@ -24,13 +24,7 @@ const RING_ENTRIES: u32 = 256;
 /// overrides it.
 fn max_in_flight() -> usize {
     static QD: OnceLock<usize> = OnceLock::new();
-    *QD.get_or_init(|| {
-        std::env::var("ZRING_QUEUE_DEPTH")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(256)
-            .clamp(1, RING_ENTRIES as usize)
-    })
+    *QD.get_or_init(|| crate::env::queue_depth().unwrap_or(256).clamp(1, RING_ENTRIES as usize))
 }
 
 /// Direction of a batch.
@@ -83,7 +77,7 @@ pub enum BackendKind {
 impl BackendKind {
     /// Resolves `Auto` (and the environment override) to a concrete backend.
     pub(crate) fn resolve(self) -> io::Result<BackendKind> {
-        let wanted = match (self, std::env::var("ZRING_BACKEND").ok().as_deref()) {
+        let wanted = match (self, crate::env::backend().as_deref()) {
             (BackendKind::Auto, Some("uring")) => BackendKind::Uring,
             (BackendKind::Auto, Some("pread")) => BackendKind::Pread,
             (k, _) => k,
@@ -150,16 +144,16 @@ fn probe() -> io::Result<()> {
     }
 }
 
-/// A new ring of `entries` (fault hook: [`crate::fault::Kind::RingSetup`]).
+/// A new ring of `entries` (fault hook: [`crate::io::fault::Kind::RingSetup`]).
 fn new_ring(entries: u32) -> io::Result<IoUring> {
-    crate::fault::hit(crate::fault::Kind::RingSetup)?;
+    crate::io::fault::hit(crate::io::fault::Kind::RingSetup)?;
     IoUring::new(entries)
 }
 
 /// Submits what is queued and waits for `want` completions
-/// (`io_uring_enter`; fault hook: [`crate::fault::Kind::Enter`]).
+/// (`io_uring_enter`; fault hook: [`crate::io::fault::Kind::Enter`]).
 fn enter(ring: &mut IoUring, want: usize) -> io::Result<usize> {
-    crate::fault::hit(crate::fault::Kind::Enter)?;
+    crate::io::fault::hit(crate::io::fault::Kind::Enter)?;
     ring.submit_and_wait(want)
 }
 
@@ -249,7 +243,7 @@ pub(crate) fn read_batch<'a>(
     on_done: &mut dyn FnMut(usize, &'a mut [u8]),
     idle: &mut dyn FnMut(),
 ) -> Result<(), ReqError> {
-    if let Some(e) = injected(crate::fault::Kind::Read, reads.len()) {
+    if let Some(e) = injected(crate::io::fault::Kind::Read, reads.len()) {
         idle();
         return Err(e);
     }
@@ -265,7 +259,7 @@ pub(crate) fn read_batch<'a>(
         .collect();
     let mut slots: Vec<Option<&'a mut [u8]>> = reads.into_iter().map(|r| Some(r.buf)).collect();
     let mut done = |i: usize| {
-        if crate::fault::hit(crate::fault::Kind::Complete).is_err() {
+        if crate::io::fault::hit(crate::io::fault::Kind::Complete).is_err() {
             panic!("injected panic in the completion callback of read {i}");
         }
         if let Some(buf) = slots[i].take() {
@@ -300,12 +294,12 @@ pub(crate) fn start_writeback(fd: BorrowedFd<'_>, offset: u64, len: usize) {
 /// Runs a batch of writes of `(fd, offset, bytes)`.
 pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, &[u8])]) -> Result<(), ReqError> {
     for (fd, offset, b) in writes {
-        crate::fault::record(|| {
+        crate::io::fault::record(|| {
             let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).unwrap_or_default();
-            crate::fault::Event::Write(path, *offset, b.to_vec())
+            crate::io::fault::Event::Write(path, *offset, b.to_vec())
         });
     }
-    if let Some(e) = injected(crate::fault::Kind::Write, writes.len()) {
+    if let Some(e) = injected(crate::io::fault::Kind::Write, writes.len()) {
         return Err(e);
     }
     let reqs: Vec<Req> = writes
@@ -326,8 +320,8 @@ pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, 
 
 /// Passes each of a batch's `n` transfers through the fault hook; the first
 /// that is told to fail fails the batch before anything is submitted.
-fn injected(kind: crate::fault::Kind, n: usize) -> Option<ReqError> {
-    (0..n).find_map(|req| crate::fault::hit(kind).err().map(|e| ReqError { req, kind: ReqErrorKind::Os(e) }))
+fn injected(kind: crate::io::fault::Kind, n: usize) -> Option<ReqError> {
+    (0..n).find_map(|req| crate::io::fault::hit(kind).err().map(|e| ReqError { req, kind: ReqErrorKind::Os(e) }))
 }
 
 /// The reference backend: one blocking system call per transfer.
@@ -582,7 +576,7 @@ mod tests {
         let mut v = vec![BackendKind::Pread];
         match uring_available() {
             Ok(()) => v.push(BackendKind::Uring),
-            Err(e) if std::env::var("ZRING_REQUIRE_URING").as_deref() == Ok("1") => {
+            Err(e) if crate::env::require_uring() => {
                 panic!("io_uring required: {e}")
             }
             Err(e) => eprintln!("skipping io_uring: {e}"),

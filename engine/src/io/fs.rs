@@ -1,14 +1,14 @@
 //! The storage seam: every file operation of the engine outside the batched
-//! transfers of [`crate::uring`] goes through these functions, which turn
+//! transfers of [`crate::io::uring`] goes through these functions, which turn
 //! failures into typed errors naming the file and pass the fault-injection
-//! hooks ([`crate::fault`]).
+//! hooks ([`crate::io::fault`]).
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
 
 use crate::error::{io_err, Result};
-use crate::fault::{hit, record, Event, Kind};
+use crate::io::fault::{hit, record, Event, Kind};
 
 /// Opens `path` with `opts`.
 pub(crate) fn open(path: &Path, opts: &OpenOptions) -> Result<File> {
@@ -98,8 +98,8 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     let mut f = create(&tmp)?;
     write_all(&mut f, &tmp, 0, bytes)?;
     fsync(&f, &tmp)?;
-    crate::fault::crash_point("atomic.before_rename");
+    crate::io::fault::crash_point("atomic.before_rename");
     rename(&tmp, &dir.join(name))?;
-    crate::fault::crash_point("atomic.renamed");
+    crate::io::fault::crash_point("atomic.renamed");
     fsync_dir(dir)
 }

@@ -2,14 +2,14 @@
 //! shared by every handle on the same store in a process.
 //!
 //! It stands in for the page cache when reads bypass it (O_DIRECT, chosen by
-//! [`crate::budget::choose`] for data larger than memory). A hit hands back
+//! [`crate::read::policy::choose`] for data larger than memory). A hit hands back
 //! the stored bytes, which the gather checks against the entry's crc and
 //! decodes as it would bytes it had read.
 //!
 //! # API
 //!
 //! - [`Cache`]: one per open store, made by the process's memory owner
-//!   ([`crate::memory`]), which alone sets its capacity
+//!   ([`crate::read::memory`]), which alone sets its capacity
 //!   ([`Cache::set_capacity`]; 0, admitting nothing, until the store is read
 //!   with O_DIRECT).
 //! - [`Key`] = [`StoreId`] ([`StoreId::of`] the store directory) +
@@ -121,7 +121,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
 use crate::error::{io_err, Result};
-use crate::record::{ChunkId, Entry};
+use crate::format::record::{ChunkId, Entry};
 
 /// Number of independently locked parts of the cache (module docs).
 pub(crate) const SHARDS: usize = 64;
@@ -839,7 +839,7 @@ mod tests {
             stored_len: 7,
             logical_len: 9,
             checksum: Some(5),
-            codec: crate::codec::Codec::Zstd,
+            codec: crate::format::codec::Codec::Zstd,
         };
         assert_eq!(Key::new(a, &e).record, RecordKey { chunk: ChunkId(3), offset: 40, stored_len: 7, crc: Some(5) });
     }

@@ -1,5 +1,5 @@
 //! Read-only mappings of record tables and chunk files, each registered with
-//! the SIGBUS guard ([`crate::sigbus`]) so a file that shrinks under it gives
+//! the SIGBUS guard ([`crate::io::sigbus`]) so a file that shrinks under it gives
 //! an error instead of killing the process.
 //!
 //! Nothing is mapped where the guard is unavailable ([`guard_available`]):
@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
 use memmap2::{Mmap, MmapOptions};
 
-use crate::sigbus;
+use crate::io::sigbus;
 
 /// Whether mappings can be made safely in this process: the SIGBUS handler is
 /// installed (on the first call) and still in place. When false, [`Mapping`]s
@@ -24,7 +24,7 @@ pub(crate) fn guard_available() -> bool {
 /// Whether the process allows mappings: `ZRING_MMAP=0` turns every mapping
 /// off, and so does an unavailable guard.
 pub(crate) fn allowed() -> bool {
-    std::env::var("ZRING_MMAP").as_deref() != Ok("0") && guard_available()
+    crate::env::mmap() && guard_available()
 }
 
 /// A read-only mapping of a file's first `len` bytes, guarded against SIGBUS.

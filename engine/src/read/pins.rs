@@ -1,7 +1,7 @@
 //! Snapshot pins: how a reader keeps the chunk files of the snapshot it
 //! opened, while writers in any process compact the store under it.
 //!
-//! Chunk files are opened when first read ([`crate::fds`]), so a reader that
+//! Chunk files are opened when first read ([`crate::io::fds`]), so a reader that
 //! opened a store before a compaction still needs the old chunk files later.
 //! A reader therefore *pins* its snapshot: an open file description
 //! lock (`F_OFD_SETLK`) for reading on the store's `pins` file, over the byte
@@ -31,17 +31,15 @@
 //! store written before pins existed) reads unpinned; a chunk removed under it
 //! is then [`Error::Stale`], as is a store replaced under a reader
 //! (`overwrite=True`, or deleted and written again): see
-//! [`crate::fds::ChunkFile`].
+//! [`crate::io::fds::ChunkFile`].
 
+use crate::format::names::PINS_FILE;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use crate::error::{io_err, Result};
-
-/// The file whose byte ranges readers lock.
-pub(crate) const PINS_FILE: &str = "pins";
 
 /// A reader's pin on the chunks from `base` on; released when dropped.
 #[derive(Debug)]
@@ -90,7 +88,7 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => {}
         Err(e) => return Err(io_err("lock", path)(e)),
     }
-    let r = match crate::fs::remove(path) {
+    let r = match crate::io::fs::remove(path) {
         Ok(()) => Ok(true),
         Err(crate::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(e),

@@ -2,7 +2,7 @@
 //!
 //! A training host runs one process per accelerator in one cgroup, and each
 //! would otherwise size its record cache as if the limit were its own. The
-//! budget ([`crate::budget`]) already subtracts the other processes'
+//! budget ([`crate::read::budget`]) already subtracts the other processes'
 //! anonymous memory, which keeps the sum within the limit; the registry makes
 //! the split fair: with `n` ranks registered, none takes more than `limit / n`
 //! less its own memory, so a rank that started first does not keep the
@@ -72,7 +72,7 @@ fn register(limit_file: &Path, pid: u32) -> Option<File> {
         }
         Err(_) => OpenOptions::new().read(true).open(&p).ok()?,
     };
-    crate::pins::lock(&file, libc::F_RDLCK as i16, pid, 1).ok().filter(|&ok| ok)?;
+    crate::read::pins::lock(&file, libc::F_RDLCK as i16, pid, 1).ok().filter(|&ok| ok)?;
     Some(file)
 }
 
@@ -81,7 +81,7 @@ fn others(f: &File) -> u64 {
     let mut n = 0;
     let mut start = 0u32;
     while n < MAX_RANKS {
-        let mut l = crate::pins::flock(libc::F_WRLCK as i16, start, 0);
+        let mut l = crate::read::pins::flock(libc::F_WRLCK as i16, start, 0);
         // SAFETY: the descriptor is open while `f` is borrowed; F_OFD_GETLK
         // reads and writes the `flock` struct `l`, which outlives the call.
         if unsafe { libc::fcntl(f.as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {

@@ -7,10 +7,11 @@ use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use crate::codec::Dict;
 use crate::error::{corrupted, Error, Result};
-use crate::store::{chunk_name, finish_record, Item};
-use crate::table::Format;
+use crate::format::codec::Dict;
+use crate::format::names::chunk_name;
+use crate::format::table::Format;
+use crate::read::gather::{finish_record, Item};
 
 /// Records per claim from the hot queue: about 100 KiB of 12 KiB records,
 /// far more work (tens of microseconds to decode) than a claim costs (one
@@ -21,7 +22,7 @@ pub(crate) const HOT_GROUP: usize = 8;
 /// Where a hot record's stored bytes are: in a chunk's mapping (the page
 /// cache) or in the record cache.
 pub(crate) enum Hot<'m> {
-    Mapped(crate::mmap::Resident<'m>),
+    Mapped(crate::io::mmap::Resident<'m>),
     Cached(Arc<[u8]>),
 }
 

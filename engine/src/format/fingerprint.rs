@@ -26,8 +26,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{io_err, Result};
-use crate::record::ENTRY_BYTES;
-use crate::table::{Table, TABLE_HEADER_BYTES};
+use crate::format::names::TABLE_HEADER_BYTES;
+use crate::format::record::ENTRY_BYTES;
+use crate::format::table::Table;
 
 /// The content of a store with no records ("ZRNG" read as a number).
 pub(crate) const SEED: u32 = 0x474e_525a;
@@ -88,8 +89,8 @@ pub(crate) fn over_table(mut h: u32, table: &Table, from: u64, to: u64) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::codec::Codec;
-    use crate::record::{ChunkId, Entry};
+    use crate::format::codec::Codec;
+    use crate::format::record::{ChunkId, Entry};
 
     fn entry(crc: u32, len: u32) -> [u8; ENTRY_BYTES] {
         Entry {

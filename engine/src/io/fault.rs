@@ -188,7 +188,7 @@ pub(crate) fn crash_point(name: &'static str) {
     static TARGET: OnceLock<Option<(String, u64)>> = OnceLock::new();
     static HITS: Mutex<u64> = Mutex::new(0);
     let target = TARGET.get_or_init(|| {
-        let v = std::env::var("ZRING_CRASH_AT").ok()?;
+        let v = crate::env::crash_at()?;
         let (n, k) = v.rsplit_once(':')?;
         Some((n.to_string(), k.parse().ok()?))
     });

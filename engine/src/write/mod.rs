@@ -6,24 +6,29 @@
 //! commit leaves the old head, and the bytes past it are cut off the next time
 //! a writer opens the store ([`recover`]).
 
+pub(crate) mod append;
+pub(crate) mod compact;
+
+use crate::format::names::{DICT_FILE, LOCK_FILE};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::path::Path;
 
 use std::ops::Range;
 
-use crate::append::{self, Block, Encoder, Input};
-use crate::codec::Codec;
 use crate::error::{io_err, Error, Result};
-use crate::fs;
-use crate::head::Head;
-use crate::record::{ChunkId, Entry, ENTRY_BYTES};
-use crate::store::{chunk_name, open_chunk, Snapshot, Store};
-use crate::table::{table_header, table_name, Format, Table, TABLE_HEADER_BYTES};
-use crate::uring::{self, ReqErrorKind};
+use crate::format::codec::Codec;
+use crate::format::head::Head;
+use crate::format::names::chunk_name;
+use crate::format::names::{table_name, TABLE_HEADER_BYTES};
+use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
+use crate::format::table::{table_header, Format, Table};
+use crate::io::fs;
+use crate::io::uring::{self, ReqErrorKind};
+use crate::read::gather::{open_chunk, Snapshot};
+use crate::store::Store;
+use crate::write::append::{Block, Encoder, Input};
 
-pub(crate) const DICT_FILE: &str = "dict.zr";
-const LOCK_FILE: &str = "lock";
 /// Largest record: lengths are stored as u32.
 pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 
@@ -58,7 +63,7 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
         dict_len: 0,
         dict_crc: 0,
         chunk_target,
-        content: crate::fingerprint::SEED,
+        content: crate::format::fingerprint::SEED,
     }
     .commit(dir)
 }
@@ -97,7 +102,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
-    let pins = crate::pins::create(dir).map_err(io_err("open", dir.join(crate::pins::PINS_FILE)))?;
+    let pins = crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?;
     let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
     for e in entries {
         let e = e.map_err(io_err("list", dir))?;
@@ -106,7 +111,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             match id.parse::<u32>() {
                 // Chunks of an older head stay while a reader pins them.
                 Ok(id) if id < head.chunk_base => {
-                    crate::pins::remove_unpinned(&pins, &e.path(), id)?;
+                    crate::read::pins::remove_unpinned(&pins, &e.path(), id)?;
                     false
                 }
                 Ok(id) => !live_chunks.contains(&id),
@@ -143,7 +148,7 @@ pub(crate) struct Writer {
     new_files: bool,
     /// Set by a failed write or fsync: what reached the disk is unknown.
     pub poisoned: Option<String>,
-    /// The store's pins file ([`crate::pins`]), to remove old chunks by.
+    /// The store's pins file ([`crate::read::pins`]), to remove old chunks by.
     pub pins: File,
     /// Chunks no head names that a reader still pinned when they were to be
     /// removed: tried again at every sync and compaction.
@@ -167,7 +172,7 @@ impl Writer {
             dirty: Vec::new(),
             new_files: false,
             poisoned: None,
-            pins: crate::pins::create(dir).map_err(io_err("open", dir.join(crate::pins::PINS_FILE)))?,
+            pins: crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
             deferred: Vec::new(),
         })
     }
@@ -188,7 +193,7 @@ impl Writer {
         for id in ids {
             let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
             // A failed removal leaves a file recovery removes later.
-            if !crate::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
+            if !crate::read::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
                 keep.push(id);
             }
         }
@@ -213,14 +218,14 @@ impl Writer {
         // when the old head did not know it): read back from the table.
         let tp = dir.join(table_name(self.head.generation));
         let (from, h) = match self.head.content {
-            0 => (0, crate::fingerprint::SEED),
+            0 => (0, crate::format::fingerprint::SEED),
             h => (self.head.records, h),
         };
-        head.content = match crate::fingerprint::over_file(h, &self.table, &tp, from, self.records) {
+        head.content = match crate::format::fingerprint::over_file(h, &self.table, &tp, from, self.records) {
             Ok(h) => h,
             Err(e) => return self.poison(e),
         };
-        crate::fault::crash_point("sync.flushed");
+        crate::io::fault::crash_point("sync.flushed");
         if let Err(e) = head.commit(dir) {
             return self.poison(e);
         }
@@ -321,147 +326,127 @@ impl Writer {
             };
             return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
         }
-        crate::fault::crash_point("append.written");
+        crate::io::fault::crash_point("append.written");
         self.records += count as u64;
         Ok(())
     }
 }
 
-impl Store {
-    /// Appends records, compressing them with `codec` (the store's default
-    /// when `None`) on every core while earlier ones are written (see
-    /// `append.rs`). Returns the index of the first. The records are visible
-    /// to this handle's readers at once and durable after [`Store::sync`].
-    ///
-    /// On an error, the records before the failing group of about 1 MiB may
-    /// have been appended (and are visible); none after it.
-    pub fn append(&self, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
-        for r in records {
-            if r.len() as u64 > MAX_RECORD_BYTES {
-                return Err(Error::InvalidArgument(format!(
-                    "a record of {} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes",
-                    r.len()
-                )));
-            }
-        }
-        self.append_input(Input::List(records), codec)
-    }
-
-    /// Appends `src.len() / item_len` records of `item_len` bytes each. Raw
-    /// records are written straight from `src`.
-    pub fn append_fixed(&self, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
-        if item_len == 0 || !src.len().is_multiple_of(item_len) {
+/// Appends records, compressing them with `codec` (the store's default
+/// when `None`) on every core while earlier ones are written (see
+/// `append.rs`). Returns the index of the first. The records are visible
+/// to this handle's readers at once and durable after [`Store::sync`].
+///
+/// On an error, the records before the failing group of about 1 MiB may
+/// have been appended (and are visible); none after it.
+pub(crate) fn append_records(s: &Store, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
+    for r in records {
+        if r.len() as u64 > MAX_RECORD_BYTES {
             return Err(Error::InvalidArgument(format!(
-                "append_fixed: {} bytes do not split into records of {item_len} bytes",
-                src.len()
+                "a record of {} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes",
+                r.len()
             )));
         }
-        if item_len as u64 > MAX_RECORD_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "a record of {item_len} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes"
-            )));
-        }
-        self.append_input(Input::Fixed { src, len: item_len }, codec)
     }
+    append_input(s, Input::List(records), codec)
+}
 
-    fn append_input(&self, input: Input<'_, '_>, codec: Option<Codec>) -> Result<u64> {
-        let codec = codec.unwrap_or(self.codec);
-        let mut w = self.writer()?;
-        let dict = self.snapshot().dict.clone();
-        if codec == Codec::ZstdDict && dict.is_none() {
-            return Err(Error::NoDictionary);
-        }
-        let first = w.records;
-        let enc = Encoder { codec, level: self.level, dict: dict.as_deref() };
-        let r = append::encode_and_write(input, &enc, &mut |blocks| self.write_blocks(&mut w, blocks));
-        if w.records != first {
-            self.republish(&w)?;
-        }
-        r.map(|()| first)
+/// Appends `src.len() / item_len` records of `item_len` bytes each. Raw
+/// records are written straight from `src`.
+pub(crate) fn append_fixed(s: &Store, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
+    if item_len == 0 || !src.len().is_multiple_of(item_len) {
+        return Err(Error::InvalidArgument(format!(
+            "append_fixed: {} bytes do not split into records of {item_len} bytes",
+            src.len()
+        )));
     }
-
-    /// Writes encoded blocks; a failure poisons the writer.
-    pub(crate) fn write_blocks(&self, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
-        match w.write_blocks(&self.dir, self.backend, blocks) {
-            Ok(()) => Ok(()),
-            Err(e) => w.poison(e),
-        }
+    if item_len as u64 > MAX_RECORD_BYTES {
+        return Err(Error::InvalidArgument(format!(
+            "a record of {item_len} bytes exceeds the limit of {MAX_RECORD_BYTES} bytes"
+        )));
     }
+    append_input(s, Input::Fixed { src, len: item_len }, codec)
+}
 
-    /// Publishes a snapshot of the writer's live state to readers.
-    pub(crate) fn republish(&self, w: &Writer) -> Result<()> {
-        let old = self.snapshot();
-        let table = Table::open_native(&self.dir, w.head.generation, w.records)?;
-        let mut chunks = old.chunks.clone();
-        let base = w.head.chunk_base;
-        if old.chunk_base != base {
-            chunks.clear();
-        }
-        for k in 0..w.chunk_count {
-            let id = base + k;
-            let len = if k + 1 == w.chunk_count {
-                w.tail_len
-            } else {
-                std::fs::metadata(self.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
-            };
-            match chunks.get_mut(k as usize) {
-                Some(c) if c.len != len => {
-                    c.len = len;
-                    c.map = Default::default();
-                }
-                Some(_) => {}
-                None => {
-                    let store = old.chunks.first().and_then(|c| c.file.store());
-                    chunks.push(open_chunk(
-                        &self.dir,
-                        store,
-                        Format::Native,
-                        ChunkId(id),
-                        Some(len),
-                        self.reads.direct(),
-                    )?)
-                }
-            }
-        }
-        chunks.truncate(w.chunk_count as usize);
-        let pin =
-            if old.chunk_base == base { old.pin.clone() } else { crate::pins::pin(&self.dir, base)?.map(Into::into) };
-        self.publish(Snapshot {
-            pin,
-            table: std::sync::Arc::new(table),
-            chunk_base: base,
-            chunks,
-            dict: old.dict.clone(),
-            known: (w.head.records, w.head.content),
-            content: Default::default(),
-        });
-        Ok(())
+pub(crate) fn append_input(s: &Store, input: Input<'_, '_>, codec: Option<Codec>) -> Result<u64> {
+    let codec = codec.unwrap_or(s.codec);
+    let mut w = s.writer()?;
+    let dict = s.snapshot().dict.clone();
+    if codec == Codec::ZstdDict && dict.is_none() {
+        return Err(Error::NoDictionary);
     }
-
-    /// Makes every appended record durable: fsyncs the data and table, then
-    /// atomically replaces the head. After a crash the store reopens with
-    /// every record appended before the last successful `sync`.
-    pub fn sync(&self) -> Result<()> {
-        let mut w = self.writer()?;
-        w.sync(&self.dir)
+    let first = w.records;
+    let enc = Encoder { codec, level: s.level, dict: dict.as_deref() };
+    let r = append::encode_and_write(input, &enc, &mut |blocks| write_blocks(s, &mut w, blocks));
+    if w.records != first {
+        republish(s, &w)?;
     }
+    r.map(|()| first)
+}
 
-    /// Syncs (if writable). Dropping a store does the same, ignoring errors.
-    pub fn close(&self) -> Result<()> {
-        if self.writer.is_some() {
-            self.sync()?;
-        }
-        Ok(())
+/// Writes encoded blocks; a failure poisons the writer.
+pub(crate) fn write_blocks(s: &Store, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
+    match w.write_blocks(&s.dir, s.backend, blocks) {
+        Ok(()) => Ok(()),
+        Err(e) => w.poison(e),
     }
 }
 
-impl Drop for Store {
-    fn drop(&mut self) {
-        if let Some(w) = &self.writer {
-            let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
-            if w.poisoned.is_none() {
-                let _ = w.sync(&self.dir);
+/// Publishes a snapshot of the writer's live state to readers.
+pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
+    let old = s.snapshot();
+    let table = Table::open_native(&s.dir, w.head.generation, w.records)?;
+    let mut chunks = old.chunks.clone();
+    let base = w.head.chunk_base;
+    if old.chunk_base != base {
+        chunks.clear();
+    }
+    for k in 0..w.chunk_count {
+        let id = base + k;
+        let len = if k + 1 == w.chunk_count {
+            w.tail_len
+        } else {
+            std::fs::metadata(s.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
+        };
+        match chunks.get_mut(k as usize) {
+            Some(c) if c.len != len => {
+                c.len = len;
+                c.map = Default::default();
+            }
+            Some(_) => {}
+            None => {
+                let store = old.chunks.first().and_then(|c| c.file.store());
+                chunks.push(open_chunk(&s.dir, store, Format::Native, ChunkId(id), Some(len), s.reads.direct())?)
             }
         }
     }
+    chunks.truncate(w.chunk_count as usize);
+    let pin =
+        if old.chunk_base == base { old.pin.clone() } else { crate::read::pins::pin(&s.dir, base)?.map(Into::into) };
+    s.publish(Snapshot {
+        pin,
+        table: std::sync::Arc::new(table),
+        chunk_base: base,
+        chunks,
+        dict: old.dict.clone(),
+        known: (w.head.records, w.head.content),
+        content: Default::default(),
+    });
+    Ok(())
+}
+
+/// Makes every appended record durable: fsyncs the data and table, then
+/// atomically replaces the head. After a crash the store reopens with
+/// every record appended before the last successful `sync`.
+pub(crate) fn sync(s: &Store) -> Result<()> {
+    let mut w = s.writer()?;
+    w.sync(&s.dir)
+}
+
+/// Syncs (if writable). Dropping a store does the same, ignoring errors.
+pub(crate) fn close(s: &Store) -> Result<()> {
+    if s.writer.is_some() {
+        s.sync()?;
+    }
+    Ok(())
 }

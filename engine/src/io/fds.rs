@@ -5,7 +5,7 @@
 //! O_DIRECT), per handle. With 1 GiB chunks a dataset past half a TiB then
 //! needed more descriptors than the usual soft limit of 1,024, and several
 //! streams or handles reached it sooner. Now a store only checks each chunk's
-//! size when it opens ([`crate::store::open_chunk`]); a [`ChunkFile`] opens
+//! size when it opens ([`crate::read::gather::open_chunk`]); a [`ChunkFile`] opens
 //! its descriptors on first use through this cache, and a chunk never read in
 //! direct mode never gets an O_DIRECT descriptor.
 //!
@@ -53,8 +53,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use lru::LruCache;
 
-use crate::cache::StoreId;
 use crate::error::{Error, Result};
+use crate::read::cache::StoreId;
 
 /// Fraction (1/n) of the soft descriptor limit the cache may hold open.
 const CACHE_SHARE: u64 = 4;
@@ -137,7 +137,7 @@ impl ChunkFile {
     }
 
     /// Opens the file; [`Error::Stale`] when it is gone or the directory now
-    /// holds another store (module docs of [`crate::pins`]: a writer honouring
+    /// holds another store (module docs of [`crate::read::pins`]: a writer honouring
     /// pins never removes a file a snapshot names).
     fn open(&self, direct: bool) -> Result<File> {
         let mut opts = OpenOptions::new();
@@ -145,10 +145,10 @@ impl ChunkFile {
         if direct {
             opts.custom_flags(libc::O_DIRECT);
         }
-        let f = match crate::fs::open(&self.path, &opts) {
+        let f = match crate::io::fs::open(&self.path, &opts) {
             Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 lock().lru.clear();
-                crate::fs::open(&self.path, &opts)
+                crate::io::fs::open(&self.path, &opts)
             }
             r => r,
         };

@@ -1,8 +1,8 @@
 //! A record's table entry: where its bytes live and how to turn them back into
 //! the caller's bytes.
 
-use crate::codec::Codec;
 use crate::error::{corrupted, Error, Result};
+use crate::format::codec::Codec;
 
 /// Size in bytes of one native table entry.
 pub(crate) const ENTRY_BYTES: usize = 32;

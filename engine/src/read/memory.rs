@@ -3,7 +3,7 @@
 //! Every open store handle joins ([`join`]) with what it knows: its store's
 //! identity and stored bytes, a budget stated for it (the builder's
 //! `cache_bytes`), and whether its mode is forced. From the members the owner
-//! answers the three questions the read policy ([`crate::budget`]) asks, and
+//! answers the three questions the read policy ([`crate::read::budget`]) asks, and
 //! nothing else answers them:
 //!
 //! * **Which budget?** ([`stated`]) The smallest budget stated by any open
@@ -11,7 +11,7 @@
 //!   say) means it for the process's store data, and the smallest promise is
 //!   the one that can be kept for all. Without one, `ZRING_CACHE_BYTES`, else
 //!   the measured budget (which counts the memory of every process in the
-//!   cgroup, [`crate::budget`]).
+//!   cgroup, [`crate::read::budget`]).
 //! * **How much data must that budget serve?** ([`demand`]) The stored bytes
 //!   of every distinct store open with an unforced mode, summed: the page
 //!   cache and the record cache hold the data of all of them from one budget,
@@ -19,21 +19,21 @@
 //! * **How big is each store's record cache?** ([`rebalance`]) Each store has
 //!   a record cache of its own (its handles share it), and the owner alone sets
 //!   the capacities. The budget's cache bytes go to the stores read with
-//!   O_DIRECT by *worth*: the records they were asked for recently per byte
-//!   of their data, highest first, each up to all of its data ("water
-//!   filling"); stores of alike worth (within a factor of two, [`worth_class`])
-//!   share what is left in proportion to their size. A cached byte of a store saves misses in proportion to how
-//!   often its records are asked for per byte it holds, so this order
-//!   maximises the misses saved: a label column (a few bytes a record, read
-//!   with every image) is cached whole before the images get the rest, and of
-//!   two sources of a mixture the one drawn more often per byte goes first.
-//!   Until a store has been read, its worth is one record per its size (the
-//!   smaller first). Request counts decay by half at every rebalance, so the
-//!   shares follow what the program reads now. A store read buffered (or
+//!   O_DIRECT in proportion to the records asked of each recently, each up to
+//!   all of its data, what a store cannot use going to the others
+//!   ([`share_out`]). Every record asked is a miss a cached record may save,
+//!   so a store asked twice as often gets twice the bytes; a label column (a
+//!   few bytes a record, asked with every image) is thus cached whole, and two
+//!   alike sources of a mixture get alike shares. Request counts decay by
+//!   half at every rebalance, so the shares follow what the program reads now;
+//!   a share that moved by less than an eighth keeps its capacity, since each
+//!   move evicts records. (Ordering the stores strictly by requests per byte
+//!   was tried first: two alike stores then handed the whole cache back and
+//!   forth as their counts wobbled, emptying one cache to fill the other.) A store read buffered (or
 //!   forced) gets no record cache: its records are freed when it switches.
 //!
 //! The owner is also the process's entry in the host's rank registry
-//! ([`crate::ranks`]), which the budget uses to split a cgroup among ranks.
+//! ([`crate::read::ranks`]), which the budget uses to split a cgroup among ranks.
 //!
 //! Members leave when their handle drops; the last handle of a store takes its
 //! record cache with it. After `fork()` a child starts with an empty owner
@@ -44,8 +44,8 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use crate::budget::Ratio;
-use crate::cache::{Cache, StoreId};
+use crate::read::budget::Ratio;
+use crate::read::cache::{Cache, StoreId};
 
 /// A handle's membership; leaving the owner when dropped.
 pub(crate) struct Member {
@@ -175,11 +175,11 @@ pub(crate) fn held() -> u64 {
     lock().stores.values().map(|s| s.cache.stats().charged).sum()
 }
 
-/// Shares `cache_bytes` among the stores read with O_DIRECT by worth and
+/// Shares `total` bytes among the stores read with O_DIRECT by worth and
 /// sets every store's record-cache capacity (module docs). The only caller
 /// of [`Cache::set_capacity`].
-pub(crate) fn rebalance(cache_bytes: u64) {
-    lock().rebalance(cache_bytes)
+pub(crate) fn rebalance(total: u64) {
+    lock().rebalance(total)
 }
 
 impl Owner {
@@ -243,7 +243,7 @@ impl Owner {
         GENERATION.fetch_add(1, Relaxed);
     }
 
-    fn rebalance(&mut self, cache_bytes: u64) {
+    fn rebalance(&mut self, total: u64) {
         // Each store's size (its largest), whether an unforced handle reads
         // it direct, and the smallest cap.
         let mut want: HashMap<StoreId, (u64, bool, Option<u64>)> = HashMap::new();
@@ -256,34 +256,35 @@ impl Owner {
                 e.2 = Some(e.2.map_or(c, |x: u64| x.min(c)));
             }
         }
-        let mut order: Vec<(StoreId, i64, u64)> = Vec::new();
+        // (store, records asked recently, most it can use, capacity now)
+        let mut direct: Vec<(StoreId, f64, u64, u64)> = Vec::new();
         for (s, per) in self.stores.iter_mut() {
             let asked = per.asked.swap(0, Relaxed) as f64;
             per.recent = per.recent / 2.0 + asked;
-            let Some(&(data, direct, cap)) = want.get(s) else { continue };
-            if !direct {
+            let Some(&(data, is_direct, cap)) = want.get(s) else { continue };
+            if !is_direct {
                 continue;
             }
             // What the whole store would charge: its bytes and about an
             // entry's overhead per KiB (records of a few KiB and up).
             let whole = data.saturating_add(data / 1024);
             let limit = cap.map_or(whole, |c| c.min(whole));
-            let worth = per.recent.max(1.0) / (data.max(1) as f64);
-            order.push((*s, worth_class(worth), limit));
+            direct.push((*s, per.recent.max(1.0), limit, per.cache.capacity()));
         }
-        order.sort_by_key(|&(_, class, _)| std::cmp::Reverse(class));
-        let mut left = cache_bytes;
-        let mut shares: HashMap<StoreId, u64> = HashMap::new();
-        for group in order.chunk_by(|a, b| a.1 == b.1) {
-            let want: u64 = group.iter().map(|g| g.2).sum();
-            for &(s, _, limit) in group {
-                let take = if left >= want { limit } else { Ratio(limit, want.max(1)).of(left) };
-                shares.insert(s, take);
-            }
-            left -= left.min(want);
+        let mut shares = share_out(total, &direct.iter().map(|d| (d.1, d.2)).collect::<Vec<_>>());
+        // A share that moved by less than the band keeps its capacity (each
+        // change evicts or admits records), as long as the kept ones fit.
+        let banded: Vec<u64> = direct
+            .iter()
+            .zip(&shares)
+            .map(|(d, &t)| if d.3.abs_diff(t) <= SHARE_BAND.of(t) { d.3 } else { t })
+            .collect();
+        if banded.iter().sum::<u64>() <= total {
+            shares = banded;
         }
+        let targets: HashMap<StoreId, u64> = direct.iter().zip(shares).map(|(d, t)| (d.0, t)).collect();
         for (s, per) in self.stores.iter() {
-            let target = shares.get(s).copied().unwrap_or(0);
+            let target = targets.get(s).copied().unwrap_or(0);
             if per.cache.capacity() != target {
                 per.cache.set_capacity(target);
             }
@@ -291,13 +292,34 @@ impl Owner {
     }
 }
 
-/// Stores whose worth is within a factor of two of each other are of one
-/// class and share the bytes left in proportion to their size (the same hit
-/// rate for each): ordering them strictly would hand the whole cache back and
-/// forth between two alike stores as their recent counts wobble, emptying
-/// one cache to fill the other at every rebalance.
-fn worth_class(worth: f64) -> i64 {
-    worth.log2().floor() as i64
+/// A store's capacity moves only when its share moved by more than this part
+/// of it: the requests counted between two looks are a sample, and every move
+/// evicts records or admits new ones.
+const SHARE_BAND: Ratio = Ratio(1, 8);
+
+/// `total` shared in proportion to the weights, none above its limit; what a
+/// limited one leaves goes to the others in the same proportions.
+fn share_out(total: u64, stores: &[(f64, u64)]) -> Vec<u64> {
+    let mut out = vec![0u64; stores.len()];
+    let mut open: Vec<usize> = (0..stores.len()).collect();
+    let mut left = total;
+    while !open.is_empty() && left > 0 {
+        let weight: f64 = open.iter().map(|&i| stores[i].0).sum();
+        let full: Vec<usize> =
+            open.iter().copied().filter(|&i| (left as f64 * stores[i].0 / weight) as u64 >= stores[i].1).collect();
+        if full.is_empty() {
+            for &i in &open {
+                out[i] = (left as f64 * stores[i].0 / weight) as u64;
+            }
+            break;
+        }
+        for &i in &full {
+            out[i] = stores[i].1;
+            left -= stores[i].1;
+        }
+        open.retain(|i| !full.contains(i));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -332,10 +354,9 @@ mod tests {
     }
 
     #[test]
-    fn cache_bytes_go_to_the_stores_worth_most_and_none_to_buffered_ones() {
+    fn cache_bytes_follow_the_records_asked_and_none_go_to_buffered_stores() {
         let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut o = owner();
-        // A small store asked as often as a big one is worth more per byte.
         let small = o.join(id(&a), None, false, 1 << 20);
         let big = o.join(id(&b), None, false, 1 << 30);
         let buffered = o.join(id(&c), None, false, 1 << 20);
@@ -344,33 +365,44 @@ mod tests {
         for m in [&small, &big, &buffered] {
             m.asked(1000);
         }
+        // Asked alike: half each, but the small store can use only its whole.
         o.rebalance(100 << 20);
         let whole_small = (1 << 20) + (1 << 10);
         assert_eq!(small.capacity(), whole_small);
         assert_eq!(big.capacity(), (100 << 20) - whole_small);
         assert_eq!(buffered.capacity(), 0);
-        // Alike stores share in proportion to their size.
-        let d = tempfile::tempdir().unwrap();
-        let like = o.join(id(&d), None, false, 3 << 20);
-        o.update(like.id, 3 << 20, true, None);
-        // Equal worth: 1500 (1000 decayed by half, and 1000 more) per MiB.
-        small.asked(1000);
-        like.asked(4500);
-        o.rebalance(2 << 20);
-        assert_eq!(small.capacity(), (2 << 20) * whole_small / (whole_small * 4));
-        assert_eq!(like.capacity(), Ratio(3 * whole_small, whole_small * 4).of(2 << 20));
-        o.leave(like.id);
-        // The big store asked far more per byte now: it goes first.
-        big.asked(1 << 30);
-        o.rebalance(100 << 20);
-        assert_eq!((big.capacity(), small.capacity()), (100 << 20, 0));
-        // A cap bounds a store; the rest goes to the next.
-        o.update(big.id, 1 << 30, true, Some(10 << 20));
-        o.rebalance(100 << 20);
-        assert_eq!((big.capacity(), small.capacity()), (10 << 20, whole_small));
+        // Asked more often (counts decay by half per rebalance: 3500 against
+        // 1500 recent requests): 70 % of the bytes.
+        o.update(small.id, 64 << 20, true, None);
+        small.asked(3000);
+        big.asked(1000);
+        o.rebalance(64 << 20);
+        let (s, g) = (small.capacity(), big.capacity());
+        assert!(
+            s.abs_diff(Ratio(7, 10).of(64 << 20)) < 1024 && g.abs_diff(Ratio(3, 10).of(64 << 20)) < 1024,
+            "{s} {g}"
+        );
+        // A small wobble of the counts (4250 against 1750) moves nothing.
+        small.asked(2500);
+        big.asked(1000);
+        o.rebalance(64 << 20);
+        assert_eq!((small.capacity(), big.capacity()), (s, g));
+        // A cap bounds a store; the rest goes to the other.
+        o.update(big.id, 1 << 30, true, Some(4 << 20));
+        o.rebalance(64 << 20);
+        assert_eq!((big.capacity(), small.capacity()), (4 << 20, 60 << 20));
         // A store switched to buffered gives its records back.
         o.update(big.id, 1 << 30, false, None);
-        o.rebalance(100 << 20);
+        o.rebalance(64 << 20);
         assert_eq!(big.capacity(), 0);
+    }
+
+    #[test]
+    fn shares_are_proportional_capped_and_redistributed() {
+        assert_eq!(share_out(100, &[(1.0, 1000), (1.0, 1000)]), vec![50, 50]);
+        assert_eq!(share_out(100, &[(3.0, 1000), (1.0, 1000)]), vec![75, 25]);
+        assert_eq!(share_out(100, &[(1.0, 10), (1.0, 1000), (2.0, 1000)]), vec![10, 30, 60]);
+        assert_eq!(share_out(100, &[(1.0, 10), (1.0, 20)]), vec![10, 20]);
+        assert_eq!(share_out(0, &[(1.0, 10)]), vec![0]);
     }
 }

@@ -27,8 +27,8 @@ use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 
-use crate::codec::{self, Codec, Dict};
 use crate::error::Result;
+use crate::format::codec::{self, Codec, Dict};
 
 /// Input bytes per block (see the module docs).
 const BLOCK_BYTES: usize = 1 << 20;

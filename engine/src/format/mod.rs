@@ -1,0 +1,11 @@
+//! What is on disk: the head, the record table, a record's entry, the codecs,
+//! the file names, and the content fingerprint over the table. Nothing here
+//! performs I/O beyond reading and writing these structures through
+//! [`crate::io::fs`]; the byte layouts are drawn in `engine/DESIGN.md`.
+
+pub(crate) mod codec;
+pub(crate) mod fingerprint;
+pub(crate) mod head;
+pub(crate) mod names;
+pub(crate) mod record;
+pub(crate) mod table;

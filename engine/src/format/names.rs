@@ -1,0 +1,33 @@
+//! The names and numbers every file of a store is found by.
+
+use crate::format::record::ChunkId;
+use crate::format::table::Format;
+
+/// The format version this build reads and writes (head and table headers).
+pub const FORMAT_VERSION: u32 = 1;
+/// The head: which table generation and chunk range are committed.
+pub(crate) const HEAD_FILE: &str = "head.zr";
+/// Bytes of a table file's header, before its first entry.
+pub(crate) const TABLE_HEADER_BYTES: usize = 64;
+/// The compression dictionary of `zstd_dict` records.
+pub(crate) const DICT_FILE: &str = "dict.zr";
+/// The single writer's advisory lock.
+pub(crate) const LOCK_FILE: &str = "lock";
+/// The file whose byte ranges readers lock to pin their snapshot's chunks
+/// ([`crate::read::pins`]).
+pub(crate) const PINS_FILE: &str = "pins";
+/// loaderx 0.7.3: `meta.zr` is a 16-byte header and 16-byte entries.
+pub(crate) const LOADERX_META: &str = "meta.zr";
+
+/// The file of record table generation `generation`.
+pub(crate) fn table_name(generation: u64) -> String {
+    format!("table-{generation:06}.zr")
+}
+
+/// The file of chunk `id` in a store of layout `format`.
+pub(crate) fn chunk_name(format: Format, id: ChunkId) -> String {
+    match format {
+        Format::Native => format!("chunk-{:06}.zr", id.0),
+        Format::Loaderx => format!("{}.zr", id.0),
+    }
+}

@@ -1,0 +1,22 @@
+//! The operating system: batched positional transfers (io_uring, or pread
+//! where it is unavailable, [`uring`]), every other file operation behind the
+//! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
+//! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
+//! file shrinking under a mapping an error ([`sigbus`]).
+
+pub mod fault;
+#[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
+pub(crate) mod fds;
+pub(crate) mod fs;
+#[allow(
+    unsafe_code,
+    reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
+)]
+pub(crate) mod mmap;
+#[allow(
+    unsafe_code,
+    reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"
+)]
+pub(crate) mod sigbus;
+#[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
+pub(crate) mod uring;

@@ -1,0 +1,687 @@
+//! Gathers: the plan of a batch of reads, its transfers, and the snapshot
+//! they read from.
+
+use crate::error::{corrupted, io_err, Error, Result};
+use crate::format::codec::{self, Codec, Dict};
+use crate::format::head::Head;
+use crate::format::names::chunk_name;
+use crate::format::names::HEAD_FILE;
+use crate::format::record::{check_index, ChunkId, Entry};
+use crate::format::table::{Format, Table};
+use crate::io::fds::ChunkFile;
+use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
+use crate::read::cache::{NextUse, StoreId};
+use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
+use crate::read::reads::{Reads, Seen};
+use crate::store::Store;
+use once_cell::race::OnceBox;
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::fd::AsFd;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+/// A gather below this many bytes runs on the calling thread alone.
+const PARALLEL_MIN_BYTES: u64 = 128 << 10;
+
+/// One chunk file as readers see it.
+#[derive(Clone)]
+pub(crate) struct Chunk {
+    /// The file; its descriptors are opened on first use and cached by the
+    /// process ([`crate::io::fds`]).
+    pub file: Arc<ChunkFile>,
+    /// Whether reads bypass the page cache (O_DIRECT) where the file system
+    /// allows it.
+    pub direct: bool,
+    /// Bytes of this chunk that committed records may occupy.
+    pub len: u64,
+    /// A read-only mapping of the first `len` bytes, made on first use, for
+    /// copying records that are already in the page cache without a system
+    /// call. `None` inside when mapping failed or direct reads are on. Made
+    /// without blocking (racing threads may both map; one mapping is kept),
+    /// so no thread can wait on another's initialisation, even in a child
+    /// forked while it ran.
+    pub map: Arc<OnceBox<Option<crate::io::mmap::ChunkMap>>>,
+}
+
+impl Chunk {
+    /// The stored bytes at `offset..offset + len` if every page of them is in
+    /// memory (so reading them performs no I/O). Ask
+    /// [`crate::io::mmap::Resident::faulted`] after using them.
+    pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<crate::io::mmap::Resident<'_>> {
+        if self.direct && !self.file.direct_refused() {
+            return None;
+        }
+        self.mapping()?.resident_checked(offset as usize, len, epoch)
+    }
+
+    fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
+        self.map
+            .get_or_init(|| {
+                let map = (self.len > 0)
+                    .then(|| self.file.buffered().ok())
+                    .flatten()
+                    .and_then(|f| crate::io::mmap::ChunkMap::new(&f, self.len as usize).ok());
+                Box::new(map)
+            })
+            .as_ref()
+    }
+
+    /// The same file under another read mode.
+    pub fn with_direct(&self, direct: bool) -> Chunk {
+        Chunk { direct, ..self.clone() }
+    }
+}
+
+/// An immutable view of the store; gathers hold one for their whole duration,
+/// so a concurrent append, delete or compaction never changes what they see.
+pub(crate) struct Snapshot {
+    /// Keeps the chunk files this snapshot names from being removed by a
+    /// compaction in any process ([`crate::read::pins`]); `None` when unpinned.
+    pub pin: Option<Arc<crate::read::pins::Pin>>,
+    pub table: Arc<Table>,
+    pub chunk_base: u32,
+    pub chunks: Vec<Chunk>,
+    pub dict: Option<Arc<Dict>>,
+    /// The fingerprint content as far as a head knows it: (records, content),
+    /// content 0 when unknown ([`crate::format::fingerprint`]).
+    pub known: (u64, u32),
+    /// The content of all of `table`'s records, once computed.
+    pub content: std::sync::OnceLock<u32>,
+}
+
+impl Snapshot {
+    pub fn records(&self) -> u64 {
+        self.table.records
+    }
+
+    pub fn chunk(&self, id: ChunkId) -> Option<&Chunk> {
+        id.0.checked_sub(self.chunk_base).and_then(|k| self.chunks.get(k as usize))
+    }
+
+    /// Entry `index`, checked against the chunk it points into, so a damaged
+    /// table is an error before any I/O is issued.
+    pub fn entry(&self, index: u64) -> Result<Entry> {
+        check_index(index, self.records())?;
+        let e = self.table.entry(index)?;
+        let chunk = self.chunk(e.chunk).ok_or_else(|| {
+            corrupted(
+                format!("table entry {index}"),
+                format!("names chunk {} which the store does not have", e.chunk.0),
+            )
+        })?;
+        if e.end() > chunk.len {
+            return Err(corrupted(
+                format!("table entry {index}"),
+                format!(
+                    "bytes {}..{} lie past the end of chunk {} ({} bytes)",
+                    e.offset,
+                    e.end(),
+                    e.chunk.0,
+                    chunk.len
+                ),
+            ));
+        }
+        Ok(e)
+    }
+}
+
+pub(crate) fn open_chunk(
+    dir: &Path,
+    store: Option<StoreId>,
+    format: Format,
+    id: ChunkId,
+    len: Option<u64>,
+    direct: bool,
+) -> Result<Chunk> {
+    let path = dir.join(chunk_name(format, id));
+    // Only its size is checked now; it is opened when first read.
+    let size = std::fs::metadata(&path).map_err(io_err("stat", &path))?.len();
+    let len = match len {
+        Some(l) if l > size => {
+            return Err(corrupted(
+                format!("chunk {}", id.0),
+                format!("{} is {size} bytes, the head says {l}", path.display()),
+            ))
+        }
+        Some(l) => l,
+        None => size,
+    };
+    Ok(Chunk { file: ChunkFile::new(path, store), direct, len, map: Default::default() })
+}
+
+/// Loads a snapshot (and for native stores the head it came from), with the
+/// read policy `reads` chooses for the store's size.
+pub(crate) fn load(
+    dir: &Path,
+    dict_level: i32,
+    reads: &dyn Fn(u64) -> Result<Reads>,
+) -> Result<(Snapshot, Option<Head>, Reads)> {
+    // The store's identity before its head is read: a chunk file opened
+    // later is checked against it, so a store replaced at this path is never
+    // read under this snapshot's table ([`crate::io::fds::ChunkFile`]).
+    let store = StoreId::of(dir).ok();
+    if dir.join(HEAD_FILE).exists() {
+        let head = Head::read(dir)?;
+        // Pinned before the chunks are checked ([`crate::read::pins`]).
+        let pin = crate::read::pins::pin(dir, head.chunk_base)?.map(Arc::new);
+        let table = Table::open_native(dir, head.generation, head.records)?;
+        // Check every chunk before deciding on O_DIRECT (which needs the total
+        // size); a missing chunk fails here, before any large allocation.
+        let mut chunks = Vec::new();
+        for k in 0..head.chunk_count {
+            let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
+            chunks.push(open_chunk(dir, store, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
+        }
+        if store.is_some() && StoreId::of(dir).ok() != store {
+            return Err(Error::Io { op: "open", path: dir.to_path_buf(), source: std::io::ErrorKind::NotFound.into() });
+        }
+        let reads = reads(chunks.iter().map(|c| c.len).sum())?;
+        if reads.direct() {
+            chunks.iter_mut().for_each(|c| c.direct = true);
+        }
+        let dict = if head.dict_len > 0 {
+            let p = dir.join(crate::format::names::DICT_FILE);
+            let bytes = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
+            if bytes.len() != head.dict_len as usize || crc32c::crc32c(&bytes) != head.dict_crc {
+                return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
+            }
+            Some(Arc::new(Dict::new(bytes, Some(dict_level))?))
+        } else {
+            None
+        };
+        let snap = Snapshot {
+            pin,
+            table: Arc::new(table),
+            chunk_base: head.chunk_base,
+            chunks,
+            dict,
+            known: (head.records, head.content),
+            content: Default::default(),
+        };
+        Ok((snap, Some(head), reads))
+    } else {
+        let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
+        // loaderx chunk files are 4 GiB sparse files; only the data below the
+        // frontier counts toward the direct-read threshold.
+        let reads = reads(u64::from(tail_chunk) * (1 << 32) + tail_offset)?;
+        let direct = reads.direct();
+        let chunks = (0..=tail_chunk)
+            .map(|k| {
+                open_chunk(dir, store, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let p = dir.join(crate::format::names::DICT_FILE);
+        let dict = match crate::io::fs::read(&p) {
+            Ok(bytes) => Some(Arc::new(Dict::new(bytes, None)?)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err("read", &p)(e)),
+        };
+        let snap = Snapshot {
+            pin: None,
+            table: Arc::new(table),
+            chunk_base: 0,
+            chunks,
+            dict,
+            known: (0, 0),
+            content: Default::default(),
+        };
+        Ok((snap, None, reads))
+    }
+}
+
+/// One record to read: where it is and where it goes.
+pub(crate) struct Item<'a> {
+    pub index: u64,
+    pub entry: Entry,
+    /// Exactly the record's logical length, or its stored length with `keep_stored`.
+    pub dst: &'a mut [u8],
+    /// Copy the stored bytes without decoding (compaction, import).
+    pub keep_stored: bool,
+    /// When the caller needs the record again (for the record cache).
+    pub next: NextUse,
+}
+
+/// Hint `k`, or `Unknown` when the caller gave none.
+fn hint(next: &[NextUse], k: usize) -> NextUse {
+    next.get(k).copied().unwrap_or(NextUse::Unknown)
+}
+
+fn check_hints(indices: &[u64], next: &[NextUse]) -> Result<()> {
+    if next.is_empty() || next.len() == indices.len() {
+        return Ok(());
+    }
+    Err(Error::InvalidArgument(format!("{} indices but {} next-use hints", indices.len(), next.len())))
+}
+
+fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
+    if let Some(expected) = e.checksum {
+        let got = crc32c::crc32c(stored);
+        if got != expected {
+            return Err(Error::ChecksumMismatch { record: index, expected, got });
+        }
+    }
+    Ok(())
+}
+
+/// Verifies and decodes one record's stored bytes into its slot.
+///
+/// The copy or decode runs first and the checksum after it: the first pass
+/// over the stored bytes pays for bringing them from memory, the second finds
+/// them in the CPU cache. Decoding unverified bytes is safe (zstd checks its
+/// input); a mismatch still fails the call, with the slot's contents undefined.
+pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
+    let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
+    let decoded = codec::decode(codec, stored, it.dst, dict);
+    crc_check(it.index, &it.entry, stored)?;
+    decoded.map_err(|d| corrupted(format!("record {}", it.index), d))
+}
+
+/// Logical (decoded) length of each record in `indices`, into `out`.
+pub(crate) fn lengths(s: &Store, indices: &[u64], out: &mut [u64]) -> Result<()> {
+    if indices.len() != out.len() {
+        return Err(Error::InvalidArgument(format!(
+            "lengths: {} indices but an output of {} entries",
+            indices.len(),
+            out.len()
+        )));
+    }
+    let snap = s.snapshot();
+    for (i, o) in indices.iter().zip(out.iter_mut()) {
+        *o = u64::from(snap.entry(*i)?.logical_len);
+    }
+    Ok(())
+}
+
+/// Logical length of one record.
+pub(crate) fn record_len(s: &Store, index: u64) -> Result<u64> {
+    Ok(u64::from(s.snapshot().entry(index)?.logical_len))
+}
+
+/// Reads records `indices` into `dst`, record `k` at `dst[k * stride..]`.
+/// A record shorter than `stride` leaves the rest of its slot zeroed.
+///
+/// Every index and entry is checked before anything is written to `dst`.
+pub(crate) fn gather(s: &Store, indices: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
+    s.gather_hinted(indices, dst, stride, &[])
+}
+
+/// [`Store::gather`], telling the record cache when each record is
+/// needed next (`next[k]` for `indices[k]`; an empty `next` says nothing):
+/// when the cache is full it keeps the records needed soonest, and drops
+/// those not needed again this cycle first. A data loader knows this from
+/// its sampler. Without a record cache (buffered reads) the hints are
+/// ignored.
+pub(crate) fn gather_hinted(s: &Store, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
+    check_hints(indices, next)?;
+    let need =
+        indices.len().checked_mul(stride).ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
+    if dst.len() != need {
+        return Err(Error::InvalidArgument(format!(
+            "gather: destination is {} bytes, expected {} indices × stride {stride} = {need}",
+            dst.len(),
+            indices.len()
+        )));
+    }
+    let snap = s.snapshot();
+    let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
+    for (&i, e) in indices.iter().zip(&entries) {
+        if e.logical_len as usize > stride {
+            return Err(Error::RecordSize { record: i, len: u64::from(e.logical_len), slot: stride as u64 });
+        }
+    }
+    let items: Vec<Item<'_>> = dst
+        .chunks_exact_mut(stride.max(1))
+        .take(indices.len())
+        .zip(indices.iter().zip(entries))
+        .enumerate()
+        .map(|(k, (slot, (&index, entry)))| {
+            let (rec, rest) = slot.split_at_mut(entry.logical_len as usize);
+            rest.fill(0);
+            Item { index, entry, dst: rec, keep_stored: false, next: hint(next, k) }
+        })
+        .collect();
+    if stride == 0 {
+        return Ok(());
+    }
+    read_items(s, &snap, items)
+}
+
+/// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
+/// where `len_k` is its logical length ([`Store::lengths`]). Slots must lie
+/// inside `dst` and must not overlap.
+pub(crate) fn gather_var(s: &Store, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
+    s.gather_var_hinted(indices, dst, offsets, &[])
+}
+
+/// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`].
+pub(crate) fn gather_var_hinted(
+    s: &Store,
+    indices: &[u64],
+    dst: &mut [u8],
+    offsets: &[u64],
+    next: &[NextUse],
+) -> Result<()> {
+    check_hints(indices, next)?;
+    if offsets.len() != indices.len() {
+        return Err(Error::InvalidArgument(format!(
+            "gather_var: {} indices but {} offsets",
+            indices.len(),
+            offsets.len()
+        )));
+    }
+    let snap = s.snapshot();
+    let mut order: Vec<(u64, u64, Entry, NextUse)> = Vec::with_capacity(indices.len());
+    for (k, (&i, &o)) in indices.iter().zip(offsets).enumerate() {
+        order.push((o, i, snap.entry(i)?, hint(next, k)));
+    }
+    // Empty records share their offset with the next slot: order by (offset, length).
+    order.sort_unstable_by_key(|t| (t.0, t.2.logical_len));
+    let mut end = 0u64;
+    for &(o, i, e, _) in &order {
+        if o < end {
+            return Err(Error::InvalidArgument(format!(
+                "gather_var: the slot of record {i} at offset {o} overlaps the previous slot"
+            )));
+        }
+        end = o + u64::from(e.logical_len);
+        if end > dst.len() as u64 {
+            return Err(Error::RecordSize {
+                record: i,
+                len: u64::from(e.logical_len),
+                slot: (dst.len() as u64).saturating_sub(o),
+            });
+        }
+    }
+    let mut items = Vec::with_capacity(order.len());
+    let mut rest: &mut [u8] = dst;
+    let mut pos = 0u64;
+    for (o, index, entry, next) in order {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut((o - pos) as usize);
+        let (slot, tail) = tail.split_at_mut(entry.logical_len as usize);
+        rest = tail;
+        pos = o + u64::from(entry.logical_len);
+        items.push(Item { index, entry, dst: slot, keep_stored: false, next });
+    }
+    read_items(s, &snap, items)
+}
+
+/// Reads `items`: the records whose pages are all in memory ("hot") are
+/// copied or decoded straight from the chunk mappings, the rest read in
+/// batches of transfers.
+///
+/// The cold records are split evenly between the threads (the caller and,
+/// for a gather worth it, the decode pool), each submitting its share as
+/// one batch. Hot records are shared out dynamically: every thread takes
+/// the next group of [`HOT_GROUP`] from a common counter while its reads
+/// are in flight, so a thread that starts late (a pool thread waking up)
+/// or is descheduled simply takes fewer groups instead of holding up the
+/// gather, and the copying or decoding overlaps the I/O.
+pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
+    let _gate = crate::fork::enter();
+    let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
+    // One read of the eviction counters (for the whole gather) costs about
+    // what asking the kernel about 16 records does.
+    let epoch = if s.mmap && items.len() >= 16 { crate::io::mmap::evictions() } else { None };
+    let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::new();
+    let mut cold: Vec<Item<'_>> = Vec::with_capacity(if s.mmap { 0 } else { items.len() });
+    let caching = s.reads.caching();
+    // Compaction and import copy stored bytes: not reads to count.
+    let internal = items.first().is_some_and(|it| it.keep_stored);
+    let mut seen = Seen {
+        records: if internal { 0 } else { items.len() as u64 },
+        stored_bytes: total,
+        residency: s.mmap,
+        ..Seen::default()
+    };
+    for it in items {
+        let stored = it.entry.stored_len as usize;
+        let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+        if let Some(b) = if s.mmap { chunk.resident(it.entry.offset, stored, epoch) } else { None } {
+            seen.mapped += 1;
+            seen.mapped_bytes += stored as u64;
+            hot.push((it, Hot::Mapped(b)));
+        } else if let Some(b) = if caching && !it.keep_stored { s.reads.lookup(&it.entry, it.next) } else { None } {
+            seen.cache_hits += 1;
+            seen.cache_hit_bytes += stored as u64;
+            hot.push((it, Hot::Cached(b)));
+        } else {
+            seen.cache_misses += u64::from(caching && !it.keep_stored);
+            seen.read_bytes += stored as u64;
+            cold.push(it);
+        }
+    }
+    let hot_groups: Vec<Mutex<&mut [(Item<'_>, Hot<'_>)]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+    let queue = HotQueue {
+        groups: &hot_groups,
+        next: AtomicUsize::new(0),
+        dict: snap.dict.as_deref(),
+        dir: &s.dir,
+        format: snap.table.format,
+        error: Mutex::new(None),
+    };
+    let parallel = total >= PARALLEL_MIN_BYTES && hot_groups.len() + cold.len() >= 2 && crate::pool::thread_fan_out();
+    if !parallel {
+        let r = read_group(s, snap, &mut cold, &queue);
+        return observed(s, snap, seen, queue.finish(r));
+    }
+    let pool = crate::pool::get();
+    let helpers = pool.current_num_threads().min((hot_groups.len() + cold.len()).saturating_sub(1)).max(1);
+    // The caller takes the first share of the cold records; each helper
+    // one of the others. Hot groups go to whoever asks first.
+    let per = cold.len().div_ceil(helpers + 1).max(1);
+    let mut shares = cold.chunks_mut(per);
+    let own = shares.next().unwrap_or_default();
+    let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let mine = pool.in_place_scope(|scope| {
+        for _ in 0..helpers {
+            let share = shares.next().unwrap_or_default();
+            let (failed, queue) = (&failed, &queue);
+            #[cfg(test)]
+            crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
+            scope.spawn(move |_| {
+                if let Err(e) = read_group(s, snap, share, queue) {
+                    failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+                }
+            });
+        }
+        read_group(s, snap, own, &queue)
+    });
+    let r = mine.and(match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(()),
+    });
+    observed(s, snap, seen, queue.finish(r))
+}
+
+/// Counts a finished gather and, when the counts show the read policy
+/// chose wrong, switches to the better one: the chunks are reopened with
+/// or without O_DIRECT in a new snapshot (gathers under way keep theirs).
+pub(crate) fn observed(s: &Store, snap: &Snapshot, seen: Seen, r: Result<()>) -> Result<()> {
+    if seen.records == 0 {
+        return r;
+    }
+    let data = snap.chunks.iter().map(|c| c.len).sum();
+    if let Some(policy) = s.reads.observe(seen, data) {
+        let direct = policy.mode == crate::read::policy::ReadMode::Direct;
+        // Holding the writer (if any) keeps an append from publishing
+        // chunks between reading the snapshot and replacing it. A busy
+        // writer (this thread may be compacting) defers the switch to a
+        // later window rather than wait.
+        let _w = match s.writer.as_ref().map(Mutex::try_lock) {
+            Some(Err(std::sync::TryLockError::WouldBlock)) => return r,
+            w => w,
+        };
+        let now = s.snapshot();
+        s.publish(Snapshot {
+            pin: now.pin.clone(),
+            table: now.table.clone(),
+            chunk_base: now.chunk_base,
+            chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),
+            dict: now.dict.clone(),
+            known: now.known,
+            content: now.content.clone(),
+        });
+        s.reads.adopt(policy, data);
+    }
+    r
+}
+
+pub(crate) fn read_group(s: &Store, snap: &Snapshot, items: &mut [Item<'_>], hot: &HotQueue<'_, '_, '_>) -> Result<()> {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
+    }
+    let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
+    // A batch holds a descriptor per chunk file it names until it
+    // completes: name at most `batch_files` files per batch (fds.rs).
+    let limit = crate::io::fds::batch_files();
+    let mut rest = items;
+    let r = loop {
+        let cut = if snap.chunks.len() <= limit {
+            rest.len()
+        } else {
+            let mut files = std::collections::HashSet::new();
+            rest.iter().position(|it| files.insert(it.entry.chunk) && files.len() > limit).unwrap_or(rest.len())
+        };
+        let (batch, tail) = std::mem::take(&mut rest).split_at_mut(cut);
+        let r = read_group_with(s, snap, batch, &mut scratch, hot);
+        rest = tail;
+        if rest.is_empty() || r.is_err() {
+            break r;
+        }
+    };
+    SCRATCH.with(|s| *s.borrow_mut() = scratch);
+    r
+}
+
+/// Reads the cold `items` in one batch, taking hot groups from `hot`
+/// while the reads are in flight.
+pub(crate) fn read_group_with(
+    s: &Store,
+    snap: &Snapshot,
+    items: &mut [Item<'_>],
+    scratch: &mut AlignedBuf,
+    hot: &HotQueue<'_, '_, '_>,
+) -> Result<()> {
+    // Plan: where each record's stored bytes are read to. Raw records read
+    // through the page cache go straight into their slot; everything else
+    // goes to scratch. O_DIRECT spans come first in scratch, so each starts
+    // at an ALIGN boundary (their lengths are multiples of ALIGN).
+    struct Plan<'f> {
+        fd: std::os::fd::BorrowedFd<'f>,
+        offset: u64,
+        len: usize,
+        need: usize,
+        skip: usize,
+        scratch: bool,
+        direct: bool,
+    }
+    let dict = snap.dict.as_deref();
+    let mut first_err: Option<Error> = None;
+    // The descriptors of the batch's files (opened or taken from the
+    // process's cache), held until its reads complete; `true` with an
+    // O_DIRECT one.
+    let mut files: HashMap<ChunkId, (Arc<File>, bool)> = HashMap::new();
+    for it in items.iter() {
+        if let std::collections::hash_map::Entry::Vacant(v) = files.entry(it.entry.chunk) {
+            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+            let direct = if chunk.direct { chunk.file.direct()? } else { None };
+            v.insert(match direct {
+                Some(f) => (f, true),
+                None => (chunk.file.buffered()?, false),
+            });
+        }
+    }
+    let mut plans = Vec::with_capacity(items.len());
+    for it in items.iter() {
+        let (file, direct) = &files[&it.entry.chunk];
+        let stored = it.entry.stored_len as usize;
+        let p = match direct.then_some(file) {
+            Some(d) => {
+                let start = it.entry.offset / ALIGN as u64 * ALIGN as u64;
+                let end = it.entry.end().div_ceil(ALIGN as u64) * ALIGN as u64;
+                let skip = (it.entry.offset - start) as usize;
+                Plan {
+                    fd: d.as_fd(),
+                    offset: start,
+                    len: (end - start) as usize,
+                    need: skip + stored,
+                    skip,
+                    scratch: true,
+                    direct: true,
+                }
+            }
+            None => {
+                let in_place = it.entry.codec == Codec::Raw || it.keep_stored;
+                Plan {
+                    fd: file.as_fd(),
+                    offset: it.entry.offset,
+                    len: stored,
+                    need: stored,
+                    skip: 0,
+                    scratch: !in_place,
+                    direct: false,
+                }
+            }
+        };
+        plans.push(p);
+    }
+    let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
+    let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
+    let buf = scratch.get(direct_bytes + buffered_bytes);
+    let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
+    let mut reads = Vec::with_capacity(items.len());
+    let mut io_items: Vec<&mut Item<'_>> = items.iter_mut().collect();
+    for (it, p) in io_items.iter_mut().zip(&plans) {
+        let buf: &mut [u8] = if p.scratch {
+            let area = if p.direct { &mut direct_area } else { &mut buffered_area };
+            let (piece, rest) = std::mem::take(area).split_at_mut(p.len);
+            *area = rest;
+            piece
+        } else {
+            // Read in place: the slot travels with the read and comes back
+            // in the completion.
+            std::mem::take(&mut it.dst)
+        };
+        reads.push(uring::ReadBuf { fd: p.fd, offset: p.offset, buf, need: p.need });
+    }
+    let r = uring::read_batch(
+        s.backend,
+        reads,
+        &mut |i, buf| {
+            let it = &mut *io_items[i];
+            let stored_len = it.entry.stored_len as usize;
+            let r = if plans[i].scratch {
+                let skip = plans[i].skip;
+                let stored = &buf[skip..skip + stored_len];
+                let r = finish_record(it, stored, dict);
+                if r.is_ok() && plans[i].direct && !it.keep_stored {
+                    s.reads.offer(&it.entry, stored, it.next);
+                }
+                r
+            } else {
+                crc_check(it.index, &it.entry, &buf[..stored_len])
+            };
+            if let Err(e) = r {
+                first_err.get_or_insert(e);
+            }
+        },
+        &mut || hot.drain(),
+    );
+    if let Err(e) = r {
+        let it = &io_items[e.req.min(io_items.len().saturating_sub(1))];
+        let path = s.dir.join(chunk_name(snap.table.format, it.entry.chunk));
+        return Err(match e.kind {
+            ReqErrorKind::Eof { got } => corrupted(
+                format!("chunk {}", it.entry.chunk.0),
+                format!("{} ends after {got} bytes of record {}", path.display(), it.index),
+            ),
+            ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
+        });
+    }
+    match first_err {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
