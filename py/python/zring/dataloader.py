@@ -342,8 +342,10 @@ class DataLoader(_util.Closeable):
                 when ``transform`` is the default identity.
             cache_bytes: The memory budget of the streams' read policy
                 (see :class:`Dataset`): when given, the loader reads each
-                stream through its own handle opened with this budget;
-                by default it reads through the datasets' handles.
+                stream through its own handle opened with this budget, and
+                (the smallest stated budget winning) it applies to every
+                open dataset too; by default it reads through the datasets'
+                handles.
 
         Raises:
             ValueError: No streams, streams of different lengths, or an

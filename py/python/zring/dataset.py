@@ -108,10 +108,18 @@ class Dataset(_Base):
     def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None):
         """Open the dataset at ``path`` (written by :func:`write_dataset`, or by loaderx).
 
-        ``cache_bytes`` is the memory the process may fill with this data (page
-        cache or zring's record cache); by default ``ZRING_CACHE_BYTES``, else
-        the cgroup memory limit less what the process uses, else
-        ``MemAvailable``. It decides the read policy (see the README).
+        ``cache_bytes`` is the memory the process may fill with store data (page
+        cache or zring's record caches); the smallest ``cache_bytes`` of all
+        open datasets and loaders applies to all of them. By default
+        ``ZRING_CACHE_BYTES``, else the cgroup memory limit less what every
+        process in the cgroup uses (split evenly among zring processes for
+        their record caches), else ``MemAvailable``. It decides the read
+        policy (see the README).
+
+        The dataset reads the store as it was when opened, whatever other
+        handles or processes append, delete or compact; a store replaced
+        under it (``overwrite=True``) raises :class:`StaleError` on a read
+        that needs a file it had not opened yet.
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
