@@ -30,22 +30,20 @@
 //!   around the page cache (O_DIRECT) keeps a record cache of its own, and
 //!   that cache does best keeping the records needed soonest (Belady's
 //!   rule). The sampler knows exactly when that is: for each record of step
-//!   `s`, the first later step whose *global* batch holds it
+//!   `s`, the first later step at which *this loader's shard* draws it
 //!   (`Sampler::fill_shard_with_next_use`, one inverse permutation per
-//!   record in cyclic mode, arithmetic in sequential mode; for iid draws,
-//!   which have no inverse, a window of the draws of the steps ahead,
-//!   `lookahead.rs`). So a worker asks each stream once per
+//!   record and cycle in cyclic mode, arithmetic in sequential mode; for iid
+//!   draws, which have no inverse, a window of the shard's draws of the steps
+//!   ahead, `lookahead.rs`). So a worker asks each stream once per
 //!   step whether it [wants hints](Source::wants_hints) and, if any does,
 //!   computes them with the step's indices and passes them to the hinted
 //!   gathers. The cache works on the hints; the read-ahead is still this
 //!   window: records are read when their step is claimed, at most the
 //!   window's steps before they are delivered, never fetched earlier because
-//!   a hint says they come soon. For a shard the hint names the global step,
-//!   at which another shard may take the record instead. That is still a
-//!   fair ranking, but a record this loader does not read at its hinted step
-//!   keeps that (by then past) rank in the cache until this loader reads it
-//!   again, so with many shards the cache drifts towards a fixed subset,
-//!   which is what it keeps without hints.
+//!   a hint says they come soon. A step at which another shard draws the
+//!   record is no next use here: each host's cache keeps what that host
+//!   reads next (with the global batch's draws, several ranks' caches kept
+//!   records for each other and drifted towards a fixed subset).
 //!
 //! * Threads versus depth. A worker gathers one whole step (every stream), so
 //!   at most `min(threads, depth)` gathers run at a time; threads beyond
@@ -349,7 +347,11 @@ impl Loader {
 
         let mut slots = VecDeque::with_capacity(config.depth);
         slots.resize_with(config.depth, || None);
-        let lookahead = (config.mode == Mode::Iid).then(|| Lookahead::new(&sampler));
+        let lookahead = match config.mode {
+            // Workers run at most `depth + threads` steps apart.
+            Mode::Iid => Some(Lookahead::new(&sampler, config.shard, (config.depth + config.threads) as u64)?),
+            _ => None,
+        };
         let shared = Arc::new(Shared {
             ctx: Ctx {
                 sampler,

@@ -4,10 +4,16 @@
 //! needed after step `s`" by arithmetic. Draws with replacement (iid) have no
 //! inverse, but they are still a pure function of (seed, step): the loader
 //! can simply look. [`Lookahead`] keeps, for the next [`Lookahead::span`]
-//! global steps, every index they draw and at which steps; a worker
+//! steps, every index *this loader's shard* draws and at which steps; a worker
 //! gathering step `s` asks it for each of its indices. A record not drawn in
 //! the window gets no hint (the store then ranks it with the records it knows
 //! nothing about).
+//!
+//! Only the shard's own draws count: a host's record cache keeps what that
+//! host reads next, and a record another host draws at a step is no reason
+//! to keep it here (with the global batch's draws, each of 4 ranks kept
+//! records for the others, and held a third fewer of its own hits). It is
+//! also `count` times less work: each host computes only its slice.
 //!
 //! Why it pays: a record cache holding a fraction `c` of the data serves `c`
 //! of iid draws when it keeps a fixed subset. Knowing which records come back
@@ -18,31 +24,35 @@
 //!
 //! # Numbers
 //!
-//! * The span is `ceil(len / batch)` steps, capped so the window holds at
-//!   most [`MAX_ENTRIES`] = 2^19 draws: about 25 MB of maps and vectors at
-//!   the cap, counted against nothing (a store this large has a budget of
-//!   gigabytes). With batch 256 the cap is 2,048 steps.
+//! * The span is `ceil(len / shard_len)` steps (the shard's draws of one
+//!   pass over the data on average), capped so the window holds at most
+//!   [`MAX_ENTRIES`] = 2^19 draws: about 25 MB of maps and vectors at the
+//!   cap, counted against nothing (a store this large has a budget of
+//!   gigabytes). With 256 draws a step the cap is 2,048 steps.
 //! * Each step entering the window costs one batch of draws (the sampler
 //!   recomputes them; no state), each step leaving it one more: two batches
 //!   of hashing and map updates per step gathered, under one lock held for
 //!   microseconds.
-//! * Steps are dropped from the back only once they are [`SLACK`] steps
-//!   behind the latest query, so workers gathering a few steps apart (at most
-//!   the loader's depth) all find the window covering their step.
+//! * Steps are dropped from the back only once they are more than the
+//!   loader's depth (at least [`SLACK`]) behind the latest query, so workers
+//!   gathering steps apart (at most the depth) all find the window covering
+//!   their step instead of rebuilding it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use zring_sampler::{Error as SamplerError, Sampler};
+use zring_sampler::{Error as SamplerError, Sampler, Shard};
 
 /// Most draws the window holds (module docs).
 pub(crate) const MAX_ENTRIES: u64 = 1 << 19;
-/// Steps kept behind the latest step asked about (module docs).
+/// Least steps kept behind the latest step asked about (module docs).
 const SLACK: u64 = 64;
 
 /// The window of draws ahead (module docs).
 pub(crate) struct Lookahead {
+    shard: Shard,
     span: u64,
+    slack: u64,
     window: Mutex<Window>,
 }
 
@@ -53,16 +63,17 @@ struct Window {
     hi: u64,
     /// Index -> the steps of the window that draw it, ascending.
     at: HashMap<u64, Vec<u64>>,
-    /// Scratch for one global batch.
+    /// Scratch for one step's draws of the shard.
     batch: Vec<u64>,
 }
 
 impl Lookahead {
-    /// A window for `sampler`'s global batches.
-    pub fn new(sampler: &Sampler) -> Lookahead {
-        let batch = sampler.batch_len().max(1) as u64;
-        let span = sampler.state().length.div_ceil(batch).clamp(1, (MAX_ENTRIES / batch).max(1));
-        Lookahead { span, window: Mutex::new(Window::default()) }
+    /// A window over `shard`'s draws of `sampler`, for a loader running up
+    /// to `depth` steps apart.
+    pub fn new(sampler: &Sampler, shard: Shard, depth: u64) -> Result<Lookahead, SamplerError> {
+        let per_step = sampler.shard_len(shard)?.max(1) as u64;
+        let span = sampler.state().length.div_ceil(per_step).clamp(1, (MAX_ENTRIES / per_step).max(1));
+        Ok(Lookahead { shard, span, slack: depth.max(SLACK), window: Mutex::new(Window::default()) })
     }
 
     /// Steps ahead of the asked one that the window covers.
@@ -90,9 +101,9 @@ impl Lookahead {
             w.lo = first;
             w.hi = first;
         }
-        w.batch.resize(sampler.batch_len(), 0);
+        w.batch.resize(sampler.shard_len(self.shard)?, 0);
         while w.hi <= last {
-            sampler.fill(w.hi, &mut w.batch)?;
+            sampler.fill_shard(w.hi, self.shard, &mut w.batch)?;
             for &i in &w.batch {
                 let steps = w.at.entry(i).or_default();
                 if steps.last() != Some(&w.hi) {
@@ -101,8 +112,8 @@ impl Lookahead {
             }
             w.hi += 1;
         }
-        while w.lo + SLACK < step && w.lo < w.hi {
-            sampler.fill(w.lo, &mut w.batch)?;
+        while w.lo + self.slack < step && w.lo < w.hi {
+            sampler.fill_shard(w.lo, self.shard, &mut w.batch)?;
             for &i in &w.batch {
                 if let Some(steps) = w.at.get_mut(&i) {
                     if steps.first() == Some(&w.lo) {
@@ -127,30 +138,45 @@ mod tests {
     use super::*;
     use zring_sampler::Mode;
 
-    /// The hints are exactly the next draws within the span, whatever order
-    /// and spacing the steps are asked in (workers race, resumes jump).
+    /// The hints are exactly the shard's next draws within the span,
+    /// whatever order and spacing the steps are asked in (workers race,
+    /// resumes jump); a draw by another shard is not a next use.
     #[test]
-    fn hints_are_the_next_draws_within_the_span() {
+    fn hints_are_the_shards_next_draws_within_the_span() {
         let s = Sampler::new(Mode::Iid, 500, 32, 7).unwrap();
-        let look = Lookahead::new(&s);
-        assert_eq!(look.span(), 16);
-        let mut asked = Vec::new();
-        for step in (0..200).chain([190, 195, 1000, 1001, 5, 6]) {
-            let idx = s.batch(step);
-            let mut out = vec![None; idx.len()];
-            look.fill(&s, step, &idx, &mut out).unwrap();
-            for (k, &i) in idx.iter().enumerate() {
-                let want = (step + 1..=step + look.span()).find(|&t| s.batch(t).contains(&i));
-                assert_eq!(out[k], want, "step {step}, index {i}");
+        for shard in [Shard::ALL, Shard::new(1, 4).unwrap()] {
+            let look = Lookahead::new(&s, shard, 8).unwrap();
+            let per = s.shard_len(shard).unwrap();
+            assert_eq!(look.span(), 500u64.div_ceil(per as u64));
+            let draws = |t: u64| {
+                let mut v = vec![0; per];
+                s.fill_shard(t, shard, &mut v).unwrap();
+                v
+            };
+            let mut others = 0;
+            for step in (0..200).chain([190, 195, 1000, 1001, 5, 6]) {
+                let idx = draws(step);
+                let mut out = vec![None; idx.len()];
+                look.fill(&s, step, &idx, &mut out).unwrap();
+                for (k, &i) in idx.iter().enumerate() {
+                    let want = (step + 1..=step + look.span()).find(|&t| draws(t).contains(&i));
+                    assert_eq!(out[k], want, "step {step}, index {i}");
+                    // Other shards draw it sooner, often: that is not counted.
+                    let global = (step + 1..=step + look.span()).find(|&t| s.batch(t).contains(&i));
+                    others += usize::from(global.is_some() && global != want);
+                }
             }
-            asked.push(step);
+            assert_eq!(others > 0, shard != Shard::ALL);
+            assert!(look.window.lock().unwrap().at.len() <= (look.span() + SLACK + 1) as usize * per);
         }
-        assert!(look.window.lock().unwrap().at.len() <= (look.span() + SLACK + 1) as usize * 32);
     }
 
     #[test]
-    fn the_span_is_capped_by_the_entries() {
+    fn the_span_is_capped_by_the_entries_and_the_slack_follows_the_depth() {
         let s = Sampler::new(Mode::Iid, 1 << 40, 1024, 1).unwrap();
-        assert_eq!(Lookahead::new(&s).span(), MAX_ENTRIES / 1024);
+        assert_eq!(Lookahead::new(&s, Shard::ALL, 4).unwrap().span(), MAX_ENTRIES / 1024);
+        assert_eq!(Lookahead::new(&s, Shard::new(0, 4).unwrap(), 4).unwrap().span(), MAX_ENTRIES / 256);
+        assert_eq!(Lookahead::new(&s, Shard::ALL, 4).unwrap().slack, SLACK);
+        assert_eq!(Lookahead::new(&s, Shard::ALL, 500).unwrap().slack, 500);
     }
 }

@@ -236,7 +236,7 @@ impl Sampler {
     /// once, computing each cycle's permutation only once.
     pub fn next_use(&self, index: u64, after: u64) -> Option<u64> {
         let mut out = [None];
-        self.next_use_into(after, &[index], &mut out, false);
+        self.next_use_into(after, &[index], &mut out, false, None);
         out[0]
     }
 
@@ -248,14 +248,21 @@ impl Sampler {
         if out.len() != indices.len() {
             return Err(Error::BufferLength { expected: indices.len() as u64, got: out.len() as u64 });
         }
-        self.next_use_into(after, indices, out, false);
+        self.next_use_into(after, indices, out, false, None);
         Ok(())
     }
 
-    /// [`fill_shard`](Sampler::fill_shard) and the
-    /// [`next_use`](Sampler::next_use) after `step` of each index it wrote:
-    /// `next[k]` is when `indices[k]` is needed next. Both buffers must hold
-    /// exactly [`shard_len`](Sampler::shard_len) entries.
+    /// [`fill_shard`](Sampler::fill_shard) and, for each index it wrote, the
+    /// first step after `step` at which *this shard* draws it again: `next[k]`
+    /// is when `indices[k]` is needed next by the consumer of `shard`. Both
+    /// buffers must hold exactly [`shard_len`](Sampler::shard_len) entries.
+    /// For [`Shard::ALL`] this is [`next_use`](Sampler::next_use); for a
+    /// shard, a step at which another shard takes the index does not count
+    /// (a host's record cache keeps what *it* reads next). In cyclic mode
+    /// each cycle places an index in a given shard with probability
+    /// `1 / count`, so `None` after the 64 cycles searched needs `(1 - 1 /
+    /// count)^63` bad luck; in sequential mode the search stops after 64
+    /// passes over the data.
     ///
     /// This is what a loader gathering `step` asks. It costs less than
     /// [`fill_next_use`](Sampler::fill_next_use) on the same indices: in
@@ -274,19 +281,30 @@ impl Sampler {
         if next.len() != indices.len() {
             return Err(Error::BufferLength { expected: indices.len() as u64, got: next.len() as u64 });
         }
-        self.next_use_into(step, indices, next, true);
+        let slots = shard.range(self.batch_len)?;
+        self.next_use_into(step, indices, next, true, Some(slots));
         Ok(())
     }
 
     /// The body of the next-use methods; the lengths are equal. With
-    /// `from_batch`, every index is one of the batch of `after`.
-    fn next_use_into(&self, after: u64, indices: &[u64], out: &mut [Option<u64>], from_batch: bool) {
+    /// `from_batch`, every index is one of the batch of `after`. With `slots`
+    /// (a shard's positions `lo..hi` in a batch) only draws at those positions
+    /// count.
+    fn next_use_into(
+        &self,
+        after: u64,
+        indices: &[u64],
+        out: &mut [Option<u64>],
+        from_batch: bool,
+        slots: Option<(usize, usize)>,
+    ) {
+        let b = self.batch_len as u64;
+        let counts = |q: u64| slots.is_none_or(|(lo, hi)| (lo as u64..hi as u64).contains(&(q % b)));
         out.fill(None);
         let Some(first_step) = after.checked_add(1) else {
             return;
         };
         let n = self.length;
-        let b = self.batch_len as u64;
         match self.kernel {
             Kernel::Iid { .. } => {}
             Kernel::Sequential => {
@@ -304,7 +322,12 @@ impl Sampler {
                         continue;
                     }
                     let r = if index >= start { index - start } else { index + (n - start) };
-                    *o = first_step.checked_add(r / b);
+                    // Later passes over the data put the index at `r + k n`
+                    // positions on; a shard takes the first at its slots.
+                    *o = (0..NEXT_USE_CYCLES)
+                        .map_while(|k| r.checked_add(k.checked_mul(n)?))
+                        .find(|&p| counts(p))
+                        .and_then(|p| first_step.checked_add(p / b));
                 }
             }
             Kernel::Cyclic { key, domain, steps_per_cycle } => {
@@ -338,7 +361,7 @@ impl Sampler {
                             continue;
                         }
                         let q = perm.invert(index);
-                        if q >= per_cycle {
+                        if q >= per_cycle || !counts(q) {
                             continue;
                         }
                         match cycle_start.checked_add(q / b) {

@@ -220,9 +220,47 @@ proptest! {
         let mut want = vec![0; len];
         s.fill_shard(step, shard, &mut want).unwrap();
         prop_assert_eq!(&indices, &want);
-        for (&i, &n) in indices.iter().zip(&next) {
+        let mut all = vec![0; s.batch_len()];
+        let mut all_next = vec![None; s.batch_len()];
+        s.fill_shard_with_next_use(step, Shard::ALL, &mut all, &mut all_next).unwrap();
+        for (&i, &n) in all.iter().zip(&all_next) {
             prop_assert_eq!(n, s.next_use(i, step));
         }
+        // A shard's next use is a step at which that shard draws the index,
+        // never before the global next use.
+        for (&i, &n) in indices.iter().zip(&next) {
+            if let Some(t) = n {
+                let mut at = vec![0; len];
+                s.fill_shard(t, shard, &mut at).unwrap();
+                prop_assert!(at.contains(&i));
+                prop_assert!(s.next_use(i, step).is_some_and(|g| g <= t));
+            }
+        }
         prop_assert!(s.fill_shard_with_next_use(step, shard, &mut indices, &mut next[1..]).is_err());
+    }
+
+    /// Exhaustively on small samplers: a shard's next use is the first later
+    /// step whose slice of the batch holds the index.
+    #[test]
+    fn a_shards_next_use_is_its_own_next_draw(
+        mode in prop_oneof![Just(Mode::Sequential), Just(Mode::Cyclic)], seed in any::<u64>(),
+        length in 1u64..60, per_shard in 1u64..5, step in 0u64..50, index in 0u32..4,
+    ) {
+        let s = Sampler::new(mode, length, 4 * per_shard, seed).unwrap();
+        let shard = Shard::new(index, 4).unwrap();
+        let Ok(len) = s.shard_len(shard) else {
+            return Ok(());
+        };
+        let mut indices = vec![0; len];
+        let mut next = vec![None; len];
+        s.fill_shard_with_next_use(step, shard, &mut indices, &mut next).unwrap();
+        let mut at = vec![0; len];
+        for (&i, &n) in indices.iter().zip(&next) {
+            let want = (step + 1..step + 2_000).find(|&t| {
+                s.fill_shard(t, shard, &mut at).unwrap();
+                at.contains(&i)
+            });
+            prop_assert_eq!(n, want, "index {}", i);
+        }
     }
 }
