@@ -164,6 +164,8 @@ def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs
 
 
 def cell(r: dict) -> str:
+    if r["mib_s"] is None and not r["failed"]:
+        return "-"
     if r["failed"]:
         return f"{r['failed']} failed" + (f", {r['ooms']} OOM" if r["ooms"] else "")
     return f"{r['mib_s']:.0f}"
@@ -183,8 +185,9 @@ def table(rows: list[tuple[str, float, dict]], fio: float | None) -> str:
     lines = ["| setup | budget/dataset | limit MiB | default | forced buffered | forced O_DIRECT | "
              "default ÷ O_DIRECT | default ÷ buffered | slowest step s (default) | OOM kills (default) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    missing = {"col": "-", "limit": 0, "ooms": 0, "peak": None, "failed": 0, "mib_s": None, "worst_step_s": None}
     for setup, ratio, res in rows:
-        d, b, o = (res[c] for c in COLUMNS)
+        d, b, o = (res.get(c, dict(missing, col=c)) for c in ("default", "buffered", "direct"))
 
         def div(x, y):
             return f"{x['mib_s'] / y['mib_s']:.2f}" if x["mib_s"] and y["mib_s"] else "-"
