@@ -3,6 +3,9 @@ rename into place: a failure leaves nothing at the path, an existing path is
 an error unless ``overwrite=True`` (or ``append=True``), and nothing is left
 behind in the parent directory."""
 
+import os
+import stat
+
 import numpy as np
 import pytest
 
@@ -109,3 +112,18 @@ def test_cli_convert_refuses_an_existing_destination(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "b.npy"), str(tmp_path / "out"), "--overwrite"]) == 0
     with zring.Dataset(tmp_path / "out") as ds:
         np.testing.assert_array_equal(ds[:], np.arange(6, dtype=np.int32).reshape(2, 3))
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o755), (0o077, 0o700), (0o002, 0o775)])
+def test_a_store_gets_the_mode_the_umask_gives(tmp_path, mask, mode):
+    # Stores were made drwx------ (the temporary directory's mode) whatever
+    # the umask: nobody else on a shared cluster could read them.
+    old = os.umask(mask)
+    try:
+        zring.write_dataset(tmp_path / "d", np.zeros((3, 2), np.uint8), codec="raw")
+        zring.write_dataset(tmp_path / "d", np.ones((3, 2), np.uint8), codec="raw", overwrite=True)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == mode
+    for f in (tmp_path / "d").iterdir():
+        assert stat.S_IMODE(f.stat().st_mode) & ~mode & 0o777 == 0, f

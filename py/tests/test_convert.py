@@ -150,3 +150,58 @@ def test_the_command_line(tmp_path, capsys):
     assert "overwrite" in capsys.readouterr().err
     assert cli.main(["convert", str(tmp_path / "t.parquet"), str(tmp_path / "o"), "--overwrite"]) == 0
     assert len(list((tmp_path / "o").iterdir())) == 8
+
+
+def test_a_fill_the_column_cannot_hold_is_an_error_naming_it(tmp_path):
+    # 1.5 in an int64 column was written as 1, silently.
+    t = pa.table({"n": pa.array([1, None, 3], type=pa.int64()), "b": pa.array([1, None], type=pa.uint8()).take([0, 1, 1]),
+                  "f": pa.array([1.0, None, 2.0], type=pa.float32())})
+    pq.write_table(t, tmp_path / "n.parquet")
+    for fill, col, typ in [(1.5, "n", "int64"), (-1, "b", "uint8"), (300, "b", "uint8")]:
+        cols = [col]
+        with pytest.raises(ValueError, match=f"fill value {fill!r} does not fit column '{col}' of type {typ}"):
+            zring.convert(tmp_path / "n.parquet", tmp_path / "out", fill=fill, columns=cols)
+        assert not (tmp_path / "out").exists()
+    with pytest.raises(ValueError, match="does not fit column 'f' of type float"):
+        zring.convert(tmp_path / "n.parquet", tmp_path / "out", fill=1e300, columns=["f"])
+    zring.convert(tmp_path / "n.parquet", tmp_path / "out", fill=7.0, columns=["n", "f"])
+    with zring.Dataset(tmp_path / "out" / "n.zr") as d:
+        np.testing.assert_array_equal(d[:], [1, 7, 3])
+
+
+def test_a_truncated_shard_is_named_without_a_traceback(tmp_path, capsys):
+    (tmp_path / "shards").mkdir()
+    _shard(tmp_path / "shards" / "shard-000.tar", [(f"s{i}", {"jpg": bytes([i]) * 3000}) for i in range(4)])
+    _shard(tmp_path / "shards" / "shard-001.tar", [(f"t{i}", {"jpg": bytes([i]) * 3000}) for i in range(4)])
+    cut = tmp_path / "shards" / "shard-001.tar"
+    cut.write_bytes(cut.read_bytes()[:5000])  # cut mid-member
+    with pytest.raises(ValueError, match="shard-001.tar: not a complete tar shard"):
+        zring.convert(tmp_path / "shards", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert cli.main(["convert", str(tmp_path / "shards"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "shard-001.tar: not a complete tar shard" in err and "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_command_line_errors_name_flags_not_keyword_arguments(tmp_path, capsys):
+    t = pa.table({"gappy": pa.array([1.0, None]), "meta": pa.array([{"a": 1}, {"a": 2}])})
+    pq.write_table(t, tmp_path / "n.parquet")
+    assert cli.main(["convert", str(tmp_path / "n.parquet"), str(tmp_path / "o"), "--columns", "gappy"]) == 1
+    err = capsys.readouterr().err
+    assert "--fill" in err and "fill=" not in err
+    assert cli.main(["convert", str(tmp_path / "n.parquet"), str(tmp_path / "o")]) == 1
+    err = capsys.readouterr().err
+    assert "--columns" in err and "columns=" not in err
+    assert cli.main(["convert", str(tmp_path / "n.parquet"), str(tmp_path / "o"), "--columns", "gappy", "--fill", "0"]) == 0
+    capsys.readouterr()
+    assert cli.main(["convert", str(tmp_path / "n.parquet"), str(tmp_path / "o"), "--columns", "gappy", "--fill", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "--overwrite" in err and "=True" not in err and "append" not in err
+    with pytest.raises(SystemExit):
+        cli.main(["convert", "--help"])
+    out = capsys.readouterr().out
+    assert "Parquet" in out or "parquet" in out
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "WebDataset tar shards" in " ".join(capsys.readouterr().out.split())

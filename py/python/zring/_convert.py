@@ -168,6 +168,28 @@ def _plan_column(pa: Any, name: str, t: Any) -> tuple[str, np.dtype, tuple[int, 
     )
 
 
+def _fill_scalar(pa: Any, fill: Any, typ: Any, name: str) -> Any:
+    """``fill`` as a scalar of column ``name``'s type ``typ``, or a ValueError
+    when the type cannot hold it exactly (1.5 in an int64 column, -1 or 300
+    in a uint8 one): silently writing another value would corrupt the data."""
+    if pa.types.is_integer(typ):
+        info = np.iinfo(typ.to_pandas_dtype())
+        exact = isinstance(fill, (int, np.integer)) or (isinstance(fill, (float, np.floating)) and float(fill).is_integer())
+        if not exact or not info.min <= int(fill) <= info.max:
+            raise ValueError(f"fill value {fill!r} does not fit column {name!r} of type {typ} "
+                             f"(integers from {info.min} to {info.max})")
+        return pa.scalar(int(fill), type=typ)
+    if pa.types.is_floating(typ):
+        if not isinstance(fill, (int, float, np.integer, np.floating)):
+            raise ValueError(f"fill value {fill!r} does not fit column {name!r} of type {typ}")
+        with np.errstate(over="ignore"):
+            value = np.array(fill).astype(typ.to_pandas_dtype())
+        if np.isfinite(fill) and not np.isfinite(value):
+            raise ValueError(f"fill value {fill!r} does not fit column {name!r} of type {typ} (out of range)")
+        return pa.scalar(value.item(), type=typ)
+    return pa.scalar(fill, type=typ)
+
+
 def _fill_nulls(pa: Any, arr: Any, name: str, fill: Any, kind: str) -> Any:
     """``arr`` without nulls (``fill`` for numbers, empty for lists/bytes), or a ValueError."""
     import pyarrow.compute as pc
@@ -175,14 +197,15 @@ def _fill_nulls(pa: Any, arr: Any, name: str, fill: Any, kind: str) -> Any:
     if arr.null_count == 0 and not (kind in ("list", "fixed_list") and arr.values.null_count):
         return arr
     if fill is None:
-        raise ValueError(f"column {name!r} holds nulls; pass fill= (--fill) to say what to write for them")
+        raise ValueError(f"column {name!r} holds nulls; pass fill= to say what to write for them")
     if kind == "scalar":
-        return pc.fill_null(arr, pa.scalar(fill, type=arr.type))
+        return pc.fill_null(arr, _fill_scalar(pa, fill, arr.type, name))
     if kind == "bytes":
         return pc.fill_null(arr, pa.scalar(b"" if pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
                                            else "", type=arr.type))
     # lists: null elements become fill, null lists become empty lists
-    values = pc.fill_null(arr.values, pa.scalar(fill, type=arr.type.value_type)) if arr.values.null_count else arr.values
+    values = (pc.fill_null(arr.values, _fill_scalar(pa, fill, arr.type.value_type, name))
+              if arr.values.null_count else arr.values)
     if kind == "fixed_list":
         if arr.null_count:
             raise ValueError(f"column {name!r} holds null fixed-size lists, which have no empty form")
@@ -357,21 +380,26 @@ def _samples(shards: Sequence[Path]) -> Iterator[tuple[str, dict[str, bytes]]]:
     """(key, {extension: bytes}) per sample, in shard order."""
     for shard in shards:
         key, sample = None, {}
-        with tarfile.open(shard, mode="r|*") as tf:
-            for m in tf:
-                if not m.isfile():
-                    continue
-                k, ext = _split_key(m.name)
-                if not ext:
-                    raise ValueError(f"{shard}: member {m.name!r} has no extension, so no store to go to")
-                if k != key:
-                    if key is not None:
-                        yield key, sample
-                    key, sample = k, {}
-                if ext in sample:
-                    raise ValueError(f"{shard}: sample {k!r} has two {ext!r} members")
-                f = tf.extractfile(m)
-                sample[ext] = f.read() if f is not None else b""
+        try:
+            with tarfile.open(shard, mode="r|*") as tf:
+                for m in tf:
+                    if not m.isfile():
+                        continue
+                    k, ext = _split_key(m.name)
+                    if not ext:
+                        raise ValueError(f"{shard}: member {m.name!r} has no extension, so no store to go to")
+                    if k != key:
+                        if key is not None:
+                            yield key, sample
+                        key, sample = k, {}
+                    if ext in sample:
+                        raise ValueError(f"{shard}: sample {k!r} has two {ext!r} members")
+                    f = tf.extractfile(m)
+                    sample[ext] = f.read() if f is not None else b""
+        except (tarfile.TarError, EOFError) as e:
+            # A shard cut short (a copy interrupted) or not a tar file: name it,
+            # among the hundreds a dataset may have.
+            raise ValueError(f"{shard}: not a complete tar shard ({e}); nothing was written") from e
         if key is not None:
             yield key, sample
 
@@ -466,7 +494,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         dst: The store (``.npy``, loaderx, folder) or the directory of stores
             (Parquet: one per column; tar: one per extension) to create.
         columns: Parquet columns to convert (default: all).
-        fill: What a null becomes (default: a null is an error).
+        fill: What a null becomes (default: a null is an error); a value the
+            column's type cannot hold exactly (1.5 in an integer column, -1 in
+            an unsigned one) is a ValueError.
         extensions: Folder files to keep, by extension (default: all).
         codec: ``"zstd"`` (default), ``"raw"`` or ``"zstd_dict"`` is not
             offered here (a dictionary needs a sample of the whole column).

@@ -265,6 +265,13 @@ def _rename_exchange(a: Path, b: Path) -> bool:
     raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
 
 
+def _umask() -> int:
+    """The process's umask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -300,6 +307,9 @@ def _target(path: Path, overwrite: bool, append: bool):
         )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
+    # mkdtemp makes the directory private (0700) whatever the umask; the store
+    # it becomes gets the mode any directory made here would have.
+    os.chmod(tmp, 0o777 & ~_umask())
     try:
         yield tmp
         if not exists:

@@ -198,7 +198,9 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="read and checksum every record")
     s.add_argument("path")
     s.set_defaults(func=cmd_verify)
-    s = sub.add_parser("convert", help="a .npy file or a loaderx store into a zring store")
+    s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files (one store per column), "
+                                       "a folder of files or WebDataset tar shards (one store per extension) "
+                                       "into zring stores")
     s.add_argument("src")
     s.add_argument("dst")
     s.add_argument("--codec", default="zstd", choices=("zstd", "raw"))
@@ -230,8 +232,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.func(args)
     except (ZringError, OSError, ValueError, TypeError) as exc:
-        print(f"error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"error: {type(exc).__name__}: {_in_flags(str(exc))}", file=sys.stderr)
         return 1
+
+
+# The library's messages name its keyword arguments; the command's user sees flags.
+_FLAGS = (
+    (", or append=True to add records to it", ""),
+    ("overwrite=True", "--overwrite"),
+    ("fill=", "--fill"),
+    ("columns=", "--columns"),
+)
+
+
+def _in_flags(message: str) -> str:
+    """``message`` with the library's keyword arguments named as this command's flags."""
+    for kwarg, flag in _FLAGS:
+        message = message.replace(kwarg, flag)
+    return message
 
 
 if __name__ == "__main__":
