@@ -90,7 +90,10 @@ pub enum Error {
     NoDictionary,
     /// An earlier write or fsync failed; the writer refuses further writes because
     /// what reached the disk is unknown. Reopen the store to recover the last synced state.
-    #[error("the store's writer is poisoned by an earlier failure ({0}); reopen the store")]
+    #[error(
+        "the store's writer refuses further writes after an earlier failure ({0}): what reached the disk is \
+         unknown; open the store again to continue from its last synced state"
+    )]
     Poisoned(String),
     /// The handle's snapshot can no longer be read: the store at its path was
     /// replaced (`overwrite=True`, or deleted and written again), or files its

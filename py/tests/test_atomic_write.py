@@ -127,3 +127,38 @@ def test_a_store_gets_the_mode_the_umask_gives(tmp_path, mask, mode):
     assert stat.S_IMODE(os.stat(tmp_path / "d").st_mode) == mode
     for f in (tmp_path / "d").iterdir():
         assert stat.S_IMODE(f.stat().st_mode) & ~mode & 0o777 == 0, f
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (root only): a disk that fills up."""
+    import subprocess
+
+    where = tmp_path / "small"
+    where.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root")
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", str(where)], check=True)
+
+
+@pytest.mark.parametrize("how", ["dataset", "ragged", "convert"])
+def test_a_full_disk_is_an_oserror_with_its_errno_and_leaves_nothing(small_disk, how):
+    # It used to surface as PoisonedError ("... reopen the store"): the close
+    # after the failed write hid the OSError a program catches for ENOSPC.
+    import errno
+
+    data = np.random.default_rng(0).integers(0, 255, size=(2048, 4096), dtype=np.uint8)  # 8 MiB
+    with pytest.raises(OSError) as e:
+        if how == "dataset":
+            zring.write_dataset(small_disk / "d", data, codec="raw")
+        elif how == "ragged":
+            zring.write_ragged(small_disk / "d", list(data), codec="raw")
+        else:
+            np.save(small_disk.parent / "a.npy", data)
+            zring.convert(small_disk.parent / "a.npy", small_disk / "d", codec="raw")
+    assert e.value.errno == errno.ENOSPC, repr(e.value)
+    assert list(small_disk.iterdir()) == []

@@ -49,7 +49,7 @@ from typing import Any, Iterable, Iterator, Sequence
 import numpy as np
 
 from . import _schema
-from ._zrecord import WRITE_CHUNK_BYTES, _open_for_write, _progress, _target, write_dataset
+from ._zrecord import WRITE_CHUNK_BYTES, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
 #: File holding a store's record names.
@@ -113,7 +113,12 @@ class _Sink:
         self.store.append(flat, starts, lens, self.codec)
         self.records += n
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> None:
+        """Sync and close; after a failure, close quietly (the failure is
+        what the caller must see, not the poisoned writer's refusal)."""
+        if failed:
+            _release(self.store, True)
+            return
         try:
             self.store.sync()
         finally:
@@ -285,6 +290,7 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     bar = _progress(total, f"convert {src.name}", progress)
     sinks: dict[str, _Sink] = {}
+    ok = False
     try:
         for c, (kind, dt, shape) in plans.items():
             sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec)
@@ -294,11 +300,12 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
                     _append_column(pa, sinks[c], _fill_nulls(pa, chunk, c, fill, kind), kind, shape)
             if bar is not None:
                 bar.update(table.num_rows)
+        ok = True
     finally:
         if bar is not None:
             bar.close()
         for s in sinks.values():
-            s.close()
+            s.close(failed=not ok)
     return {c: s.records for c, s in sinks.items()}
 
 
@@ -342,6 +349,7 @@ def _convert_folder(src: Path, dst: Path, extensions: Sequence[str] | None, code
         raise ValueError(f"{src} holds no files" + (f" with extensions {sorted(wanted)}" if wanted else ""))
     bar = _progress(len(rels), f"convert {src.name}", progress)
     sink = _Sink(dst, np.dtype(np.uint8), None, codec)
+    ok = False
     try:
         def read() -> Iterator[bytes]:
             for r in rels:
@@ -349,10 +357,11 @@ def _convert_folder(src: Path, dst: Path, extensions: Sequence[str] | None, code
                 if bar is not None:
                     bar.update(1)
         _bytes_records(sink, read(), block_bytes)
+        ok = True
     finally:
         if bar is not None:
             bar.close()
-        sink.close()
+        sink.close(failed=not ok)
     _write_names(dst, [r.replace(os.sep, "/") for r in rels])
     return {"": sink.records}
 
@@ -419,6 +428,7 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
             items.clear()
         size = 0
 
+    ok = False
     try:
         for key, sample in _samples(shards):
             if not sinks:
@@ -443,11 +453,12 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
         if not sinks:
             raise ValueError(f"{src} holds no samples")
         flush()
+        ok = True
     finally:
         if bar is not None:
             bar.close()
         for s in sinks.values():
-            s.close()
+            s.close(failed=not ok)
     for ext in sinks:
         _write_names(dst / f"{ext}.zr", keys)
     return {ext: s.records for ext, s in sinks.items()}

@@ -272,6 +272,19 @@ def _umask() -> int:
     return mask
 
 
+def _release(store: Store, failed: bool) -> None:
+    """Close a store being written. After a failure, quietly: the failure is
+    what the caller must see (a full disk as the ``OSError`` it is), not the
+    refusal of the poisoned writer to sync on close."""
+    if not failed:
+        store.close()
+        return
+    try:
+        store.close()
+    except Exception:  # noqa: BLE001 - the first failure is already propagating
+        pass
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -423,6 +436,7 @@ def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype
     count = len(array)
     store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}")
     bar = _progress(count, f"write {name}", progress)
+    ok = False
     try:
         if codec == "zstd_dict" and count and not store.has_dict():
             k = min(count, DICT_MAX_SAMPLES, max(1, DICT_SAMPLE_BYTES // max(itemsize, 1)))
@@ -438,10 +452,11 @@ def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype
             if bar is not None:
                 bar.update(len(block))
         store.sync()
+        ok = True
     finally:
         if bar is not None:
             bar.close()
-        store.close()
+        _release(store, not ok)
 
 
 def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any = None,
@@ -530,6 +545,7 @@ def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np
             bar.update(len(block))
         block, block_bytes = [], 0
 
+    ok = False
     try:
         for i, a in enumerate(arrays):
             a = prepared(i, a)
@@ -539,8 +555,9 @@ def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np
                 flush()
         flush()
         store.sync()
+        ok = True
     finally:
         if bar is not None:
             bar.close()
-        store.close()
+        _release(store, not ok)
     return total
