@@ -47,7 +47,7 @@ thread_local! {
 
 /// The locks held across a `fork`, released in reverse order of taking.
 struct Held {
-    _fds: std::sync::MutexGuard<'static, Option<crate::io::fds::Fds>>,
+    _fds: std::sync::RwLockWriteGuard<'static, Option<crate::io::fds::Fds>>,
     _memory: std::sync::MutexGuard<'static, Option<crate::read::memory::Owner>>,
     _pool: std::sync::MutexGuard<'static, Option<(u32, std::sync::Arc<rayon::ThreadPool>)>>,
     _gate: RwLockWriteGuard<'static, ()>,

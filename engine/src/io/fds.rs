@@ -11,14 +11,14 @@
 //!
 //! # Numbers
 //!
-//! * On first use the soft `RLIMIT_NOFILE` is raised to the hard limit where
-//!   the hard limit allows (Go's runtime has done the same since 1.19): the
-//!   soft limit of 1,024 exists for `select(2)`, and zring never hands
-//!   descriptors to `select`.
-//! * The cache keeps at most a quarter of the resulting soft limit open
-//!   ([`capacity`], at least 16, at most 65,536), least recently used first
-//!   out. The other three quarters belong to the program: Python and its
-//!   libraries, sockets, each store's table and lock files, a writer's tail.
+//! * The soft `RLIMIT_NOFILE` is taken as it is. (Raising it to the hard
+//!   limit, as Go's runtime does, was tried: every process the program then
+//!   started inherited the raised limit, and a program that spawns workers
+//!   with `posix_spawn` or `subprocess` has no hook to put it back.)
+//! * The cache keeps at most a quarter of the soft limit open ([`capacity`],
+//!   at least 16, at most 65,536), least recently used first out. The other
+//!   three quarters belong to the program: Python and its libraries, sockets,
+//!   each store's table and lock files, a writer's tail.
 //! * One batch of reads names at most a sixteenth of the limit in distinct
 //!   chunk files ([`batch_files`], at least 4): a batch holds its descriptors
 //!   until its reads complete, outside the cache's count, and a process may
@@ -28,6 +28,12 @@
 //!   16 batches instead of failing.
 //! * An open that fails for want of descriptors (`EMFILE`, `ENFILE`) empties
 //!   the cache and tries once more.
+//! * A hit takes the cache's lock shared and stamps the entry's last use in
+//!   an atomic, so the threads of a gather (one per core, and a loader's
+//!   workers) never queue behind each other for a descriptor they all have;
+//!   only a miss takes the lock exclusively, and a miss on a full cache
+//!   evicts the entry used longest ago, found by a scan of the cache (at most
+//!   [`capacity`] entries, next to an `open(2)` that costs as much).
 //!
 //! # Why a cached descriptor is never another file's
 //!
@@ -44,14 +50,12 @@
 //! parent's alone). Its lock is also one of those [`crate::fork`] holds across
 //! `fork()`.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
-use std::num::NonZeroUsize;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-
-use lru::LruCache;
+use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
 
 use crate::error::{Error, Result};
 use crate::read::cache::StoreId;
@@ -122,18 +126,18 @@ impl ChunkFile {
 
     fn get(&self, direct: bool) -> Result<Arc<File>> {
         let key = (self.id, direct);
-        if let Some(f) = lock().lru.get(&key) {
-            return Ok(f.clone());
+        {
+            let g = FDS.read().unwrap_or_else(|p| p.into_inner());
+            if let Some(fds) = g.as_ref().filter(|f| f.pid == std::process::id()) {
+                if let Some(f) = fds.hit(&key) {
+                    return Ok(f);
+                }
+            }
         }
         // Opened without the lock: an open can take long (a network file
         // system, a FIFO put in a chunk's place).
         let f = Arc::new(self.open(direct)?);
-        let mut fds = lock();
-        if let Some(existing) = fds.lru.get(&key) {
-            return Ok(existing.clone());
-        }
-        fds.lru.put(key, f.clone());
-        Ok(f)
+        Ok(lock().insert(key, f, capacity()))
     }
 
     /// Opens the file; [`Error::Stale`] when it is gone or the directory now
@@ -147,7 +151,7 @@ impl ChunkFile {
         }
         let f = match crate::io::fs::open(&self.path, &opts) {
             Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
-                lock().lru.clear();
+                lock().map.clear();
                 crate::io::fs::open(&self.path, &opts)
             }
             r => r,
@@ -173,17 +177,51 @@ impl ChunkFile {
 impl Drop for ChunkFile {
     fn drop(&mut self) {
         let mut fds = lock();
-        fds.lru.pop(&(self.id, false));
-        fds.lru.pop(&(self.id, true));
+        fds.map.remove(&(self.id, false));
+        fds.map.remove(&(self.id, true));
     }
 }
 
 pub(crate) struct Fds {
     pid: u32,
-    lru: LruCache<(u64, bool), Arc<File>>,
+    map: HashMap<(u64, bool), Entry>,
+    /// Stamps of use, ascending.
+    clock: AtomicU64,
 }
 
-static FDS: Mutex<Option<Fds>> = Mutex::new(None);
+impl Fds {
+    /// Caches `file` under `key` (or returns the one another thread cached
+    /// first), evicting the entry used longest ago when `capacity` is reached.
+    fn insert(&mut self, key: (u64, bool), file: Arc<File>, capacity: usize) -> Arc<File> {
+        if let Some(existing) = self.map.get(&key) {
+            return existing.file.clone();
+        }
+        if self.map.len() >= capacity {
+            let oldest = self.map.iter().min_by_key(|(_, e)| e.used.load(Relaxed)).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.map.remove(&k);
+            }
+        }
+        let used = AtomicU64::new(self.clock.fetch_add(1, Relaxed));
+        self.map.insert(key, Entry { file: file.clone(), used });
+        file
+    }
+
+    /// The cached descriptor of `key`, stamped as used now.
+    fn hit(&self, key: &(u64, bool)) -> Option<Arc<File>> {
+        let e = self.map.get(key)?;
+        e.used.store(self.clock.fetch_add(1, Relaxed), Relaxed);
+        Some(e.file.clone())
+    }
+}
+
+struct Entry {
+    file: Arc<File>,
+    /// The clock's value at the last use.
+    used: AtomicU64,
+}
+
+static FDS: RwLock<Option<Fds>> = RwLock::new(None);
 
 /// The process's descriptor cache, made (again, in a forked child) on first use.
 fn lock() -> MappedFds {
@@ -192,17 +230,17 @@ fn lock() -> MappedFds {
     if g.as_ref().is_none_or(|f| f.pid != pid) {
         // A parent's cache in a child: dropping it closes the child's copies
         // of the descriptors only.
-        *g = Some(Fds { pid, lru: LruCache::new(NonZeroUsize::new(capacity()).expect("capacity is at least 16")) });
+        *g = Some(Fds { pid, map: HashMap::new(), clock: AtomicU64::new(0) });
     }
     MappedFds(g)
 }
 
 /// The cache's lock itself (held across `fork()` by [`crate::fork`]).
-pub(crate) fn lock_raw() -> MutexGuard<'static, Option<Fds>> {
-    FDS.lock().unwrap_or_else(|p| p.into_inner())
+pub(crate) fn lock_raw() -> RwLockWriteGuard<'static, Option<Fds>> {
+    FDS.write().unwrap_or_else(|p| p.into_inner())
 }
 
-struct MappedFds(MutexGuard<'static, Option<Fds>>);
+struct MappedFds(RwLockWriteGuard<'static, Option<Fds>>);
 
 impl std::ops::Deref for MappedFds {
     type Target = Fds;
@@ -217,7 +255,7 @@ impl std::ops::DerefMut for MappedFds {
     }
 }
 
-/// The soft descriptor limit, raised to the hard one first where allowed.
+/// The soft descriptor limit (module docs: why it is not raised).
 fn nofile_limit() -> u64 {
     static LIMIT: OnceLock<u64> = OnceLock::new();
     *LIMIT.get_or_init(|| {
@@ -225,15 +263,6 @@ fn nofile_limit() -> u64 {
         // SAFETY: getrlimit writes the limits into `lim`, a valid rlimit.
         if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
             return 1024;
-        }
-        if lim.rlim_cur < lim.rlim_max {
-            let raised = libc::rlimit { rlim_cur: lim.rlim_max, rlim_max: lim.rlim_max };
-            // SAFETY: setrlimit reads `raised`, a valid rlimit; raising the
-            // soft limit up to the hard one needs no privilege, and a refusal
-            // leaves the limit as it was.
-            if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
-                lim.rlim_cur = lim.rlim_max;
-            }
         }
         if lim.rlim_cur == libc::RLIM_INFINITY {
             u64::MAX
@@ -245,12 +274,20 @@ fn nofile_limit() -> u64 {
 
 /// Descriptors the cache keeps open at most (module docs).
 pub(crate) fn capacity() -> usize {
-    (nofile_limit() / CACHE_SHARE).clamp(16, 65_536) as usize
+    capacity_for(nofile_limit())
 }
 
 /// Distinct chunk files one batch of reads may name (module docs).
 pub(crate) fn batch_files() -> usize {
-    (nofile_limit() / BATCH_SHARE).clamp(4, 16_384) as usize
+    batch_files_for(nofile_limit())
+}
+
+fn capacity_for(limit: u64) -> usize {
+    (limit / CACHE_SHARE).clamp(16, 65_536) as usize
+}
+
+fn batch_files_for(limit: u64) -> usize {
+    (limit / BATCH_SHARE).clamp(4, 16_384) as usize
 }
 
 #[cfg(test)]
@@ -269,9 +306,9 @@ mod tests {
         let other = ChunkFile::new(p, None);
         assert!(!Arc::ptr_eq(&a, &other.buffered().unwrap()), "another handle's file is another entry");
         let key = (cf.id, false);
-        assert!(lock().lru.contains(&key));
+        assert!(lock().map.contains_key(&key));
         drop(cf);
-        assert!(!lock().lru.contains(&key), "dropping the file closes its cached descriptor");
+        assert!(!lock().map.contains_key(&key), "dropping the file closes its cached descriptor");
     }
 
     #[test]
@@ -283,8 +320,41 @@ mod tests {
     }
 
     #[test]
-    fn limits_follow_the_descriptor_limit() {
-        assert!(capacity() >= 16 && batch_files() >= 4);
-        assert!(batch_files() <= capacity());
+    fn limits_are_shares_of_the_descriptor_limit_within_bounds() {
+        assert_eq!((capacity_for(1024), batch_files_for(1024)), (256, 64));
+        assert_eq!((capacity_for(256), batch_files_for(256)), (64, 16));
+        // Tiny limits keep a working minimum; huge ones a sane maximum.
+        assert_eq!((capacity_for(20), batch_files_for(20)), (16, 4));
+        assert_eq!((capacity_for(u64::MAX), batch_files_for(u64::MAX)), (65_536, 16_384));
+    }
+
+    #[test]
+    fn the_soft_limit_is_left_as_it_was() {
+        let mut before = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: getrlimit writes into `before`, a valid rlimit.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut before) }, 0);
+        let _ = capacity();
+        let mut after = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut after) }, 0);
+        assert_eq!(before.rlim_cur, after.rlim_cur, "children would inherit a raised limit");
+    }
+
+    #[test]
+    fn a_full_cache_evicts_the_descriptor_used_longest_ago() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = Arc::new(File::create(dir.path().join("f")).unwrap());
+        let mut fds = Fds { pid: 0, map: HashMap::new(), clock: AtomicU64::new(0) };
+        for k in 0..3 {
+            fds.insert((k, false), file.clone(), 3);
+        }
+        assert!(fds.hit(&(0, false)).is_some()); // used again: the oldest is now 1
+        fds.insert((3, false), file.clone(), 3);
+        let mut keys: Vec<u64> = fds.map.keys().map(|k| k.0).collect();
+        keys.sort();
+        assert_eq!(keys, [0, 2, 3]);
+        // A key cached already keeps its descriptor.
+        let other = Arc::new(File::open(dir.path().join("f")).unwrap());
+        assert!(Arc::ptr_eq(&fds.insert((2, false), other, 3), &file));
     }
 }
