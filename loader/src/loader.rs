@@ -202,6 +202,8 @@ struct State {
     /// `None` before the first.
     ragged_step_max: Option<u64>,
     gather: GatherStats,
+    /// Workers waiting for the window to open.
+    idle: u64,
 }
 
 struct Shared {
@@ -376,6 +378,7 @@ impl Loader {
                 died: None,
                 ragged_step_max: None,
                 gather: GatherStats::new(),
+                idle: 0,
             }),
             work: Condvar::new(),
             ready: Condvar::new(),
@@ -514,7 +517,11 @@ impl Loader {
             + ctx.hints.allocations()
             + ctx.streams.iter().map(|s| s.data.allocations() + s.offsets.allocations()).sum::<u64>();
         let state = self.shared.lock();
-        stats::snapshot(self.delivered, allocated, &self.wait, &state.gather)
+        // Waiting workers count as idle only while there is nothing to claim
+        // (a worker woken for a step it has not claimed yet is not idle).
+        let window_end = state.next_deliver.saturating_add(ctx.window(state.ragged_step_max));
+        let idle = if state.next_claim >= window_end { state.idle } else { 0 };
+        stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle)
     }
 
     /// Stops the workers and waits for them to exit. Batches already returned
@@ -575,7 +582,9 @@ fn worker(shared: &Shared) {
                     state.next_claim += 1;
                     break step;
                 }
+                state.idle += 1;
                 state = shared.work.wait(state).unwrap_or_else(PoisonError::into_inner);
+                state.idle -= 1;
             }
         };
 

@@ -68,6 +68,9 @@ pub struct LoaderStats {
     pub wait: Percentiles,
     /// Time a worker took to gather one step (all streams).
     pub gather: Percentiles,
+    /// Gather threads waiting with the window full (no step to claim): when
+    /// it equals the thread count, nothing more is gathered until `next()`.
+    pub workers_idle: u64,
 }
 
 /// A histogram of microseconds with its bounds preset, so recording never
@@ -101,8 +104,15 @@ impl GatherStats {
     }
 }
 
-pub(crate) fn snapshot(delivered: u64, allocated: u64, wait: &Histogram<u64>, gather: &GatherStats) -> LoaderStats {
+pub(crate) fn snapshot(
+    delivered: u64,
+    allocated: u64,
+    wait: &Histogram<u64>,
+    gather: &GatherStats,
+    idle: u64,
+) -> LoaderStats {
     LoaderStats {
+        workers_idle: idle,
         buffers_allocated: allocated,
         steps_delivered: delivered,
         steps_gathered: gather.steps,

@@ -12,22 +12,27 @@ use zring_loader::{Loader, LoaderConfig, Mode, Stream, DEFAULT_AHEAD_BYTES};
 
 /// Takes `delivered` batches, then waits (up to a generous limit) until the
 /// workers have gathered `expect` steps ahead, and checks that they do not
+/// Gather threads of every loader here.
+const THREADS: u64 = 4;
+
 /// go further.
 fn ahead_after(loader: &mut Loader, delivered: u64, expect: u64) {
     for _ in 0..delivered {
         assert_matches_source(&loader.next().unwrap());
     }
+    // Until every worker waits for the window to open: from then on nothing
+    // more is gathered until next(), so the count is final.
     let started = Instant::now();
-    while loader.stats().steps_gathered < delivered + expect && started.elapsed() < DEADLOCK / 2 {
-        thread::sleep(Duration::from_millis(2));
+    while loader.stats().workers_idle < THREADS && started.elapsed() < DEADLOCK / 2 {
+        thread::sleep(Duration::from_millis(1));
     }
-    // The workers have had every chance to run past the window.
-    thread::sleep(Duration::from_millis(50));
-    assert_eq!(loader.stats().steps_gathered, delivered + expect, "{:?}", loader.stats());
+    let stats = loader.stats();
+    assert_eq!(stats.workers_idle, THREADS, "the workers never all waited: {stats:?}");
+    assert_eq!(stats.steps_gathered, delivered + expect, "{stats:?}");
 }
 
 fn config(depth: usize, ahead_bytes: u64) -> LoaderConfig {
-    LoaderConfig { mode: Mode::Cyclic, depth, threads: 4, ahead_bytes, ..LoaderConfig::new(10) }
+    LoaderConfig { mode: Mode::Cyclic, depth, threads: THREADS as usize, ahead_bytes, ..LoaderConfig::new(10) }
 }
 
 #[test]

@@ -166,6 +166,8 @@ class _TransformPool:
         self._broken = False  # a pull failed (or the loader closed); nobody pulls again
         self._failed_step: int | None = None  # the step whose pull failed
         self._stop = False
+        self._waiting = 0  # workers waiting for room to read ahead
+        self.consumers_waiting = 0  # next() calls waiting for their step (for tests)
         self._pid = os.getpid()
         seq = next(_SEQ)
         self._threads = [
@@ -182,13 +184,21 @@ class _TransformPool:
         room = self._room
         while True:
             with room:
+                self._waiting += 1
                 while not (self._stop or self._broken) and self._claimed - self._consumed >= self._ahead:
                     room.wait(_POLL)
+                self._waiting -= 1
                 if self._stop or self._broken:
                     return
                 self._claimed += 1
             if not self._take_and_transform():
                 return
+
+    def quiet(self) -> bool:
+        """Whether every worker waits for room with the read-ahead full: then
+        no transform starts until the consumer takes a step (for tests)."""
+        with self._room:
+            return self._waiting == len(self._threads) and self._claimed - self._consumed >= self._ahead
 
     def _take_and_transform(self) -> bool:
         """Pull one raw batch, transform it, file the outcome; False to stop."""
@@ -245,7 +255,9 @@ class _TransformPool:
                 if self._failed_step is not None and self.next_step >= self._failed_step:
                     # The failure itself was handed out already.
                     return (_LOADER_ERROR, None, None, self.next_step)
+                self.consumers_waiting += 1
                 ready.wait(_POLL)
+                self.consumers_waiting -= 1
             step = self.next_step
             self._consumed += 1
             if item[0] != _LOADER_ERROR:
