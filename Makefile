@@ -11,7 +11,7 @@ PY    := $(VENV)/bin/python
 PIP   := $(VENV)/bin/pip
 FUZZ_SECONDS ?= 15
 
-.PHONY: demo test bench venv develop develop-release rust-test py-test fuzz lint doc clean
+.PHONY: demo test bench venv develop develop-release develop-bench rust-test py-test fuzz lint doc clean
 
 $(VENV)/.ok: py/requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -62,7 +62,11 @@ test: lint rust-test doc py-test fuzz
 
 # Benchmarks (release build; data in $$ZRING_BENCH_DIR or ./bench-data, never /tmp).
 # The peers compare.py measures against are installed here, not in `make test`.
-bench: develop-release
+# The benchmarks' build: release, with the ceilings (the `bench` feature).
+develop-bench: venv
+	cd py && ../$(VENV)/bin/maturin develop --release --features bench --quiet
+
+bench: develop-bench
 	$(PIP) install --quiet lmdb h5py zarr tensorstore blosc2 array-record grain pylance matplotlib
 	ZRING_BENCH_COLD_GIB=$${ZRING_BENCH_COLD_GIB:-5} cargo bench -p zring-benches
 	$(PY) benches/compare.py --readme

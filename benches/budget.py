@@ -48,7 +48,6 @@ import atexit
 import importlib
 import json
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -56,7 +55,18 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (the benches' shared helpers; standard library only)
+from common import (  # noqa: E402
+    REPO,
+    Cgroups,
+    drop_caches,
+    fio_randread,
+    note,
+    notes,
+    proc_read_bytes,
+    shown,
+)
 
 RECORD_SHAPE = (3, 64, 64)  # uint8, 12 KiB
 RECORD = 3 * 64 * 64
@@ -86,143 +96,11 @@ WHAT = {
     "loader_iid": "as above in mode 1 (iid, with replacement): zring looks ahead at the draws to come",
 }
 
-notes: list[str] = []
-
-
-def note(msg: str) -> None:
-    notes.append(msg)
-    print(f"  note: {msg}", file=sys.stderr, flush=True)
 
 
 # --------------------------------------------------------------------------
 # cgroups
 # --------------------------------------------------------------------------
-
-class Cgroups:
-    """Creates limited memory cgroups (v2 if the unified hierarchy has the
-    memory controller, else v1) and removes every one it made."""
-
-    def __init__(self) -> None:
-        self.created: list[Path] = []
-        root = Path("/sys/fs/cgroup")
-        if (root / "cgroup.controllers").exists():
-            self.version = 2
-            self.mount = root
-            self.home = root / self._own_path(lambda ctrls: ctrls == "")
-            # v2 forbids processes in a cgroup whose children have controllers
-            # (except the root), so the run cgroups hang off the root.
-            self.base = root
-            if "memory" not in (root / "cgroup.controllers").read_text().split():
-                raise RuntimeError("cgroup v2 without the memory controller")
-            sub = root / "cgroup.subtree_control"
-            if "memory" not in sub.read_text().split():
-                sub.write_text("+memory")
-        else:
-            self.version = 1
-            self.mount = self._v1_mount()
-            own = self._own_path(lambda ctrls: "memory" in ctrls.split(","))
-            # Nested under this process's own memory cgroup when there is one,
-            # so the runs stay inside whatever hierarchy started us.
-            cand = self.mount / own
-            self.base = cand if cand.is_dir() and os.access(cand, os.W_OK) else self.mount
-            self.home = cand if cand.is_dir() else self.mount
-        probe = self.base / f"zring-bench-{os.getpid()}-probe"
-        probe.mkdir()
-        self.created.append(probe)
-        self.remove(probe)
-
-    @staticmethod
-    def _own_path(pick) -> str:
-        for line in Path("/proc/self/cgroup").read_text().splitlines():
-            _, ctrls, path = line.split(":", 2)
-            if pick(ctrls):
-                return path.lstrip("/")
-        return ""
-
-    @staticmethod
-    def _v1_mount() -> Path:
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            pre, _, post = line.partition(" - ")
-            fields, tail = pre.split(), post.split()
-            if len(tail) >= 3 and tail[0] == "cgroup" and "memory" in tail[2].split(","):
-                return Path(fields[4])
-        raise RuntimeError("no memory cgroup controller mounted")
-
-    def describe(self) -> str:
-        where = "under the benchmark's own memory cgroup" if self.base != self.mount else "under the hierarchy's root"
-        limit = "memory.limit_in_bytes" if self.version == 1 else "memory.max"
-        return f"cgroup v{self.version}, one fresh cgroup per run {where}, limit set with `{limit}`"
-
-    def create(self, name: str, limit: int) -> tuple[Path, int]:
-        p = self.base / name
-        p.mkdir()
-        self.created.append(p)
-        if self.version == 1:
-            (p / "memory.limit_in_bytes").write_text(str(limit))
-            got = int((p / "memory.limit_in_bytes").read_text())
-        else:
-            (p / "memory.max").write_text(str(limit))
-            if (p / "memory.swap.max").exists():
-                (p / "memory.swap.max").write_text("0")
-            got = int((p / "memory.max").read_text())
-        return p, got
-
-    def oom_kills(self, p: Path) -> int:
-        f = p / ("memory.oom_control" if self.version == 1 else "memory.events")
-        try:
-            for line in f.read_text().splitlines():
-                k, _, v = line.partition(" ")
-                if k == "oom_kill":
-                    return int(v)
-        except OSError:
-            pass
-        return 0
-
-    def peak(self, p: Path) -> int | None:
-        f = p / ("memory.max_usage_in_bytes" if self.version == 1 else "memory.peak")
-        try:
-            return int(f.read_text().split()[0])
-        except (OSError, ValueError, IndexError):
-            return None
-
-    def remove(self, p: Path) -> None:
-        if not p.exists():
-            if p in self.created:
-                self.created.remove(p)
-            return
-        for _ in range(100):
-            try:
-                pids = (p / "cgroup.procs").read_text().split()
-            except OSError:
-                pids = []
-            for pid in pids:  # move leftovers out first (rmdir fails while it has tasks)
-                try:
-                    (self.home / "cgroup.procs").write_text(pid)
-                except OSError:
-                    pass
-            try:
-                p.rmdir()
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            print(f"  warning: could not remove cgroup {p}", file=sys.stderr)
-            return
-        if p in self.created:
-            self.created.remove(p)
-
-    def cleanup(self) -> None:
-        for p in list(reversed(self.created)):
-            self.remove(p)
-
-
-def drop_caches() -> None:
-    os.sync()
-    with open("/proc/sys/vm/drop_caches", "w") as f:
-        f.write("3\n")
-
 
 # --------------------------------------------------------------------------
 # the measuring child
@@ -242,13 +120,6 @@ def flat(d, pre: str = "") -> dict:
 def status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
-            return int(line.split()[1])
-    return 0
-
-
-def proc_read_bytes() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
             return int(line.split()[1])
     return 0
 
@@ -493,14 +364,6 @@ def store_bytes(p: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in p.rglob("*") if f.is_file())
 
 
-def shown(p: Path) -> str:
-    """A path as printed: relative to the repository when inside it."""
-    try:
-        return str(Path(p).resolve().relative_to(REPO))
-    except ValueError:
-        return "$ZRING_BENCH_DIR/" + Path(p).name if os.environ.get("ZRING_BENCH_DIR") else Path(p).name
-
-
 # --------------------------------------------------------------------------
 # runs
 # --------------------------------------------------------------------------
@@ -582,26 +445,8 @@ def run_one(cgs: Cgroups, seq: int, kind: str, col: str, path: Path, limit: int,
 
 
 def run_fio(store: Path) -> dict | None:
-    if shutil.which("fio") is None:
-        note("fio not installed (apt-get install -y fio): no disk ceiling")
-        return None
-    chunks = sorted((f for f in store.rglob("*") if f.is_file() and f.suffix == ".zr"), key=lambda f: f.stat().st_size)
-    if not chunks:
-        note("no zring chunk file for fio")
-        return None
-    target = chunks[-1]
     drop_caches()
-    cmd = ["fio", "--name=ceiling", f"--filename={target}", "--ioengine=io_uring", "--direct=1", "--rw=randread",
-           "--bs=12k", f"--iodepth={FIO_DEPTH}", "--readonly", f"--runtime={FIO_SECS}", "--time_based",
-           "--output-format=json"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=FIO_SECS + 60).stdout
-        rd = json.loads(out[out.index("{"):])["jobs"][0]["read"]
-        return {"mib_s": rd["bw_bytes"] / MIB, "iops": rd["iops"],
-                "cmd": " ".join(cmd).replace(str(target), shown(target))}
-    except Exception as e:  # noqa: BLE001
-        note(f"fio failed: {e}")
-        return None
+    return fio_randread(store, FIO_SECS, FIO_DEPTH)
 
 
 # --------------------------------------------------------------------------
@@ -703,37 +548,9 @@ def diag_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def machine(data: Path) -> str:
-    mem = next((ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), "0")
-    try:
-        disk = subprocess.run(["df", "-h", str(data)], capture_output=True, text=True).stdout.splitlines()[-1]
-    except Exception:  # noqa: BLE001
-        disk = "?"
-    disk = " ".join(disk.split())
-    return (f"{os.cpu_count()} cpus, {int(mem) / (1 << 20):.1f} GiB memory, Linux {platform.release()}, "
-            f"Python {platform.python_version()}; data on `{disk}`")
-
-
-def versions() -> str:
-    out = []
-    for name in ("numpy", "zring", "loaderx"):
-        try:
-            from importlib.metadata import version
-            out.append(f"{name} {version(name)}")
-        except Exception:  # noqa: BLE001
-            m = sys.modules.get(name)
-            out.append(f"{name} {getattr(m, '__version__', '?')}")
-    return ", ".join(out)
-
-
 def update_readme(readme: Path, text: str) -> None:
-    """Replaces the README's budget section with ``text`` (compare.py's
-    section writer, imported here: it pulls in NumPy, which the parent
-    process otherwise never needs)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from compare import update_readme as replace_section
-
-    replace_section(readme, text, "budget")
+    """Replaces the README's budget section with ``text``."""
+    common.update_readme(readme, text, "budget")
 
 
 # --------------------------------------------------------------------------
@@ -816,7 +633,7 @@ def main() -> None:
         floor_lines.append(f"{lib} {fp['anon'] / MIB:.0f} MiB anonymous + {fp['libs'] / MIB:.0f} MiB of mapped libraries")
     floor = max((fp["anon"] + fp["libs"] for fp in foot.values()), default=0)
     out = [f"## Memory budgets: zring vs loaderx under a cgroup memory limit ({secs:g} s per run)", ""]
-    out.append(f"Machine: {machine(data)}. Versions: {versions()}.")
+    out.append(f"Machine: {common.machine(data)}. Versions: {common.versions(('numpy', 'zring', 'loaderx'))}.")
     out.append("")
     out.append(f"Stores: {n} × 12 KiB random records, codec raw, {data_bytes / GIB:.2f} GiB of records "
                f"(allocated on disk: " + ", ".join(f"{k} {v / MIB:.0f} MiB" for k, v in stored.items()) + "). "

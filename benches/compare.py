@@ -31,10 +31,8 @@ import argparse
 import gc
 import json
 import os
-import platform
 import shutil
 import struct
-import subprocess
 import sys
 import time
 import traceback
@@ -42,7 +40,9 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (the benches' shared helpers)
+from common import REPO, fio_randread, note, notes, proc_read_bytes  # noqa: E402
 
 # Fixed inputs.
 RECORD_SHAPE = (3, 64, 64)  # uint8 image tile, 12 KiB
@@ -78,12 +78,6 @@ CEIL_LEVEL = 3  # zstd level of the compress and decode ceilings (zring's and lo
 MIB = 1 << 20
 # Bumped whenever make_records changes, so stored data from older runs is not reused.
 DATA_VERSION = 2
-notes: list[str] = []
-
-
-def note(msg: str) -> None:
-    notes.append(msg)
-    print(f"  note: {msg}", file=sys.stderr)
 
 
 # --------------------------------------------------------------------------
@@ -166,13 +160,6 @@ def block_read_bytes() -> int:
         except (OSError, IndexError, ValueError):
             pass
     return total
-
-
-def proc_read_bytes() -> int:
-    for line in Path("/proc/self/io").read_text().splitlines():
-        if line.startswith("read_bytes:"):
-            return int(line.split()[1])
-    return 0
 
 
 def pct(lat: list[float], q: float) -> float:
@@ -589,33 +576,16 @@ def make_records_range(start: int, end: int) -> np.ndarray:
 
 
 def run_fio(store: Path, secs: int, root: Path) -> Row | None:
-    if shutil.which("fio") is None:
-        note("fio not installed (apt-get install -y fio): no physical-ceiling row")
-        return None
-    chunks = sorted(store.glob("*.zr"), key=lambda p: p.stat().st_size)
-    if not chunks:
-        note("no zring chunk file found for fio")
-        return None
-    target = chunks[-1]
     evict([root])
-    cmd = ["fio", "--name=ceiling", f"--filename={target}", "--ioengine=io_uring", "--direct=1", "--rw=randread",
-           "--bs=12k", "--iodepth=32", "--readonly", f"--runtime={secs}", "--time_based", "--output-format=json"]
-    try:
-        out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-        j = json.loads(out[out.index("{"):])
-        rd = j["jobs"][0]["read"]
-        clat = rd["clat_ns"]["percentile"]
-        ios = rd["total_ios"]
-        secs_run = rd["runtime"] / 1e3
-        # Per "batch" of 256 reads at the measured rate, for comparison with the rows above.
-        row = Row("fio io_uring O_DIRECT randread 12k qd32", "ceiling", [], ios * 12288, ios, secs_run,
-                  iops=rd["iops"], clat_p50_ms=clat.get("50.000000", 0) / 1e6, clat_p99_ms=clat.get("99.000000", 0) / 1e6,
-                  clat_p999_ms=clat.get("99.900000", 0) / 1e6, cmd=" ".join(cmd).replace(str(REPO) + "/", ""))
-        row.lat_ms = []
-        return row
-    except Exception as e:  # noqa: BLE001
-        note(f"fio failed: {e}")
+    f = fio_randread(store, secs)
+    if f is None:
         return None
+    # Per "batch" of 256 reads at the measured rate, for comparison with the rows above.
+    row = Row("fio io_uring O_DIRECT randread 12k qd32", "ceiling", [], f["ios"] * 12288, f["ios"], f["secs"],
+              iops=f["iops"], clat_p50_ms=f["clat_p50_ms"], clat_p99_ms=f["clat_p99_ms"],
+              clat_p999_ms=f["clat_p999_ms"], cmd=f["cmd"])
+    row.lat_ms = []
+    return row
 
 
 # --------------------------------------------------------------------------
@@ -1168,28 +1138,14 @@ def plots(out: Path, hot: list[Row], cold: list[Row], load: list[Row]) -> list[s
 
 
 def machine() -> str:
-    mem = next((ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), "0")
-    try:
-        disk = subprocess.run(["df", "-h", str(REPO)], capture_output=True, text=True).stdout.splitlines()[-1]
-    except Exception:  # noqa: BLE001
-        disk = "?"
-    return (f"{os.cpu_count()} cpus, {int(mem) / (1 << 20):.1f} GiB memory, Linux {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}; data on `{disk}`")
+    return common.machine(REPO, f", numpy {np.__version__}")
 
 
 def versions() -> str:
-    out = []
-    for m in ("zring", "loaderx", "lmdb", "h5py", "zarr", "tensorstore", "blosc2", "array_record", "grain", "lance", "torch"):
-        try:
-            mod = __import__(m)
-            v = getattr(mod, "__version__", None)
-            if v is None:
-                from importlib.metadata import version
-                v = version({"array_record": "array-record", "lance": "pylance"}.get(m, m))
-            out.append(f"{m} {v}")
-        except Exception:  # noqa: BLE001
-            out.append(f"{m} (missing)")
-    return ", ".join(out)
+    return common.versions(
+        ("zring", "loaderx", "lmdb", "h5py", "zarr", "tensorstore", "blosc2", "array_record", "grain", "lance", "torch"),
+        {"array_record": "array-record", "lance": "pylance"},
+    )
 
 
 def main() -> None:
@@ -1263,17 +1219,8 @@ def main() -> None:
     print(text)
 
 
-def update_readme(readme: Path, text: str, section: str = "compare") -> None:
-    """Replaces the text between the README's ``section`` markers with ``text``
-    (headings moved down a level to sit under the README's "Benchmarks")."""
-    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
-    body = readme.read_text()
-    if begin not in body or end not in body:
-        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
-    demoted = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    head, rest = body.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{demoted}\n{end}{tail}")
+def update_readme(readme: Path, text: str) -> None:
+    common.update_readme(readme, text, "compare")
 
 
 if __name__ == "__main__":

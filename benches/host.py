@@ -33,11 +33,12 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import budget as common  # noqa: E402  (cgroups, drop_caches, fio, README sections)
+import budget  # noqa: E402  (the budget benchmark's child helpers)
+import common  # noqa: E402  (cgroups, drop_caches, fio, notes)
 
 REPO = common.REPO
-RECORD = common.RECORD
-RECORD_SHAPE = common.RECORD_SHAPE
+RECORD = budget.RECORD
+RECORD_SHAPE = budget.RECORD_SHAPE
 BATCH = 256
 LOADER = dict(num_workers=2, batch_size=BATCH, prefetch_size=4, mode=1, seed=1)
 RANKS = (2, 4, 8)
@@ -123,7 +124,7 @@ def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs
     cg, limit_set = cgs.create(f"zring-host-{os.getpid()}-{seq}", limit)
     gate = Path(cg).parent / f"zring-host-{os.getpid()}-{seq}.go"
     gate_file = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / f".gate-{os.getpid()}-{seq}"
-    env = common.child_env(COLUMNS[col])
+    env = budget.child_env(COLUMNS[col])
     procs = []
     try:
         for r in range(ranks):
@@ -135,7 +136,7 @@ def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs
         outs = []
         for p in procs:
             try:
-                out, err = p.communicate(timeout=secs + common.CHILD_GRACE)
+                out, err = p.communicate(timeout=secs + budget.CHILD_GRACE)
             except subprocess.TimeoutExpired:
                 os.killpg(p.pid, signal.SIGKILL)
                 out, err = p.communicate()
@@ -149,7 +150,7 @@ def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs
         gate_file.unlink(missing_ok=True)
         del gate
         cgs.remove(cg)
-    results = [common.parse_result(o) if rc == 0 else None for rc, o, _ in outs]
+    results = [budget.parse_result(o) if rc == 0 else None for rc, o, _ in outs]
     failed = [(rc, e) for (rc, _, e), r in zip(outs, results) if r is None]
     for rc, e in failed[:2]:
         common.note(f"{col}, {ranks} ranks, limit {limit_set / MIB:.0f} MiB: exit {rc}: "
@@ -197,7 +198,7 @@ def table(rows: list[tuple[str, float, dict]], fio: float | None) -> str:
                      f"{'-' if d['worst_step_s'] is None else format(d['worst_step_s'], '.2f')} | {d['ooms']} |")
     if fio:
         lines.append(f"\nCells: the ranks' summed steady-state MiB/s. Disk ceiling (fio, random 12 KiB O_DIRECT, "
-                     f"queue depth {common.FIO_DEPTH}): **{fio:.0f} MiB/s**.")
+                     f"queue depth 32): **{fio:.0f} MiB/s**.")
     return "\n".join(lines)
 
 
@@ -230,7 +231,8 @@ def main() -> None:
             del COLUMNS[c]
     one = ensure_data(data, args.gib, 1)
     data_bytes = int(args.gib * GIB) // RECORD * RECORD
-    fio = common.run_fio(one[0])
+    common.drop_caches()
+    fio = common.fio_randread(one[0], 5)
     fio_mib = fio["mib_s"] if fio else None
     rows = []
     seq = 0

@@ -10,9 +10,10 @@
 //! - `Loader` ([`loader::PyLoader`]): the step pipeline, with batches lent to
 //!   NumPy through `BatchBuffer` owners.
 //! - the exception hierarchy under `ZringError` ([`error`]).
-//! - `ceiling` ([`ceiling::ceiling`]): the codec and memcpy ceilings the
-//!   benchmarks report ratios against.
+//! - `ceiling`, with the `bench` feature only (`make bench`): the codec and
+//!   memcpy ceilings the benchmarks report ratios against.
 
+#[cfg(feature = "bench")]
 mod ceiling;
 mod convert;
 mod error;
@@ -49,6 +50,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;
     m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
+    #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(ceiling::ceiling, m)?)?;
     m.add("ZringError", py.get_type::<error::ZringError>())?;
     m.add("CorruptError", py.get_type::<error::CorruptError>())?;

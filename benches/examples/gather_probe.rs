@@ -1,7 +1,7 @@
 //! A quick in-process probe of hot gather throughput per codec, for profiling
 //! (`perf record`) the read path without a benchmark harness around it.
 //!
-//! `cargo run --release -p zring-engine --example gather_probe -- DIR [raw|zstd|zstd_dict] [rounds]`
+//! `cargo run --release -p zring-benches --example gather_probe -- DIR [raw|zstd|zstd_dict] [rounds]`
 
 use std::time::Instant;
 

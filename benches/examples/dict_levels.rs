@@ -2,7 +2,7 @@
 //! level and dictionary size on generated 12 KiB image tiles, to choose
 //! `DEFAULT_DICT_LEVEL` and the Python layer's default dictionary size.
 //!
-//! `cargo run --release -p zring-engine --example dict_levels`
+//! `cargo run --release -p zring-benches --example dict_levels`
 
 use std::time::Instant;
 
