@@ -435,6 +435,8 @@ unsafe fn run_uring(
     let mut next = 0usize; // next request never submitted
     let mut retry: Vec<usize> = Vec::new(); // requests to resubmit (short transfer, EINTR, EAGAIN)
     let mut failure: Option<ReqError> = None;
+    let mut finished = vec![false; reqs.len()]; // on_done called
+    let mut ring_failed = false;
     let mut flight = InFlight { ring, count: 0, failed: false };
 
     loop {
@@ -479,10 +481,12 @@ unsafe fn run_uring(
             let _ = enter(flight.ring, 0);
             idle();
         }
-        if let Err(e) = flight.wait() {
-            // The ring failed: stop here; settle() waits for what the kernel
-            // holds without entering it again.
-            failure.get_or_insert(ReqError { req: 0, kind: ReqErrorKind::Os(e) });
+        if flight.wait().is_err() {
+            // The ring failed (EAGAIN, ENOMEM or EBUSY when memory is tight,
+            // say), not a file: stop using it; settle() waits for what the
+            // kernel holds without entering it again, and the requests not
+            // finished are then read with pread below.
+            ring_failed = true;
             break;
         }
         let completed: Vec<(usize, i32)> =
@@ -514,6 +518,7 @@ unsafe fn run_uring(
                 }
             }
             if failure.is_none() {
+                finished[i] = true;
                 on_done(i);
             }
         }
@@ -526,10 +531,41 @@ unsafe fn run_uring(
     if let Some(idle) = idle.take() {
         idle();
     }
-    match failure {
-        Some(f) => Err(f),
-        None => Ok(()),
+    if let Some(f) = failure {
+        return Err(f);
     }
+    if ring_failed {
+        // The kernel owns none of the buffers now. What each unfinished
+        // request still needs is read (or written) again from where its
+        // completed part ends: positional transfers are idempotent, so bytes
+        // an in-flight request may have delivered are simply read again.
+        let rest: Vec<usize> = (0..reqs.len()).filter(|&i| !finished[i]).collect();
+        let tail: Vec<Req> = rest
+            .iter()
+            .map(|&i| {
+                let r = &reqs[i];
+                // SAFETY: `done[i] <= r.len`, so the pointer stays inside the request's range.
+                let ptr = unsafe { r.ptr.add(done[i]) };
+                Req {
+                    fd: r.fd,
+                    offset: r.offset + done[i] as u64,
+                    ptr,
+                    len: r.len - done[i],
+                    need: r.need.saturating_sub(done[i]),
+                }
+            })
+            .collect();
+        // SAFETY: each tail range lies inside its request's range, which the
+        // caller's contract keeps valid and unaliased for this call; no
+        // callback has run for these requests yet.
+        return unsafe { run_sync(op, &tail, &mut |k| on_done(rest[k])) }.map_err(|e| match e.kind {
+            ReqErrorKind::Eof { got } => {
+                ReqError { req: rest[e.req], kind: ReqErrorKind::Eof { got: got + done[rest[e.req]] } }
+            }
+            kind => ReqError { req: rest[e.req], kind },
+        });
+    }
+    Ok(())
 }
 
 /// A heap buffer whose usable part starts at an `ALIGN` boundary, as O_DIRECT
