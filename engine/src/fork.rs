@@ -23,8 +23,12 @@
 //!
 //! Costs and limits: a gather takes one uncontended shared lock (tens of
 //! nanoseconds against a gather's tens of microseconds at least); a `fork`
-//! waits for the longest operation under way (one gather, or one append
-//! batch). An operation that never ends (a read from a hung network file
+//! waits for the longest operation under way: one gather, or one block of a
+//! long write (appends and compactions leave the gate between blocks,
+//! [`Gated::yield_to_fork`], so a fork during an hours-long compaction waits
+//! for one 64 MiB group). A child forked inside such a write cannot write to
+//! that store through the inherited handle (the writer is refused in a
+//! forked child), and never waits for it. An operation that never ends (a read from a hung network file
 //! system) holds `fork` too, where without the gate the child would have hung
 //! instead. A `fork` called from inside a zring operation on the same thread
 //! cannot wait for it and skips the prepare step; zring calls no user code
@@ -84,13 +88,24 @@ pub(crate) fn enter() -> Entered {
 /// Fields drop in order: the guard first, then the gate.
 pub(crate) struct Gated<G> {
     inner: G,
-    _entered: Entered,
+    entered: Option<Entered>,
 }
 
 impl<G> Gated<G> {
     /// `inner`, taken by a thread that is inside the gate through `entered`.
     pub fn new(entered: Entered, inner: G) -> Gated<G> {
-        Gated { inner, _entered: entered }
+        Gated { inner, entered: Some(entered) }
+    }
+
+    /// Leaves the gate and enters it again, so that a `fork` waiting for this
+    /// operation happens now: a long write (an append of many blocks, a
+    /// compaction of many groups) calls it between blocks, and a fork waits
+    /// for one block, not the whole operation. A child forked there inherits
+    /// `inner` locked by a thread it does not have; the store refuses to write
+    /// in a forked child ([`crate::Store`]), so it is never waited for there.
+    pub fn yield_to_fork(&mut self) {
+        drop(self.entered.take());
+        self.entered = Some(enter());
     }
 }
 

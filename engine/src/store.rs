@@ -188,6 +188,7 @@ impl StoreBuilder {
             dict_level: self.dict_level,
             snap: RwLock::new(Arc::new(snap)),
             writer,
+            pid: std::process::id(),
         })
     }
 }
@@ -207,6 +208,8 @@ pub struct Store {
     pub(crate) dict_level: i32,
     pub(crate) snap: RwLock<Arc<Snapshot>>,
     pub(crate) writer: Option<Mutex<Writer>>,
+    /// The process that opened the store (writes are refused in a forked child).
+    pub(crate) pid: u32,
 }
 
 impl Store {
@@ -325,6 +328,16 @@ impl Store {
         let w = self.writer.as_ref().ok_or_else(|| {
             Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
         })?;
+        if std::process::id() != self.pid {
+            // Parent and child would write the same tail under one lock, and
+            // a fork inside a long write leaves the writer locked here.
+            return Err(Error::ReadOnly(format!(
+                "{} was opened writable by process {}; a forked child cannot write through that handle: open the \
+                 store again in this process",
+                self.dir.display(),
+                self.pid
+            )));
+        }
         let gate = crate::fork::enter();
         let g = Gated::new(gate, w.lock().unwrap_or_else(|p| p.into_inner()));
         if let Some(why) = &g.poisoned {
@@ -456,6 +469,10 @@ impl Store {
 
 impl Drop for Store {
     fn drop(&mut self) {
+        if std::process::id() != self.pid {
+            // A forked child's copy: the parent owns the writer.
+            return;
+        }
         if let Some(w) = &self.writer {
             let mut w = w.lock().unwrap_or_else(|p| p.into_inner());
             if w.poisoned.is_none() {

@@ -20,7 +20,7 @@ use crate::store::Store;
 use crate::write::Writer;
 
 /// Records are copied by compaction in groups of about this many bytes.
-const COMPACT_GROUP_BYTES: u64 = 64 << 20;
+const COMPACT_GROUP_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 
 /// What [`Store::compact`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -181,6 +181,8 @@ pub(crate) fn compact(s: &Store) -> Result<CompactReport> {
                 table.extend_from_slice(&Entry { chunk: id, offset, ..*e }.encode());
             }
             start = end;
+            // A fork waits for this group, not the whole compaction.
+            w.yield_to_fork();
         }
         out.finish()
     })();
@@ -256,4 +258,57 @@ pub(crate) fn commit_table(
         w.tail = fs::open_rw(&cp)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(
+    unsafe_code,
+    reason = "the test forks the process (libc::fork, _exit, waitpid); each block has its SAFETY note"
+)]
+mod tests {
+    use crate::{Codec, Store};
+    use std::sync::Arc;
+
+    /// `fork()` used to wait for a whole compaction (the writer held the fork
+    /// gate for the operation); now it waits for one group at most, and the
+    /// child cannot write through the inherited handle (it would wait on a
+    /// writer locked by a thread it does not have).
+    #[test]
+    fn fork_during_a_compaction_waits_for_one_group_not_the_whole() {
+        let dir = tempfile::Builder::new().tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let store = Arc::new(Store::builder(dir.path()).codec(Codec::Raw).create().unwrap());
+        let recs: Vec<Vec<u8>> = (0..4096u32).map(|i| vec![i as u8; 16 << 10]).collect(); // 64 MiB, 1024 groups
+        store.append(&recs.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+        store.delete(&[0]).unwrap();
+        let compactor = {
+            let store = store.clone();
+            std::thread::spawn(move || store.compact().unwrap())
+        };
+        // Compaction has begun once its first new chunk exists.
+        let first_new = dir.path().join("chunk-000001.zr");
+        while !first_new.exists() {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child calls only async-signal-tolerant Rust code of this
+        // crate (no allocation-dependent locks are held across fork: the gate
+        // guarantees it) and ends with _exit.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+        if pid == 0 {
+            let refused = matches!(store.sync(), Err(crate::Error::ReadOnly(m)) if m.contains("forked child"));
+            // SAFETY: ends the child without running the parent's destructors.
+            unsafe { libc::_exit(if refused { 0 } else { 3 }) };
+        }
+        // What the compaction had copied when fork returned: all of it if fork
+        // waited for the whole operation.
+        let copied = std::fs::metadata(&first_new).unwrap().len();
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is valid.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        compactor.join().unwrap();
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        let total = std::fs::metadata(&first_new).unwrap().len();
+        assert!(copied < total, "fork waited for the whole compaction ({copied} of {total} bytes copied)");
+        assert_eq!(store.len(), 4095);
+    }
 }

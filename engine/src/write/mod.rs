@@ -377,7 +377,11 @@ pub(crate) fn append_input(s: &Store, input: Input<'_, '_>, codec: Option<Codec>
     }
     let first = w.records;
     let enc = Encoder { codec, level: s.level, dict: dict.as_deref() };
-    let r = append::encode_and_write(input, &enc, &mut |blocks| write_blocks(s, &mut w, blocks));
+    let r = append::encode_and_write(input, &enc, &mut |blocks| {
+        let r = write_blocks(s, &mut w, blocks);
+        w.yield_to_fork();
+        r
+    });
     if w.records != first {
         republish(s, &w)?;
     }
