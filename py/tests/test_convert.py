@@ -205,3 +205,31 @@ def test_command_line_errors_name_flags_not_keyword_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert "WebDataset tar shards" in " ".join(capsys.readouterr().out.split())
+
+
+def test_names_are_a_store_read_on_demand_and_follow_deletes(tmp_path):
+    # names were one JSON list of every name (O(records) in memory) and a
+    # delete silently misaligned them.
+    (tmp_path / "shards").mkdir()
+    samples = [(f"k{i:04d}", {"bin": bytes([i % 256]) * (i % 7 + 1)}) for i in range(300)]
+    _shard(tmp_path / "shards" / "a.tar", samples)
+    zring.convert(tmp_path / "shards", tmp_path / "w")
+    store = tmp_path / "w" / "bin.zr"
+    assert (store / "names" / "head.zr").is_file() and not (store / "names.json").exists()
+    with zring.RaggedDataset(store) as d:
+        names = d.names
+        assert not isinstance(names, list) and len(names) == 300
+        assert names[0] == "k0000" and names[-1] == "k0299" and names[10:13] == ["k0010", "k0011", "k0012"]
+        assert list(names) == [k for k, _ in samples]
+        with pytest.raises(IndexError):
+            names[300]
+    z = zring.Zrecord(store)
+    z.delete(np.array([0, 5, 299], dtype=np.uint64))
+    z.compact()
+    z.close()
+    with zring.RaggedDataset(store) as d:
+        assert len(d.names) == len(d) == 297
+        # Every record still carries its own name: the tail moved into the holes.
+        by_name = dict(samples)
+        for i in range(len(d)):
+            assert bytes(d[i]) == by_name[d.names[i]]["bin"], i

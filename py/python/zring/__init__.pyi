@@ -119,8 +119,8 @@ class Dataset:
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
     @property
-    def names(self) -> Optional[list[str]]:
-        """Record names kept with the store (zring.convert of a folder or tar shards), or None."""
+    def names(self) -> Optional[Sequence[str]]:
+        """Record names kept with the store (zring.convert of a folder or tar shards), read on demand, or None."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "Dataset": ...
@@ -155,8 +155,8 @@ class RaggedDataset:
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
     @property
-    def names(self) -> Optional[list[str]]:
-        """Record names kept with the store (zring.convert of a folder or tar shards), or None."""
+    def names(self) -> Optional[Sequence[str]]:
+        """Record names kept with the store (zring.convert of a folder or tar shards), read on demand, or None."""
     def close(self) -> None:
         """Release the store."""
     def __enter__(self) -> "RaggedDataset": ...

@@ -33,9 +33,11 @@ What each source becomes:
 * A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
   (:func:`zring.import_loaderx`), as before.
 
-Names live in ``names.json`` in the store directory (a JSON list of strings,
-one per record, written once with the store); deleting records later does not
-update them.
+Names live in a ragged store of UTF-8 bytes, ``names/`` inside the store's
+directory, record ``i`` naming record ``i``: read a name at a time (a billion
+names are never one list in memory), and :meth:`zring.Zrecord.delete` and
+``compact`` apply to them too, so they stay aligned. Stores converted by
+earlier versions keep ``names.json`` (one JSON list), still read.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ import json
 import os
 import tarfile
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from collections.abc import Sequence
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
@@ -52,30 +55,90 @@ from . import _schema
 from ._zrecord import WRITE_CHUNK_BYTES, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
-#: File holding a store's record names.
-NAMES = "names.json"
+#: Directory (a ragged store of UTF-8 bytes) holding a store's record names.
+NAMES_DIR = "names"
+#: The single JSON list earlier versions wrote.
+LEGACY_NAMES = "names.json"
 
 
-def read_names(path: str | os.PathLike[str]) -> list[str] | None:
-    """The names kept with the store at ``path`` (``names.json``), or None."""
-    p = Path(path) / NAMES
+class Names(Sequence[str]):
+    """A store's record names, read on demand: ``len``, ``names[i]``,
+    ``names[a:b]`` (a list), iteration (in blocks), ``==`` with a list."""
+
+    _BLOCK = 65_536
+
+    def __init__(self, path: Path):
+        from .dataset import RaggedDataset
+
+        self._ds = RaggedDataset(path)
+
+    def __len__(self) -> int:
+        return len(self._ds)
+
+    def _block(self, start: int, stop: int) -> list[str]:
+        if start >= stop:
+            return []
+        values, splits = self._ds[np.arange(start, stop, dtype=np.int64)]
+        raw = values.tobytes()
+        return [raw[a:b].decode("utf-8") for a, b in zip(splits[:-1], splits[1:])]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(start, stop, step)]
+            return self._block(start, stop)
+        n = len(self)
+        k = int(i)
+        if not -n <= k < n:
+            raise IndexError(f"name {k} is out of range for {n} records")
+        k %= n
+        return self._block(k, k + 1)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), self._BLOCK):
+            yield from self._block(start, min(len(self), start + self._BLOCK))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Names, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"<zring names of {len(self)} records>"
+
+
+def read_names(path: str | os.PathLike[str]) -> Sequence[str] | None:
+    """The names kept with the store at ``path``, or None."""
+    p = Path(path)
+    if (p / NAMES_DIR).is_dir():
+        return Names(p / NAMES_DIR)
+    legacy = p / LEGACY_NAMES
     try:
-        text = p.read_text(encoding="utf-8")
+        text = legacy.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
     names = json.loads(text)
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{p} is not a JSON list of strings")
+        raise ValueError(f"{legacy} is not a JSON list of strings")
     return names
 
 
-def _write_names(store_dir: Path, names: Sequence[str]) -> None:
-    tmp = store_dir / (NAMES + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(list(names), f, ensure_ascii=False)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, store_dir / NAMES)
+def _write_names(store_dir: Path, names: Iterable[str]) -> None:
+    """Writes ``names`` (streamed) as the store's names store."""
+    from ._zrecord import write_ragged
+
+    it = iter(names)
+    first = next(it, None)
+    if first is None:
+        return
+
+    def encoded() -> Iterator[np.ndarray]:
+        yield np.frombuffer(first.encode("utf-8"), np.uint8)
+        for n in it:
+            yield np.frombuffer(n.encode("utf-8"), np.uint8)
+
+    write_ragged(store_dir / NAMES_DIR, encoded(), dtype=np.uint8, codec="zstd", progress=False)
 
 
 class _Sink:

@@ -161,11 +161,27 @@ class Zrecord(_util.Closeable):
         The bytes stay on disk until :meth:`compact`. Duplicates and any order
         are accepted.
         """
-        self._s.delete(_util.as_u64(idxs, "idxs"))
+        idx = _util.as_u64(idxs, "idxs")
+        self._s.delete(idx)
+        # The record names (a store of their own) move exactly as the records do.
+        names = self._names_store()
+        if names is not None:
+            with names:
+                names.delete(idx)
 
     def compact(self) -> dict[str, Any]:
         """Reclaim the space deleted records left behind; returns a report dict."""
-        return self._s.compact()
+        report = self._s.compact()
+        names = self._names_store()
+        if names is not None:
+            with names:
+                names.compact()
+        return report
+
+    def _names_store(self) -> "Zrecord | None":
+        """The store of this store's record names, open for writing, if any."""
+        p = self.path / "names"
+        return Zrecord(p) if (p / "head.zr").is_file() else None
 
     def stats(self) -> dict[str, Any]:
         """Storage usage: ``records``, ``live_bytes``, ``chunk_bytes``, ``reclaimable``, ...,

@@ -9,6 +9,7 @@ temporary buffer. Datasets open the store read-only, so any number of them
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,10 +75,12 @@ class _Base(_util.Closeable):
         return self._s.read_stats()
 
     @property
-    def names(self) -> list[str] | None:
+    def names(self) -> Sequence[str] | None:
         """The record names kept with the store (the relative paths of a
-        converted folder, the sample keys of converted tar shards), or None.
-        Read once, on first use."""
+        converted folder, the sample keys of converted tar shards), or None:
+        a sequence read on demand (``len``, ``names[i]``, slices, iteration),
+        never one list of every name; deletes through :class:`Zrecord` keep it
+        aligned with the records."""
         if not hasattr(self, "_names"):
             from ._convert import read_names
 
