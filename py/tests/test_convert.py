@@ -233,3 +233,47 @@ def test_names_are_a_store_read_on_demand_and_follow_deletes(tmp_path):
         by_name = dict(samples)
         for i in range(len(d)):
             assert bytes(d[i]) == by_name[d.names[i]]["bin"], i
+
+
+def test_timestamps_dictionaries_and_image_structs_convert(tmp_path):
+    import json
+    import datetime as dt
+
+    ts = [dt.datetime(2024, 1, 1, 0, 0, 0, 5), None, dt.datetime(1969, 12, 31, 23, 59, 59)]
+    t = pa.table({
+        "when": pa.array(ts, type=pa.timestamp("us")),
+        "day": pa.array([dt.date(1970, 1, 2), dt.date(2000, 1, 1), dt.date(1970, 1, 1)], type=pa.date32()),
+        "cat": pa.array(["cat", "dog", "cat"]).dictionary_encode(),
+        "label": pa.array([3, 1, 3], type=pa.int64()).dictionary_encode(),
+        "image": pa.array([{"bytes": b"\x89PNG1", "path": "a/1.png"}, {"bytes": b"\xff\xd8jpg2", "path": "b/2.jpg"},
+                           {"bytes": b"", "path": None}],
+                          type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+    })
+    pq.write_table(t, tmp_path / "t.parquet")
+    zring.convert(tmp_path / "t.parquet", tmp_path / "o", fill=-1)
+    with zring.Dataset(tmp_path / "o" / "when.zr") as d:
+        want = [1704067200000005, -1, -1000000]
+        np.testing.assert_array_equal(d[:], want)
+    schema = json.loads((tmp_path / "o" / "when.zr" / "schema.json").read_text())
+    assert (schema["unit"], schema["arrow_type"]) == ("us", "timestamp[us]")
+    with zring.Dataset(tmp_path / "o" / "day.zr") as d:
+        np.testing.assert_array_equal(d[:], [1, 10957, 0])
+    with zring.RaggedDataset(tmp_path / "o" / "cat.zr") as d:
+        assert [bytes(d[i]).decode() for i in range(3)] == ["cat", "dog", "cat"]
+    with zring.Dataset(tmp_path / "o" / "label.zr") as d:
+        np.testing.assert_array_equal(d[:], [3, 1, 3])
+    with zring.RaggedDataset(tmp_path / "o" / "image.zr") as d:
+        assert [bytes(d[i]) for i in range(3)] == [b"\x89PNG1", b"\xff\xd8jpg2", b""]
+        assert list(d.names) == ["a/1.png", "b/2.jpg", ""]
+
+
+def test_every_unmappable_column_is_named_in_one_message(tmp_path):
+    t = pa.table({"ok": pa.array([1, 2]), "meta": pa.array([{"a": 1}, {"a": 2}]),
+                  "tags": pa.array([["x"], ["y", "z"]]), "m": pa.array([{"k": 1.0}, {"k": 2.0}],
+                                                                       type=pa.map_(pa.string(), pa.float64()))})
+    pq.write_table(t, tmp_path / "s.parquet")
+    with pytest.raises(ValueError) as e:
+        zring.convert(tmp_path / "s.parquet", tmp_path / "out")
+    msg = str(e.value)
+    assert "'meta'" in msg and "'tags'" in msg and "'m'" in msg and "'ok'" not in msg, msg
+    assert not (tmp_path / "out").exists()

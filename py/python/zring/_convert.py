@@ -16,10 +16,17 @@ What each source becomes:
   scalars; fixed-size lists (nested too) a :class:`Dataset` with that item
   shape; variable-length lists of numbers a :class:`RaggedDataset` of the
   element type; strings and binary a :class:`RaggedDataset` of uint8 (the
-  UTF-8 bytes). A null is an error naming its column unless ``fill=`` is
-  given: then a null number (or list element) becomes ``fill`` and a null
-  list, string or binary an empty record. Any other type (structs, maps,
-  timestamps, dictionaries) is an error naming the column and its type.
+  UTF-8 bytes). Timestamps, dates, times and durations become int64 (int32
+  for date32/time32) counts since the epoch in the column's unit, which the
+  store's schema records (``unit``, ``arrow_type``); dictionary (categorical)
+  columns become their values; a struct of ``bytes`` (binary) and ``path``
+  (string), HuggingFace's ``Image()`` feature, becomes a
+  :class:`RaggedDataset` of the encoded bytes whose names are the paths. A
+  null is an error naming its column unless ``fill=`` is given: then a null
+  number (or list element) becomes ``fill`` (a fill the column's type cannot
+  hold exactly is an error) and a null list, string or binary an empty
+  record. Any other type (other structs, maps, lists of strings) is an error;
+  every such column is named in one message.
 * A folder of files: one uint8 record per file in ``DST``, a
   :class:`RaggedDataset`, files in sorted order of their relative paths,
   which are kept (:attr:`RaggedDataset.names`); ``extensions=`` keeps only
@@ -144,12 +151,15 @@ def _write_names(store_dir: Path, names: Iterable[str]) -> None:
 class _Sink:
     """One store being filled: fixed (``shape`` given) or ragged."""
 
-    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...] | None, codec: str):
+    def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...] | None, codec: str,
+                 extra: dict[str, Any] | None = None):
         self.path, self.dtype, self.shape, self.codec = path, np.dtype(dtype), shape, codec
         if shape is None:
             schema = _schema.ragged_schema(self.dtype, (), codec)
         else:
             schema = _schema.fixed_schema(self.dtype, shape, codec)
+        # What the column was before it was stored (a timestamp's unit, say).
+        schema.update(extra or {})
         self.store: Store = _open_for_write(path, schema, lambda _: False, "")
         self.records = 0
 
@@ -210,6 +220,46 @@ def _parquet_files(src: Path) -> list[Path]:
     return [src]
 
 
+class _Source:
+    """How a Parquet column becomes a storable Arrow array: the storable type,
+    the conversion of each chunk, what the schema records of the original,
+    and, for image structs, the field whose strings name the records."""
+
+    def __init__(self, typ: Any, convert: Any = None, extra: dict[str, Any] | None = None,
+                 names: str | None = None):
+        self.type, self.convert, self.extra, self.names = typ, convert or (lambda a: a), extra or {}, names
+
+
+def _source(pa: Any, name: str, t: Any) -> _Source:
+    """The :class:`_Source` of column ``name`` of Arrow type ``t`` (a
+    ValueError naming the column and type when it has none)."""
+    types = pa.types
+    if types.is_timestamp(t) or types.is_duration(t) or types.is_date64(t) or types.is_time64(t):
+        # Integers since the epoch (durations: counts) in the column's unit.
+        unit = getattr(t, "unit", "ms")
+        extra = {"arrow_type": str(t), "unit": unit}
+        if getattr(t, "tz", None):
+            extra["tz"] = t.tz
+        return _Source(pa.int64(), lambda a: a.cast(pa.int64()), extra)
+    if types.is_date32(t) or types.is_time32(t):
+        return _Source(pa.int32(), lambda a: a.cast(pa.int32()),
+                       {"arrow_type": str(t), "unit": getattr(t, "unit", "day")})
+    if types.is_dictionary(t):
+        # Categorical columns: stored as their values.
+        inner = _source(pa, name, t.value_type)
+        return _Source(inner.type, lambda a: inner.convert(a.dictionary_decode()), inner.extra, inner.names)
+    if types.is_struct(t):
+        fields = {t.field(i).name: t.field(i).type for i in range(t.num_fields)}
+        image = fields.get("bytes")
+        if image is not None and (types.is_binary(image) or types.is_large_binary(image)):
+            # HuggingFace's Image() feature: the encoded bytes, named by `path`.
+            path = fields.get("path")
+            names = "path" if path is not None and (types.is_string(path) or types.is_large_string(path)) else None
+            return _Source(image, lambda a: a.field("bytes"), {"arrow_type": str(t)}, names)
+    _plan_column(pa, name, t)  # raises, naming the column, for a type it cannot store
+    return _Source(t)
+
+
 def _plan_column(pa: Any, name: str, t: Any) -> tuple[str, np.dtype, tuple[int, ...] | None]:
     """(kind, dtype, item shape or None) for a column of Arrow type ``t``."""
     types = pa.types
@@ -230,10 +280,7 @@ def _plan_column(pa: Any, name: str, t: Any) -> tuple[str, np.dtype, tuple[int, 
         return "list", np.dtype(t.value_type.to_pandas_dtype()), None
     if types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t):
         return "bytes", np.dtype(np.uint8), None
-    raise ValueError(
-        f"cannot map column {name!r} of type {t} to a zring store (numbers, fixed-size lists of numbers, "
-        f"lists of numbers, strings and binary are supported); leave it out with columns="
-    )
+    raise ValueError(f"column {name!r} of type {t}")
 
 
 def _fill_scalar(pa: Any, fill: Any, typ: Any, name: str) -> Any:
@@ -349,25 +396,48 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
     missing = [c for c in names if c not in schema.names]
     if missing:
         raise ValueError(f"{files[0]} has no column(s) {missing}; it has {schema.names}")
-    plans = {c: _plan_column(pa, c, schema.field(c).type) for c in names}
+    sources: dict[str, _Source] = {}
+    plans = {}
+    unmappable = []
+    for c in names:
+        try:
+            sources[c] = _source(pa, c, schema.field(c).type)
+            plans[c] = _plan_column(pa, c, sources[c].type)
+        except ValueError as e:
+            unmappable.append(str(e))
+    if unmappable:
+        # Every one, not the first: a user fixes them in one go.
+        raise ValueError(
+            f"cannot map {', '.join(unmappable)} to a zring store (numbers, timestamps and dates, fixed-size "
+            f"lists of numbers, lists of numbers, strings, binary, dictionary (categorical) columns of those, "
+            f"and image structs of bytes and path are supported); leave them out with columns="
+        )
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     bar = _progress(total, f"convert {src.name}", progress)
     sinks: dict[str, _Sink] = {}
+    named: dict[str, _Sink] = {}  # image columns: their records' names, from `path`
     ok = False
     try:
         for c, (kind, dt, shape) in plans.items():
-            sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec)
+            sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec,
+                             sources[c].extra)
+            if sources[c].names:
+                named[c] = _Sink(dst / f"{c}.zr" / NAMES_DIR, np.dtype(np.uint8), None, "zstd")
         for table in _row_groups(pq, files, schema, names):
             for c, (kind, _, shape) in plans.items():
                 for chunk in table.column(c).chunks:
-                    _append_column(pa, sinks[c], _fill_nulls(pa, chunk, c, fill, kind), kind, shape)
+                    if c in named:
+                        paths = chunk.field(sources[c].names)
+                        _append_column(pa, named[c], _fill_nulls(pa, paths, c, "", "bytes"), "bytes", None)
+                    arr = sources[c].convert(chunk)
+                    _append_column(pa, sinks[c], _fill_nulls(pa, arr, c, fill, kind), kind, shape)
             if bar is not None:
                 bar.update(table.num_rows)
         ok = True
     finally:
         if bar is not None:
             bar.close()
-        for s in sinks.values():
+        for s in [*sinks.values(), *named.values()]:
             s.close(failed=not ok)
     return {c: s.records for c, s in sinks.items()}
 
