@@ -27,8 +27,9 @@
 //! the writer's `lock`: on NFS `flock` is emulated with byte-range locks and
 //! the two would collide.
 //!
-//! A reader that cannot open the pins file (a read-only directory holding a
-//! store written before pins existed) reads unpinned; a chunk removed under it
+//! Writers create the pins file (a new store, or an older one opened
+//! writable); readers only open it. A reader that finds none (a store no
+//! writer of this version has opened yet) reads unpinned; a chunk removed under it
 //! is then [`Error::Stale`], as is a store replaced under a reader
 //! (`overwrite=True`, or deleted and written again): see
 //! [`crate::io::fds::ChunkFile`].
@@ -51,14 +52,9 @@ pub(crate) struct Pin {
 /// pins file can neither be opened nor created: the snapshot is read unpinned.
 pub(crate) fn pin(dir: &Path, base: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
-    let file = match OpenOptions::new().read(true).open(&p) {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => match create(dir) {
-            Ok(f) => f,
-            Err(_) => return Ok(None),
-        },
-        Err(_) => return Ok(None),
-    };
+    // Readers never write to the store's directory: a store no writer of
+    // this version has opened yet has no pins file, and is read unpinned.
+    let Ok(file) = OpenOptions::new().read(true).open(&p) else { return Ok(None) };
     match lock(&file, libc::F_RDLCK as i16, base, 0) {
         Ok(true) => Ok(Some(Pin { _file: file })),
         // A writer holds a chunk's byte only for the instant of its removal.
