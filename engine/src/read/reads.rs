@@ -88,6 +88,8 @@ struct Counters {
     /// ([`policy::cache_total`]).
     check_records: AtomicU64,
     check_bytes: AtomicU64,
+    /// When the budget was last detected ([`millis`]).
+    check_at: AtomicU64,
 }
 
 /// One gather's counts, for [`Reads::observe`].
@@ -280,13 +282,16 @@ impl Reads {
         // serves, at hot-read rates.
         let by_records = c.check_records.fetch_add(s.records, Relaxed) + s.records >= policy::CHECK_RECORDS;
         let by_bytes = c.check_bytes.fetch_add(s.stored_bytes, Relaxed) + s.stored_bytes >= policy::CHECK_BYTES;
-        if !(by_records || by_bytes && self.caching.load(Relaxed)) {
+        let now = millis();
+        let by_time = now.saturating_sub(c.check_at.load(Relaxed)) >= policy::CHECK_MILLIS;
+        if !(by_records || (by_bytes || by_time) && self.caching.load(Relaxed)) {
             return None;
         }
         // One gather judges; the others carry on counting.
         let mut policy = self.policy.try_lock().ok()?;
         c.check_records.store(0, Relaxed);
         c.check_bytes.store(0, Relaxed);
+        c.check_at.store(now, Relaxed);
         // Only a record cache is sized from the budget now; buffered reads
         // need it only for a judgement below.
         let mut budget = None;
@@ -398,4 +403,10 @@ impl Reads {
             cache_entries: cs.entries,
         }
     }
+}
+
+/// Milliseconds since the first call in this process (a monotonic clock).
+fn millis() -> u64 {
+    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_millis() as u64
 }
