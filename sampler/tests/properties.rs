@@ -209,14 +209,10 @@ proptest! {
         mode in mode(), seed in any::<u64>(), length in 1u64..100_000,
         per_shard in 1u64..40, step in after_step(), index in 0u32..4,
     ) {
-        let s = Sampler::new(mode, length, 4 * per_shard, seed).unwrap();
-        let shard = Shard::new(index, 4).unwrap();
-        let Ok(len) = s.shard_len(shard) else {
+        let Some((s, shard, indices, next)) = shard_next_use(mode, seed, length, per_shard, index, step) else {
             return Ok(());
         };
-        let mut indices = vec![0; len];
-        let mut next = vec![None; len];
-        s.fill_shard_with_next_use(step, shard, &mut indices, &mut next).unwrap();
+        let len = indices.len();
         let mut want = vec![0; len];
         s.fill_shard(step, shard, &mut want).unwrap();
         prop_assert_eq!(&indices, &want);
@@ -236,6 +232,7 @@ proptest! {
                 prop_assert!(s.next_use(i, step).is_some_and(|g| g <= t));
             }
         }
+        let (mut indices, mut next) = (indices, next);
         prop_assert!(s.fill_shard_with_next_use(step, shard, &mut indices, &mut next[1..]).is_err());
     }
 
@@ -246,14 +243,10 @@ proptest! {
         mode in prop_oneof![Just(Mode::Sequential), Just(Mode::Cyclic)], seed in any::<u64>(),
         length in 1u64..60, per_shard in 1u64..5, step in 0u64..50, index in 0u32..4,
     ) {
-        let s = Sampler::new(mode, length, 4 * per_shard, seed).unwrap();
-        let shard = Shard::new(index, 4).unwrap();
-        let Ok(len) = s.shard_len(shard) else {
+        let Some((s, shard, indices, next)) = shard_next_use(mode, seed, length, per_shard, index, step) else {
             return Ok(());
         };
-        let mut indices = vec![0; len];
-        let mut next = vec![None; len];
-        s.fill_shard_with_next_use(step, shard, &mut indices, &mut next).unwrap();
+        let len = indices.len();
         let mut at = vec![0; len];
         for (&i, &n) in indices.iter().zip(&next) {
             let want = (step + 1..step + 2_000).find(|&t| {
@@ -263,4 +256,21 @@ proptest! {
             prop_assert_eq!(n, want, "index {}", i);
         }
     }
+}
+
+/// A sampler, one of its shards, and that shard's indices at a step with
+/// their next uses.
+type ShardDraws = (Sampler, Shard, Vec<u64>, Vec<Option<u64>>);
+
+/// A sampler of batches of `4 * per_shard`, shard `index` of 4, and that
+/// shard's indices at `step` with their next uses; `None` where the batch
+/// does not split in four (a batch shortened to the length).
+fn shard_next_use(mode: Mode, seed: u64, length: u64, per_shard: u64, index: u32, step: u64) -> Option<ShardDraws> {
+    let s = Sampler::new(mode, length, 4 * per_shard, seed).unwrap();
+    let shard = Shard::new(index, 4).unwrap();
+    let len = s.shard_len(shard).ok()?;
+    let mut indices = vec![0; len];
+    let mut next = vec![None; len];
+    s.fill_shard_with_next_use(step, shard, &mut indices, &mut next).unwrap();
+    Some((s, shard, indices, next))
 }
