@@ -53,8 +53,8 @@ pub(crate) struct Member {
     /// The store's record cache (shared by the store's handles), or `None`
     /// for a store whose directory could not be identified (read uncached).
     pub cache: Option<Arc<Cache>>,
-    /// Records asked of the store by all its handles (the owner's measure of
-    /// worth).
+    /// Records asked of the store by all its handles (what the owner shares
+    /// the cache bytes by).
     asked: Option<Arc<AtomicU64>>,
     /// Set for members of an owner other than the process's (tests).
     local: bool,
@@ -175,9 +175,9 @@ pub(crate) fn held() -> u64 {
     lock().stores.values().map(|s| s.cache.stats().charged).sum()
 }
 
-/// Shares `total` bytes among the stores read with O_DIRECT by worth and
-/// sets every store's record-cache capacity (module docs). The only caller
-/// of [`Cache::set_capacity`].
+/// Shares `total` bytes among the stores read with O_DIRECT, in proportion to
+/// the records asked of each, and sets every store's record-cache capacity
+/// (module docs). The only caller of [`Cache::set_capacity`].
 pub(crate) fn rebalance(total: u64) {
     lock().rebalance(total)
 }

@@ -11,7 +11,8 @@
 //!
 //! Why the numbers are what they are: the policy's thresholds and the window
 //! it is judged over ([`crate::read::policy::MIN_WINDOW_RECORDS`]) are argued in
-//! `budget.rs`, the cache's admission and overhead in `cache.rs`. This module
+//! `policy.rs`, the budget in `budget.rs`, the cache's admission and overhead
+//! in `cache.rs`, how caches are shared among stores in `memory.rs`. This module
 //! adds one rule of its own: a setting that forces the mode (the builder's
 //! `direct`, or `ZRING_DIRECT=0|1`) also turns off the record cache and the
 //! switching, so forced modes measure exactly the machinery they name.
@@ -59,12 +60,12 @@ pub struct ReadStats {
     pub bytes_from_cache: u64,
     /// Stored bytes copied from the page cache through the mappings.
     pub bytes_from_page_cache: u64,
-    /// The process's record cache (shared by every store): capacity, stored
-    /// bytes and records it holds now.
+    /// This store's record cache (shared by its handles): the capacity the
+    /// process's memory owner gives it now.
     pub cache_capacity: u64,
-    /// Stored bytes the process's record cache holds.
+    /// Stored bytes this store's record cache holds.
     pub cache_held: u64,
-    /// Records the process's record cache holds.
+    /// Records this store's record cache holds.
     pub cache_entries: u64,
 }
 
@@ -178,13 +179,21 @@ impl Reads {
     /// share the record caches again, and puts this store's share in the
     /// policy (its `capacity`). Lookups are made while the share is not 0.
     fn share(&self, policy: &mut Policy, data_bytes: u64, total: u64) {
-        let direct = policy.mode == ReadMode::Direct && self.forced.is_none();
-        self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.capacity));
+        let direct = self.report(policy, data_bytes);
         memory::rebalance(total);
         if direct {
             policy.capacity = self.member.capacity();
         }
         self.caching.store(direct && self.id.is_some() && policy.capacity > 0, Relaxed);
+    }
+
+    /// Tells the owner this store's size and whether `policy` wants a record
+    /// cache (direct, unforced; capped when it was sized from a thrashing
+    /// page cache); returns that.
+    fn report(&self, policy: &Policy, data_bytes: u64) -> bool {
+        let direct = policy.mode == ReadMode::Direct && self.forced.is_none();
+        self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.capacity));
+        direct
     }
 
     /// Whether the policy in force reads with O_DIRECT.
@@ -220,9 +229,10 @@ impl Reads {
         }
     }
 
-    /// Whether lookups are worth making (direct mode with a cache).
+    /// Whether lookups are worth making (direct mode with a cache; never for
+    /// a store whose directory could not be identified, [`Reads::share`]).
     pub fn caching(&self) -> bool {
-        self.caching.load(Relaxed) && self.id.is_some()
+        self.caching.load(Relaxed)
     }
 
     /// Counts a gather; returns a new policy when the counters show the one in
@@ -255,8 +265,7 @@ impl Reads {
             self.generation.store(generation, Relaxed);
             if resized {
                 self.chosen_for.store(data_bytes, Relaxed);
-                let direct = policy.mode == ReadMode::Direct;
-                self.member.update(data_bytes, direct, (!policy.grows && direct).then_some(policy.capacity));
+                self.report(&policy, data_bytes);
             }
             let budget = self.budget_now(&policy);
             let demand = memory::demand();
