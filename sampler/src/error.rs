@@ -7,7 +7,7 @@
 /// enough to fix the call. Nothing in this crate panics on bad arguments: each
 /// bad argument maps to one of these variants.
 #[non_exhaustive]
-#[derive(thiserror::Error, Debug, Clone, PartialEq, Eq)]
+#[derive(thiserror::Error, Debug, Clone, PartialEq)]
 pub enum Error {
     /// The index space `[0, length)` is empty (`length == 0`), so there is
     /// nothing to sample. Open a store with at least one record.
@@ -52,6 +52,42 @@ pub enum Error {
     /// A mode number other than 0 (sequential), 1 (iid) or 2 (cyclic).
     #[error("mode {0} is not a sampler mode: use 0 (sequential), 1 (iid) or 2 (cyclic)")]
     BadMode(u8),
+
+    /// A mixture was given no sources.
+    #[error("a mixture needs at least one source")]
+    NoSources,
+
+    /// A mixture's weights do not match its sources.
+    #[error("{weights} weights for {sources} sources")]
+    WeightCount {
+        /// Weights given.
+        weights: usize,
+        /// Sources given.
+        sources: usize,
+    },
+
+    /// A weight that is not positive and finite.
+    #[error("weights must be positive and finite, got {weight} for source {index}")]
+    BadWeight {
+        /// The source's position.
+        index: usize,
+        /// The weight it was given.
+        weight: f64,
+    },
+
+    /// A mixture source that holds no records.
+    #[error("source {0} is empty")]
+    EmptySource(usize),
+
+    /// Sources whose share of a batch is under one row: they would be left
+    /// out of some batches entirely.
+    #[error("source(s) {sources:?} would get less than one row per batch of {batch_size}; raise their weights or the batch size")]
+    SourceTooSmall {
+        /// The sources, by position.
+        sources: Vec<usize>,
+        /// The batch size.
+        batch_size: u64,
+    },
 
     /// The output buffer has the wrong length: it must hold exactly one
     /// (global or shard) batch.

@@ -28,7 +28,7 @@
 //! [`Permutation::walk_back`]. The sampler needs it to answer "when is record
 //! `i` read next" without scanning.
 
-use crate::mix::{mix64, GOLDEN};
+use crate::random::{mix64, GOLDEN};
 
 /// Rounds for halves of at least [`FEW_ROUNDS_MIN_HALF_BITS`] bits.
 const FEW_ROUNDS: usize = 4;

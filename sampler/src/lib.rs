@@ -58,12 +58,16 @@
 //!     does not divide `length`, the last `length mod B` indices of each
 //!     cycle's permutation are skipped; since the permutation changes every
 //!     cycle, different indices are skipped each time.
+//! - [`Mixture`] draws each global batch from several sources with fixed
+//!   weights, exactly per batch (largest-remainder rounding of each source's
+//!   share of the rows so far), every source reading its own index stream;
+//!   [`MixtureState`] is what a resumed mixture run must find again.
 //! - [`Shard`] names one consumer's contiguous slice of the global batch.
 //! - [`SamplerState`] is what to save; it serialises with serde.
 //! - [`Error`] is the one error type; bad arguments return it, never panic.
 //!
-//! Internally, `feistel` holds the permutation and `mix` the counter-based
-//! random numbers.
+//! Internally, `feistel` holds the permutation, `random` the counter-based
+//! random numbers and `mixture` the weighted mixtures.
 //!
 //! # Trade-offs
 //!
@@ -95,11 +99,13 @@
 
 mod error;
 mod feistel;
-mod mix;
+mod mixture;
+mod random;
 mod sampler;
 mod shard;
 
 pub use error::Error;
+pub use mixture::{Mixture, MixtureState, STREAM_BLOCK};
 pub use sampler::{Mode, Sampler, SamplerState, MAX_BATCH};
 pub use shard::Shard;
 

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::feistel::Domain;
-use crate::mix::{mix64, Lemire, GOLDEN, SLOT_GAMMA};
+use crate::random::{mix64, Lemire, GOLDEN, SLOT_GAMMA};
 use crate::{Error, Shard};
 
 /// The longest global batch a sampler hands out in one step: `2^32` indices
@@ -400,7 +400,7 @@ impl Sampler {
 
     /// Writes positions `start .. start + out.len()` of the global batch of
     /// `step`. The caller has checked that this range lies in the batch.
-    fn fill_positions(&self, step: u64, start: usize, out: &mut [u64]) {
+    pub(crate) fn fill_positions(&self, step: u64, start: usize, out: &mut [u64]) {
         let b = self.batch_len as u64;
         let start = start as u64;
         match self.kernel {
@@ -441,6 +441,20 @@ impl Sampler {
                 let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
                 perm.fill(first, out);
             }
+        }
+    }
+}
+
+impl Sampler {
+    /// Cyclic mode only (`None` otherwise): the position in cycle `cycle`'s
+    /// permutation at which `index` is drawn (positions past the cycle's
+    /// full batches are left out, see the crate docs).
+    pub(crate) fn cycle_position(&self, cycle: u64, index: u64) -> Option<u64> {
+        match self.kernel {
+            Kernel::Cyclic { key, domain, .. } if index < self.length => {
+                Some(domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN)))).invert(index))
+            }
+            _ => None,
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use crate::mix::mix64;
+use crate::random::mix64;
 use crate::{Error, Mode, Sampler, SamplerState, Shard, MAX_BATCH};
 
 const MODES: [Mode; 3] = [Mode::Sequential, Mode::Iid, Mode::Cyclic];

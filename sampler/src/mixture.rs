@@ -1,0 +1,623 @@
+//! Weighted mixtures: which source each row of a step comes from, and which
+//! of its records.
+//!
+//! A [`Mixture`] draws every global batch of `B` rows from several sources
+//! with fixed weights `w_s` (normalised to sum to 1), exactly per batch:
+//! after `t + 1` steps, source `s` has contributed the largest-remainder
+//! (Hamilton) rounding of `w_s * (t + 1) * B` rows, so each batch holds
+//! `w_s * B` rows rounded down or up, the remainders carry over between
+//! steps, and the long-run proportions are exact. Rows come source by
+//! source (source 0's first).
+//!
+//! Each source reads its own *stream* of indices: a [`Sampler`] in the
+//! mixture's mode over the source's records, seeded from the mixture's seed
+//! and the source's position. Source `s`'s rows of step `t` are the next
+//! positions of its stream, those from `A_s(t * B)` on, where `A_s(r)` is its
+//! allocation among the first `r` rows. So in cyclic mode each source
+//! covers its records once per its own cycle, whatever the other sources
+//! do. Everything is a pure function of the step: seeking costs nothing and
+//! a saved step resumes exactly.
+//!
+//! # The same batches as the Python mixture before it
+//!
+//! The composition and the streams are defined to give the batches of the
+//! mixture zring's Python loader computed before this crate did, so saved
+//! runs restore: weights are normalised by the sum NumPy computes (pairwise
+//! summation), quotas rounded as NumPy does, ties between equal remainders
+//! broken towards the lower source; a stream position `p` reads step
+//! `p / b`, slot `p % b` of its sampler with batches of `b = min(4096,
+//! length)` (iid and sequential; cyclic streams read position `p mod length`
+//! of the permutation of cycle `p / length` however they are cut). The one
+//! difference: a source shorter than 4,096 records in iid or sequential mode
+//! gave short batches there; here its stream simply has `length`-index steps.
+//!
+//! # Allocation is monotone
+//!
+//! Largest-remainder rounding can take a seat away when the house grows (the
+//! Alabama paradox), which here would make a step's count negative. It
+//! cannot happen while every source gets at least one row per batch
+//! (`w_s * B >= 1`, which [`Mixture::new`] requires): `A_s((t + 1) B) >=
+//! floor(w_s t B + w_s B) >= floor(w_s t B) + 1 >= A_s(t B)`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::{Error, Mode, Sampler, Shard, MAX_BATCH};
+
+/// Indices per sampler step of an iid or sequential source stream (module
+/// docs).
+pub const STREAM_BLOCK: u64 = 4096;
+
+/// How many later draws of a record [`Mixture::fill_shard_with_next_use`]
+/// looks at for one that lands in the shard's rows.
+const NEXT_USE_TRIES: u32 = 64;
+
+/// What a saved mixture run must find again: the weights (normalised) and
+/// every source's length. Serialised next to a loader's sampler state.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MixtureState {
+    /// The normalised weights, one per source.
+    pub weights: Vec<f64>,
+    /// The number of records of each source.
+    pub lengths: Vec<u64>,
+}
+
+impl MixtureState {
+    /// Whether `other` describes the same mixture: equal lengths, weights
+    /// equal up to NumPy's `allclose` tolerances (a state written as JSON
+    /// text by another program keeps them only to its printed digits).
+    pub fn matches(&self, other: &MixtureState) -> bool {
+        self.lengths == other.lengths
+            && self.weights.len() == other.weights.len()
+            && self.weights.iter().zip(&other.weights).all(|(a, b)| (a - b).abs() <= 1e-8 + 1e-5 * b.abs())
+    }
+}
+
+/// One source's stream of indices: position `p` is slot `p % block` of the
+/// sampler's step `p / block`.
+#[derive(Clone, Debug)]
+struct SourceStream {
+    sampler: Sampler,
+    block: u64,
+    length: u64,
+}
+
+impl SourceStream {
+    fn new(mode: Mode, length: u64, seed: u64) -> Result<SourceStream, Error> {
+        // Cyclic streams are the same however they are cut into steps (module
+        // docs); whole cycles per step compute each cycle's keys once.
+        let block = match mode {
+            Mode::Cyclic if length <= MAX_BATCH => length,
+            Mode::Cyclic => 1,
+            _ => STREAM_BLOCK.min(length),
+        };
+        Ok(SourceStream { sampler: Sampler::new(mode, length, block, seed)?, block, length })
+    }
+
+    /// Writes the indices at positions `first .. first + out.len()`.
+    fn fill(&self, first: u64, out: &mut [u64]) {
+        let mut p = first;
+        let mut rest = out;
+        while !rest.is_empty() {
+            let (step, slot) = (p / self.block, p % self.block);
+            // Lossless: both are at most the block, itself at most MAX_BATCH.
+            let take = (self.block - slot).min(rest.len() as u64) as usize;
+            let (now, later) = rest.split_at_mut(take);
+            self.sampler.fill_positions(step, slot as usize, now);
+            p += take as u64;
+            rest = later;
+        }
+    }
+
+    /// The positions after `p` that draw `index` again (drawn at `p`), in
+    /// order; empty in iid mode (no inverse), at most `tries` of them.
+    fn later_positions(&self, mode: Mode, p: u64, index: u64, tries: u32) -> impl Iterator<Item = u64> + '_ {
+        let n = self.length;
+        let cycle = p / n;
+        (1..=u64::from(tries)).map_while(move |k| match mode {
+            Mode::Iid => None,
+            // Position `q` reads `q mod n`: every n positions.
+            Mode::Sequential => p.checked_add(k.checked_mul(n)?),
+            // One draw per cycle, at the cycle's inverse position.
+            Mode::Cyclic => {
+                let c = cycle.checked_add(k)?;
+                c.checked_mul(n)?.checked_add(self.sampler.cycle_position(c, index)?)
+            }
+        })
+    }
+}
+
+/// A weighted mixture of sources, exact per batch (module docs).
+#[derive(Clone, Debug)]
+pub struct Mixture {
+    mode: Mode,
+    seed: u64,
+    batch_size: u64,
+    weights: Vec<f64>,
+    lengths: Vec<u64>,
+    streams: Vec<SourceStream>,
+}
+
+/// Where each source's rows of one step are: its first stream position and
+/// its first row in the global batch.
+struct Layout {
+    start: Vec<u64>,
+    row: Vec<u64>,
+    count: Vec<u64>,
+}
+
+impl Mixture {
+    /// A mixture of sources of `lengths` records with `weights`, drawing
+    /// global batches of `batch_size` rows in `mode` from `seed`.
+    ///
+    /// Errors: [`Error::NoSources`], [`Error::WeightCount`],
+    /// [`Error::BadWeight`] (not positive and finite), [`Error::EmptySource`],
+    /// [`Error::ZeroBatch`], [`Error::BatchTooLarge`], and
+    /// [`Error::SourceTooSmall`] for sources whose share of a batch is under
+    /// one row.
+    pub fn new(mode: Mode, lengths: &[u64], weights: &[f64], batch_size: u64, seed: u64) -> Result<Mixture, Error> {
+        if lengths.is_empty() {
+            return Err(Error::NoSources);
+        }
+        if weights.len() != lengths.len() {
+            return Err(Error::WeightCount { weights: weights.len(), sources: lengths.len() });
+        }
+        if let Some((index, &weight)) = weights.iter().enumerate().find(|(_, w)| !(w.is_finite() && **w > 0.0)) {
+            return Err(Error::BadWeight { index, weight });
+        }
+        if let Some(source) = lengths.iter().position(|&n| n == 0) {
+            return Err(Error::EmptySource(source));
+        }
+        if batch_size == 0 {
+            return Err(Error::ZeroBatch);
+        }
+        if batch_size > MAX_BATCH {
+            return Err(Error::BatchTooLarge { batch: batch_size, max: MAX_BATCH });
+        }
+        let total = pairwise_sum(weights);
+        let weights: Vec<f64> = weights.iter().map(|w| w / total).collect();
+        let small: Vec<usize> = (0..weights.len()).filter(|&k| weights[k] * (batch_size as f64) < 1.0).collect();
+        if !small.is_empty() {
+            return Err(Error::SourceTooSmall { sources: small, batch_size });
+        }
+        let streams = lengths
+            .iter()
+            .enumerate()
+            .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k)))
+            .collect::<Result<_, _>>()?;
+        Ok(Mixture { mode, seed, batch_size, weights, lengths: lengths.to_vec(), streams })
+    }
+
+    /// The sampling mode of every source's stream.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// The seed the sources' seeds derive from.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    /// Rows per global batch.
+    pub fn batch_len(&self) -> usize {
+        // Lossless: batch_size <= MAX_BATCH.
+        self.batch_size as usize
+    }
+
+    /// The normalised weights.
+    pub fn weights(&self) -> &[f64] {
+        &self.weights
+    }
+
+    /// Each source's number of records.
+    pub fn lengths(&self) -> &[u64] {
+        &self.lengths
+    }
+
+    /// The total number of records over all sources.
+    pub fn total_length(&self) -> u64 {
+        self.lengths.iter().fold(0u64, |a, &n| a.saturating_add(n))
+    }
+
+    /// What a resumed run must find again.
+    pub fn state(&self) -> MixtureState {
+        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone() }
+    }
+
+    /// The length of `shard`'s slice of each global batch, or
+    /// [`Error::BadShard`] / [`Error::ShardDoesNotDivide`].
+    pub fn shard_len(&self, shard: Shard) -> Result<usize, Error> {
+        let (lo, hi) = shard.range(self.batch_len())?;
+        Ok(hi - lo)
+    }
+
+    /// Each source's rows among the first `rows` rows of the mixture
+    /// (largest remainders), into `out`, one per source (a shorter or longer
+    /// `out` is [`Error::BufferLength`]).
+    pub fn allocation(&self, rows: u64, out: &mut [u64]) -> Result<(), Error> {
+        if out.len() != self.weights.len() {
+            return Err(Error::BufferLength { expected: self.weights.len() as u64, got: out.len() as u64 });
+        }
+        let mut order = Vec::with_capacity(self.weights.len());
+        allocate(&self.weights, rows, out, &mut order);
+        Ok(())
+    }
+
+    /// Rows of source `k` among the first `rows`, computed alone (the same
+    /// as [`Mixture::allocation`]'s `out[k]`).
+    fn allocation_of(&self, k: usize, rows: u64) -> u64 {
+        let r = rows as f64;
+        let mut floors = 0u64;
+        let (mut ahead, quota_k) = (0u64, self.weights[k] * r);
+        let rem_k = quota_k - quota_k.floor();
+        for (j, w) in self.weights.iter().enumerate() {
+            let q = w * r;
+            let f = q.floor();
+            floors += f as u64;
+            let rem = q - f;
+            ahead += u64::from(rem > rem_k || (rem == rem_k && j < k));
+        }
+        let left = rows.saturating_sub(floors);
+        quota_k.floor() as u64 + u64::from(ahead < left)
+    }
+
+    /// Where each source's rows of `step` are.
+    fn layout(&self, step: u64, order: &mut Vec<(f64, usize)>) -> Option<Layout> {
+        let s = self.weights.len();
+        let first = step.checked_mul(self.batch_size)?;
+        let mut start = vec![0; s];
+        let mut end = vec![0; s];
+        allocate(&self.weights, first, &mut start, order);
+        allocate(&self.weights, first.checked_add(self.batch_size)?, &mut end, order);
+        let mut row = Vec::with_capacity(s);
+        let mut count = Vec::with_capacity(s);
+        let mut at = 0;
+        for k in 0..s {
+            row.push(at);
+            // Monotone (module docs); saturating keeps a float surprise from
+            // wrapping.
+            count.push(end[k].saturating_sub(start[k]));
+            at += count[k];
+        }
+        Some(Layout { start, row, count })
+    }
+
+    /// Writes `shard`'s rows of the global batch of `step`: `sources[r]` the
+    /// source of row `r`, `indices[r]` its record in that source. Both must
+    /// hold exactly [`shard_len`](Mixture::shard_len) entries. Rows come
+    /// source by source.
+    pub fn fill_shard(&self, step: u64, shard: Shard, sources: &mut [u32], indices: &mut [u64]) -> Result<(), Error> {
+        self.fill(step, shard, sources, indices, None)
+    }
+
+    /// [`fill_shard`](Mixture::fill_shard) and, for each row, the first
+    /// later step at which *this shard* draws the same record of the same
+    /// source again (`None`: none found, or iid mode, whose draws have no
+    /// inverse; a loader looks ahead instead). Up to 64 later draws of the
+    /// record are tried for one that lands in the shard's rows.
+    pub fn fill_shard_with_next_use(
+        &self,
+        step: u64,
+        shard: Shard,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        next: &mut [Option<u64>],
+    ) -> Result<(), Error> {
+        self.fill(step, shard, sources, indices, Some(next))
+    }
+
+    fn fill(
+        &self,
+        step: u64,
+        shard: Shard,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        mut next: Option<&mut [Option<u64>]>,
+    ) -> Result<(), Error> {
+        let (lo, hi) = shard.range(self.batch_len())?;
+        for len in [sources.len(), indices.len()].into_iter().chain(next.as_ref().map(|n| n.len())) {
+            if len != hi - lo {
+                return Err(Error::BufferLength { expected: (hi - lo) as u64, got: len as u64 });
+            }
+        }
+        let mut order = Vec::with_capacity(self.weights.len());
+        // A step past 2^64 rows has no batch; steps that far are never asked.
+        let Some(layout) = self.layout(step, &mut order) else {
+            return Err(Error::BatchTooLarge { batch: u64::MAX, max: MAX_BATCH });
+        };
+        let (lo, hi) = (lo as u64, hi as u64);
+        for k in 0..self.weights.len() {
+            let (row, count) = (layout.row[k], layout.count[k]);
+            let (a, z) = (row.max(lo), (row + count).min(hi));
+            if a >= z {
+                continue;
+            }
+            let first = layout.start[k] + (a - row);
+            let span = (a - lo) as usize..(z - lo) as usize;
+            self.streams[k].fill(first, &mut indices[span.clone()]);
+            // Lossless: at most 2^32 sources fit in memory as weights.
+            sources[span.clone()].fill(k as u32);
+            if let Some(next) = next.as_deref_mut() {
+                for (j, o) in span.clone().enumerate() {
+                    let at = first + j as u64;
+                    next[o] = self.next_use(k, step, at, indices[o], shard, &mut order);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The first step after `step` (which draws position `p` of source `k`'s
+    /// stream, holding `index`) whose rows of `shard` draw `index` again. A
+    /// short source may draw it again within `step` itself: not a next use.
+    fn next_use(
+        &self,
+        k: usize,
+        step: u64,
+        p: u64,
+        index: u64,
+        shard: Shard,
+        order: &mut Vec<(f64, usize)>,
+    ) -> Option<u64> {
+        let stream = &self.streams[k];
+        let (lo, hi) = shard.range(self.batch_len()).ok()?;
+        for q in stream.later_positions(self.mode, p, index, NEXT_USE_TRIES) {
+            let t = self.step_of(k, q)?;
+            if t <= step {
+                continue;
+            }
+            if shard == Shard::ALL {
+                return Some(t);
+            }
+            let layout = self.layout(t, order)?;
+            let row = layout.row[k] + (q - layout.start[k]);
+            if (lo as u64..hi as u64).contains(&row) {
+                return Some(t);
+            }
+        }
+        None
+    }
+
+    /// The step whose rows hold position `q` of source `k`'s stream: the `t`
+    /// with `A_k(t B) <= q < A_k((t + 1) B)`.
+    fn step_of(&self, k: usize, q: u64) -> Option<u64> {
+        let b = self.batch_size;
+        let per_step = self.weights[k] * b as f64;
+        // A_k(t B) is within one row of w_k t B, so the guess is off by a
+        // step or two at most; the loops settle it.
+        let mut t = ((q as f64) / per_step).floor().min(u64::MAX as f64 / b as f64) as u64;
+        while t > 0 && self.allocation_of(k, t.checked_mul(b)?) > q {
+            t -= 1;
+        }
+        while self.allocation_of(k, t.checked_add(1)?.checked_mul(b)?) <= q {
+            t += 1;
+        }
+        Some(t)
+    }
+}
+
+/// Source `k`'s seed: `(seed * 1_000_003 + k) mod 2^62`.
+fn source_seed(seed: u64, k: usize) -> u64 {
+    ((u128::from(seed) * 1_000_003 + k as u128) % (1u128 << 62)) as u64
+}
+
+/// The largest-remainder allocation of `rows` by `weights` into `out`:
+/// floors first, then one more row to each of the largest remainders (ties
+/// to the lower source) until `rows` are given. `order` is scratch.
+fn allocate(weights: &[f64], rows: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
+    let r = rows as f64;
+    order.clear();
+    let mut given = 0u64;
+    for (k, (w, o)) in weights.iter().zip(out.iter_mut()).enumerate() {
+        let q = w * r;
+        let f = q.floor();
+        *o = f as u64;
+        given += *o;
+        order.push((q - f, k));
+    }
+    // Rounded products may sum a hair past `rows` at astronomical row counts:
+    // then nobody gets more.
+    let left = rows.saturating_sub(given) as usize;
+    if left == 0 {
+        return;
+    }
+    let ahead = |a: &(f64, usize), b: &(f64, usize)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    if left < order.len() {
+        order.select_nth_unstable_by(left - 1, ahead);
+    }
+    for &(_, k) in order.iter().take(left) {
+        out[k] += 1;
+    }
+}
+
+/// The sum NumPy's `add.reduce` computes over a contiguous float64 array:
+/// pairwise, in blocks of 128 summed with eight accumulators.
+fn pairwise_sum(a: &[f64]) -> f64 {
+    let n = a.len();
+    if n < 8 {
+        a.iter().fold(0.0, |s, x| s + x)
+    } else if n <= 128 {
+        let mut r = [0.0f64; 8];
+        r.copy_from_slice(&a[..8]);
+        let whole = n - n % 8;
+        for block in a[8..whole].chunks_exact(8) {
+            for (acc, x) in r.iter_mut().zip(block) {
+                *acc += x;
+            }
+        }
+        let mut s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for x in &a[whole..] {
+            s += x;
+        }
+        s
+    } else {
+        let half = n / 2;
+        let half = half - half % 8;
+        pairwise_sum(&a[..half]) + pairwise_sum(&a[half..])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The allocation written the slow way: sort every remainder.
+    fn hamilton(weights: &[f64], rows: u64) -> Vec<u64> {
+        let r = rows as f64;
+        let mut base: Vec<u64> = weights.iter().map(|w| (w * r).floor() as u64).collect();
+        let left = rows - base.iter().sum::<u64>();
+        let mut order: Vec<usize> = (0..weights.len()).collect();
+        order.sort_by(|&a, &b| {
+            let ra = weights[a] * r - (weights[a] * r).floor();
+            let rb = weights[b] * r - (weights[b] * r).floor();
+            rb.partial_cmp(&ra).unwrap().then(a.cmp(&b))
+        });
+        for &k in order.iter().take(left as usize) {
+            base[k] += 1;
+        }
+        base
+    }
+
+    fn weights(n: usize) -> Vec<f64> {
+        (0..n).map(|k| 1.0 + ((k * 7919) % 13) as f64).collect()
+    }
+
+    #[test]
+    fn allocations_are_the_largest_remainders_and_each_source_alone_agrees() {
+        for s in [1, 2, 3, 7, 100] {
+            let m = Mixture::new(Mode::Iid, &vec![10; s], &weights(s), 1024, 1).unwrap();
+            let mut out = vec![0; s];
+            for rows in (0..5000).step_by(37).chain([1 << 40, (1 << 40) + 999]) {
+                m.allocation(rows, &mut out).unwrap();
+                assert_eq!(out, hamilton(m.weights(), rows), "{s} sources, {rows} rows");
+                assert_eq!(out.iter().sum::<u64>(), rows);
+                for (k, &o) in out.iter().enumerate() {
+                    assert_eq!(m.allocation_of(k, rows), o);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_step_holds_each_share_rounded_and_the_counts_never_go_back() {
+        let m = Mixture::new(Mode::Cyclic, &[120, 37, 53], &[0.5, 0.3, 0.2], 24, 1).unwrap();
+        let mut src = vec![0; 24];
+        let mut idx = vec![0; 24];
+        let mut total = [0u64; 3];
+        for t in 0..500 {
+            m.fill_shard(t, Shard::ALL, &mut src, &mut idx).unwrap();
+            let mut counts = [0u64; 3];
+            for &k in &src {
+                counts[k as usize] += 1;
+            }
+            for k in 0..3 {
+                let share = m.weights()[k] * 24.0;
+                assert!(counts[k] as f64 >= share.floor() - 1.0 && counts[k] as f64 <= share.ceil() + 1.0);
+                total[k] += counts[k];
+                assert!((total[k] as f64 - share * (t + 1) as f64).abs() < 1.0, "remainders carry over");
+            }
+            assert!(src.windows(2).all(|w| w[0] <= w[1]), "rows come source by source");
+        }
+    }
+
+    #[test]
+    fn pairwise_sum_is_numpys_order() {
+        // Values whose sum depends on the order of additions: 1e16 absorbs a
+        // 1.0 added to it alone, but not a 2.0 built first.
+        let mut a = vec![1.0; 9];
+        a[0] = 1e16;
+        // Eight accumulators: [1e16, 1, 1, 1, 1, 1, 1, 1] + [1] (the tail).
+        let eight = ((1e16f64 + 1.0) + (1.0 + 1.0)) + ((1.0 + 1.0) + (1.0 + 1.0));
+        assert_eq!(pairwise_sum(&a), eight + 1.0);
+        assert_ne!(pairwise_sum(&a), a.iter().fold(0.0, |s, x| s + x));
+        assert_eq!(pairwise_sum(&[0.1, 0.2, 0.3]), (0.1 + 0.2) + 0.3);
+    }
+
+    #[test]
+    fn shards_tile_the_global_batch() {
+        let m = Mixture::new(Mode::Iid, &[5000, 4099, 8192], &[3.0, 2.0, 1.0], 24, 9).unwrap();
+        for t in [0, 1, 77, 123_457] {
+            let (mut gs, mut gi) = (vec![0; 24], vec![0; 24]);
+            m.fill_shard(t, Shard::ALL, &mut gs, &mut gi).unwrap();
+            for k in 0..4 {
+                let (mut s, mut i) = (vec![0; 6], vec![0; 6]);
+                m.fill_shard(t, Shard::new(k, 4).unwrap(), &mut s, &mut i).unwrap();
+                assert_eq!(s, gs[k as usize * 6..][..6]);
+                assert_eq!(i, gi[k as usize * 6..][..6]);
+            }
+        }
+    }
+
+    #[test]
+    fn next_uses_are_the_shards_next_draws() {
+        // Brute force over the steps ahead, for sequential and cyclic
+        // streams, prime lengths among them, with and without shards.
+        for mode in [Mode::Sequential, Mode::Cyclic] {
+            let m = Mixture::new(mode, &[53, 20, 7], &[0.5, 0.3, 0.2], 12, 5).unwrap();
+            for shard in [Shard::ALL, Shard::new(1, 3).unwrap()] {
+                let per = m.shard_len(shard).unwrap();
+                let draws = |t: u64| {
+                    let (mut s, mut i) = (vec![0; per], vec![0; per]);
+                    m.fill_shard(t, shard, &mut s, &mut i).unwrap();
+                    s.into_iter().zip(i).collect::<Vec<_>>()
+                };
+                let mut found = 0;
+                for t in 0..40 {
+                    let (mut s, mut i, mut n) = (vec![0; per], vec![0; per], vec![None; per]);
+                    m.fill_shard_with_next_use(t, shard, &mut s, &mut i, &mut n).unwrap();
+                    for r in 0..per {
+                        let want = (t + 1..t + 400).find(|&u| draws(u).contains(&(s[r], i[r])));
+                        assert_eq!(n[r], want, "{mode:?} {shard:?} step {t} row {r}");
+                        found += usize::from(want.is_some());
+                    }
+                }
+                assert!(found > 0);
+            }
+        }
+        let m = Mixture::new(Mode::Iid, &[53, 20], &[0.5, 0.5], 4, 5).unwrap();
+        let (mut s, mut i, mut n) = (vec![0; 4], vec![0; 4], vec![Some(1); 4]);
+        m.fill_shard_with_next_use(3, Shard::ALL, &mut s, &mut i, &mut n).unwrap();
+        assert_eq!(n, vec![None; 4], "iid draws have no inverse");
+    }
+
+    #[test]
+    fn cyclic_sources_cover_their_records_once_per_cycle() {
+        let lengths = [120u64, 37, 53];
+        let m = Mixture::new(Mode::Cyclic, &lengths, &[1.0, 1.0, 1.0], 24, 4).unwrap();
+        let mut drawn: Vec<Vec<u64>> = vec![vec![]; 3];
+        let (mut s, mut i) = (vec![0; 24], vec![0; 24]);
+        for t in 0..40 {
+            m.fill_shard(t, Shard::ALL, &mut s, &mut i).unwrap();
+            for (&k, &x) in s.iter().zip(&i) {
+                drawn[k as usize].push(x);
+            }
+        }
+        for (k, &n) in lengths.iter().enumerate() {
+            for c in 0..2 {
+                let mut cycle = drawn[k][(c * n) as usize..((c + 1) * n) as usize].to_vec();
+                cycle.sort_unstable();
+                assert_eq!(cycle, (0..n).collect::<Vec<_>>(), "source {k} cycle {c}");
+            }
+        }
+    }
+
+    #[test]
+    fn bad_mixtures_are_errors_that_say_what() {
+        assert_eq!(Mixture::new(Mode::Iid, &[], &[], 8, 0).unwrap_err(), Error::NoSources);
+        assert_eq!(
+            Mixture::new(Mode::Iid, &[5, 5], &[1.0], 8, 0).unwrap_err(),
+            Error::WeightCount { weights: 1, sources: 2 }
+        );
+        assert!(matches!(
+            Mixture::new(Mode::Iid, &[5, 5], &[1.0, f64::NAN], 8, 0).unwrap_err(),
+            Error::BadWeight { index: 1, .. }
+        ));
+        assert_eq!(
+            Mixture::new(Mode::Iid, &[5, 5], &[1.0, -1.0], 8, 0).unwrap_err(),
+            Error::BadWeight { index: 1, weight: -1.0 }
+        );
+        assert_eq!(Mixture::new(Mode::Iid, &[5, 0], &[1.0, 1.0], 8, 0).unwrap_err(), Error::EmptySource(1));
+        let e = Mixture::new(Mode::Iid, &[5, 5, 5], &[1.0, 100.0, 0.5], 64, 0).unwrap_err();
+        assert_eq!(e, Error::SourceTooSmall { sources: vec![0, 2], batch_size: 64 });
+        assert!(e.to_string().contains("less than one row per batch of 64"), "{e}");
+    }
+}
