@@ -51,8 +51,12 @@ pub struct Batch {
     /// The step this batch belongs to; consecutive calls to
     /// [`Loader::next`](crate::Loader::next) return consecutive steps.
     pub step: u64,
-    /// The record indices of this shard's slice of the step.
+    /// The record indices of this shard's slice of the step (for a mixture,
+    /// each into its row's source).
     pub indices: Pooled<u64>,
+    /// For a mixture, the source of each row (rows come source by source);
+    /// `None` for a loader over one set of streams.
+    pub sources: Option<Pooled<u32>>,
     /// One column per stream.
     pub columns: Vec<Column>,
 }

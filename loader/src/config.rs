@@ -1,7 +1,7 @@
 //! How a loader is configured, and the state it saves for an exact resume.
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{Mode, SamplerState, Shard};
+use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
 
 /// The largest accepted [`LoaderConfig::depth`]. Each step in flight holds a
 /// batch buffer set, so depth is memory; thousands of steps ahead buy nothing.
@@ -21,7 +21,7 @@ pub const DEFAULT_AHEAD_BYTES: u64 = 1 << 30;
 /// [`LoaderConfig::new`] gives the defaults for a batch size;
 /// [`LoaderConfig::from_state`] gives the configuration that resumes a saved
 /// run. Fields are public so a caller can adjust them in between.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct LoaderConfig {
     /// Records per step in the global batch (before sharding). A batch is
     /// shorter when the streams hold fewer records.
@@ -53,6 +53,11 @@ pub struct LoaderConfig {
     /// configuration made by [`LoaderConfig::from_state`] sets it, so a saved
     /// run cannot silently resume over different data.
     pub expect_length: Option<u64>,
+    /// When set, the loader must be a mixture of sources of these lengths
+    /// and weights ([`MixtureState::matches`]); when `None` with
+    /// `expect_length` set (a state of a single-source loader), it must not
+    /// be a mixture. [`LoaderConfig::from_state`] sets it.
+    pub expect_mixture: Option<MixtureState>,
 }
 
 impl LoaderConfig {
@@ -70,6 +75,7 @@ impl LoaderConfig {
             threads: 2,
             start_step: 0,
             expect_length: None,
+            expect_mixture: None,
         }
     }
 
@@ -85,6 +91,7 @@ impl LoaderConfig {
             shard: state.shard,
             start_step: state.sampler.step,
             expect_length: Some(state.sampler.length),
+            expect_mixture: state.mixture.clone(),
             ..LoaderConfig::new(state.sampler.batch_size)
         }
     }
@@ -93,7 +100,7 @@ impl LoaderConfig {
 /// Everything needed to continue a run exactly, from
 /// [`Loader::state`](crate::Loader::state); serialise it with serde next to
 /// a checkpoint and pass it to [`LoaderConfig::from_state`] to resume.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoaderState {
     /// The sampler's parameters. Its `step` is the step of the batch the
     /// next `next()` call returns (not the last one returned).
@@ -101,6 +108,11 @@ pub struct LoaderState {
     /// The shard the loader delivered. A run may resume with another shard
     /// count by changing [`LoaderConfig::shard`] after `from_state`.
     pub shard: Shard,
+    /// A mixture's weights and source lengths (`None`, and absent from the
+    /// serialised form, for a loader over one set of streams). The
+    /// sampler's `length` is then the sum of the sources' lengths.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mixture: Option<MixtureState>,
 }
 
 impl LoaderState {

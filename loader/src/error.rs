@@ -54,7 +54,30 @@ pub enum Error {
         stream_length: u64,
     },
 
-    /// The sampler rejected its parameters (batch size, shard, ...).
+    /// A saved [`LoaderState`](crate::LoaderState) was made for another
+    /// mixture (other weights or source lengths), or for a mixture when the
+    /// loader is none, or the other way round.
+    #[error("the state was saved for {saved} but the loader is {loader}; resume with what the state was saved from")]
+    MixtureMismatch {
+        /// What the state describes.
+        saved: String,
+        /// What the loader was given.
+        loader: String,
+    },
+
+    /// A mixture source lacks a stream the first source has, has one more,
+    /// or lays one out differently.
+    #[error("mixture source {source_index} has streams {got}, source 0 has {want}")]
+    SourceStreams {
+        /// The source's position.
+        source_index: usize,
+        /// Its streams (names and layouts).
+        got: String,
+        /// Source 0's.
+        want: String,
+    },
+
+    /// The sampler rejected its parameters (batch size, shard, weights, ...).
     #[error("sampler: {0}")]
     Sampler(#[from] zring_sampler::Error),
 

@@ -83,12 +83,13 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Mode, Sampler, Shard};
+use zring_sampler::{Mixture, MixtureState, Mode, Sampler, Shard};
 
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
+use crate::plan::{self, Plan};
 use crate::pool::Pool;
 use crate::source::{Layout, Source};
 use crate::stats::{self, GatherStats, LoaderStats};
@@ -108,6 +109,24 @@ impl Stream {
     /// A stream called `name` over `source`.
     pub fn new(name: impl Into<String>, source: Arc<dyn Source>) -> Self {
         Stream { name: name.into(), source }
+    }
+}
+
+/// One source of a mixture ([`Loader::new_mixture`]): its streams (the
+/// same names and layouts in every source) and its weight, any positive
+/// number (the weights are normalised to sum to 1).
+#[derive(Clone, Debug)]
+pub struct MixSource {
+    /// The source's share of every batch, relative to the others.
+    pub weight: f64,
+    /// The source's streams, all of the same length.
+    pub streams: Vec<Stream>,
+}
+
+impl MixSource {
+    /// A source of `weight` over `streams`.
+    pub fn new(weight: f64, streams: Vec<Stream>) -> Self {
+        MixSource { weight, streams }
     }
 }
 
@@ -132,7 +151,11 @@ fn retain_for(depth: usize) -> usize {
 /// A stream as the workers see it: its layout read once, its pools.
 struct StreamCtx {
     name: Arc<str>,
-    source: Arc<dyn Source>,
+    /// One per mixture source (one for a loader over one set of streams).
+    sources: Vec<Arc<dyn Source>>,
+    /// What errors call the stream of each source: its name, or
+    /// `"<source>/<name>"` in a mixture.
+    labels: Vec<Arc<str>>,
     layout: Layout,
     data: Arc<Pool<u8>>,
     /// Offsets for ragged streams; unused for fixed ones.
@@ -141,7 +164,7 @@ struct StreamCtx {
 
 /// What every worker reads and nothing changes after construction.
 struct Ctx {
-    sampler: Sampler,
+    plan: Plan,
     shard: Shard,
     shard_len: usize,
     depth: usize,
@@ -161,6 +184,8 @@ struct Ctx {
     fan_out: bool,
     streams: Vec<StreamCtx>,
     indices: Arc<Pool<u64>>,
+    /// The source of each row, for a mixture (`None` otherwise).
+    sources: Option<Arc<Pool<u32>>>,
     /// Next-use hints, one per index, for steps some stream wants them for.
     hints: Arc<Pool<Option<u64>>>,
 }
@@ -275,6 +300,42 @@ fn check_range(field: &'static str, value: usize, max: usize, expected: &'static
     Ok(())
 }
 
+/// The common length of `streams`, checking they are a set: some streams,
+/// no name twice, all of one length.
+fn stream_length(streams: &[Stream]) -> Result<u64, Error> {
+    if streams.is_empty() {
+        return Err(Error::NoStreams);
+    }
+    let mut names = HashSet::new();
+    for s in streams {
+        if !names.insert(s.name.as_str()) {
+            return Err(Error::DuplicateStream { name: s.name.clone() });
+        }
+    }
+    let lengths: Vec<(String, u64)> = streams.iter().map(|s| (s.name.clone(), s.source.len())).collect();
+    let length = lengths[0].1;
+    if lengths.iter().any(|(_, l)| *l != length) {
+        return Err(Error::LengthMismatch { lengths });
+    }
+    Ok(length)
+}
+
+/// Depth, threads and start step in range.
+fn check_config(config: &LoaderConfig) -> Result<(), Error> {
+    check_range("depth", config.depth, MAX_DEPTH, "1 ..= 1024")?;
+    check_range("threads", config.threads, MAX_THREADS, "1 ..= 256")?;
+    if config.start_step > MAX_START_STEP {
+        return Err(Error::InvalidConfig { field: "start_step", value: config.start_step, expected: "at most 2^63" });
+    }
+    Ok(())
+}
+
+/// A mixture as error messages name it.
+fn describe(m: &MixtureState) -> String {
+    let weights: Vec<String> = m.weights.iter().map(|w| format!("{w:.4}")).collect();
+    format!("a mixture of sources of {:?} records, weights [{}]", m.lengths, weights.join(", "))
+}
+
 impl Loader {
     /// Validates the streams and configuration and starts the workers, which
     /// begin gathering `config.start_step` at once.
@@ -286,47 +347,103 @@ impl Loader {
     /// space, a zero batch size or a shard that does not fit the batch, and
     /// [`Error::Spawn`] when a thread cannot be started.
     pub fn new(streams: Vec<Stream>, config: LoaderConfig) -> Result<Loader, Error> {
-        if streams.is_empty() {
-            return Err(Error::NoStreams);
-        }
-        let mut names = HashSet::new();
-        for s in &streams {
-            if !names.insert(s.name.as_str()) {
-                return Err(Error::DuplicateStream { name: s.name.clone() });
-            }
-        }
-        let lengths: Vec<(String, u64)> = streams.iter().map(|s| (s.name.clone(), s.source.len())).collect();
-        let length = lengths[0].1;
-        if lengths.iter().any(|(_, l)| *l != length) {
-            return Err(Error::LengthMismatch { lengths });
-        }
+        let length = stream_length(&streams)?;
         if let Some(expected) = config.expect_length {
             if expected != length {
                 return Err(Error::StateMismatch { state_length: expected, stream_length: length });
             }
         }
-        check_range("depth", config.depth, MAX_DEPTH, "1 ..= 1024")?;
-        check_range("threads", config.threads, MAX_THREADS, "1 ..= 256")?;
-        if config.start_step > MAX_START_STEP {
-            return Err(Error::InvalidConfig {
-                field: "start_step",
-                value: config.start_step,
-                expected: "at most 2^63",
-            });
+        if let Some(saved) = &config.expect_mixture {
+            return Err(Error::MixtureMismatch { saved: describe(saved), loader: "one set of streams".to_owned() });
         }
+        check_config(&config)?;
+        let plan = Plan::Single(Sampler::new(config.mode, length, config.batch_size, config.seed)?);
+        Loader::start(plan, vec![streams], config)
+    }
 
-        let sampler = Sampler::new(config.mode, length, config.batch_size, config.seed)?;
-        let shard_len = sampler.shard_len(config.shard)?;
+    /// A loader over a weighted mixture of sources: every global batch of
+    /// `config.batch_size` rows holds each source's share of the rows exactly
+    /// (see `zring_sampler::Mixture`), gathered source by source into the
+    /// same batch buffers, with the same pipeline, hints, state and errors
+    /// as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
+    /// index (into that source) in [`Batch::indices`].
+    ///
+    /// Errors: those of [`Loader::new`] for each source's streams,
+    /// [`Error::SourceStreams`] when a source's streams differ from source
+    /// 0's in names or layouts, [`Error::MixtureMismatch`] for a state saved
+    /// from another mixture, and [`Error::Sampler`] for weights that are not
+    /// positive and finite or give a source less than one row per batch.
+    pub fn new_mixture(sources: Vec<MixSource>, config: LoaderConfig) -> Result<Loader, Error> {
+        if sources.is_empty() {
+            return Err(zring_sampler::Error::NoSources.into());
+        }
+        let mut lengths = Vec::with_capacity(sources.len());
+        for source in &sources {
+            lengths.push(stream_length(&source.streams)?);
+        }
+        let shape = |streams: &[Stream]| {
+            let mut v: Vec<(String, Layout)> = streams.iter().map(|s| (s.name.clone(), s.source.layout())).collect();
+            v.sort_by(|a, b| a.0.cmp(&b.0));
+            v
+        };
+        let want = shape(&sources[0].streams);
+        for (k, source) in sources.iter().enumerate().skip(1) {
+            let got = shape(&source.streams);
+            if got != want {
+                let show = |v: &[(String, Layout)]| format!("{v:?}");
+                return Err(Error::SourceStreams { source_index: k, got: show(&got), want: show(&want) });
+            }
+        }
+        let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
+        let mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
+        let mine = mixture.state();
+        match (&config.expect_mixture, config.expect_length) {
+            (Some(saved), _) if !saved.matches(&mine) => {
+                return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&mine) });
+            }
+            (None, Some(_)) => {
+                return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader: describe(&mine) });
+            }
+            _ => {}
+        }
+        check_config(&config)?;
+        // Every source's streams in source 0's order.
+        let order: Vec<String> = sources[0].streams.iter().map(|s| s.name.clone()).collect();
+        let by_source = sources
+            .into_iter()
+            .map(|source| {
+                let mut streams = source.streams;
+                streams.sort_by_key(|s| order.iter().position(|n| *n == s.name));
+                streams
+            })
+            .collect();
+        Loader::start(Plan::Mixture(mixture), by_source, config)
+    }
+
+    /// Starts the workers over `plan`; `sources[k]` are source `k`'s streams,
+    /// in the same order for every source (one source unless a mixture).
+    fn start(plan: Plan, sources: Vec<Vec<Stream>>, config: LoaderConfig) -> Result<Loader, Error> {
+        let shard_len = plan.shard_len(config.shard)?;
+        let mixture = matches!(plan, Plan::Mixture(_));
+        let mut per_stream: Vec<Vec<Stream>> = Vec::new();
+        for streams in sources {
+            for (i, stream) in streams.into_iter().enumerate() {
+                if per_stream.len() <= i {
+                    per_stream.push(Vec::new());
+                }
+                per_stream[i].push(stream);
+            }
+        }
 
         let retain = retain_for(config.depth);
         // Pre-allocate what the steady state uses: `depth` steps in flight
         // plus the batch the caller holds. Ragged buffers start empty and
         // grow to fit.
         let prefill = config.depth + 1;
-        let streams: Vec<StreamCtx> = streams
+        let streams: Vec<StreamCtx> = per_stream
             .into_iter()
-            .map(|s| {
-                let layout = s.source.layout();
+            .map(|set| {
+                let layout = set[0].source.layout();
                 let (data, offsets) = match layout {
                     Layout::Fixed { record_bytes } => {
                         let bytes = shard_len.saturating_mul(record_bytes);
@@ -334,7 +451,12 @@ impl Loader {
                     }
                     Layout::Ragged => (Pool::new(retain, 0, 0), Pool::new(retain, prefill, shard_len + 1)),
                 };
-                StreamCtx { name: Arc::from(s.name), source: s.source, layout, data, offsets }
+                let name: Arc<str> = Arc::from(set[0].name.as_str());
+                let labels = (0..set.len())
+                    .map(|k| if mixture { Arc::from(format!("{k}/{name}")) } else { Arc::clone(&name) })
+                    .collect();
+                let sources = set.into_iter().map(|s| s.source).collect();
+                StreamCtx { name, sources, labels, layout, data, offsets }
             })
             .collect();
 
@@ -349,14 +471,14 @@ impl Loader {
 
         let mut slots = VecDeque::with_capacity(config.depth);
         slots.resize_with(config.depth, || None);
-        let lookahead = match config.mode {
+        let lookahead = match plan.mode() {
             // Workers run at most `depth + threads` steps apart.
-            Mode::Iid => Some(Lookahead::new(&sampler, config.shard, (config.depth + config.threads) as u64)?),
+            Mode::Iid => Some(Lookahead::new(&plan, config.shard, (config.depth + config.threads) as u64)?),
             _ => None,
         };
         let shared = Arc::new(Shared {
             ctx: Ctx {
-                sampler,
+                plan,
                 shard: config.shard,
                 shard_len,
                 depth: config.depth,
@@ -367,6 +489,7 @@ impl Loader {
                 fan_out: gathers_leave_cores_idle(config.threads, config.depth),
                 streams,
                 indices: Pool::new(retain, prefill, shard_len),
+                sources: mixture.then(|| Pool::new(retain, prefill, shard_len)),
                 // Filled on first use: most stores never want hints.
                 hints: Pool::new(retain, 0, 0),
             },
@@ -495,9 +618,8 @@ impl Loader {
     /// batch the next [`Loader::next`] returns. After a failure it is the
     /// failed step, so a loader rebuilt from it retries that step.
     pub fn state(&self) -> LoaderState {
-        let mut sampler = self.shared.ctx.sampler.state();
-        sampler.step = self.next_step;
-        LoaderState { sampler, shard: self.shared.ctx.shard }
+        let (sampler, mixture) = self.shared.ctx.plan.state(self.next_step);
+        LoaderState { sampler, shard: self.shared.ctx.shard, mixture }
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -514,6 +636,7 @@ impl Loader {
     pub fn stats(&self) -> LoaderStats {
         let ctx = &self.shared.ctx;
         let allocated = ctx.indices.allocations()
+            + ctx.sources.as_ref().map_or(0, |p| p.allocations())
             + ctx.hints.allocations()
             + ctx.streams.iter().map(|s| s.data.allocations() + s.offsets.allocations()).sum::<u64>();
         let state = self.shared.lock();
@@ -647,33 +770,48 @@ fn fan_out_for(threads: usize, depth: usize, cores: usize) -> bool {
 
 /// Gathers every stream of `step`. `current` names the stream being gathered,
 /// so a panic in a source can be attributed to it.
+///
+/// A mixture's rows come source by source: each stream is gathered as one
+/// call per run of rows of one source, straight into the run's part of the
+/// stream's buffer.
 fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<Batch, Error> {
     // Asked once per step: a store's read policy may change while it runs.
     let mut wants = Vec::with_capacity(ctx.streams.len());
     for stream in &ctx.streams {
-        *current = Some(Arc::clone(&stream.name));
-        wants.push(stream.source.wants_hints());
+        let mut per_source = Vec::with_capacity(stream.sources.len());
+        for (source, label) in stream.sources.iter().zip(&stream.labels) {
+            *current = Some(Arc::clone(label));
+            per_source.push(source.wants_hints());
+        }
+        wants.push(per_source);
     }
     let mut indices = ctx.indices.take(ctx.shard_len);
-    let hints = if wants.contains(&true) {
+    let mut sources = ctx.sources.as_ref().map(|p| p.take(ctx.shard_len));
+    let rows_sources: &mut [u32] = sources.as_deref_mut().unwrap_or(&mut []);
+    let hints = if wants.iter().flatten().any(|&w| w) {
         let mut next = ctx.hints.take(ctx.shard_len);
         match &ctx.lookahead {
             Some(look) => {
-                ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
-                look.fill(&ctx.sampler, step, &indices, &mut next)?;
+                ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
+                look.fill(&ctx.plan, step, rows_sources, &indices, &mut next)?;
             }
-            None => ctx.sampler.fill_shard_with_next_use(step, ctx.shard, &mut indices, &mut next)?,
+            None => ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, Some(&mut next))?,
         }
         Some(next)
     } else {
-        ctx.sampler.fill_shard(step, ctx.shard, &mut indices)?;
+        ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
         None
     };
+    let runs: Vec<(usize, std::ops::Range<usize>)> = match &sources {
+        Some(rows) => plan::runs(rows).collect(),
+        None => vec![(0, 0..indices.len())],
+    };
     let mut columns = Vec::with_capacity(ctx.streams.len());
-    for (stream, wants) in ctx.streams.iter().zip(wants) {
-        let hints = hints.as_deref().filter(|_| wants);
-        *current = Some(Arc::clone(&stream.name));
-        let gather_err = |source| Error::Gather { step, stream: stream.name.to_string(), source };
+    for (stream, wants) in ctx.streams.iter().zip(&wants) {
+        let gather_err = |k: usize| {
+            let label = stream.labels[k].to_string();
+            move |source| Error::Gather { step, stream: label, source }
+        };
         let too_large = |bytes: u128| Error::BatchTooLarge { step, stream: stream.name.to_string(), bytes };
         let column = match stream.layout {
             Layout::Fixed { record_bytes } => {
@@ -682,34 +820,64 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                match hints {
-                    Some(next) => stream.source.gather_hinted(&indices, &mut data, next),
-                    None => stream.source.gather(&indices, &mut data),
+                for (k, rows) in &runs {
+                    let (k, rows) = (*k, rows.clone());
+                    *current = Some(Arc::clone(&stream.labels[k]));
+                    let source = &stream.sources[k];
+                    let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
+                    let idx = &indices[rows.clone()];
+                    match hints.as_deref().filter(|_| wants[k]) {
+                        Some(next) => source.gather_hinted(idx, dst, &next[rows]),
+                        None => source.gather(idx, dst),
+                    }
+                    .map_err(gather_err(k))?;
                 }
-                .map_err(gather_err)?;
                 Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
                 let mut offsets = stream.offsets.take(indices.len() + 1);
                 let (first, lengths) = offsets.split_at_mut(1);
                 first[0] = 0;
-                stream.source.lengths(&indices, lengths).map_err(gather_err)?;
+                for (k, rows) in &runs {
+                    *current = Some(Arc::clone(&stream.labels[*k]));
+                    stream.sources[*k]
+                        .lengths(&indices[rows.clone()], &mut lengths[rows.clone()])
+                        .map_err(gather_err(*k))?;
+                }
                 let total = prefix_sum(lengths)
                     .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
-                match hints {
-                    Some(next) => stream.source.gather_var_hinted(&indices, &mut data, &offsets, next),
-                    None => stream.source.gather_var(&indices, &mut data, &offsets),
+                let mut rebased = Vec::new();
+                for (k, rows) in &runs {
+                    let (k, rows) = (*k, rows.clone());
+                    *current = Some(Arc::clone(&stream.labels[k]));
+                    let source = &stream.sources[k];
+                    // Lossless: the offsets are at most `bytes`, a usize.
+                    let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
+                    let dst = &mut data[a..z];
+                    let idx = &indices[rows.clone()];
+                    // A source sees offsets from the start of its run.
+                    let offs = if a == 0 {
+                        &offsets[rows.start..=rows.end]
+                    } else {
+                        rebased.clear();
+                        rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
+                        &rebased[..]
+                    };
+                    match hints.as_deref().filter(|_| wants[k]) {
+                        Some(next) => source.gather_var_hinted(idx, dst, offs, &next[rows]),
+                        None => source.gather_var(idx, dst, offs),
+                    }
+                    .map_err(gather_err(k))?;
                 }
-                .map_err(gather_err)?;
                 Column { name: Arc::clone(&stream.name), data, offsets: Some(offsets) }
             }
         };
         columns.push(column);
     }
     *current = None;
-    Ok(Batch { step, indices, columns })
+    Ok(Batch { step, indices, sources, columns })
 }
 
 /// Turns lengths into end offsets in place; `None` if the total overflows.

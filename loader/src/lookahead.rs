@@ -41,7 +41,9 @@
 use std::collections::HashMap;
 use std::sync::Mutex;
 
-use zring_sampler::{Error as SamplerError, Sampler, Shard};
+use zring_sampler::{Error as SamplerError, Shard};
+
+use crate::plan::Plan;
 
 /// Most draws the window holds (module docs).
 pub(crate) const MAX_ENTRIES: u64 = 1 << 19;
@@ -61,18 +63,20 @@ struct Window {
     /// Steps `lo..hi` are in the window; `lo == hi` when empty.
     lo: u64,
     hi: u64,
-    /// Index -> the steps of the window that draw it, ascending.
-    at: HashMap<u64, Vec<u64>>,
-    /// Scratch for one step's draws of the shard.
+    /// (Source, index) -> the steps of the window that draw it, ascending.
+    /// The source is always 0 for one set of streams.
+    at: HashMap<(u32, u64), Vec<u64>>,
+    /// Scratch for one step's draws of the shard, and their sources.
     batch: Vec<u64>,
+    sources: Vec<u32>,
 }
 
 impl Lookahead {
     /// A window over `shard`'s draws of `sampler`, for a loader running up
     /// to `depth` steps apart.
-    pub fn new(sampler: &Sampler, shard: Shard, depth: u64) -> Result<Lookahead, SamplerError> {
-        let per_step = sampler.shard_len(shard)?.max(1) as u64;
-        let span = sampler.state().length.div_ceil(per_step).clamp(1, (MAX_ENTRIES / per_step).max(1));
+    pub fn new(plan: &Plan, shard: Shard, depth: u64) -> Result<Lookahead, SamplerError> {
+        let per_step = plan.shard_len(shard)?.max(1) as u64;
+        let span = plan.length().div_ceil(per_step).clamp(1, (MAX_ENTRIES / per_step).max(1));
         Ok(Lookahead { shard, span, slack: depth.max(SLACK), window: Mutex::new(Window::default()) })
     }
 
@@ -82,12 +86,14 @@ impl Lookahead {
         self.span
     }
 
-    /// For each of `indices` (drawn at `step`), the first later step within
-    /// the span that draws it again, or `None`.
+    /// For each of `indices` (drawn at `step`, from `sources`, or all from
+    /// source 0 when `sources` is empty), the first later step within the
+    /// span that draws it again, or `None`.
     pub fn fill(
         &self,
-        sampler: &Sampler,
+        plan: &Plan,
         step: u64,
+        sources: &[u32],
         indices: &[u64],
         out: &mut [Option<u64>],
     ) -> Result<(), SamplerError> {
@@ -101,11 +107,13 @@ impl Lookahead {
             w.lo = first;
             w.hi = first;
         }
-        w.batch.resize(sampler.shard_len(self.shard)?, 0);
+        let per_step = plan.shard_len(self.shard)?;
+        w.batch.resize(per_step, 0);
+        w.sources.resize(per_step, 0);
         while w.hi <= last {
-            sampler.fill_shard(w.hi, self.shard, &mut w.batch)?;
-            for &i in &w.batch {
-                let steps = w.at.entry(i).or_default();
+            plan.fill(w.hi, self.shard, &mut w.sources, &mut w.batch, None)?;
+            for (&k, &i) in w.sources.iter().zip(&w.batch) {
+                let steps = w.at.entry((k, i)).or_default();
                 if steps.last() != Some(&w.hi) {
                     steps.push(w.hi);
                 }
@@ -113,21 +121,22 @@ impl Lookahead {
             w.hi += 1;
         }
         while w.lo + self.slack < step && w.lo < w.hi {
-            sampler.fill_shard(w.lo, self.shard, &mut w.batch)?;
-            for &i in &w.batch {
-                if let Some(steps) = w.at.get_mut(&i) {
+            plan.fill(w.lo, self.shard, &mut w.sources, &mut w.batch, None)?;
+            for (&k, &i) in w.sources.iter().zip(&w.batch) {
+                if let Some(steps) = w.at.get_mut(&(k, i)) {
                     if steps.first() == Some(&w.lo) {
                         steps.remove(0);
                     }
                     if steps.is_empty() {
-                        w.at.remove(&i);
+                        w.at.remove(&(k, i));
                     }
                 }
             }
             w.lo += 1;
         }
-        for (o, i) in out.iter_mut().zip(indices) {
-            *o = w.at.get(i).and_then(|steps| steps.iter().find(|&&t| t > step && t <= last)).copied();
+        for (r, (o, &i)) in out.iter_mut().zip(indices).enumerate() {
+            let k = sources.get(r).copied().unwrap_or(0);
+            *o = w.at.get(&(k, i)).and_then(|steps| steps.iter().find(|&&t| t > step && t <= last)).copied();
         }
         Ok(())
     }
@@ -136,7 +145,7 @@ impl Lookahead {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use zring_sampler::Mode;
+    use zring_sampler::{Mode, Sampler};
 
     /// The hints are exactly the shard's next draws within the span,
     /// whatever order and spacing the steps are asked in (workers race,
@@ -145,7 +154,8 @@ mod tests {
     fn hints_are_the_shards_next_draws_within_the_span() {
         let s = Sampler::new(Mode::Iid, 500, 32, 7).unwrap();
         for shard in [Shard::ALL, Shard::new(1, 4).unwrap()] {
-            let look = Lookahead::new(&s, shard, 8).unwrap();
+            let plan = Plan::Single(s.clone());
+            let look = Lookahead::new(&plan, shard, 8).unwrap();
             let per = s.shard_len(shard).unwrap();
             assert_eq!(look.span(), 500u64.div_ceil(per as u64));
             let draws = |t: u64| {
@@ -157,7 +167,7 @@ mod tests {
             for step in (0..200).chain([190, 195, 1000, 1001, 5, 6]) {
                 let idx = draws(step);
                 let mut out = vec![None; idx.len()];
-                look.fill(&s, step, &idx, &mut out).unwrap();
+                look.fill(&plan, step, &[], &idx, &mut out).unwrap();
                 for (k, &i) in idx.iter().enumerate() {
                     let want = (step + 1..=step + look.span()).find(|&t| draws(t).contains(&i));
                     assert_eq!(out[k], want, "step {step}, index {i}");
@@ -173,7 +183,7 @@ mod tests {
 
     #[test]
     fn the_span_is_capped_by_the_entries_and_the_slack_follows_the_depth() {
-        let s = Sampler::new(Mode::Iid, 1 << 40, 1024, 1).unwrap();
+        let s = Plan::Single(Sampler::new(Mode::Iid, 1 << 40, 1024, 1).unwrap());
         assert_eq!(Lookahead::new(&s, Shard::ALL, 4).unwrap().span(), MAX_ENTRIES / 1024);
         assert_eq!(Lookahead::new(&s, Shard::new(0, 4).unwrap(), 4).unwrap().span(), MAX_ENTRIES / 256);
         assert_eq!(Lookahead::new(&s, Shard::ALL, 4).unwrap().slack, SLACK);

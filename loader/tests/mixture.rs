@@ -1,0 +1,299 @@
+//! Mixtures: a loader over weighted sources delivers exactly the rows the
+//! sampler's `Mixture` plans, each from its own source, through the same
+//! pipeline as one set of streams (state, resume, shards, failures, hints).
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+
+use common::{fixed_record, ragged_record, with_timeout, DEADLOCK};
+use zring_loader::{
+    Batch, Error, Layout, Loader, LoaderConfig, LoaderState, MixSource, Mode, Shard, Source, SourceError, Stream,
+};
+use zring_sampler::Mixture;
+
+/// The hinted gathers a source saw: indices and their hints.
+type Hinted = Mutex<Vec<(Vec<u64>, Vec<Option<u64>>)>>;
+
+/// Record `i` of source `k`: the common test record of `k * 1_000_000 + i`,
+/// so rows from different sources differ. Hinted gathers are recorded.
+struct Tagged {
+    k: u64,
+    len: u64,
+    layout: Layout,
+    wants: bool,
+    fail_on: Option<u64>,
+    hinted: Hinted,
+}
+
+fn tagged(k: u64, len: u64, layout: Layout) -> Tagged {
+    Tagged { k, len, layout, wants: false, fail_on: None, hinted: Mutex::default() }
+}
+
+impl Tagged {
+    fn id(&self, i: u64) -> u64 {
+        self.k * 1_000_000 + i
+    }
+    fn check(&self, indices: &[u64]) -> Result<(), SourceError> {
+        if let Some(&bad) = indices.iter().find(|&&i| Some(i) == self.fail_on || i >= self.len) {
+            return Err(format!("record {bad} of source {} is unreadable", self.k).into());
+        }
+        Ok(())
+    }
+}
+
+impl Source for Tagged {
+    fn len(&self) -> u64 {
+        self.len
+    }
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        self.check(indices)?;
+        let Layout::Fixed { record_bytes } = self.layout else { unreachable!() };
+        assert_eq!(dst.len(), indices.len() * record_bytes);
+        for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(record_bytes)) {
+            out.copy_from_slice(&fixed_record(self.id(i), record_bytes));
+        }
+        Ok(())
+    }
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        self.check(indices)?;
+        for (&i, o) in indices.iter().zip(out) {
+            *o = ragged_record(self.id(i)).len() as u64;
+        }
+        Ok(())
+    }
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
+        self.check(indices)?;
+        assert_eq!(offsets.len(), indices.len() + 1);
+        assert_eq!(offsets[0], 0, "a source sees offsets from the start of its run");
+        assert_eq!(*offsets.last().unwrap() as usize, dst.len());
+        for (k, &i) in indices.iter().enumerate() {
+            dst[offsets[k] as usize..offsets[k + 1] as usize].copy_from_slice(&ragged_record(self.id(i)));
+        }
+        Ok(())
+    }
+    fn wants_hints(&self) -> bool {
+        self.wants
+    }
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
+        self.gather(indices, dst)
+    }
+}
+
+const LENGTHS: [u64; 3] = [120, 37, 53];
+const WEIGHTS: [f64; 3] = [0.5, 0.3, 0.2];
+
+/// Sources of `LENGTHS` with a fixed stream "img" (8-byte records) and a
+/// ragged stream "txt" (given in another order in every other source).
+fn sources(lengths: &[u64], weights: &[f64]) -> Vec<MixSource> {
+    lengths
+        .iter()
+        .zip(weights)
+        .enumerate()
+        .map(|(k, (&n, &w))| {
+            let img = Stream::new("img", Arc::new(tagged(k as u64, n, Layout::Fixed { record_bytes: 8 })));
+            let txt = Stream::new("txt", Arc::new(tagged(k as u64, n, Layout::Ragged)));
+            MixSource::new(w, if k % 2 == 0 { vec![img, txt] } else { vec![txt, img] })
+        })
+        .collect()
+}
+
+fn config(mode: Mode, batch: u64) -> LoaderConfig {
+    LoaderConfig { mode, seed: 3, depth: 4, threads: 3, ..LoaderConfig::new(batch) }
+}
+
+/// Checks every row of `b` against the plan and its source's records.
+fn assert_planned(m: &Mixture, shard: Shard, b: &Batch) {
+    let per = m.shard_len(shard).unwrap();
+    let (mut src, mut idx) = (vec![0; per], vec![0; per]);
+    m.fill_shard(b.step, shard, &mut src, &mut idx).unwrap();
+    assert_eq!(b.sources.as_deref(), Some(&src[..]), "step {}", b.step);
+    assert_eq!(&b.indices[..], &idx[..], "step {}", b.step);
+    for (r, (&k, &i)) in src.iter().zip(&idx).enumerate() {
+        let id = u64::from(k) * 1_000_000 + i;
+        assert_eq!(b.record("img", r).unwrap(), &fixed_record(id, 8)[..], "step {} row {r}", b.step);
+        assert_eq!(b.record("txt", r).unwrap(), &ragged_record(id)[..], "step {} row {r}", b.step);
+    }
+    assert_eq!(b.columns[0].name(), "img", "columns in source 0's order");
+}
+
+#[test]
+fn every_row_is_the_planned_record_of_its_source() {
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+        for shard in [Shard::ALL, Shard::new(2, 4).unwrap()] {
+            let m = Mixture::new(mode, &LENGTHS, &WEIGHTS, 24, 3).unwrap();
+            let cfg = LoaderConfig { shard, ..config(mode, 24) };
+            let mut loader = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), cfg).unwrap();
+            for t in 0..50 {
+                let b = loader.next().unwrap();
+                assert_eq!(b.step, t);
+                assert_planned(&m, shard, &b);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_resumed_mixture_continues_mid_cycle_and_its_state_names_the_mixture() {
+    let cfg = config(Mode::Cyclic, 24);
+    let mut whole = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), cfg.clone()).unwrap();
+    let reference: Vec<Vec<u8>> = (0..30).map(|_| whole.next().unwrap().columns[0].data().to_vec()).collect();
+    let mut first = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), cfg).unwrap();
+    for _ in 0..7 {
+        first.next().unwrap();
+    }
+    let json = serde_json::to_value(first.state()).unwrap();
+    assert_eq!(json["sampler"]["step"], 7);
+    assert_eq!(json["sampler"]["length"], 210);
+    assert_eq!(json["mixture"]["lengths"], serde_json::json!([120, 37, 53]));
+    let state: LoaderState = serde_json::from_value(json).unwrap();
+    let mut resumed = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), LoaderConfig::from_state(&state)).unwrap();
+    for want in &reference[7..] {
+        assert_eq!(resumed.next().unwrap().columns[0].data(), &want[..]);
+    }
+    // Another mixture, or one set of streams, does not take this state.
+    let other = Loader::new_mixture(sources(&[120, 37, 54], &WEIGHTS), LoaderConfig::from_state(&state));
+    assert!(matches!(other, Err(Error::MixtureMismatch { .. })), "{other:?}");
+    let reweighted = Loader::new_mixture(sources(&LENGTHS, &[0.4, 0.4, 0.2]), LoaderConfig::from_state(&state));
+    assert!(matches!(reweighted, Err(Error::MixtureMismatch { .. })));
+    let streams = vec![Stream::new("img", Arc::new(tagged(0, 210, Layout::Fixed { record_bytes: 8 })) as _)];
+    let single = Loader::new(streams.clone(), LoaderConfig::from_state(&state)).unwrap_err();
+    assert!(single.to_string().contains("saved for a mixture"), "{single}");
+    let plain = Loader::new(streams, LoaderConfig::new(24)).unwrap().state();
+    assert!(!serde_json::to_string(&plain).unwrap().contains("mixture"), "a plain state has no mixture key");
+    let err = Loader::new_mixture(sources(&[200, 10], &[0.5, 0.5]), LoaderConfig::from_state(&plain)).unwrap_err();
+    assert!(matches!(err, Error::MixtureMismatch { .. }), "{err}");
+}
+
+#[test]
+fn a_failing_source_fails_its_step_named_by_source_and_poisons_the_loader() {
+    let m = Mixture::new(Mode::Cyclic, &LENGTHS, &WEIGHTS, 24, 3).unwrap();
+    // The first step at which source 2 draws its record 5.
+    let (mut src, mut idx) = (vec![0; 24], vec![0; 24]);
+    let bad_step = (0..)
+        .find(|&t| {
+            m.fill_shard(t, Shard::ALL, &mut src, &mut idx).unwrap();
+            src.iter().zip(&idx).any(|(&k, &i)| k == 2 && i == 5)
+        })
+        .unwrap();
+    let mut list = sources(&LENGTHS, &WEIGHTS);
+    let mut broken = tagged(2, 53, Layout::Fixed { record_bytes: 8 });
+    broken.fail_on = Some(5);
+    list[2].streams =
+        vec![Stream::new("img", Arc::new(broken)), Stream::new("txt", Arc::new(tagged(2, 53, Layout::Ragged)))];
+    let mut loader = Loader::new_mixture(list, config(Mode::Cyclic, 24)).unwrap();
+    for _ in 0..bad_step {
+        loader.next().unwrap();
+    }
+    match loader.next().unwrap_err() {
+        Error::Gather { step, stream, .. } => {
+            assert_eq!(step, bad_step);
+            assert_eq!(stream, "2/img");
+        }
+        other => panic!("expected a gather error, got {other}"),
+    }
+    assert!(matches!(loader.next(), Err(Error::Poisoned { step }) if step == bad_step));
+    assert_eq!(loader.state().sampler.step, bad_step, "the state names the failed step");
+}
+
+#[test]
+fn bad_mixtures_are_refused_with_what_is_wrong() {
+    let e = Loader::new_mixture(sources(&LENGTHS, &[0.98, 0.01, 0.01]), config(Mode::Iid, 24)).unwrap_err();
+    assert!(e.to_string().contains("source(s) [1, 2] would get less than one row per batch of 24"), "{e}");
+    let mut odd = sources(&LENGTHS, &WEIGHTS);
+    odd[1].streams.pop();
+    let e = Loader::new_mixture(odd, config(Mode::Iid, 24)).unwrap_err();
+    assert!(matches!(e, Error::SourceStreams { source_index: 1, .. }), "{e}");
+    let mut ragged = sources(&LENGTHS, &WEIGHTS);
+    ragged[2].streams[0] = Stream::new("img", Arc::new(tagged(2, 53, Layout::Ragged)));
+    let e = Loader::new_mixture(ragged, config(Mode::Iid, 24)).unwrap_err();
+    assert!(e.to_string().contains("source 2 has streams"), "{e}");
+    assert!(Loader::new_mixture(vec![], config(Mode::Iid, 24)).is_err());
+    let cfg = LoaderConfig { shard: Shard::new(0, 4).unwrap(), ..config(Mode::Iid, 25) };
+    let e = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), cfg).unwrap_err();
+    assert!(e.to_string().contains("do not divide"), "{e}");
+}
+
+#[test]
+fn a_hundred_sources_and_prime_lengths_deliver_their_plans() {
+    with_timeout(DEADLOCK, || {
+        // Weights from 0.001 to 0.5 of a batch of 1024, lengths prime.
+        let primes = (2u64..).filter(|n| (2..*n).take_while(|d| d * d <= *n).all(|d| n % d != 0));
+        let lengths: Vec<u64> = primes.skip(20).take(100).collect();
+        let mut weights = vec![0.5];
+        weights.extend((0..99).map(|k| 0.001 + (0.5 / 99.0 - 0.001) * 2.0 * f64::from(k) / 98.0));
+        let m = Mixture::new(Mode::Cyclic, &lengths, &weights, 1024, 3).unwrap();
+        let mut loader = Loader::new_mixture(sources(&lengths, &weights), config(Mode::Cyclic, 1024)).unwrap();
+        for _ in 0..20 {
+            let b = loader.next().unwrap();
+            assert_planned(&m, Shard::ALL, &b);
+            let mut seen = [false; 100];
+            for &k in b.sources.as_deref().unwrap() {
+                seen[k as usize] = true;
+            }
+            assert!(seen.iter().all(|&s| s), "every source has a row in every batch");
+        }
+    });
+}
+
+#[test]
+fn hints_reach_every_source_that_wants_them_as_the_shards_next_draws() {
+    for mode in [Mode::Iid, Mode::Cyclic] {
+        let shard = Shard::new(1, 2).unwrap();
+        let m = Mixture::new(mode, &LENGTHS, &WEIGHTS, 24, 3).unwrap();
+        let probes: Vec<Arc<Tagged>> = (0..3)
+            .map(|k| {
+                let mut t = tagged(k, LENGTHS[k as usize], Layout::Fixed { record_bytes: 8 });
+                t.wants = k != 1;
+                Arc::new(t)
+            })
+            .collect();
+        let list = probes
+            .iter()
+            .zip(WEIGHTS)
+            .map(|(p, w)| MixSource::new(w, vec![Stream::new("img", Arc::clone(p) as Arc<dyn Source>)]))
+            .collect();
+        let cfg = LoaderConfig { shard, threads: 1, depth: 1, ..config(mode, 24) };
+        let mut loader = Loader::new_mixture(list, cfg).unwrap();
+        let draws = |t: u64| {
+            let (mut s, mut i) = (vec![0; 12], vec![0; 12]);
+            m.fill_shard(t, shard, &mut s, &mut i).unwrap();
+            s.into_iter().zip(i).collect::<Vec<_>>()
+        };
+        for _ in 0..30 {
+            loader.next().unwrap();
+        }
+        loader.close().unwrap();
+        assert!(probes[1].hinted.lock().unwrap().is_empty(), "source 1 does not want hints");
+        let mut known = 0;
+        let seen: Vec<_> = probes.iter().map(|p| p.hinted.lock().unwrap().clone()).collect();
+        let mut cursor = [0usize; 3];
+        // One worker, depth 1: the gathers ran in step order, one per source
+        // with rows in the shard's part of the step.
+        for t in 0..30u64 {
+            let d = draws(t);
+            for k in [0usize, 2] {
+                let rows: Vec<u64> = d.iter().filter(|(s, _)| *s as usize == k).map(|(_, i)| *i).collect();
+                if rows.is_empty() {
+                    continue;
+                }
+                let (idx, next) = &seen[k][cursor[k]];
+                cursor[k] += 1;
+                assert_eq!(idx, &rows, "{mode:?} step {t} source {k}");
+                for (&i, &n) in idx.iter().zip(next) {
+                    // Iid draws are looked ahead for one pass on average:
+                    // 210 records over 12 rows a step.
+                    let horizon = if mode == Mode::Iid { 18 } else { 200 };
+                    let want = (t + 1..=t + horizon).find(|&u| draws(u).contains(&(k as u32, i)));
+                    assert_eq!(n, want, "{mode:?} source {k} step {t} index {i}");
+                    known += usize::from(n.is_some());
+                }
+            }
+        }
+        assert!(known > 0);
+    }
+}
