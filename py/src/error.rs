@@ -100,6 +100,8 @@ pub fn loader(err: zring_loader::Error) -> PyErr {
         | L::LengthMismatch { .. }
         | L::InvalidConfig { .. }
         | L::StateMismatch { .. }
+        | L::MixtureMismatch { .. }
+        | L::SourceStreams { .. }
         | L::Sampler(_)
         | L::Closed => PyValueError::new_err(msg),
         L::BatchTooLarge { .. } => PyMemoryError::new_err(msg),

@@ -15,7 +15,7 @@ use numpy::PyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use zring_loader::{Loader, LoaderConfig, LoaderState, PooledBuf, Shard, StoreSource, Stream};
+use zring_loader::{Loader, LoaderConfig, LoaderState, MixSource, PooledBuf, Shard, StoreSource, Stream};
 
 use crate::convert::{from_json, to_py};
 use crate::error;
@@ -53,6 +53,26 @@ fn lend(py: Python<'_>, mut buf: PooledBuf) -> PyResult<Bound<'_, PyArray1<u8>>>
     // in `owner`'s drop, which cannot run while the array (or any view of
     // it, which references the array or `owner`) is alive.
     Ok(unsafe { PyArray1::borrow_from_array(&view, owner.into_any()) })
+}
+
+/// The streams of a list of `(name, Store, record_bytes)` tuples; `what`
+/// prefixes error messages ("source 3 ").
+fn stream_list(streams: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<Stream>> {
+    let mut list = Vec::with_capacity(streams.len());
+    for item in streams.iter() {
+        let tuple = item
+            .cast::<PyTuple>()
+            .map_err(|_| PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple"))?;
+        let name: String = tuple.get_item(0)?.extract()?;
+        let store = extract_store(&tuple.get_item(1)?, &format!("{what}stream {name:?}"))?;
+        let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
+        let source = match record_bytes {
+            Some(record_bytes) => StoreSource::fixed(store, record_bytes),
+            None => StoreSource::ragged(store),
+        };
+        list.push(Stream::new(name, Arc::new(source)));
+    }
+    Ok(list)
 }
 
 /// How long `next()` waits without the GIL before it looks for signals:
@@ -117,11 +137,13 @@ impl PyLoader {
 impl PyLoader {
     /// Build a loader over `streams`, a list of `(name, Store, record_bytes)`
     /// where `record_bytes` is the size of every record (fixed layout) or
-    /// None (ragged). `state` is the JSON text of a saved `state()`; when
-    /// given it sets batch size, mode, seed, start step (and shard, unless
-    /// `shard` is given).
+    /// None (ragged). With `weights`, a mixture: `streams` is then a list of
+    /// such lists, one per source, and `weights` one number per source.
+    /// `state` is the JSON text of a saved `state()`; when given it sets
+    /// batch size, mode, seed, start step (and shard, unless `shard` is
+    /// given).
     #[new]
-    #[pyo3(signature = (streams, *, batch_size, mode = 1, seed = 42, shard = None, depth = 4, threads = 4, state = None))]
+    #[pyo3(signature = (streams, *, batch_size, mode = 1, seed = 42, shard = None, depth = 4, threads = 4, state = None, weights = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -133,21 +155,27 @@ impl PyLoader {
         depth: usize,
         threads: usize,
         state: Option<&str>,
+        weights: Option<Vec<f64>>,
     ) -> PyResult<Self> {
-        let mut list = Vec::with_capacity(streams.len());
-        for item in streams.iter() {
-            let tuple = item
-                .cast::<PyTuple>()
-                .map_err(|_| PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple"))?;
-            let name: String = tuple.get_item(0)?.extract()?;
-            let store = extract_store(&tuple.get_item(1)?, &format!("stream {name:?}"))?;
-            let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
-            let source = match record_bytes {
-                Some(record_bytes) => StoreSource::fixed(store, record_bytes),
-                None => StoreSource::ragged(store),
-            };
-            list.push(Stream::new(name, Arc::new(source)));
-        }
+        let sources = match &weights {
+            None => vec![stream_list(streams, "")?],
+            Some(weights) => {
+                if weights.len() != streams.len() {
+                    return Err(PyValueError::new_err(format!(
+                        "{} weights for {} sources",
+                        weights.len(),
+                        streams.len()
+                    )));
+                }
+                let mut sources = Vec::with_capacity(streams.len());
+                for (k, item) in streams.iter().enumerate() {
+                    let list =
+                        item.cast::<PyList>().map_err(|_| PyTypeError::new_err("each source must be a list of streams"))?;
+                    sources.push(stream_list(list, &format!("source {k} "))?);
+                }
+                sources
+            }
+        };
         let mut config = match state {
             Some(text) => {
                 let saved: LoaderState = from_json(text, "loader state")?;
@@ -165,14 +193,25 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
-        let loader = py.detach(|| Loader::new(list, config)).map_err(error::loader)?;
+        let loader = match weights {
+            None => {
+                let list = sources.into_iter().next().unwrap_or_default();
+                py.detach(|| Loader::new(list, config))
+            }
+            Some(weights) => {
+                let sources = weights.into_iter().zip(sources).map(|(w, s)| MixSource::new(w, s)).collect();
+                py.detach(|| Loader::new_mixture(sources, config))
+            }
+        }
+        .map_err(error::loader)?;
         Ok(PyLoader { inner: Mutex::new(Some(loader)), pid: std::process::id() })
     }
 
-    /// Wait for the next step. Returns `(step, indices, columns)` where
-    /// `columns` is a list of `(name, data, offsets)`: `data` a uint8 array
-    /// viewing the pooled buffer, `offsets` the `len + 1` byte boundaries of
-    /// a ragged column (uint64 array) or None.
+    /// Wait for the next step. Returns `(step, indices, columns, sources)`
+    /// where `columns` is a list of `(name, data, offsets)`: `data` a uint8
+    /// array viewing the pooled buffer, `offsets` the `len + 1` byte
+    /// boundaries of a ragged column (uint64 array) or None; `sources` each
+    /// row's source (uint32 array) for a mixture, else None.
     ///
     /// The wait runs without the GIL in slices of [`SIGNAL_POLL`]; between
     /// slices the lock is let go (so `state()`, `stats()` and `close()` from
@@ -187,6 +226,10 @@ impl PyLoader {
         };
         let step = batch.step;
         let indices = PyArray1::from_slice(py, &batch.indices);
+        let sources = match &batch.sources {
+            Some(s) => PyArray1::from_slice(py, s).into_any(),
+            None => py.None().into_bound(py),
+        };
         let columns = PyList::empty(py);
         for column in batch.into_columns() {
             let (name, data, offsets) = column.into_parts();
@@ -197,7 +240,7 @@ impl PyLoader {
             };
             columns.append((&*name, data, offsets))?;
         }
-        PyTuple::new(py, [step.into_pyobject(py)?.into_any(), indices.into_any(), columns.into_any()])
+        PyTuple::new(py, [step.into_pyobject(py)?.into_any(), indices.into_any(), columns.into_any(), sources])
     }
 
     /// The state to resume from, as a dict; its step is the next one `next()`

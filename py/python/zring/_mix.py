@@ -19,28 +19,26 @@ do. Rows of a batch come source by source (source 0's first);
 is. ``shard=(k, n)`` delivers rows ``k * B / n`` up to ``(k + 1) * B / n`` of
 every global batch, and reads only those.
 
-The rows of the steps ahead are gathered by ``num_workers`` threads (the
-engine releases the GIL), ``prefetch_size`` steps ahead of the consumer.
+The plan of each step and the gathers run in the Rust loader
+(``zring_sampler::Mixture``, ``zring_loader::Loader::new_mixture``): on its
+workers, with the GIL released, every source's rows gathered straight into
+their slots of the batch, with the same transform workers, errors, state and
+next-use hints for the record cache as a loader over one stream dict. This
+module checks the arguments. The batches are those of zring's earlier
+Python mixture loader for the same seed, so its checkpoints restore (except
+where that loader gave short batches: iid or sequential sources of fewer
+than 4,096 records).
 """
 
 from __future__ import annotations
 
-import json
-import math
-import threading
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _util
-from ._sampler import Sampler
 from .dataset import Dataset, RaggedDataset
 
-#: Indices per sampler step of each source's index stream (a divisor of the
-#: source's length in cyclic mode, so no record is left out of a cycle).
-_BLOCK = 4096
+_MODE_NAMES = {0: "Sequential", 1: "Iid", 2: "Cyclic", "sequential": "Sequential", "iid": "Iid", "cyclic": "Cyclic"}
 
 
 class Mixture:
@@ -55,6 +53,8 @@ class Mixture:
             w = np.asarray([float(x) for x in weights], dtype=np.float64)
         except (TypeError, ValueError):
             raise ValueError(f"weights must be numbers, got {weights!r}") from None
+        #: The weights as given (the loader normalises them as NumPy does).
+        self.given_weights = [float(x) for x in w]
         if len(w) != len(self.sources):
             raise ValueError(f"{len(w)} weights for {len(self.sources)} sources")
         if not np.all(np.isfinite(w)) or np.any(w <= 0):
@@ -93,6 +93,32 @@ class Mixture:
             base[order[:left]] += 1
         return base
 
+    def check_state(self, state: Any) -> dict[str, Any]:
+        """A :meth:`zring.DataLoader.state` of a loader over this mixture, in
+        the form the Rust loader reads (mode names; the length and shard
+        filled in where an older state left them out).
+
+        Raises:
+            ValueError: The state was saved for another mixture (other
+                weights or source lengths) or for a loader over one stream dict.
+        """
+        if not isinstance(state, Mapping):
+            raise TypeError(f"state must be a dict from DataLoader.state(), got {type(state).__name__}")
+        saved = state.get("mixture")
+        if not isinstance(saved, Mapping):
+            raise ValueError("the state was saved for a loader over one stream dict, not a mixture")
+        weights = saved.get("weights")
+        if (saved.get("lengths") != self.lengths or not isinstance(weights, (list, tuple))
+                or len(weights) != len(self.weights) or not np.allclose(weights, self.weights)):
+            raise ValueError("the state was saved for another mixture (other weights or source lengths)")
+        out = dict(state)
+        sampler = dict(out["sampler"])
+        sampler["mode"] = _MODE_NAMES.get(sampler["mode"], sampler["mode"])
+        sampler.setdefault("length", sum(self.lengths))
+        out["sampler"] = sampler
+        out.setdefault("shard", {"index": 0, "count": 1})
+        return out
+
 
 def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset]], weights: Sequence[float]) -> Mixture:
     """A weighted mixture of stream dicts for :class:`zring.DataLoader` (module docs).
@@ -103,186 +129,3 @@ def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset]], weights: Seque
             dtypes or item shapes.
     """
     return Mixture(sources, weights)
-
-
-def _block(length: int, mode: int) -> int:
-    """Indices per sampler step of a source's stream: in cyclic mode the
-    largest divisor of its length up to _BLOCK, so cycles leave nothing out."""
-    if mode != 2:
-        return _BLOCK
-    best = 1
-    for d in range(1, math.isqrt(length) + 1):
-        if length % d == 0:
-            for c in (d, length // d):
-                if c <= _BLOCK and c > best:
-                    best = c
-    return best
-
-
-class _Stream:
-    """Positions -> indices of one source (a pure function of the position)."""
-
-    def __init__(self, length: int, mode: int, seed: int):
-        self.block = _block(length, mode)
-        self.sampler = Sampler(length, self.block, mode, seed)
-
-    def indices(self, start: int, stop: int) -> np.ndarray:
-        out = []
-        p = start
-        while p < stop:
-            step, off = divmod(p, self.block)
-            take = min(stop - p, self.block - off)
-            out.append(self.sampler.batch(step)[off:off + take])
-            p += take
-        return np.concatenate(out).astype(np.int64) if out else np.zeros(0, np.int64)
-
-
-def _mode(v: Any) -> int:
-    """A sampler mode as its number (states may name it)."""
-    names = {"sequential": 0, "iid": 1, "cyclic": 2}
-    if isinstance(v, str) and v.lower() in names:
-        return names[v.lower()]
-    return int(v)
-
-
-class MixLoader(_util.Closeable):
-    """:class:`zring.DataLoader` over a :class:`Mixture` (module docs)."""
-
-    def __init__(self, mixture: Mixture, num_workers: int = 4, batch_size: int = 256, prefetch_size: int = 4,
-                 mode: int = 1, seed: int = 42, transform: Callable[[Any], Any] | None = None, *,
-                 state: Mapping[str, Any] | None = None, shard: tuple[int, int] | None = None,
-                 transform_workers: int | None = None, cache_bytes: int | None = None):
-        self._pool = None
-        self.streams = mixture
-        self.mixture = mixture
-        if state is not None:
-            sampler = dict(state["sampler"])
-            batch_size, mode, seed = int(sampler["batch_size"]), _mode(sampler["mode"]), int(sampler["seed"])
-            start = int(sampler["step"])
-            saved = state.get("mixture", {})
-            if saved.get("lengths") != mixture.lengths or not np.allclose(saved.get("weights"), mixture.weights):
-                raise ValueError("the state was saved for another mixture (other weights or source lengths)")
-            if shard is None and "shard" in state:
-                shard = (int(state["shard"]["index"]), int(state["shard"]["count"]))
-        else:
-            start = 0
-        for name, v, lo in (("batch_size", batch_size, 1), ("num_workers", num_workers, 1),
-                            ("prefetch_size", prefetch_size, 1), ("seed", seed, 0)):
-            if not _util.is_int(v) or v < lo:
-                raise ValueError(f"{name} must be an integer >= {lo}, got {v!r}")
-        if mode not in (0, 1, 2):
-            raise ValueError(f"mode must be 0, 1 or 2, got {mode!r}")
-        small = [k for k, w in enumerate(mixture.weights) if w * batch_size < 1]
-        if small:
-            raise ValueError(f"source(s) {small} would get less than one row per batch of {batch_size}; "
-                             "raise their weights or the batch size")
-        index, count = shard if shard is not None else (0, 1)
-        if count < 1 or not 0 <= index < count or batch_size % count:
-            raise ValueError(f"shard {shard!r} must be (index, count) with count dividing batch_size {batch_size}")
-        self.batch_size, self.mode, self.seed, self.shard = int(batch_size), int(mode), int(seed), (index, count)
-        self.transform = transform
-        self._streams = [_Stream(n, self.mode, (self.seed * 1_000_003 + k) % (1 << 62))
-                         for k, n in enumerate(mixture.lengths)]
-        self._step = start
-        self._depth = int(prefetch_size)
-        self._ahead: deque[tuple[int, Future]] = deque()
-        self._lock = threading.Lock()
-        self._pool = ThreadPoolExecutor(int(num_workers), thread_name_prefix="zring-mix")
-        self._delivered = 0
-        self.last_indices: np.ndarray | None = None
-        self.last_sources: np.ndarray | None = None
-        self.last_step: int | None = None
-
-    # -- the plan of a step ---------------------------------------------
-
-    def plan(self, step: int) -> list[tuple[int, np.ndarray]]:
-        """(source, indices) of this shard's rows of ``step``, source by source."""
-        b = self.batch_size
-        before = self.mixture.allocation(step * b)
-        after = self.mixture.allocation((step + 1) * b)
-        index, count = self.shard
-        lo, hi = index * b // count, (index + 1) * b // count
-        out, row = [], 0
-        for k, (p0, p1) in enumerate(zip(before, after)):
-            n = int(p1 - p0)
-            a, z = max(row, lo), min(row + n, hi)
-            if a < z:
-                out.append((k, self._streams[k].indices(int(p0) + a - row, int(p0) + z - row)))
-            row += n
-        return out
-
-    def _gather(self, step: int) -> tuple[dict[str, Any], np.ndarray, np.ndarray]:
-        parts = self.plan(step)
-        batch: dict[str, Any] = {}
-        for name in self.mixture.names:
-            pieces = [self.mixture.sources[k][name][idx] for k, idx in parts]
-            if isinstance(self.mixture.sources[0][name], RaggedDataset):
-                values = np.concatenate([v for v, _ in pieces])
-                splits, base = [np.zeros(1, np.int64)], 0
-                for v, s in pieces:
-                    splits.append(np.asarray(s[1:], np.int64) + base)
-                    base += len(v)
-                batch[name] = (values, np.concatenate(splits))
-            else:
-                batch[name] = np.concatenate(pieces)
-        sources = np.concatenate([np.full(len(idx), k, np.int64) for k, idx in parts])
-        indices = np.concatenate([idx for _, idx in parts])
-        return batch, sources, indices
-
-    # -- iteration --------------------------------------------------------
-
-    def __len__(self) -> int:
-        raise TypeError("an endless loader has no length")
-
-    def __iter__(self) -> "MixLoader":
-        return self
-
-    def __next__(self) -> Any:
-        with self._lock:
-            if self._pool is None:
-                raise ValueError("the DataLoader is closed")
-            nxt = self._ahead[-1][0] + 1 if self._ahead else self._step
-            while len(self._ahead) < self._depth:
-                self._ahead.append((nxt, self._pool.submit(self._gather, nxt)))
-                nxt += 1
-            step, fut = self._ahead.popleft()
-            self._ahead.append((nxt, self._pool.submit(self._gather, nxt)))
-        batch, sources, indices = fut.result()
-        self._step = step + 1
-        self._delivered += 1
-        self.last_step, self.last_sources, self.last_indices = step, sources, indices
-        return self.transform(batch) if self.transform is not None else batch
-
-    def next(self) -> Any:
-        """The next batch (same as ``next(loader)``)."""
-        return self.__next__()
-
-    def state(self) -> dict[str, Any]:
-        """Resumes with the batch after the one ``next()`` returned last."""
-        return {
-            "sampler": {"step": self._step, "batch_size": self.batch_size, "mode": self.mode, "seed": self.seed,
-                        "length": sum(self.mixture.lengths)},
-            "shard": {"index": self.shard[0], "count": self.shard[1]},
-            "mixture": {"weights": [float(w) for w in self.mixture.weights], "lengths": list(self.mixture.lengths)},
-        }
-
-    def stats(self) -> dict[str, Any]:
-        """Steps delivered, and each source's read statistics under ``"reads"``."""
-        reads = {f"{k}.{n}": ds.read_stats() for k, s in enumerate(self.mixture.sources) for n, ds in s.items()}
-        return {"steps_delivered": self._delivered, "reads": reads}
-
-    def close(self) -> None:
-        """Stops the gather threads. Safe to call twice."""
-        pool, self._pool = getattr(self, "_pool", None), None
-        if pool is not None:
-            for _, f in getattr(self, "_ahead", ()):
-                f.cancel()
-            # The garbage collector may finalise the loader on one of its own
-            # threads, which cannot join itself: then the others exit alone.
-            own = threading.current_thread().name.startswith("zring-mix")
-            pool.shutdown(wait=not own, cancel_futures=True)
-
-    def __repr__(self) -> str:
-        return (f"DataLoader(mix of {len(self.mixture.sources)} sources, weights "
-                f"{json.dumps([round(float(w), 4) for w in self.mixture.weights])}, "
-                f"batch {getattr(self, 'batch_size', '?')})")

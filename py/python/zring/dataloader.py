@@ -53,6 +53,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from . import _util, _zring
+from ._mix import Mixture
 from .dataset import Dataset, RaggedDataset
 
 
@@ -158,7 +159,7 @@ class _TransformPool:
         self._ready = threading.Condition(lock)  # the consumer waits here for its step
         self._room = threading.Condition(lock)  # workers wait here for room to read ahead
         self._pull = threading.Lock()
-        self._done: dict[int, tuple[int, Any, Any]] = {}  # step -> (outcome, value, indices)
+        self._done: dict[int, tuple[int, Any, Any]] = {}  # step -> (outcome, value, (indices, sources))
         self._claimed = 0  # pulls started, in total
         self._consumed = 0  # results handed to the consumer, in total
         self._next_pull = first_step  # the step the next Loader.next() returns
@@ -210,7 +211,7 @@ class _TransformPool:
                 return False
             step = self._next_pull
             try:
-                step, indices, columns = self._loader.next()  # waits with the GIL released
+                step, indices, columns, sources = self._loader.next()  # waits with the GIL released
             except BaseException as exc:  # the loader failed (or was closed under us)
                 with self._ready:
                     self._broken = True
@@ -230,7 +231,7 @@ class _TransformPool:
         with self._ready:
             if self._stop:
                 return False
-            self._done[step] = (outcome, value, indices)
+            self._done[step] = (outcome, value, (indices, sources))
             if step == self.next_step:
                 self._ready.notify()
         return True
@@ -238,7 +239,7 @@ class _TransformPool:
     # -- consumer --------------------------------------------------------
 
     def next(self) -> tuple[int, Any, Any, int]:
-        """The outcome of the consumer's next step: ``(outcome, value, indices, step)``.
+        """The outcome of the consumer's next step: ``(outcome, value, (indices, sources), step)``.
 
         Raises ValueError once closed. After a failed pull has been delivered,
         returns ``(_LOADER_ERROR, None, None, step)``: the caller asks the
@@ -308,17 +309,7 @@ class DataLoader(_util.Closeable):
     indices of the batch last returned.
     """
 
-    def __new__(cls, streams: Any = None, *args: Any, **kwargs: Any) -> Any:
-        # A zring.mix(...) mixture gets the mixture loader (zring._mix).
-        from ._mix import MixLoader, Mixture
-
-        if isinstance(streams, Mixture):
-            if kwargs.get("transform", _identity) is _identity:
-                kwargs.pop("transform", None)
-            return MixLoader(streams, *args, **kwargs)
-        return super().__new__(cls)
-
-    def __init__(self, streams: Mapping[str, Dataset | RaggedDataset], num_workers: int = 4,
+    def __init__(self, streams: Mapping[str, Dataset | RaggedDataset] | Mixture, num_workers: int = 4,
                  batch_size: int = 256, prefetch_size: int = 4, mode: int = 1, seed: int = 42,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
@@ -327,9 +318,10 @@ class DataLoader(_util.Closeable):
 
         Args:
             streams: Named datasets, all of the same length; or a
-                :func:`zring.mix` mixture of such dicts, which gives a
-                loader of the same interface whose batches hold each
-                source's share exactly (see :mod:`zring._mix`).
+                :func:`zring.mix` mixture of such dicts: then every batch
+                holds each source's share of the rows exactly, gathered by
+                the same Rust workers (see :mod:`zring._mix`), and
+                :attr:`last_sources` names each row's source.
             num_workers: Gather threads (>= 1). While ``min(num_workers,
                 prefetch_size)`` is below the core count each gather also
                 uses zring's decode pool; from there on each thread gathers
@@ -367,40 +359,58 @@ class DataLoader(_util.Closeable):
         """
         self._loader = None
         self._pool: _TransformPool | None = None
-        self.streams = dict(streams)
-        if not self.streams:
+        mixture = streams if isinstance(streams, Mixture) else None
+        self.streams = streams if mixture is not None else dict(streams)
+        if mixture is None and not self.streams:
             raise ValueError("need at least one stream")
         if not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
-        specs = []
         self._views: list[tuple[str, Any]] = []
         budget = _util.cache_bytes(cache_bytes)
         # Handles opened here for `cache_bytes` (closed with the loader).
         self._own: list[Any] = []
+        # (label, handle) of every store read, for stats()["reads"].
+        self._reads: list[tuple[str, Any]] = []
 
-        def handle(ds: Any) -> Any:
-            if budget is None:
-                return ds._s
-            h = _zring.Store(str(ds.path), "r", cache_bytes=budget)
-            self._own.append(h)
+        def handle(label: str, ds: Any) -> Any:
+            h = ds._s
+            if budget is not None:
+                h = _zring.Store(str(ds.path), "r", cache_bytes=budget)
+                self._own.append(h)
+            self._reads.append((label, h))
             return h
 
-        for name, ds in self.streams.items():
-            if not isinstance(name, str):
-                raise TypeError(f"stream names must be str, got {name!r}")
-            if isinstance(ds, Dataset):
-                specs.append((name, handle(ds), ds.record_bytes))
-            elif isinstance(ds, RaggedDataset):
-                specs.append((name, handle(ds), None))
-            else:
-                raise TypeError(
-                    f"stream {name!r} is a {type(ds).__name__}; DataLoader reads zring "
-                    "Dataset and RaggedDataset streams"
-                )
-            self._views.append((name, ds))
-        lengths = {name: len(ds) for name, ds in self.streams.items()}
-        if len(set(lengths.values())) != 1:
-            raise ValueError(f"all streams must have the same length, got {lengths}")
+        def specs_of(streams: Mapping[str, Any], prefix: str) -> list[tuple[str, Any, int | None]]:
+            out = []
+            for name, ds in streams.items():
+                if not isinstance(name, str):
+                    raise TypeError(f"stream names must be str, got {name!r}")
+                if isinstance(ds, Dataset):
+                    out.append((name, handle(prefix + name, ds), ds.record_bytes))
+                elif isinstance(ds, RaggedDataset):
+                    out.append((name, handle(prefix + name, ds), None))
+                else:
+                    raise TypeError(
+                        f"stream {name!r} is a {type(ds).__name__}; DataLoader reads zring "
+                        "Dataset and RaggedDataset streams"
+                    )
+            return out
+
+        if mixture is not None:
+            specs: list[Any] = [specs_of({n: src[n] for n in mixture.names}, f"{k}/")
+                                for k, src in enumerate(mixture.sources)]
+            self._views = [(name, mixture.sources[0][name]) for name in mixture.names]
+            weights: list[float] | None = list(mixture.given_weights)
+            if state is not None:
+                state = mixture.check_state(state)
+        else:
+            specs = specs_of(self.streams, "")
+            self._views = list(self.streams.items())
+            weights = None
+        if mixture is None:
+            lengths = {name: len(ds) for name, ds in self.streams.items()}
+            if len(set(lengths.values())) != 1:
+                raise ValueError(f"all streams must have the same length, got {lengths}")
         if shard is not None:
             try:
                 shard = (_nonneg("shard index", shard[0]), _nonneg("shard count", shard[1], 1))
@@ -421,8 +431,11 @@ class DataLoader(_util.Closeable):
             depth=depth,
             threads=threads,
             state=None if state is None else json.dumps(dict(state)),
+            weights=weights,
         )
+        self.mixture = mixture
         self.last_indices: np.ndarray | None = None
+        self.last_sources: np.ndarray | None = None
         self.last_step: int | None = None
         if transform is not _identity and workers > 0:
             # The shape of the resume point; only its step changes from here on.
@@ -441,21 +454,21 @@ class DataLoader(_util.Closeable):
         if loader is None:
             raise ValueError("the DataLoader is closed")
         if pool is not None and os.getpid() == pool._pid:
-            outcome, value, indices, step = pool.next()
+            outcome, value, rows, step = pool.next()
             if outcome == _LOADER_ERROR:
                 if value is None:
                     loader.next()  # poisoned: raises PoisonedError
                     raise AssertionError("a poisoned loader returned a batch")  # pragma: no cover
                 raise value
-            self.last_indices, self.last_step = indices, step
+            self._delivered(step, *rows)
             if outcome == _TRANSFORM_ERROR:
                 raise _with_note(value, step)
             return value
         # transform on this thread (or, in a forked child, the Rust loader's
         # own error about fork)
-        step, indices, columns = loader.next()
+        step, indices, columns, sources = loader.next()
         batch = _wrap(self._views, indices, columns)
-        self.last_indices, self.last_step = indices, step
+        self._delivered(step, indices, sources)
         try:
             return self.transform(batch)
         except Exception as exc:
@@ -464,6 +477,10 @@ class DataLoader(_util.Closeable):
                 exc.add_note(note)
                 raise
             raise RuntimeError(f"{note}: {exc!r}") from exc
+
+    def _delivered(self, step: int, indices: np.ndarray, sources: np.ndarray | None) -> None:
+        self.last_step, self.last_indices = step, indices
+        self.last_sources = None if sources is None else sources.astype(np.int64)
 
     def next(self) -> Any:
         """The next batch (same as ``next(loader)``)."""
@@ -492,8 +509,7 @@ class DataLoader(_util.Closeable):
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         stats = self._loader.stats()
-        handles = self._own or [ds._s for _, ds in self._views]
-        stats["reads"] = {name: h.read_stats() for (name, _), h in zip(self._views, handles)}
+        stats["reads"] = {label: h.read_stats() for label, h in self._reads}
         return stats
 
     def close(self) -> None:
