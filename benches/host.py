@@ -60,7 +60,12 @@ def child(spec: dict) -> None:
     import zring
 
     paths, rank, ranks = spec["paths"], spec["rank"], spec["ranks"]
-    loaders = [zring.DataLoader({"x": zring.Dataset(p)}, **LOADER, shard=(rank, ranks)) for p in paths]
+    if spec.get("mix"):
+        # One loader over a mixture of the stores (benches/mix.py).
+        sources = [{"x": zring.Dataset(p)} for p in paths]
+        loaders = [zring.DataLoader(zring.mix(sources, spec["mix"]), **LOADER, shard=(rank, ranks))]
+    else:
+        loaders = [zring.DataLoader({"x": zring.Dataset(p)}, **LOADER, shard=(rank, ranks)) for p in paths]
     secs = float(spec["secs"])
     per_step = BATCH // ranks * RECORD
     worst = 0.0
@@ -119,7 +124,10 @@ def spawn(spec: dict, env: dict) -> subprocess.Popen:
                             start_new_session=True, cwd=REPO)
 
 
-def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs: float) -> dict:
+def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs: float,
+        mix: list[float] | None = None) -> dict:
+    """One configuration in a fresh cgroup; with ``mix``, each rank reads one
+    DataLoader over ``zring.mix`` of the stores with these weights."""
     common.drop_caches()
     cg, limit_set = cgs.create(f"zring-host-{os.getpid()}-{seq}", limit)
     gate = Path(cg).parent / f"zring-host-{os.getpid()}-{seq}.go"
@@ -129,7 +137,7 @@ def run(cgs, seq: int, paths: list[Path], ranks: int, limit: int, col: str, secs
     try:
         for r in range(ranks):
             spec = {"cgroup": str(cg), "gate": str(gate_file), "paths": [str(p) for p in paths],
-                    "rank": r, "ranks": ranks, "secs": secs}
+                    "rank": r, "ranks": ranks, "secs": secs, "mix": mix}
             procs.append(spawn(spec, env))
         time.sleep(0.5)
         gate_file.write_text("go")

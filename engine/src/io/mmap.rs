@@ -8,7 +8,11 @@
 use std::fs::File;
 use std::io;
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicU64,
+    Ordering::{Acquire, Relaxed, Release},
+};
+use std::time::{Duration, Instant};
 
 use memmap2::{Mmap, MmapOptions};
 
@@ -135,9 +139,9 @@ impl ChunkMap {
     /// later reads go through the file, which reports a short or unreadable
     /// file as an error.
     ///
-    /// `epoch` is [`evictions`] read at the start of the gather, or `None` to
-    /// ask the kernel without consulting the bitmap (small gathers, where one
-    /// read of the counters costs more than asking per record).
+    /// `epoch` is [`evictions`] taken at the start of the gather, or `None`
+    /// (the count cannot be read) to ask the kernel without consulting the
+    /// bitmap.
     pub fn resident_checked(&self, offset: usize, len: usize, epoch: Option<u64>) -> Option<Resident<'_>> {
         if self.map.faulted() {
             return None;
@@ -198,10 +202,38 @@ impl<'m> Resident<'m> {
     }
 }
 
+/// How long a reading of the eviction count serves every gather of the
+/// process. Reading `/proc/vmstat` costs about what 16 `mincore` calls do,
+/// and a loader runs thousands of gathers a second, several per step for a
+/// mixture of many stores; a page evicted less than this long ago may be
+/// copied from a stale bitmap and fault back in synchronously (the right
+/// bytes, read slowly), which is what the count guards against.
+const EVICTIONS_FRESH: Duration = Duration::from_millis(1);
+
 /// The machine's count of page-cache pages evicted so far (reclaimed under
-/// memory pressure, or dropped through `drop_caches`), from `/proc/vmstat`;
+/// memory pressure, or dropped through `drop_caches`), from `/proc/vmstat`,
+/// as read at most [`EVICTIONS_FRESH`] ago by any thread of the process;
 /// `None` where it cannot be read (then every record is asked about).
 pub(crate) fn evictions() -> Option<u64> {
+    static CLOCK: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    /// The count and when it was read (nanoseconds on `CLOCK`, plus one so
+    /// that 0 means never).
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    static READ_AT: AtomicU64 = AtomicU64::new(0);
+    let now = CLOCK.get_or_init(Instant::now).elapsed().as_nanos() as u64 + 1;
+    let at = READ_AT.load(Acquire);
+    if at != 0 && now.saturating_sub(at) < EVICTIONS_FRESH.as_nanos() as u64 {
+        return Some(COUNT.load(Acquire));
+    }
+    let count = read_evictions()?;
+    // Racing readers store counts read moments apart; either is fresh.
+    COUNT.store(count, Release);
+    READ_AT.store(now, Release);
+    Some(count)
+}
+
+/// The eviction count read from `/proc/vmstat` now.
+fn read_evictions() -> Option<u64> {
     static VMSTAT: std::sync::OnceLock<Option<File>> = std::sync::OnceLock::new();
     let f = VMSTAT.get_or_init(|| File::open("/proc/vmstat").ok()).as_ref()?;
     let mut buf = [0u8; 8192];

@@ -421,9 +421,9 @@ pub(crate) fn gather_var_hinted(
 pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
     let _gate = crate::fork::enter();
     let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
-    // One read of the eviction counters (for the whole gather) costs about
-    // what asking the kernel about 16 records does.
-    let epoch = if s.mmap && items.len() >= 16 { crate::io::mmap::evictions() } else { None };
+    // The eviction count, read at most once a millisecond per process, lets
+    // the residency bitmaps answer without a system call per record.
+    let epoch = if s.mmap { crate::io::mmap::evictions() } else { None };
     let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::new();
     let mut cold: Vec<Item<'_>> = Vec::with_capacity(if s.mmap { 0 } else { items.len() });
     let caching = s.reads.caching();
