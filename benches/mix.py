@@ -251,6 +251,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=3.0, help="seconds per measurement")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--cgroup", action="store_true", help="add the cgroup hit-rate rows (root)")
+    ap.add_argument("--skip-hot", action="store_true", help="only the cgroup rows (written to mix-cgroup.md)")
     ap.add_argument("--gib", type=float, default=6.0, help="data of the cgroup rows")
     ap.add_argument("--cgroup-secs", type=float, default=30.0)
     ap.add_argument("--budgets", default="0.5,0.33")
@@ -260,20 +261,22 @@ def main() -> None:
     if str(root.resolve()).startswith("/tmp"):
         raise SystemExit("the benchmark data must not live in /tmp (it may be memory)")
     t0 = time.perf_counter()
-    body = hot(root, args.secs, args.rounds)
+    body = "" if args.skip_hot else hot(root, args.secs, args.rounds)
     if args.cgroup:
         body += "\n" + cgroup_rows(args.gib, args.cgroup_secs, [float(x) for x in args.budgets.split(",")])
+    what = ("" if args.skip_hot else
+            f"; loaders: 2 workers, prefetch 4, cyclic, hot page cache; median of {args.rounds} interleaved rounds "
+            f"of {args.secs:g} s")
     head = (f"## Mixtures\n\n`python benches/mix.py --secs {args.secs:g} --rounds {args.rounds}"
-            f"{' --cgroup' if args.cgroup else ''}`: {common.machine(root)}; "
-            f"{common.versions(('zring', 'numpy'))}; loaders: 2 workers, prefetch 4, cyclic, hot page cache; "
-            f"median of {args.rounds} interleaved rounds of {args.secs:g} s; {time.perf_counter() - t0:.0f} s in "
-            f"all.\n\n")
+            f"{' --cgroup' if args.cgroup else ''}{' --skip-hot' if args.skip_hot else ''}`: {common.machine(root)}; "
+            f"{common.versions(('zring', 'numpy'))}{what}; {time.perf_counter() - t0:.0f} s in all.\n\n")
     notes = "".join(f"- {n}\n" for n in common.notes)
     text = head + body + ("\nNotes:\n" + notes if notes else "")
     print(text)
     args.out.mkdir(exist_ok=True)
-    (args.out / "mix.md").write_text(text)
-    (args.out / "mix.json").write_text(json.dumps({"text": text}, indent=1))
+    name = "mix-cgroup" if args.skip_hot else "mix"
+    (args.out / f"{name}.md").write_text(text)
+    (args.out / f"{name}.json").write_text(json.dumps({"text": text}, indent=1))
 
 
 if __name__ == "__main__":

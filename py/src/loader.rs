@@ -169,8 +169,9 @@ impl PyLoader {
                 }
                 let mut sources = Vec::with_capacity(streams.len());
                 for (k, item) in streams.iter().enumerate() {
-                    let list =
-                        item.cast::<PyList>().map_err(|_| PyTypeError::new_err("each source must be a list of streams"))?;
+                    let list = item
+                        .cast::<PyList>()
+                        .map_err(|_| PyTypeError::new_err("each source must be a list of streams"))?;
                     sources.push(stream_list(list, &format!("source {k} "))?);
                 }
                 sources

@@ -66,8 +66,11 @@ class Mixture:
     weights: npt.NDArray[np.float64]
     names: list[str]
     lengths: list[int]
+    given_weights: list[float]
     def allocation(self, rows: int) -> npt.NDArray[np.int64]:
         """Rows per source among the first rows of the mixture (largest remainder)."""
+    def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
+        """The state in the loader's form; ValueError if saved for another mixture."""
 
 def mix(sources: Sequence[Mapping[str, Union[Dataset, RaggedDataset]]], weights: Sequence[float]) -> Mixture:
     """A weighted mixture for DataLoader: every batch holds each source's share
@@ -170,7 +173,9 @@ class DataLoader:
     once, with batches still returned in step order.
     """
 
-    streams: dict[str, Union[Dataset, RaggedDataset]]
+    streams: Union[dict[str, Union[Dataset, RaggedDataset]], Mixture]
+    #: The mixture read, or None for a stream dict.
+    mixture: Optional[Mixture]
     transform: Callable[[dict[str, Any]], Any]
     last_indices: Optional[npt.NDArray[np.uint64]]
     last_step: Optional[int]
@@ -178,7 +183,7 @@ class DataLoader:
     last_sources: Optional[npt.NDArray[np.int64]]
     def __init__(
         self,
-        streams: Mapping[str, Union[Dataset, RaggedDataset]],
+        streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture],
         num_workers: int = 4,
         batch_size: int = 256,
         prefetch_size: int = 4,

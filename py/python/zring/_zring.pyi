@@ -130,7 +130,7 @@ class Loader:
 
     def __init__(
         self,
-        streams: list[tuple[str, Store, Optional[int]]],
+        streams: list[tuple[str, Store, Optional[int]]] | list[list[tuple[str, Store, Optional[int]]]],
         *,
         batch_size: int,
         mode: int = 1,
@@ -139,11 +139,18 @@ class Loader:
         depth: int = 4,
         threads: int = 4,
         state: Optional[str] = None,
-    ) -> None: ...
+        weights: Optional[list[float]] = None,
+    ) -> None:
+        """With weights, a mixture: streams is one list of streams per source."""
     def next(
         self,
-    ) -> tuple[int, npt.NDArray[np.uint64], list[tuple[str, npt.NDArray[np.uint8], Optional[npt.NDArray[np.uint64]]]]]:
-        """Wait for the next step: (step, indices, [(name, data, offsets)])."""
+    ) -> tuple[
+        int,
+        npt.NDArray[np.uint64],
+        list[tuple[str, npt.NDArray[np.uint8], Optional[npt.NDArray[np.uint64]]]],
+        Optional[npt.NDArray[np.uint32]],
+    ]:
+        """Wait for the next step: (step, indices, [(name, data, offsets)], sources or None)."""
     def state(self) -> dict[str, Any]:
         """The resumable state."""
     def batch_len(self) -> int:
