@@ -1,0 +1,175 @@
+"""Hot reads against loaderx 0.7.3, and the machine's ceilings, in one run.
+
+The data sits in the page cache; rounds interleave the contenders so the
+machine's drift hits them alike. Per round and contender:
+
+* gather: ``Dataset.__getitems__`` of 256 random 12 KiB records (the same
+  index batches for every contender), raw and zstd, for ``--secs`` seconds;
+  zring verifies every record's checksum (loaderx keeps none);
+* DataLoader: zstd 12 KiB records plus an int64 label, batch 256, 2
+  workers, prefetch 4, cyclic.
+
+Reported: medians over the rounds, zring ÷ loaderx, and each figure ÷ the
+ceiling of the same work on every core with no store at all (memcpy, memcpy
+then CRC-32C of the copy, zstd decoding; ``zring._zring.ceiling``, built by
+``make develop-bench``), plus the checksum ceiling alone and each
+contender's per-record metadata on disk.
+
+    python benches/hot.py --secs 2 --rounds 5
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+import compare  # noqa: E402  (the 12 KiB tiles and helpers of every benchmark)
+
+import zring  # noqa: E402
+
+REPO = common.REPO
+RECORD = 12288
+BATCH = 256
+MIB = 1 << 20
+
+
+def stores(root: Path, n: int) -> dict[str, Path]:
+    """zring and loaderx stores of the same tiles (raw, zstd) and labels."""
+    import loaderx
+
+    tiles = compare.make_records(n)
+    labels = np.arange(n, dtype=np.int64)
+    out = {}
+    for lib, mod in (("zring", zring), ("loaderx", loaderx)):
+        for what, arr, codec in (("raw", tiles, "raw"), ("zstd", tiles, "zstd"), ("label", labels, "raw")):
+            p = root / f"{lib}-{what}-{n}"
+            out[f"{lib} {what}"] = p
+            if (root / f"{p.name}.complete").exists():
+                continue
+            compare.rm(p)
+            mod.write_dataset(str(p), arr, codec=codec)
+            (root / f"{p.name}.complete").write_text("ok")
+    return out
+
+
+def payload_bytes(n: int, what: str) -> int:
+    return n * (8 if what == "label" else RECORD)
+
+
+def gather_rate(g, batches: list[np.ndarray], secs: float) -> float:
+    """MiB/s of ``g`` over the batches, cycling, for ``secs`` seconds."""
+    g(batches[0])
+    done = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < secs:
+        g(batches[done % len(batches)])
+        done += 1
+    return done * BATCH * RECORD / MIB / (time.perf_counter() - t0)
+
+
+def loader_rate(lib, data: Path, label: Path, secs: float) -> float:
+    dl = lib.DataLoader({"data": lib.Dataset(str(data)), "label": lib.Dataset(str(label))}, batch_size=BATCH,
+                        num_workers=2, prefetch_size=4, mode=2, seed=0)
+    try:
+        for _ in range(10):
+            next(dl)
+        done = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < secs:
+            next(dl)
+            done += 1
+        return done / (time.perf_counter() - t0)
+    finally:
+        dl.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--secs", type=float, default=2.0)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--records", type=int, default=16384)
+    ap.add_argument("--out", type=Path, default=REPO / "bench-results")
+    args = ap.parse_args()
+    import loaderx
+
+    root = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "hot"
+    root.mkdir(parents=True, exist_ok=True)
+    n = args.records
+    paths = stores(root, n)
+    for p in paths.values():
+        compare.warm(p)
+    batches = compare.index_batches(n, 2000)
+    libs = {"zring": zring, "loaderx": loaderx}
+    gathers = {f"{lib} {codec}": libs[lib].Dataset(str(paths[f"{lib} {codec}"])).__getitems__
+               for lib in libs for codec in ("raw", "zstd")}
+    res: dict[str, list[float]] = {}
+    for r in range(args.rounds):
+        for name, g in gathers.items():
+            res.setdefault(f"gather {name}", []).append(gather_rate(g, batches, args.secs))
+        for lib in libs:
+            res.setdefault(f"loader {lib}", []).append(
+                loader_rate(libs[lib], paths[f"{lib} zstd"], paths[f"{lib} label"], args.secs))
+        print(f"  round {r}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), file=sys.stderr, flush=True)
+    med = {k: float(np.median(v)) for k, v in res.items()}
+    spread = {k: (min(v), max(v)) for k, v in res.items()}
+    cores = os.cpu_count() or 1
+    ceil = {}
+    fn = getattr(zring._zring, "ceiling", None)
+    if fn is None:
+        common.note("the extension was built without the bench feature (make develop-bench): no ceilings")
+    else:
+        flat = compare.make_records(4096).reshape(-1)
+        for kind in ("memcpy", "memcpy+crc", "crc", "decode"):
+            try:
+                ceil[kind] = fn(kind, flat, RECORD, cores)
+            except ValueError as e:  # an older build
+                common.note(f"no {kind} ceiling: {e}")
+
+    def row(what: str, key: str, unit: str, ceiling: str | None) -> str:
+        z, lx = med[f"{key.format('zring')}"], med[f"{key.format('loaderx')}"]
+        zs, ls = spread[key.format("zring")], spread[key.format("loaderx")]
+        c = ceil.get(ceiling) if ceiling else None
+        to_mib = (BATCH * RECORD / MIB) if unit == "batches/s" else 1.0
+        zc = f"{z * to_mib / c:.2f}" if c else "-"
+        lc = f"{lx * to_mib / c:.2f}" if c else "-"
+        return (f"| {what} | {unit} | {z:,.0f} ({zs[0]:,.0f}–{zs[1]:,.0f}) | {lx:,.0f} ({ls[0]:,.0f}–{ls[1]:,.0f}) | "
+                f"**{z / lx:.2f}** | {zc} | {lc} | {ceiling or '-'} |")
+
+    lines = [
+        "| work | unit | zring (range) | loaderx 0.7.3 (range) | zring ÷ loaderx | zring ÷ ceiling | loaderx ÷ ceiling | ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---|",
+        row("hot raw gather, 256 × 12 KiB (zring verifies every checksum)", "gather {} raw", "MiB/s", "memcpy+crc"),
+        row("hot zstd gather, 256 × 12 KiB", "gather {} zstd", "MiB/s", "decode"),
+        row("DataLoader, zstd 12 KiB + int64 label, batch 256", "loader {}", "batches/s", "decode"),
+    ]
+    ceil_lines = [f"- {k}: {v:,.0f} MiB/s" for k, v in ceil.items()]
+    meta = ["| store | records | payload bytes | on disk | metadata per record |", "|---|---:|---:|---:|---:|"]
+    for key, p in paths.items():
+        what = key.split()[1]
+        disk = compare.allocated(p)
+        meta.append(f"| {key} | {n:,} | {payload_bytes(n, what):,} | {disk:,} | "
+                    f"{(disk - payload_bytes(n, what)) / n:.1f} B |" if what != "zstd" else
+                    f"| {key} | {n:,} | (compressed) | {disk:,} | - |")
+    text = (f"## Hot reads against loaderx\n\n`python benches/hot.py --secs {args.secs:g} --rounds {args.rounds}`: "
+            f"{common.machine(root)}; {common.versions(('zring', 'loaderx', 'numpy'))}; {n:,} records of 12 KiB "
+            f"({n * RECORD / MIB:.0f} MiB) in the page cache; medians of {args.rounds} interleaved rounds of "
+            f"{args.secs:g} s.\n\n" + "\n".join(lines) +
+            f"\n\nCeilings ({cores} threads, the same tiles, no store):\n" + "\n".join(ceil_lines) +
+            "\n\nPer-record metadata (allocated bytes on disk less the records' bytes, raw stores):\n\n" +
+            "\n".join(meta) + "\n")
+    notes = "".join(f"- {x}\n" for x in common.notes)
+    text += ("\nNotes:\n" + notes) if notes else ""
+    print(text)
+    args.out.mkdir(exist_ok=True)
+    (args.out / "hot.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
