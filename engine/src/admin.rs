@@ -146,7 +146,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
                     stored_len: e.stored_len,
                     logical_len: e.logical_len,
                     codec: e.codec,
-                    crc: crc32c::crc32c(b),
+                    crc: crate::format::crc::crc32c(b),
                 })
             })
             .collect();
@@ -264,7 +264,7 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
     // Pending appends are made durable and committed first; then a head
     // naming the dictionary.
     w.sync(&s.dir)?;
-    let head = crate::format::head::Head { dict_len: n as u32, dict_crc: crc32c::crc32c(&dict.bytes), ..w.head };
+    let head = crate::format::head::Head { dict_len: n as u32, dict_crc: crate::format::crc::crc32c(&dict.bytes), ..w.head };
     if let Err(e) = head.commit(&s.dir) {
         return w.poison(e);
     }

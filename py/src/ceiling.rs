@@ -31,8 +31,11 @@ fn timed(threads: usize, bytes_per_pass: usize, pass: &(dyn Fn(usize) + Sync)) -
 
 /// The `kind` ceiling over the records of `item_len` bytes in `src`, on
 /// `threads` threads, in MiB/s of record (decoded) bytes. `kind` is
-/// `"compress"` (zstd at `level`), `"decode"` (zstd at `level`, decoded) or
-/// `"memcpy"` (each record copied to its slot of another buffer).
+/// `"compress"` (zstd at `level`), `"decode"` (zstd at `level`, decoded),
+/// `"memcpy"` (each record copied to its slot of another buffer), `"crc"`
+/// (each record's CRC-32C, the checksum zring verifies) or `"memcpy+crc"`
+/// (each record copied, then the copy's CRC-32C: the least a verified raw
+/// gather does).
 #[pyfunction]
 #[pyo3(signature = (kind, src, item_len, threads, level = 3))]
 pub fn ceiling(
@@ -83,8 +86,28 @@ pub fn ceiling(
                 }
             }))
         }
+        "crc" => Ok(timed(threads, src.len(), &|t| {
+            let mut x = 0u64;
+            for r in &records[mine(t)] {
+                x ^= crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, r);
+            }
+            std::hint::black_box(x);
+        })),
+        "memcpy+crc" => {
+            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
+                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
+            Ok(timed(threads, src.len(), &|t| {
+                let mut d = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                let mut x = 0u64;
+                for (slot, r) in d.chunks_exact_mut(item_len).zip(&records[mine(t)]) {
+                    slot.copy_from_slice(r);
+                    x ^= crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, slot);
+                }
+                std::hint::black_box(x);
+            }))
+        }
         other => Err(other.to_string()),
     });
     rate.map(|b| b / f64::from(1 << 20))
-        .map_err(|k| PyValueError::new_err(format!("unknown ceiling {k:?}: expected compress, decode or memcpy")))
+        .map_err(|k| PyValueError::new_err(format!("unknown ceiling {k:?}: expected compress, decode, memcpy, crc or memcpy+crc")))
 }

@@ -48,7 +48,7 @@ fn extend(h: u32, crc: u32, logical_len: u32) -> u32 {
     let mut b = [0u8; 8];
     b[..4].copy_from_slice(&crc.to_le_bytes());
     b[4..].copy_from_slice(&logical_len.to_le_bytes());
-    crc32c::crc32c_append(h, &b)
+    crate::format::crc::crc32c_append(h, &b)
 }
 
 /// `h` extended by native table entries (`ENTRY_BYTES` each).

@@ -41,7 +41,7 @@ impl Head {
         b[44..48].copy_from_slice(&self.dict_crc.to_le_bytes());
         b[48..56].copy_from_slice(&self.chunk_target.to_le_bytes());
         b[56..60].copy_from_slice(&self.content.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..60]);
+        let crc = crate::format::crc::crc32c(&b[..60]);
         b[60..64].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -58,7 +58,7 @@ impl Head {
             return Err(corrupted("head", format!("{} bytes, expected {HEAD_BYTES}", b.len())));
         }
         let want = u32_at(b, 60);
-        let got = crc32c::crc32c(&b[..60]);
+        let got = crate::format::crc::crc32c(&b[..60]);
         if want != got {
             return Err(corrupted("head", format!("checksum {got:#010x} != stored {want:#010x}")));
         }

@@ -4,6 +4,7 @@
 //! [`crate::io::fs`]; the byte layouts are drawn in `engine/DESIGN.md`.
 
 pub(crate) mod codec;
+pub(crate) mod crc;
 pub(crate) mod fingerprint;
 pub(crate) mod head;
 pub(crate) mod names;

@@ -34,7 +34,7 @@ impl Entry {
         b[16..20].copy_from_slice(&self.logical_len.to_le_bytes());
         b[20..24].copy_from_slice(&self.checksum.unwrap_or(0).to_le_bytes());
         b[24] = self.codec as u8;
-        let crc = crc32c::crc32c(&b[..28]);
+        let crc = crate::format::crc::crc32c(&b[..28]);
         b[28..32].copy_from_slice(&crc.to_le_bytes());
         b
     }
@@ -45,7 +45,7 @@ impl Entry {
         let b: &[u8; ENTRY_BYTES] =
             b.try_into().map_err(|_| corrupted(format!("table entry {index}"), "short entry"))?;
         let want = u32_at(b, 28);
-        let got = crc32c::crc32c(&b[..28]);
+        let got = crate::format::crc::crc32c(&b[..28]);
         if want != got {
             return Err(corrupted(
                 format!("table entry {index}"),

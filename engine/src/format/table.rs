@@ -37,7 +37,7 @@ pub(crate) fn table_header(generation: u64) -> [u8; TABLE_HEADER_BYTES] {
     b[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
     b[8..16].copy_from_slice(&generation.to_le_bytes());
     b[16..20].copy_from_slice(&(ENTRY_BYTES as u32).to_le_bytes());
-    let crc = crc32c::crc32c(&b[..60]);
+    let crc = crate::format::crc::crc32c(&b[..60]);
     b[60..64].copy_from_slice(&crc.to_le_bytes());
     b
 }
@@ -72,7 +72,7 @@ impl Table {
         let table = Table::new(file, path, need as usize, Format::Native, records, map);
         let mut h = [0u8; TABLE_HEADER_BYTES];
         table.read_at(&mut h, 0)?;
-        if &h[0..4] != TABLE_MAGIC || crc32c::crc32c(&h[..60]) != u32_at(&h, 60) {
+        if &h[0..4] != TABLE_MAGIC || crate::format::crc::crc32c(&h[..60]) != u32_at(&h, 60) {
             return Err(corrupted(table.path.display().to_string(), "bad table header"));
         }
         if u64_at(&h, 8) != generation || u32_at(&h, 16) as usize != ENTRY_BYTES {

@@ -184,7 +184,7 @@ pub(crate) fn load(
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::format::names::DICT_FILE);
             let bytes = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
-            if bytes.len() != head.dict_len as usize || crc32c::crc32c(&bytes) != head.dict_crc {
+            if bytes.len() != head.dict_len as usize || crate::format::crc::crc32c(&bytes) != head.dict_crc {
                 return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
             }
             Some(Arc::new(Dict::new(bytes, Some(dict_level))?))
@@ -257,7 +257,7 @@ fn check_hints(indices: &[u64], next: &[NextUse]) -> Result<()> {
 
 fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
     if let Some(expected) = e.checksum {
-        let got = crc32c::crc32c(stored);
+        let got = crate::format::crc::crc32c(stored);
         if got != expected {
             return Err(Error::ChecksumMismatch { record: index, expected, got });
         }

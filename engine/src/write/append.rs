@@ -105,7 +105,7 @@ impl Encoder<'_> {
                         stored_len: r.len() as u32,
                         logical_len: r.len() as u32,
                         codec: Codec::Raw,
-                        crc: crc32c::crc32c(r),
+                        crc: crate::format::crc::crc32c(r),
                     }
                 })
                 .collect();
@@ -127,7 +127,7 @@ impl Encoder<'_> {
                 stored_len: stored.len() as u32,
                 logical_len: r.len() as u32,
                 codec,
-                crc: crc32c::crc32c(stored),
+                crc: crate::format::crc::crc32c(stored),
             });
         }
         Ok(Block { bytes: Cow::Owned(out), records })
@@ -335,7 +335,7 @@ mod tests {
         assert_eq!(&*b.bytes, [&src[0..8], &src[16..24]].concat().as_slice());
         assert_eq!(
             b.records.iter().map(|m| m.crc).collect::<Vec<_>>(),
-            vec![crc32c::crc32c(&src[0..8]), crc32c::crc32c(&src[16..24])]
+            vec![crate::format::crc::crc32c(&src[0..8]), crate::format::crc::crc32c(&src[16..24])]
         );
     }
 

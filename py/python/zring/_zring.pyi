@@ -167,6 +167,6 @@ def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
     """Convert the loaderx store at src into a new zring store at dst."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
-    """MiB/s of `threads` threads doing only `kind` ("compress", "decode" or
-    "memcpy") on the records of `item_len` bytes in `src` (benchmarks)."""
+    """MiB/s of `threads` threads doing only `kind` ("compress", "decode",
+    "memcpy", "crc" or "memcpy+crc") on the records of `item_len` bytes in `src` (benchmarks)."""
     ...
