@@ -157,7 +157,8 @@ def main() -> None:
         meta.append(f"| {key} | {n:,} | {payload_bytes(n, what):,} | {disk:,} | "
                     f"{(disk - payload_bytes(n, what)) / n:.1f} B |" if what != "zstd" else
                     f"| {key} | {n:,} | (compressed) | {disk:,} | - |")
-    text = (f"## Hot reads against loaderx\n\n`python benches/hot.py --secs {args.secs:g} --rounds {args.rounds}`: "
+    text = (f"## Hot reads against loaderx\n\n`python benches/hot.py --secs {args.secs:g} --rounds {args.rounds}"
+            f"{'' if n == 16384 else f' --records {n}'}`: "
             f"{common.machine(root)}; {common.versions(('zring', 'loaderx', 'numpy'))}; {n:,} records of 12 KiB "
             f"({n * RECORD / MIB:.0f} MiB) in the page cache; medians of {args.rounds} interleaved rounds of "
             f"{args.secs:g} s.\n\n" + "\n".join(lines) +

@@ -264,7 +264,8 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
     // Pending appends are made durable and committed first; then a head
     // naming the dictionary.
     w.sync(&s.dir)?;
-    let head = crate::format::head::Head { dict_len: n as u32, dict_crc: crate::format::crc::crc32c(&dict.bytes), ..w.head };
+    let head =
+        crate::format::head::Head { dict_len: n as u32, dict_crc: crate::format::crc::crc32c(&dict.bytes), ..w.head };
     if let Err(e) = head.commit(&s.dir) {
         return w.poison(e);
     }

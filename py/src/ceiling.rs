@@ -108,6 +108,7 @@ pub fn ceiling(
         }
         other => Err(other.to_string()),
     });
-    rate.map(|b| b / f64::from(1 << 20))
-        .map_err(|k| PyValueError::new_err(format!("unknown ceiling {k:?}: expected compress, decode, memcpy, crc or memcpy+crc")))
+    rate.map(|b| b / f64::from(1 << 20)).map_err(|k| {
+        PyValueError::new_err(format!("unknown ceiling {k:?}: expected compress, decode, memcpy, crc or memcpy+crc"))
+    })
 }
