@@ -8,68 +8,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 
-use common::{assert_matches_source, take, with_timeout, MemSource, DEADLOCK};
-use zring_loader::{Layout, Loader, LoaderConfig, Mode, Shard, Source, SourceError, Stream};
+use common::{assert_matches_source, take, with_timeout, MemSource, Probe, DEADLOCK};
+use zring_loader::{Loader, LoaderConfig, Mode, Shard, Stream};
 use zring_sampler::Sampler;
-
-/// What a [`Probe`] saw: per hinted gather, the indices and their hints.
-type Seen = Arc<Mutex<Vec<(Vec<u64>, Vec<Option<u64>>)>>>;
-
-/// A [`MemSource`] that says whether it wants hints and records every hinted
-/// gather; a plain gather is counted separately.
-struct Probe {
-    inner: Arc<MemSource>,
-    wants: bool,
-    hinted: Seen,
-    plain: Arc<Mutex<u64>>,
-}
-
-impl Probe {
-    fn new(inner: Arc<MemSource>, wants: bool) -> Arc<Probe> {
-        Arc::new(Probe { inner, wants, hinted: Seen::default(), plain: Arc::default() })
-    }
-}
-
-impl Source for Probe {
-    fn len(&self) -> u64 {
-        self.inner.len()
-    }
-    fn layout(&self) -> Layout {
-        self.inner.layout()
-    }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        *self.plain.lock().unwrap() += 1;
-        self.inner.gather(indices, dst)
-    }
-    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        self.inner.lengths(indices, out)
-    }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        *self.plain.lock().unwrap() += 1;
-        self.inner.gather_var(indices, dst, offsets)
-    }
-    fn wants_hints(&self) -> bool {
-        self.wants
-    }
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        assert_eq!(next.len(), indices.len());
-        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
-        self.inner.gather(indices, dst)
-    }
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        assert_eq!(next.len(), indices.len());
-        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
-        self.inner.gather_var(indices, dst, offsets)
-    }
-}
 
 fn config(mode: Mode, shard: Shard) -> LoaderConfig {
     LoaderConfig { mode, seed: 11, shard, threads: 3, depth: 3, ..LoaderConfig::new(12) }

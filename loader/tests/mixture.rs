@@ -4,84 +4,20 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use common::{fixed_record, ragged_record, with_timeout, DEADLOCK};
-use zring_loader::{
-    Batch, Error, Layout, Loader, LoaderConfig, LoaderState, MixSource, Mode, Shard, Source, SourceError, Stream,
-};
+use common::{fixed_record, ragged_record, with_timeout, Faults, MemSource, Probe, DEADLOCK};
+use zring_loader::{Batch, Error, Layout, Loader, LoaderConfig, LoaderState, MixSource, Mode, Shard, Source, Stream};
 use zring_sampler::Mixture;
 
-/// The hinted gathers a source saw: indices and their hints.
-type Hinted = Mutex<Vec<(Vec<u64>, Vec<Option<u64>>)>>;
-
-/// Record `i` of source `k`: the common test record of `k * 1_000_000 + i`,
-/// so rows from different sources differ. Hinted gathers are recorded.
-struct Tagged {
-    k: u64,
-    len: u64,
-    layout: Layout,
-    wants: bool,
-    fail_on: Option<u64>,
-    hinted: Hinted,
+/// Source `k` of a mixture: the common test records from `k * 1_000_000`
+/// on, so rows from different sources differ; hinted gathers are recorded.
+fn tagged(k: u64, len: u64, layout: Layout) -> Arc<Probe> {
+    tagged_with(k, len, layout, false, Faults::default())
 }
 
-fn tagged(k: u64, len: u64, layout: Layout) -> Tagged {
-    Tagged { k, len, layout, wants: false, fail_on: None, hinted: Mutex::default() }
-}
-
-impl Tagged {
-    fn id(&self, i: u64) -> u64 {
-        self.k * 1_000_000 + i
-    }
-    fn check(&self, indices: &[u64]) -> Result<(), SourceError> {
-        if let Some(&bad) = indices.iter().find(|&&i| Some(i) == self.fail_on || i >= self.len) {
-            return Err(format!("record {bad} of source {} is unreadable", self.k).into());
-        }
-        Ok(())
-    }
-}
-
-impl Source for Tagged {
-    fn len(&self) -> u64 {
-        self.len
-    }
-    fn layout(&self) -> Layout {
-        self.layout
-    }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.check(indices)?;
-        let Layout::Fixed { record_bytes } = self.layout else { unreachable!() };
-        assert_eq!(dst.len(), indices.len() * record_bytes);
-        for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(record_bytes)) {
-            out.copy_from_slice(&fixed_record(self.id(i), record_bytes));
-        }
-        Ok(())
-    }
-    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        self.check(indices)?;
-        for (&i, o) in indices.iter().zip(out) {
-            *o = ragged_record(self.id(i)).len() as u64;
-        }
-        Ok(())
-    }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        self.check(indices)?;
-        assert_eq!(offsets.len(), indices.len() + 1);
-        assert_eq!(offsets[0], 0, "a source sees offsets from the start of its run");
-        assert_eq!(*offsets.last().unwrap() as usize, dst.len());
-        for (k, &i) in indices.iter().enumerate() {
-            dst[offsets[k] as usize..offsets[k + 1] as usize].copy_from_slice(&ragged_record(self.id(i)));
-        }
-        Ok(())
-    }
-    fn wants_hints(&self) -> bool {
-        self.wants
-    }
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
-        self.gather(indices, dst)
-    }
+fn tagged_with(k: u64, len: u64, layout: Layout, wants: bool, faults: Faults) -> Arc<Probe> {
+    Probe::new(MemSource::based(k * 1_000_000, len, layout, faults), wants)
 }
 
 const LENGTHS: [u64; 3] = [120, 37, 53];
@@ -95,8 +31,8 @@ fn sources(lengths: &[u64], weights: &[f64]) -> Vec<MixSource> {
         .zip(weights)
         .enumerate()
         .map(|(k, (&n, &w))| {
-            let img = Stream::new("img", Arc::new(tagged(k as u64, n, Layout::Fixed { record_bytes: 8 })));
-            let txt = Stream::new("txt", Arc::new(tagged(k as u64, n, Layout::Ragged)));
+            let img = Stream::new("img", tagged(k as u64, n, Layout::Fixed { record_bytes: 8 }));
+            let txt = Stream::new("txt", tagged(k as u64, n, Layout::Ragged));
             MixSource::new(w, if k % 2 == 0 { vec![img, txt] } else { vec![txt, img] })
         })
         .collect()
@@ -160,7 +96,7 @@ fn a_resumed_mixture_continues_mid_cycle_and_its_state_names_the_mixture() {
     assert!(matches!(other, Err(Error::MixtureMismatch { .. })), "{other:?}");
     let reweighted = Loader::new_mixture(sources(&LENGTHS, &[0.4, 0.4, 0.2]), LoaderConfig::from_state(&state));
     assert!(matches!(reweighted, Err(Error::MixtureMismatch { .. })));
-    let streams = vec![Stream::new("img", Arc::new(tagged(0, 210, Layout::Fixed { record_bytes: 8 })) as _)];
+    let streams = vec![Stream::new("img", tagged(0, 210, Layout::Fixed { record_bytes: 8 }) as Arc<dyn Source>)];
     let single = Loader::new(streams.clone(), LoaderConfig::from_state(&state)).unwrap_err();
     assert!(single.to_string().contains("saved for a mixture"), "{single}");
     let plain = Loader::new(streams, LoaderConfig::new(24)).unwrap().state();
@@ -181,10 +117,9 @@ fn a_failing_source_fails_its_step_named_by_source_and_poisons_the_loader() {
         })
         .unwrap();
     let mut list = sources(&LENGTHS, &WEIGHTS);
-    let mut broken = tagged(2, 53, Layout::Fixed { record_bytes: 8 });
-    broken.fail_on = Some(5);
-    list[2].streams =
-        vec![Stream::new("img", Arc::new(broken)), Stream::new("txt", Arc::new(tagged(2, 53, Layout::Ragged)))];
+    let faults = Faults { fail_on: Some(5), ..Faults::default() };
+    let broken = tagged_with(2, 53, Layout::Fixed { record_bytes: 8 }, false, faults);
+    list[2].streams = vec![Stream::new("img", broken), Stream::new("txt", tagged(2, 53, Layout::Ragged))];
     let mut loader = Loader::new_mixture(list, config(Mode::Cyclic, 24)).unwrap();
     for _ in 0..bad_step {
         loader.next().unwrap();
@@ -209,7 +144,7 @@ fn bad_mixtures_are_refused_with_what_is_wrong() {
     let e = Loader::new_mixture(odd, config(Mode::Iid, 24)).unwrap_err();
     assert!(matches!(e, Error::SourceStreams { source_index: 1, .. }), "{e}");
     let mut ragged = sources(&LENGTHS, &WEIGHTS);
-    ragged[2].streams[0] = Stream::new("img", Arc::new(tagged(2, 53, Layout::Ragged)));
+    ragged[2].streams[0] = Stream::new("img", tagged(2, 53, Layout::Ragged));
     let e = Loader::new_mixture(ragged, config(Mode::Iid, 24)).unwrap_err();
     assert!(e.to_string().contains("source 2 has streams"), "{e}");
     assert!(Loader::new_mixture(vec![], config(Mode::Iid, 24)).is_err());
@@ -245,12 +180,8 @@ fn hints_reach_every_source_that_wants_them_as_the_shards_next_draws() {
     for mode in [Mode::Iid, Mode::Cyclic] {
         let shard = Shard::new(1, 2).unwrap();
         let m = Mixture::new(mode, &LENGTHS, &WEIGHTS, 24, 3).unwrap();
-        let probes: Vec<Arc<Tagged>> = (0..3)
-            .map(|k| {
-                let mut t = tagged(k, LENGTHS[k as usize], Layout::Fixed { record_bytes: 8 });
-                t.wants = k != 1;
-                Arc::new(t)
-            })
+        let probes: Vec<Arc<Probe>> = (0..3)
+            .map(|k| tagged_with(k, LENGTHS[k as usize], Layout::Fixed { record_bytes: 8 }, k != 1, Faults::default()))
             .collect();
         let list = probes
             .iter()

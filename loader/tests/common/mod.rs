@@ -4,7 +4,7 @@
 
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::mpsc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -56,25 +56,33 @@ pub struct Faults {
     pub jitter_us: u64,
 }
 
-/// Records computed from their index, fixed-size or ragged.
+/// Records computed from their index, fixed-size or ragged: record `i` is
+/// the common test record of `base + i` (sources with different bases hold
+/// different records).
 #[derive(Debug)]
 pub struct MemSource {
     pub len: u64,
     pub layout: Layout,
     pub faults: Faults,
+    pub base: u64,
 }
 
 impl MemSource {
     pub fn fixed(len: u64, record_bytes: usize) -> Arc<Self> {
-        Arc::new(MemSource { len, layout: Layout::Fixed { record_bytes }, faults: Faults::default() })
+        Self::with_faults(len, Layout::Fixed { record_bytes }, Faults::default())
     }
 
     pub fn ragged(len: u64) -> Arc<Self> {
-        Arc::new(MemSource { len, layout: Layout::Ragged, faults: Faults::default() })
+        Self::with_faults(len, Layout::Ragged, Faults::default())
     }
 
     pub fn with_faults(len: u64, layout: Layout, faults: Faults) -> Arc<Self> {
-        Arc::new(MemSource { len, layout, faults })
+        Arc::new(MemSource { len, layout, faults, base: 0 })
+    }
+
+    /// Records `base ..` of the common test records.
+    pub fn based(base: u64, len: u64, layout: Layout, faults: Faults) -> Arc<Self> {
+        Arc::new(MemSource { len, layout, faults, base })
     }
 
     fn check(&self, indices: &[u64]) -> Result<(), SourceError> {
@@ -119,7 +127,7 @@ impl Source for MemSource {
         assert_eq!(dst.len(), indices.len() * record_bytes, "loader sized dst wrongly");
         for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(record_bytes.max(1))) {
             for (j, b) in out.iter_mut().enumerate() {
-                *b = fixed_byte(i, j);
+                *b = fixed_byte(self.base + i, j);
             }
         }
         Ok(())
@@ -129,7 +137,7 @@ impl Source for MemSource {
         self.check(indices)?;
         assert_eq!(out.len(), indices.len());
         for (&i, o) in indices.iter().zip(out) {
-            *o = i % 13;
+            *o = ragged_record(self.base + i).len() as u64;
         }
         Ok(())
     }
@@ -140,7 +148,7 @@ impl Source for MemSource {
         assert_eq!(offsets[0], 0);
         assert_eq!(*offsets.last().unwrap() as usize, dst.len());
         for (k, &i) in indices.iter().enumerate() {
-            let rec = ragged_record(i);
+            let rec = ragged_record(self.base + i);
             dst[offsets[k] as usize..offsets[k + 1] as usize].copy_from_slice(&rec);
         }
         Ok(())
@@ -208,5 +216,62 @@ pub fn assert_matches_source(b: &Batch) {
                 }
             }
         }
+    }
+}
+
+/// What a [`Probe`] saw: per hinted gather, the indices and their hints.
+pub type Seen = Arc<Mutex<Vec<(Vec<u64>, Vec<Option<u64>>)>>>;
+
+/// A [`MemSource`] that says whether it wants hints and records every hinted
+/// gather; a plain gather is counted separately.
+pub struct Probe {
+    pub inner: Arc<MemSource>,
+    pub wants: bool,
+    pub hinted: Seen,
+    pub plain: Arc<Mutex<u64>>,
+}
+
+impl Probe {
+    pub fn new(inner: Arc<MemSource>, wants: bool) -> Arc<Probe> {
+        Arc::new(Probe { inner, wants, hinted: Seen::default(), plain: Arc::default() })
+    }
+}
+
+impl Source for Probe {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn layout(&self) -> Layout {
+        self.inner.layout()
+    }
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        *self.plain.lock().unwrap() += 1;
+        self.inner.gather(indices, dst)
+    }
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        self.inner.lengths(indices, out)
+    }
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
+        *self.plain.lock().unwrap() += 1;
+        self.inner.gather_var(indices, dst, offsets)
+    }
+    fn wants_hints(&self) -> bool {
+        self.wants
+    }
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        assert_eq!(next.len(), indices.len());
+        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
+        self.inner.gather(indices, dst)
+    }
+    fn gather_var_hinted(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        assert_eq!(next.len(), indices.len());
+        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
+        self.inner.gather_var(indices, dst, offsets)
     }
 }
