@@ -20,10 +20,11 @@ same records on every core, when the extension was built with the bench
 feature (``make develop-bench``).
 
 ``--cgroup`` adds the record cache's hit rate for a mixture larger than
-memory: one process reading ``zring.mix`` of two raw stores (0.7/0.3, iid,
-batch 256) in a memory cgroup of ``budget/dataset`` times their bytes, the
-page cache dropped first, default read policy against forced O_DIRECT
-(benches/host.py's machinery; root only).
+memory: one process, then 4 ranks (each its shard of every batch), reading
+``zring.mix`` of two raw stores (0.7/0.3, iid, batch 256) in a memory cgroup
+of ``budget/dataset`` times their bytes, the page cache dropped first,
+default read policy against forced O_DIRECT (benches/host.py's machinery;
+root only).
 
     python benches/mix.py --secs 3 --rounds 3 [--cgroup --gib 6]
 """
@@ -218,14 +219,14 @@ def cgroup_rows(gib: float, secs: float, budgets: list[float]) -> str:
         data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "host"
         paths = host.ensure_data(data, gib, 2)
         data_bytes = int(gib * (1 << 30)) // RECORD * RECORD
-        lines = ["| budget/dataset | limit MiB | default MiB/s | forced O_DIRECT MiB/s | default ÷ O_DIRECT | "
-                 "record-cache hit rate (default) | policy |", "|---:|---:|---:|---:|---:|---:|---|"]
+        lines = ["| processes | budget/dataset | limit MiB | default MiB/s | forced O_DIRECT MiB/s | default ÷ O_DIRECT | "
+                 "record-cache hit rate (default) | policy |", "|---:|---:|---:|---:|---:|---:|---:|---|"]
         seq = 0
-        for ratio in budgets:
+        for ranks, ratio in [(r, b) for r in (1, 4) for b in budgets]:
             res = {}
             for col in ("default", "direct"):
                 seq += 1
-                res[col] = host.run(cgs, seq, paths, 1, int(data_bytes * ratio), col, secs, mix=[0.7, 0.3])
+                res[col] = host.run(cgs, seq, paths, ranks, int(data_bytes * ratio), col, secs, mix=[0.7, 0.3])
             d, o = res["default"], res["direct"]
             hits = misses = 0
             for rank in d["stats"]:
@@ -235,12 +236,13 @@ def cgroup_rows(gib: float, secs: float, budgets: list[float]) -> str:
                         misses += st["cache_misses"]
             rate = hits / (hits + misses) if hits + misses else float("nan")
             div = f"{d['mib_s'] / o['mib_s']:.2f}" if d["mib_s"] and o["mib_s"] else "-"
-            lines.append(f"| {ratio:g} | {d['limit'] / MIB:.0f} | {host.cell(d)} | {host.cell(o)} | {div} | "
+            lines.append(f"| {ranks} | {ratio:g} | {d['limit'] / MIB:.0f} | {host.cell(d)} | {host.cell(o)} | {div} | "
                          f"**{rate:.2f}** | {host.policy(d)} |")
             print("  " + lines[-1], file=sys.stderr, flush=True)
-        return (f"### A mixture larger than memory (iid, one process, memory cgroup)\n\n"
+        return (f"### A mixture larger than memory (iid, memory cgroup)\n\n"
                 f"`zring.mix` of two raw stores of {gib / 2:g} GiB each (0.7/0.3), batch 256, 2 workers, prefetch "
-                f"4, iid; {secs:g} s per run, page cache dropped first; hit rate over the whole run (cold start "
+                f"4, iid; one process, or 4 ranks in one cgroup each reading its shard of every batch (summed "
+                f"MiB/s); {secs:g} s per run, page cache dropped first; hit rate over the whole run (cold start "
                 f"included).\n\n" + "\n".join(lines) + "\n")
     finally:
         cgs.cleanup()

@@ -294,6 +294,12 @@ impl Mixture {
     /// source again (`None`: none found, or iid mode, whose draws have no
     /// inverse; a loader looks ahead instead). Up to 64 later draws of the
     /// record are tried for one that lands in the shard's rows.
+    ///
+    /// Each draw tried costs a few allocations of the rows (`O(sources)`
+    /// each): measured 0.8–1.0 ms a step of 1,024 rows over 100 sources, and
+    /// 1.1–1.3 ms for one shard of 8 (128 rows, about 8 draws tried per row),
+    /// against 2–25 µs for the rows alone. A loader asks only while a store
+    /// reads around the page cache, where the step's reads take longer.
     pub fn fill_shard_with_next_use(
         &self,
         step: u64,
