@@ -31,7 +31,8 @@ fn timed(threads: usize, bytes_per_pass: usize, pass: &(dyn Fn(usize) + Sync)) -
 
 /// The `kind` ceiling over the records of `item_len` bytes in `src`, on
 /// `threads` threads, in MiB/s of record (decoded) bytes. `kind` is
-/// `"compress"` (zstd at `level`), `"decode"` (zstd at `level`, decoded),
+/// `"compress"` (zstd at `level`), `"decode"` (zstd at `level`, each record
+/// decoded into its slot of another buffer),
 /// `"memcpy"` (each record copied to its slot of another buffer), `"crc"`
 /// (each record's CRC-32C, the checksum zring verifies) or `"memcpy+crc"`
 /// (each record copied, then the copy's CRC-32C: the least a verified raw
@@ -66,13 +67,19 @@ pub fn ceiling(
             }
         })),
         "decode" => {
+            // Each record decodes into its own slot of a buffer, as a gather
+            // decodes into its slot of the batch (and as "memcpy" copies):
+            // one reused record-sized buffer would stay in the L1 cache,
+            // which no gather's destination does.
             let compressed: Vec<Vec<u8>> =
                 records.iter().map(|r| zstd::bulk::compress(r, level).expect("zstd compresses")).collect();
+            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
+                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
             Ok(timed(threads, src.len(), &|t| {
                 let mut d = DCtx::create();
-                let mut out = vec![0u8; item_len];
-                for c in &compressed[mine(t)] {
-                    d.decompress(&mut out[..], c).expect("zstd decodes");
+                let mut out = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                for (slot, c) in out.chunks_exact_mut(item_len).zip(&compressed[mine(t)]) {
+                    d.decompress(slot, c).expect("zstd decodes");
                 }
             }))
         }
