@@ -22,6 +22,12 @@ const VERIFY_BATCH: u64 = 4096;
 pub struct Stats {
     /// On-disk layout.
     pub format: Format,
+    /// The table's format version: 1 (32 bytes per record), 2 (a sealed
+    /// section of 12 bytes per record, or none for raw records of one
+    /// length, then 32 per record appended since), 0 for loaderx stores.
+    pub table_format: u32,
+    /// Bytes of the record table (metadata: head and dictionary excluded).
+    pub table_bytes: u64,
     /// Number of records.
     pub records: u64,
     /// Sum of the records' decoded lengths.
@@ -166,8 +172,11 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
 /// Counts records, bytes and codecs (a scan of the table, no data reads).
 pub(crate) fn stats(s: &Store) -> Result<Stats> {
     let snap = s.snapshot();
+    let (table_format, table_bytes) = s.table_format();
     let mut s = Stats {
         format: snap.table.format,
+        table_format,
+        table_bytes,
         records: snap.records(),
         logical_bytes: 0,
         live_bytes: 0,
@@ -185,7 +194,7 @@ pub(crate) fn stats(s: &Store) -> Result<Stats> {
     for i in 0..snap.records() {
         let e = snap.entry(i)?;
         s.logical_bytes += u64::from(e.logical_len);
-        s.live_bytes += u64::from(e.stored_len);
+        s.live_bytes += u64::from(e.own_len());
         match e.codec {
             Codec::Raw => s.raw_records += 1,
             Codec::Zstd => s.zstd_records += 1,
@@ -220,7 +229,7 @@ pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
                 keep_stored: false,
                 next: crate::read::cache::NextUse::Unknown,
             });
-            rep.stored_bytes += u64::from(e.stored_len);
+            rep.stored_bytes += u64::from(e.own_len());
             rep.logical_bytes += u64::from(e.logical_len);
         }
         crate::read::gather::read_items(s, &snap, items)?;
@@ -273,7 +282,7 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
     let old = s.snapshot();
     s.publish(crate::read::gather::Snapshot {
         pin: old.pin.clone(),
-        table: Arc::new(crate::format::table::Table::open_native(&s.dir, w.head.generation, w.records)?),
+        table: Arc::new(crate::format::table::Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?),
         chunk_base: old.chunk_base,
         chunks: old.chunks.clone(),
         dict: Some(Arc::new(dict)),

@@ -46,10 +46,12 @@ pub enum Error {
         detail: String,
     },
     /// A record's bytes do not match the checksum in its table entry.
-    #[error("record {record}: checksum mismatch (table says {expected:#010x}, data gives {got:#010x})")]
+    #[error("record {record} in {file}: checksum mismatch (table says {expected:#010x}, data gives {got:#010x})")]
     ChecksumMismatch {
         /// The record index.
         record: u64,
+        /// The chunk file holding its bytes (with the byte range checked).
+        file: String,
         /// The crc32c stored in the table.
         expected: u32,
         /// The crc32c of the bytes read.

@@ -430,7 +430,26 @@ impl Store {
     /// removes the old files. Needs free space for the live data. Concurrent
     /// gathers keep reading the old files through their snapshot.
     pub fn compact(&self) -> Result<CompactReport> {
-        crate::write::compact::compact(self)
+        crate::write::compact::compact(self, None)
+    }
+
+    /// [`Store::compact`], writing the table in format `version`: 1 (a
+    /// 32-byte entry per record) or 2 (no entry at all for raw records of
+    /// one length, 12 bytes for any other; `engine/DESIGN.md`). Compacts
+    /// even when nothing was deleted, to upgrade a store in place; crash-safe
+    /// as every compaction. Appends after it add format-1 entries after the
+    /// sealed section; [`Store::delete`] rewrites the table in format 1.
+    pub fn compact_to(&self, version: u32) -> Result<CompactReport> {
+        crate::write::compact::compact(self, Some(version))
+    }
+
+    /// The table's format version (1 or 2; loaderx stores: 0) and its bytes.
+    pub fn table_format(&self) -> (u32, u64) {
+        let snap = self.snapshot();
+        match snap.table.format {
+            Format::Loaderx => (0, snap.table.bytes()),
+            Format::Native => (if snap.table.sealed_kind().is_some() { 2 } else { 1 }, snap.table.bytes()),
+        }
     }
 
     /// Counts records, bytes and codecs (a scan of the table, no data reads).

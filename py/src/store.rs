@@ -255,9 +255,15 @@ impl PyStore {
     }
 
     /// Rewrite live records to reclaim deleted space; returns the report dict.
-    fn compact<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (format=None))]
+    fn compact<'py>(&self, py: Python<'py>, format: Option<u32>) -> PyResult<Bound<'py, PyAny>> {
         let store = self.store()?;
-        let report = py.detach(|| store.compact()).map_err(error::engine)?;
+        let report = py
+            .detach(|| match format {
+                None => store.compact(),
+                Some(f) => store.compact_to(f),
+            })
+            .map_err(error::engine)?;
         to_py(py, &report)
     }
 

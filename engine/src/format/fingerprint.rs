@@ -26,7 +26,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 use crate::error::{io_err, Result};
-use crate::format::names::TABLE_HEADER_BYTES;
+use crate::format::head::Layout;
 use crate::format::record::ENTRY_BYTES;
 use crate::format::table::Table;
 
@@ -63,14 +63,14 @@ pub(crate) fn over_entries(mut h: u32, entries: &[u8]) -> u32 {
 
 /// `h` extended by records `from..to` of a native table file, read in
 /// blocks.
-pub(crate) fn over_file(mut h: u32, f: &File, path: &Path, from: u64, to: u64) -> Result<u32> {
+pub(crate) fn over_file(mut h: u32, f: &File, path: &Path, layout: Layout, from: u64, to: u64) -> Result<u32> {
     const BLOCK: u64 = 32_768; // entries per read: 1 MiB
     let mut buf = Vec::new();
     let mut i = from;
     while i < to {
         let n = (to - i).min(BLOCK);
         buf.resize(n as usize * ENTRY_BYTES, 0);
-        f.read_exact_at(&mut buf, TABLE_HEADER_BYTES as u64 + i * ENTRY_BYTES as u64).map_err(io_err("read", path))?;
+        f.read_exact_at(&mut buf, layout.entry_at(i)).map_err(io_err("read", path))?;
         h = over_entries(h, &buf);
         i += n;
     }
@@ -100,6 +100,7 @@ mod tests {
             logical_len: len,
             checksum: Some(crc),
             codec: Codec::Zstd,
+            within: 0,
         }
         .encode()
     }

@@ -7,9 +7,37 @@ use crate::error::{corrupted, io_err, Error, Result};
 use crate::format::names::TABLE_HEADER_BYTES;
 use crate::format::record::{u32_at, u64_at, ENTRY_BYTES};
 
-/// Version of the native format this build reads and writes.
+/// Bytes of a format-1 head.
 pub(crate) const HEAD_BYTES: usize = 64;
+/// Bytes of a format-2 head: the format-1 fields, then where the table's
+/// sealed section ends.
+pub(crate) const HEAD2_BYTES: usize = 128;
 const MAGIC: &[u8; 4] = b"ZRNG";
+
+/// How the committed table is laid out: format 1 is a 64-byte header and a
+/// 32-byte entry per record; format 2 begins with a sealed section (written
+/// only by compaction, `engine/DESIGN.md`) holding records `0..sealed`, and
+/// appended records follow it as format-1 entries from byte `tail_at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub version: u32,
+    pub sealed: u64,
+    pub tail_at: u64,
+}
+
+impl Layout {
+    pub const V1: Layout = Layout { version: 1, sealed: 0, tail_at: TABLE_HEADER_BYTES as u64 };
+
+    /// Byte offset of the format-1 entry of record `i` (`i >= sealed`).
+    pub fn entry_at(&self, i: u64) -> u64 {
+        self.tail_at + (i - self.sealed) * ENTRY_BYTES as u64
+    }
+
+    /// Length of a table of `records` records, `None` where it overflows.
+    pub fn table_bytes(&self, records: u64) -> Option<u64> {
+        records.checked_sub(self.sealed)?.checked_mul(ENTRY_BYTES as u64)?.checked_add(self.tail_at)
+    }
+}
 
 /// The committed state of a native store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,13 +53,15 @@ pub(crate) struct Head {
     /// The fingerprint content of the committed records (0: not known, a
     /// head written before the field existed; [`crate::format::fingerprint`]).
     pub content: u32,
+    /// The table's layout (format 1, or format 2 with its sealed section).
+    pub layout: Layout,
 }
 
 impl Head {
-    pub fn encode(&self) -> [u8; HEAD_BYTES] {
-        let mut b = [0u8; HEAD_BYTES];
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = vec![0u8; if self.layout.version == 1 { HEAD_BYTES } else { HEAD2_BYTES }];
         b[0..4].copy_from_slice(MAGIC);
-        b[4..8].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+        b[4..8].copy_from_slice(&self.layout.version.to_le_bytes());
         b[8..16].copy_from_slice(&self.generation.to_le_bytes());
         b[16..24].copy_from_slice(&self.records.to_le_bytes());
         b[24..28].copy_from_slice(&self.chunk_base.to_le_bytes());
@@ -41,9 +71,23 @@ impl Head {
         b[44..48].copy_from_slice(&self.dict_crc.to_le_bytes());
         b[48..56].copy_from_slice(&self.chunk_target.to_le_bytes());
         b[56..60].copy_from_slice(&self.content.to_le_bytes());
-        let crc = crate::format::crc::crc32c(&b[..60]);
-        b[60..64].copy_from_slice(&crc.to_le_bytes());
+        if self.layout.version == 1 {
+            let crc = crate::format::crc::crc32c(&b[..60]);
+            b[60..64].copy_from_slice(&crc.to_le_bytes());
+        } else {
+            b[64..72].copy_from_slice(&self.layout.sealed.to_le_bytes());
+            b[72..80].copy_from_slice(&self.layout.tail_at.to_le_bytes());
+            let crc = crate::format::crc::crc32c(&b[..124]);
+            b[124..128].copy_from_slice(&crc.to_le_bytes());
+        }
         b
+    }
+
+    /// Whether `content` is the fingerprint of the committed records: a
+    /// format-1 head written before the field existed holds 0 for "not
+    /// known"; every format-2 head was written with it.
+    pub fn content_known(&self) -> bool {
+        self.content != 0 || self.layout.version >= 2
     }
 
     pub fn decode(path: &Path, b: &[u8]) -> Result<Head> {
@@ -51,14 +95,15 @@ impl Head {
             return Err(Error::NotAStore { path: path.into(), reason: "head.zr has no ZRNG magic".into() });
         }
         let version = u32_at(b, 4);
-        if version != FORMAT_VERSION {
+        if version == 0 || version > FORMAT_VERSION {
             return Err(Error::UnsupportedVersion { path: path.into(), found: version, supported: FORMAT_VERSION });
         }
-        if b.len() != HEAD_BYTES {
-            return Err(corrupted("head", format!("{} bytes, expected {HEAD_BYTES}", b.len())));
+        let size = if version == 1 { HEAD_BYTES } else { HEAD2_BYTES };
+        if b.len() != size {
+            return Err(corrupted("head", format!("{} bytes, expected {size}", b.len())));
         }
-        let want = u32_at(b, 60);
-        let got = crate::format::crc::crc32c(&b[..60]);
+        let want = u32_at(b, size - 4);
+        let got = crate::format::crc::crc32c(&b[..size - 4]);
         if want != got {
             return Err(corrupted("head", format!("checksum {got:#010x} != stored {want:#010x}")));
         }
@@ -72,6 +117,11 @@ impl Head {
             dict_crc: u32_at(b, 44),
             chunk_target: u64_at(b, 48),
             content: u32_at(b, 56),
+            layout: if version == 1 {
+                Layout::V1
+            } else {
+                Layout { version, sealed: u64_at(b, 64), tail_at: u64_at(b, 72) }
+            },
         };
         if h.chunk_count == 0 || h.chunk_target == 0 {
             return Err(corrupted("head", "no chunks or a zero chunk size"));
@@ -79,8 +129,11 @@ impl Head {
         if h.chunk_base.checked_add(h.chunk_count).is_none() {
             return Err(corrupted("head", format!("chunk range {}+{} overflows", h.chunk_base, h.chunk_count)));
         }
-        if h.records.checked_mul(ENTRY_BYTES as u64).and_then(|n| n.checked_add(TABLE_HEADER_BYTES as u64)).is_none() {
-            return Err(corrupted("head", format!("a record count of {} is impossible", h.records)));
+        if h.layout.table_bytes(h.records).filter(|&n| usize::try_from(n).is_ok()).is_none() {
+            return Err(corrupted(
+                "head",
+                format!("a record count of {} is impossible ({} sealed)", h.records, h.layout.sealed),
+            ));
         }
         Ok(h)
     }
@@ -99,7 +152,7 @@ impl Head {
 
     /// Length of the committed table file (checked in `decode` not to overflow).
     pub fn table_bytes(&self) -> u64 {
-        TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64
+        self.layout.table_bytes(self.records).expect("checked when the head was made")
     }
 
     pub fn last_chunk(&self) -> u32 {
@@ -123,15 +176,26 @@ mod tests {
             dict_crc: 0,
             chunk_target: 1 << 30,
             content: 0x1234_5678,
+            layout: Layout::V1,
         };
         let p = Path::new("x");
         assert_eq!(Head::decode(p, &h.encode()).unwrap(), h);
+        let h2 = Head { layout: Layout { version: 2, sealed: 1 << 30, tail_at: 1 << 20 }, ..h };
+        assert_eq!(h2.encode().len(), HEAD2_BYTES);
+        assert_eq!(Head::decode(p, &h2.encode()).unwrap(), h2);
+        for bit in [70 * 8, 100 * 8, 125 * 8] {
+            let mut b = h2.encode();
+            b[bit / 8] ^= 1;
+            assert!(matches!(Head::decode(p, &b), Err(Error::Corrupted { .. })), "bit {bit}");
+        }
         let mut b = h.encode();
         b[20] ^= 1;
         assert!(matches!(Head::decode(p, &b), Err(Error::Corrupted { .. })));
         let mut b = h.encode();
         b[4] = 7;
         assert!(matches!(Head::decode(p, &b), Err(Error::UnsupportedVersion { found: 7, .. })));
+        // A format-1 head read as 128 bytes, or a format-2 head cut to 64.
+        assert!(matches!(Head::decode(p, &h2.encode()[..64]), Err(Error::Corrupted { .. })));
         assert!(matches!(Head::decode(p, b"garbage"), Err(Error::NotAStore { .. })));
     }
 }

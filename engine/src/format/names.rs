@@ -3,8 +3,11 @@
 use crate::format::record::ChunkId;
 use crate::format::table::Format;
 
-/// The format version this build reads and writes (head and table headers).
-pub const FORMAT_VERSION: u32 = 1;
+/// The newest format version this build reads and writes (head and table
+/// headers). It reads and writes every version from 1 up: version 1 tables
+/// hold a 32-byte entry per record; version 2 tables begin with a compact
+/// sealed section written by compaction (`format/table.rs`).
+pub const FORMAT_VERSION: u32 = 2;
 /// The head: which table generation and chunk range are committed.
 pub(crate) const HEAD_FILE: &str = "head.zr";
 /// Bytes of a table file's header, before its first entry.

@@ -21,12 +21,17 @@ pub(crate) struct Entry {
     /// crc32c of the stored bytes; `None` for loaderx stores, which keep none.
     pub checksum: Option<u32>,
     pub codec: Codec,
+    /// Where the record starts inside the stored bytes: non-zero only for a
+    /// record of a fixed sealed section (format 2), whose stored bytes are
+    /// the whole checksummed block it lies in.
+    pub within: u32,
 }
 
 impl Entry {
     /// Native layout, little-endian:
     /// `offset u64 | chunk u32 | stored u32 | logical u32 | crc u32 | codec u8 | 0 u8 | 0 u16 | entry_crc u32`.
     pub fn encode(&self) -> [u8; ENTRY_BYTES] {
+        debug_assert!(!self.is_part(), "a block entry has no format-1 form");
         let mut b = [0u8; ENTRY_BYTES];
         b[0..8].copy_from_slice(&self.offset.to_le_bytes());
         b[8..12].copy_from_slice(&self.chunk.0.to_le_bytes());
@@ -61,6 +66,7 @@ impl Entry {
             logical_len: u32_at(b, 16),
             checksum: Some(u32_at(b, 20)),
             codec,
+            within: 0,
         };
         e.check_shape(index)?;
         Ok(e)
@@ -81,12 +87,29 @@ impl Entry {
             chunk: ChunkId(u32::from(u16::from_le_bytes([b[12], b[13]]))),
             checksum: None,
             codec,
+            within: 0,
         };
         e.check_shape(index)?;
         Ok(e)
     }
 
-    fn check_shape(&self, index: u64) -> Result<()> {
+    /// Whether the stored bytes are a block of several raw records, this one
+    /// `logical_len` bytes of it from `within` (fixed sealed sections).
+    pub fn is_part(&self) -> bool {
+        self.codec == Codec::Raw && (self.within != 0 || self.stored_len != self.logical_len)
+    }
+
+    /// The bytes of the record itself on disk: its stored length, or its
+    /// logical length inside a block.
+    pub fn own_len(&self) -> u32 {
+        if self.is_part() {
+            self.logical_len
+        } else {
+            self.stored_len
+        }
+    }
+
+    pub(crate) fn check_shape(&self, index: u64) -> Result<()> {
         if self.codec == Codec::Raw && self.stored_len != self.logical_len {
             return Err(corrupted(
                 format!("table entry {index}"),
@@ -131,6 +154,7 @@ mod tests {
             logical_len: 123,
             checksum: Some(0xdead_beef),
             codec: Codec::Zstd,
+            within: 0,
         };
         let b = e.encode();
         assert_eq!(Entry::decode(0, &b).unwrap(), e);

@@ -840,6 +840,7 @@ mod tests {
             logical_len: 9,
             checksum: Some(5),
             codec: crate::format::codec::Codec::Zstd,
+            within: 0,
         };
         assert_eq!(Key::new(a, &e).record, RecordKey { chunk: ChunkId(3), offset: 40, stored_len: 7, crc: Some(5) });
     }

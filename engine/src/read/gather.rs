@@ -166,7 +166,7 @@ pub(crate) fn load(
         let head = Head::read(dir)?;
         // Pinned before the chunks are checked ([`crate::read::pins`]).
         let pin = crate::read::pins::pin(dir, head.chunk_base)?.map(Arc::new);
-        let table = Table::open_native(dir, head.generation, head.records)?;
+        let table = Table::open_native(dir, head.generation, head.layout, head.records)?;
         // Check every chunk before deciding on O_DIRECT (which needs the total
         // size); a missing chunk fails here, before any large allocation.
         let mut chunks = Vec::new();
@@ -259,7 +259,13 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
     if let Some(expected) = e.checksum {
         let got = crate::format::crc::crc32c(stored);
         if got != expected {
-            return Err(Error::ChecksumMismatch { record: index, expected, got });
+            let file = chunk_name(Format::Native, e.chunk);
+            let file = if e.is_part() {
+                format!("{file} (the block of bytes {}..{} holding it)", e.offset, e.end())
+            } else {
+                format!("{file} (bytes {}..{})", e.offset, e.end())
+            };
+            return Err(Error::ChecksumMismatch { record: index, file, expected, got });
         }
     }
     Ok(())
@@ -273,7 +279,14 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
 /// input); a mismatch still fails the call, with the slot's contents undefined.
 pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
     let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
-    let decoded = codec::decode(codec, stored, it.dst, dict);
+    let src = if it.entry.is_part() && !it.keep_stored {
+        // A record inside a checksummed block: the whole block is verified.
+        let at = it.entry.within as usize;
+        stored.get(at..at + it.dst.len()).unwrap_or_default()
+    } else {
+        stored
+    };
+    let decoded = codec::decode(codec, src, it.dst, dict);
     crc_check(it.index, &it.entry, stored)?;
     decoded.map_err(|d| corrupted(format!("record {}", it.index), d))
 }
@@ -613,7 +626,7 @@ pub(crate) fn read_group_with(
                 }
             }
             None => {
-                let in_place = it.entry.codec == Codec::Raw || it.keep_stored;
+                let in_place = (it.entry.codec == Codec::Raw && !it.entry.is_part()) || it.keep_stored;
                 Plan {
                     fd: file.as_fd(),
                     offset: it.entry.offset,

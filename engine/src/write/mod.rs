@@ -20,7 +20,7 @@ use crate::error::{io_err, Error, Result};
 use crate::format::codec::Codec;
 use crate::format::head::Head;
 use crate::format::names::chunk_name;
-use crate::format::names::{table_name, TABLE_HEADER_BYTES};
+use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table};
 use crate::io::fs;
@@ -64,6 +64,7 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
         dict_crc: 0,
         chunk_target,
         content: crate::format::fingerprint::SEED,
+        layout: crate::format::head::Layout::V1,
     }
     .commit(dir)
 }
@@ -217,14 +218,15 @@ impl Writer {
         // The fingerprint over the entries this sync commits (all of them
         // when the old head did not know it): read back from the table.
         let tp = dir.join(table_name(self.head.generation));
-        let (from, h) = match self.head.content {
-            0 => (0, crate::format::fingerprint::SEED),
-            h => (self.head.records, h),
+        let (from, h) = match self.head.content_known() {
+            false => (0, crate::format::fingerprint::SEED),
+            true => (self.head.records, self.head.content),
         };
-        head.content = match crate::format::fingerprint::over_file(h, &self.table, &tp, from, self.records) {
-            Ok(h) => h,
-            Err(e) => return self.poison(e),
-        };
+        head.content =
+            match crate::format::fingerprint::over_file(h, &self.table, &tp, self.head.layout, from, self.records) {
+                Ok(h) => h,
+                Err(e) => return self.poison(e),
+            };
         crate::io::fault::crash_point("sync.flushed");
         if let Err(e) = head.commit(dir) {
             return self.poison(e);
@@ -289,6 +291,7 @@ impl Writer {
                     logical_len: m.logical_len,
                     checksum: Some(m.crc),
                     codec: m.codec,
+                    within: 0,
                 };
                 table_bytes.extend_from_slice(&entry.encode());
                 self.tail_len += len;
@@ -308,7 +311,7 @@ impl Writer {
             };
             writes.push((fd, offset, &blocks[bi].bytes[range]));
         }
-        let table_at = TABLE_HEADER_BYTES as u64 + self.records * ENTRY_BYTES as u64;
+        let table_at = self.head.layout.entry_at(self.records);
         writes.push((self.table.as_fd(), table_at, &table_bytes[..]));
         let r = uring::write_batch(backend, &writes);
         if r.is_ok() {
@@ -399,7 +402,7 @@ pub(crate) fn write_blocks(s: &Store, w: &mut Writer, blocks: &[Block<'_>]) -> R
 /// Publishes a snapshot of the writer's live state to readers.
 pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
     let old = s.snapshot();
-    let table = Table::open_native(&s.dir, w.head.generation, w.records)?;
+    let table = Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?;
     let mut chunks = old.chunks.clone();
     let base = w.head.chunk_base;
     if old.chunk_base != base {

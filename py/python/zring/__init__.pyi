@@ -239,8 +239,8 @@ class Zrecord:
         """Whether the store has a dictionary."""
     def delete(self, idxs: npt.ArrayLike) -> None:
         """Remove records; the tail fills the holes."""
-    def compact(self) -> dict[str, Any]:
-        """Reclaim deleted space."""
+    def compact(self, format: int | None = None) -> dict[str, Any]:
+        """Reclaim deleted space; format=1 or 2 rewrites the table in that format."""
     def stats(self) -> dict[str, Any]:
         """Storage usage, and the read statistics under "reads"."""
     def read_stats(self) -> dict[str, Any]:

@@ -77,8 +77,8 @@ class Store:
         """Make appended records durable."""
     def delete(self, idx: npt.NDArray[np.uint64]) -> None:
         """Delete records; the tail fills the holes."""
-    def compact(self) -> dict[str, Any]:
-        """Reclaim deleted space; returns a report."""
+    def compact(self, format: int | None = None) -> dict[str, Any]:
+        """Reclaim deleted space (format=1 or 2: rewrite the table in it); returns a report."""
     def stats(self) -> dict[str, Any]:
         """Storage usage."""
     def read_stats(self) -> dict[str, Any]:

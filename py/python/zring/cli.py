@@ -3,7 +3,7 @@
     zring info PATH
     zring verify PATH
     zring convert SRC DST [--codec zstd] [--chunk-bytes N]
-    zring compact PATH
+    zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
 """
 
@@ -142,10 +142,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
 def cmd_compact(args: argparse.Namespace) -> int:
     with Store(args.path, "a") as store:
         before = store.stats()
-        report = store.compact()
+        report = store.compact(args.format)
         after = store.stats()
     print(f"compacted {args.path}: chunk bytes {_human(before.get('chunk_bytes', 0))} -> "
-          f"{_human(after.get('chunk_bytes', 0))}")
+          f"{_human(after.get('chunk_bytes', 0))}, table format {before.get('table_format')} -> "
+          f"{after.get('table_format')}, table {_human(before.get('table_bytes', 0))} -> "
+          f"{_human(after.get('table_bytes', 0))}")
     if report:
         print("report: " + ", ".join(f"{k}={v}" for k, v in report.items()))
     return 0
@@ -212,8 +214,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--kind", choices=("parquet", "folder", "tar", "npy", "loaderx"), help="the source's kind (default: guessed)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
     s.set_defaults(func=cmd_convert)
-    s = sub.add_parser("compact", help="reclaim the space of deleted records")
+    s = sub.add_parser("compact", help="reclaim the space of deleted records; --format upgrades the table")
     s.add_argument("path")
+    s.add_argument("--format", type=int, choices=(1, 2), default=None,
+                   help="rewrite the record table in this format (2: no entry per record for raw records of one "
+                        "length, 12 bytes for others; default: keep the store's)")
     s.set_defaults(func=cmd_compact)
     s = sub.add_parser("bench", help="random-gather throughput and latency percentiles")
     s.add_argument("path")
