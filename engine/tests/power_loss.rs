@@ -1,7 +1,10 @@
 //! Simulated power loss: what the disk holds when the machine dies, not just
 //! the process.
 //!
-//! A workload (create, appends with sync, delete, compact, appends) runs with
+//! A workload (create, appends with sync, delete, compact, appends, then
+//! upgrades to table format 2, appends to it, a delete on it and more
+//! upgrades; with zstd records of many lengths, and with raw records of one
+//! length, which format 2 keeps without entries) runs with
 //! every file mutation recorded at the engine's storage seam. The trace is then
 //! replayed into a model of a file system that keeps "live" bytes (what the
 //! page cache holds) apart from "durable" bytes (what an fsync made
@@ -131,18 +134,19 @@ enum Crash {
 
 /// Runs the workload in `dir` with tracing on; returns the trace, the trace
 /// length at each step boundary, and the ids held after each step.
-fn workload(dir: &Path, size: usize) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) {
+fn workload(dir: &Path, size: usize, fixed: bool) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) {
     fault::start_trace();
     let mut marks = vec![0];
     let mut states = vec![Vec::new()];
-    let s = Store::builder(dir).chunk_bytes(3000).codec(Codec::Zstd).create().unwrap();
+    let codec = if fixed { Codec::Raw } else { Codec::Zstd };
+    let s = Store::builder(dir).chunk_bytes(3000).codec(codec).create().unwrap();
     let mut step = |f: &dyn Fn(&Store)| {
         f(&s);
         marks.push(fault::trace_len());
         states.push(ids(&s).unwrap());
     };
     let append = |s: &Store, r: std::ops::Range<u64>| {
-        let recs: Vec<Vec<u8>> = r.map(|i| rec(i, size + (i as usize % 7) * 40)).collect();
+        let recs: Vec<Vec<u8>> = r.map(|i| rec(i, size + if fixed { 0 } else { (i as usize % 7) * 40 })).collect();
         let refs: Vec<&[u8]> = recs.iter().map(|v| v.as_slice()).collect();
         s.append(&refs, None).unwrap();
         s.sync().unwrap();
@@ -161,6 +165,15 @@ fn workload(dir: &Path, size: usize) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) 
     step(&|s| {
         s.compact().unwrap();
     });
+    step(&|s| assert_eq!(s.compact_to(2).unwrap().format_after, 2));
+    step(&|s| append(s, 60..70));
+    step(&|s| {
+        s.compact_to(2).unwrap();
+    });
+    step(&|s| s.delete(&[3, 60]).unwrap());
+    step(&|s| {
+        s.compact_to(2).unwrap();
+    });
     drop(s);
     (fault::take_trace(), marks, states)
 }
@@ -168,10 +181,11 @@ fn workload(dir: &Path, size: usize) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) 
 #[test]
 fn every_power_loss_image_opens_with_an_acknowledged_state() {
     let mut states_checked = 0;
-    for size in [40usize, 64, 300, 900, 1500] {
+    let runs = [40usize, 64, 300, 900, 1500].map(|n| (n, false)).into_iter().chain([(40, true), (900, true)]);
+    for (size, fixed) in runs {
         let root = tempfile::tempdir().unwrap();
         let src = root.path().join("src");
-        let (trace, marks, states) = workload(&src, size);
+        let (trace, marks, states) = workload(&src, size, fixed);
         assert!(!trace.is_empty());
         let mut model = Model::default();
         for k in 0..=trace.len() {
