@@ -49,3 +49,31 @@ def test_errors_give_exit_status(tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
     assert cli.main(["convert", str(tmp_path / "x.txt"), str(tmp_path / "y")]) == 1
     assert "x.txt does not exist" in capsys.readouterr().err
+
+
+def test_compact_to_format_2_and_back(tmp_path, capsys):
+    labels = np.arange(20_000, dtype=np.int64) * 3
+    write_dataset(tmp_path / "l", labels, codec="raw")
+    with Zrecord(tmp_path / "l", readonly=True) as z:
+        before = z.stats()
+    assert before["table_format"] == 1 and before["table_bytes"] == 64 + 32 * 20_000
+    assert cli.main(["compact", str(tmp_path / "l"), "--format", "2"]) == 0
+    assert "table format 1 -> 2" in capsys.readouterr().out
+    with Zrecord(tmp_path / "l", readonly=True) as z:
+        after = z.stats()
+        fp = z.fingerprint()
+    # A header page and one page of block checksums (40 blocks of 512 labels).
+    assert after["table_format"] == 2 and after["table_bytes"] == 2 * 4096
+    assert after["live_bytes"] == before["live_bytes"] == 8 * 20_000
+    with Dataset(tmp_path / "l") as ds:
+        np.testing.assert_array_equal(ds[:], labels)
+        np.testing.assert_array_equal(ds[[19_999, 0, 513]], labels[[19_999, 0, 513]])
+    assert cli.main(["compact", str(tmp_path / "l"), "--format", "1"]) == 0
+    with Zrecord(tmp_path / "l", readonly=True) as z:
+        assert z.stats()["table_format"] == 1 and z.fingerprint() == fp
+    with pytest.raises(SystemExit):
+        cli.main(["compact", str(tmp_path / "l"), "--format", "3"])
+    assert "--format" in capsys.readouterr().err
+    with Zrecord(tmp_path / "l") as z:
+        with pytest.raises(ValueError, match="format must be 1 or 2"):
+            z.compact(format=3)

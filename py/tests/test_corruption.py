@@ -59,3 +59,27 @@ def test_truncated_chunk_is_corrupt(store):
         with zring.Dataset(store) as ds:
             ds[[0, 99]]
             ds.verify()
+
+
+def test_format2_damage_names_the_table_or_the_chunk(tmp_path):
+    """A flipped bit in a sealed table page is a CorruptError naming the
+    table file; in a checksummed block, a ChecksumError naming the chunk."""
+    path = tmp_path / "labels"
+    labels = np.arange(50_000, dtype=np.int64)
+    zring.write_dataset(path, labels, codec="raw")
+    with zring.Zrecord(path) as z:
+        assert z.compact(format=2)["format_after"] == 2
+    table = sorted(path.glob("table-*.zr"))[0]
+    _flip(table, 4096 + 100)  # inside the first page of block checksums
+    with zring.Dataset(path) as ds:
+        with pytest.raises(zring.CorruptError, match=f"{table.name}.*table page 0"):
+            ds[10]
+    _flip(table, 4096 + 100)
+    chunk = sorted(path.glob("chunk-*.zr"))[0]
+    _flip(chunk, 8 * 600 + 1)  # record 600, in the block of records 512..1023
+    with zring.Dataset(path) as ds:
+        assert ds[10] == 10
+        with pytest.raises(zring.ChecksumError, match=f"record 700 in {chunk.name}"):
+            ds[700]
+        with pytest.raises(zring.ChecksumError, match=chunk.name):
+            ds.verify()

@@ -51,6 +51,11 @@ fn extend(h: u32, crc: u32, logical_len: u32) -> u32 {
     crate::format::crc::crc32c_append(h, &b)
 }
 
+/// `h` extended by records given as (stored crc32c, logical length).
+pub(crate) fn over_records(h: u32, records: impl IntoIterator<Item = (u32, u32)>) -> u32 {
+    records.into_iter().fold(h, |h, (crc, len)| extend(h, crc, len))
+}
+
 /// `h` extended by native table entries (`ENTRY_BYTES` each).
 pub(crate) fn over_entries(mut h: u32, entries: &[u8]) -> u32 {
     for e in entries.chunks_exact(ENTRY_BYTES) {

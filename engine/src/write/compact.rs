@@ -10,7 +10,7 @@ use std::io::Write;
 
 use crate::error::{io_err, Error, Result};
 use crate::format::codec::Codec;
-use crate::format::fingerprint::{over_entries, SEED};
+use crate::format::fingerprint::{over_entries, over_records, SEED};
 use crate::format::head::{Head, Layout};
 use crate::format::names::{chunk_name, table_name, FORMAT_VERSION};
 use crate::format::record::{check_index, ChunkId, Entry, ENTRY_BYTES};
@@ -100,11 +100,10 @@ impl NewTable {
             let crc = page_crc(p as u64, page);
             page[0..4].copy_from_slice(&crc.to_le_bytes());
         }
-        let v1: Vec<u8> = entries.iter().flat_map(|e| e.encode()).collect();
         NewTable {
             bytes,
             records,
-            content: over_entries(SEED, &v1),
+            content: over_records(SEED, entries.iter().map(|e| (e.checksum.unwrap_or(0), e.logical_len))),
             layout: Layout { version: 2, sealed: records, tail_at: (PAGE as u64) * (1 + pages) },
         }
     }
