@@ -49,6 +49,8 @@ enum Op {
     },
     Delete(Vec<u16>),
     Compact,
+    /// Compaction that rewrites the table in format 1 (false) or 2 (true).
+    CompactTo(bool),
     Sync,
     Reopen,
     Crash,
@@ -223,8 +225,11 @@ fuzz_target!(|ops: Vec<Op>| {
                     // Delete syncs pending appends before committing its table.
                     (Expect { on_failure: vec![synced.clone(), model.clone(), after.clone()], after, syncs: true }, r)
                 }
-                Op::Compact => {
-                    let r = s.compact().map(drop);
+                Op::Compact | Op::CompactTo(_) => {
+                    let r = match op {
+                        Op::CompactTo(two) => s.compact_to(if *two { 2 } else { 1 }).map(drop),
+                        _ => s.compact().map(drop),
+                    };
                     // Compact syncs pending appends before copying records.
                     (Expect { on_failure: vec![synced.clone(), model.clone()], after: model.clone(), syncs: true }, r)
                 }

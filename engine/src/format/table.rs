@@ -13,7 +13,8 @@
 //!   lengths the differences of consecutive offsets.
 //!
 //! Records appended later follow the sealed section as format-1 entries.
-//! A page is verified the first time a table handle reads it; the bitmap of
+//! A page is verified the first time a table handle reads it (a fixed
+//! section of up to 16 MiB of pages, all of them when the table opens); the bitmap of
 //! verified pages lives as long as the handle (a snapshot).
 //!
 //! Where mapping is off (`ZRING_MMAP=0`, or no SIGBUS guard in this process)
@@ -50,6 +51,10 @@ pub(crate) const VAR_PER_PAGE: u64 = ((PAGE - VAR_HEADER) / VAR_ENTRY) as u64;
 pub(crate) const CRCS_PER_PAGE: u64 = ((PAGE - 4) / 4) as u64;
 /// A fixed store's block holds at least this many bytes of records.
 pub(crate) const BLOCK_BYTES: u64 = 4096;
+/// A fixed section of at most this many pages (16 MiB: the block checksums
+/// of 4,190,208 blocks, at least 16 GiB of records) is read and verified
+/// when the table opens.
+const PRELOAD_PAGES: u64 = 4096;
 /// The largest record (logical or stored) a variable section holds: 30 bits
 /// of length, 2 of codec.
 pub(crate) const VAR_MAX_RECORD: u64 = (1 << 30) - 1;
@@ -221,8 +226,16 @@ impl Table {
             )));
         }
         let words = pages.div_ceil(64) as usize;
-        table.sealed =
-            Some(Section { kind, records: sealed, verified: (0..words).map(|_| AtomicU64::new(0)).collect() });
+        let sec = Section { kind, records: sealed, verified: (0..words).map(|_| AtomicU64::new(0)).collect() };
+        if matches!(kind, Sealed::Fixed { .. }) && pages <= PRELOAD_PAGES {
+            // Read (sequentially, so in a few transfers) and verify the
+            // block checksums now: a cold gather then reads records only. A
+            // damaged page is left for the gather that needs it to report.
+            for p in 0..pages {
+                let _ = table.verify_page(&sec, p);
+            }
+        }
+        table.sealed = Some(sec);
         Ok(table)
     }
 
