@@ -173,6 +173,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
 pub(crate) fn stats(s: &Store) -> Result<Stats> {
     let snap = s.snapshot();
     let (table_format, table_bytes) = s.table_format();
+    snap.table.will_scan();
     let mut s = Stats {
         format: snap.table.format,
         table_format,

@@ -84,6 +84,7 @@ pub(crate) fn over_file(mut h: u32, f: &File, path: &Path, layout: Layout, from:
 
 /// `h` extended by records `from..to` of an open table (either format).
 pub(crate) fn over_table(mut h: u32, table: &Table, from: u64, to: u64) -> Result<u32> {
+    table.will_scan();
     for i in from..to {
         let e = table.entry(i)?;
         h = extend(h, e.checksum.unwrap_or(0), e.logical_len);

@@ -231,6 +231,9 @@ impl Table {
             // Read (sequentially, so in a few transfers) and verify the
             // block checksums now: a cold gather then reads records only. A
             // damaged page is left for the gather that needs it to report.
+            if let Some(m) = &table.map {
+                m.will_need(PAGE, pages as usize * PAGE);
+            }
             for p in 0..pages {
                 let _ = table.verify_page(&sec, p);
             }
@@ -268,7 +271,23 @@ impl Table {
         // file system without mmap) is no error: entries are read through
         // the file.
         let map = map.then(|| Mapping::new(&file, len).ok()).flatten();
+        // A gather reads an entry here and there: without this, each cold
+        // entry faults in the device's whole read-ahead window around it
+        // (8 MiB on the test machine: a first gather of 1,024 records from a
+        // 3.2 GB table read 2.6 GB). Scans ask for read-ahead themselves
+        // ([`Table::will_scan`]).
+        if let Some(m) = &map {
+            m.advise(memmap2::Advice::Random);
+        }
         Table { map, file, path, len, format, records, tail_at: TABLE_HEADER_BYTES, sealed: None }
+    }
+
+    /// Starts reading the whole table ahead of a scan of every entry
+    /// (statistics, compaction, a delete, a fingerprint).
+    pub fn will_scan(&self) {
+        if let Some(m) = &self.map {
+            m.will_need(0, self.len);
+        }
     }
 
     /// Records in the sealed section (0 for a format-1 table).

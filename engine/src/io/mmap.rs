@@ -74,6 +74,21 @@ impl Mapping {
         Ok(Mapping { guard, map })
     }
 
+    /// Tells the kernel how the mapping will be read (best effort: advice
+    /// that is refused changes nothing but speed).
+    pub fn advise(&self, advice: memmap2::Advice) {
+        let _ = self.map.advise(advice);
+    }
+
+    /// Asks the kernel to start reading `offset..offset + len` now (best effort).
+    pub fn will_need(&self, offset: usize, len: usize) {
+        let len = len.min(self.map.len().saturating_sub(offset));
+        if len > 0 {
+            let start = offset / PAGE * PAGE;
+            let _ = self.map.advise_range(memmap2::Advice::WillNeed, start, len + (offset - start));
+        }
+    }
+
     /// Calls `f` with the mapped bytes at `offset..offset + len` and returns
     /// its result, or `None` when the range lies outside the mapping or the
     /// mapping faulted, before or during the call (then `f` may have seen

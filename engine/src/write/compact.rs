@@ -145,6 +145,7 @@ fn plan_sealed(entries: &[Entry], target: u64, first_chunk: u32) -> Result<Seale
 /// computed from the data (read and verified by block).
 fn materialize(s: &Store, snap: &Snapshot) -> Result<Vec<u8>> {
     let sealed = snap.table.sealed_records();
+    snap.table.will_scan();
     let mut out = Vec::with_capacity(snap.records() as usize * ENTRY_BYTES);
     let mut i = 0;
     while i < sealed {
@@ -299,6 +300,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
         )));
     }
     let mut live = 0u64;
+    snap.table.will_scan();
     let mut entries = Vec::with_capacity(snap.records() as usize);
     for i in 0..snap.records() {
         let e = snap.entry(i)?;
@@ -360,11 +362,11 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
                 let i = i as u64;
                 let new_chunk = match kind {
                     None => out.len + n as u64 > target,
-                    Some(Sealed::Fixed { chunk_records, .. }) => i % chunk_records == 0,
-                    Some(Sealed::Variable) => i % VAR_PER_PAGE == 0 && out.len + n as u64 > target,
+                    Some(Sealed::Fixed { chunk_records, .. }) => i.is_multiple_of(chunk_records),
+                    Some(Sealed::Variable) => i.is_multiple_of(VAR_PER_PAGE) && out.len + n as u64 > target,
                 };
                 if let Some(Sealed::Fixed { block_records, chunk_records, .. }) = kind {
-                    if i % chunk_records % u64::from(block_records) == 0 {
+                    if (i % chunk_records).is_multiple_of(u64::from(block_records)) {
                         blocks.extend(block.take());
                     }
                     let c = block
