@@ -438,25 +438,6 @@ impl Table {
         decode(&b[..size])
     }
 
-    /// The raw format-1 entry bytes of the records after the sealed section
-    /// (all of them in a format-1 table), for rewriting a table: copied out
-    /// of the mapping, or read through the file where it is not mapped or
-    /// the mapping faulted. A short or unreadable file is an error naming it.
-    pub fn entry_bytes(&self) -> Result<Vec<u8>> {
-        let n = self.len.saturating_sub(self.tail_at);
-        if let Some(v) = self.map.as_ref().and_then(|m| m.read(self.tail_at, n, <[u8]>::to_vec)) {
-            // A cut inside the last page does not fault: its tail reads as
-            // zeros, so check the length the copy relied on.
-            let len = self.file.metadata().map_err(io_err("stat", &self.path))?.len();
-            if len >= self.len as u64 {
-                return Ok(v);
-            }
-        }
-        let mut v = vec![0u8; n];
-        self.read_at(&mut v, self.tail_at)?;
-        Ok(v)
-    }
-
     /// Reads `buf.len()` bytes at `at` through the file. The file was checked
     /// at open to hold `len` bytes, so ending early means it shrank since.
     fn read_at(&self, buf: &mut [u8], at: usize) -> Result<()> {
@@ -508,17 +489,14 @@ mod tests {
         for i in 0..300 {
             assert_eq!(mapped.entry(i).unwrap(), unmapped.entry(i).unwrap());
         }
-        assert_eq!(mapped.entry_bytes().unwrap(), unmapped.entry_bytes().unwrap());
-        assert_eq!(mapped.entry_bytes().unwrap().len(), 300 * ENTRY_BYTES);
         let path = dir.path().join(table_name(head.generation));
         // Entry 200 lies in the table's third page: the cut leaves two pages.
         std::fs::OpenOptions::new().write(true).open(&path).unwrap().set_len(8192).unwrap();
         for t in [&mapped, &unmapped] {
             assert_eq!(t.entry(10).unwrap(), unmapped.entry(10).unwrap());
-            for e in [t.entry(299).unwrap_err(), t.entry_bytes().unwrap_err()] {
-                let Error::Corrupted { what, detail } = e else { panic!("{e:?}") };
-                assert!(what.ends_with(&table_name(head.generation)) && detail.contains("shrank"), "{what}: {detail}");
-            }
+            let e = t.entry(299).unwrap_err();
+            let Error::Corrupted { what, detail } = e else { panic!("{e:?}") };
+            assert!(what.ends_with(&table_name(head.generation)) && detail.contains("shrank"), "{what}: {detail}");
         }
         assert!(mapped.map.as_ref().unwrap().faulted());
     }

@@ -1,6 +1,7 @@
 //! Delete and compact: the operations that rewrite the record table.
 //!
-//! Both write a new table generation (and compaction new chunk files), make
+//! Both write a new table generation in one pass over the records
+//! ([`crate::write::new_table`]; compaction also new chunk files), make
 //! them durable, and only then commit a head naming them. Files of the old
 //! state are removed after the commit; a crash in between leaves files that
 //! [`crate::write::recover`] removes.
@@ -10,21 +11,22 @@ use std::io::Write;
 
 use crate::error::{io_err, Error, Result};
 use crate::format::codec::Codec;
-use crate::format::fingerprint::{over_entries, over_records, SEED};
-use crate::format::head::{Head, Layout};
+use crate::format::head::Head;
 use crate::format::names::{chunk_name, table_name, FORMAT_VERSION};
-use crate::format::record::{check_index, ChunkId, Entry, ENTRY_BYTES};
-use crate::format::table::{
-    page_crc, table_header, Format, Sealed, BLOCK_BYTES, CRCS_PER_PAGE, PAGE, VAR_ENTRY, VAR_MAX_RECORD, VAR_PER_PAGE,
-};
+use crate::format::record::{check_index, ChunkId, Entry};
+use crate::format::table::{Format, Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_PAGE};
 use crate::io::fs;
 use crate::read::gather::Item;
 use crate::read::gather::Snapshot;
 use crate::store::Store;
+use crate::write::new_table::{NewTable, TableOut};
 use crate::write::Writer;
 
 /// Records are copied by compaction in groups of about this many bytes.
 const COMPACT_GROUP_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
+/// … and at most this many records (labels of 8 bytes would make a group
+/// of 64 MiB 8 million entries and reads).
+const COMPACT_GROUP_RECORDS: usize = 1 << 20;
 
 /// What [`Store::compact`] did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -45,122 +47,71 @@ pub struct CompactReport {
     pub table_bytes_after: u64,
 }
 
-/// A table file to commit: its bytes, and what the head says of it.
-pub(crate) struct NewTable {
-    pub bytes: Vec<u8>,
-    pub records: u64,
-    pub content: u32,
-    pub layout: Layout,
+/// What compaction learns of the live records in a first pass over the
+/// table, before it writes anything.
+#[derive(Default)]
+struct Survey {
+    records: u64,
+    /// Stored bytes of the live records.
+    live: u64,
+    /// The length of every record while all are raw and of one length.
+    fixed: Option<u32>,
+    /// The first record too large for a variable section, and its length.
+    too_large: Option<(u64, u64)>,
 }
 
-impl NewTable {
-    /// A format-1 table of generation `gen` holding format-1 `entries`.
-    fn v1(gen: u64, entries: &[u8]) -> NewTable {
-        let mut bytes = Vec::with_capacity(entries.len() + 64);
-        bytes.extend_from_slice(&table_header(gen));
-        bytes.extend_from_slice(entries);
-        NewTable {
-            bytes,
-            records: (entries.len() / ENTRY_BYTES) as u64,
-            content: over_entries(SEED, entries),
-            layout: Layout::V1,
+impl Survey {
+    fn see(&mut self, e: &Entry) {
+        self.live += u64::from(e.own_len());
+        let raw = (e.codec == Codec::Raw && e.logical_len > 0).then_some(e.logical_len);
+        self.fixed = if self.records == 0 { raw } else { self.fixed.filter(|&l| raw == Some(l)) };
+        let len = u64::from(e.own_len().max(e.logical_len));
+        if len > VAR_MAX_RECORD && self.too_large.is_none() {
+            self.too_large = Some((self.records, len));
         }
+        self.records += 1;
     }
 
-    /// A format-2 table of generation `gen` sealing `entries` (records
-    /// placed as `kind` requires; fixed block checksums in `blocks`).
-    fn v2(gen: u64, kind: Sealed, entries: &[Entry], blocks: &[u32]) -> NewTable {
-        let records = entries.len() as u64;
-        let pages = kind.pages(records);
-        let mut bytes = kind.header(gen, records);
-        bytes.resize(PAGE * (1 + pages as usize), 0);
-        for p in 0..pages as usize {
-            let page = &mut bytes[PAGE * (1 + p)..PAGE * (2 + p)];
-            match kind {
-                Sealed::Variable => {
-                    let on = &entries[p * VAR_PER_PAGE as usize..((p + 1) * VAR_PER_PAGE as usize).min(entries.len())];
-                    let last = on.last().expect("a page holds at least one entry");
-                    page[4..8].copy_from_slice(&on[0].chunk.0.to_le_bytes());
-                    page[8..12].copy_from_slice(&(last.end() as u32).to_le_bytes());
-                    for (j, e) in on.iter().enumerate() {
-                        debug_assert!(e.chunk == on[0].chunk && e.end() <= u64::from(u32::MAX));
-                        let b = &mut page[16 + j * VAR_ENTRY..16 + (j + 1) * VAR_ENTRY];
-                        b[0..4].copy_from_slice(&(e.offset as u32).to_le_bytes());
-                        b[4..8].copy_from_slice(&(e.logical_len | (e.codec as u32) << 30).to_le_bytes());
-                        b[8..12].copy_from_slice(&e.checksum.unwrap_or(0).to_le_bytes());
-                    }
-                }
-                Sealed::Fixed { .. } => {
-                    let on = &blocks[p * CRCS_PER_PAGE as usize..((p + 1) * CRCS_PER_PAGE as usize).min(blocks.len())];
-                    for (k, c) in on.iter().enumerate() {
-                        page[4 + 4 * k..8 + 4 * k].copy_from_slice(&c.to_le_bytes());
-                    }
-                }
-            }
-            let crc = page_crc(p as u64, page);
-            page[0..4].copy_from_slice(&crc.to_le_bytes());
-        }
-        NewTable {
-            bytes,
-            records,
-            content: over_records(SEED, entries.iter().map(|e| (e.checksum.unwrap_or(0), e.logical_len))),
-            layout: Layout { version: 2, sealed: records, tail_at: (PAGE as u64) * (1 + pages) },
-        }
-    }
-}
-
-/// How compaction to format 2 lays out `entries` (the live records, in
-/// index order) in chunks of about `target` bytes from chunk `first_chunk`:
-/// a fixed section when every record is raw and of one length, else a
-/// variable one. Records too large for a variable section are an error.
-fn plan_sealed(entries: &[Entry], target: u64, first_chunk: u32) -> Result<Sealed> {
-    let first = entries.first();
-    if let Some(f) = first.filter(|f| f.codec == Codec::Raw && f.logical_len > 0) {
-        if entries.iter().all(|e| e.codec == Codec::Raw && e.logical_len == f.logical_len) {
-            let len = u64::from(f.logical_len);
+    /// How compaction to format 2 lays the records out in chunks of about
+    /// `target` bytes from chunk `first_chunk`: a fixed section when every
+    /// record is raw and of one length, else a variable one. Records too
+    /// large for a variable section are an error.
+    fn plan(&self, target: u64, first_chunk: u32) -> Result<Sealed> {
+        if let Some(item_len) = self.fixed {
+            let len = u64::from(item_len);
             let block_records = BLOCK_BYTES.div_ceil(len);
             let chunk_records = (target / len / block_records).max(1) * block_records;
-            return Ok(Sealed::Fixed {
-                item_len: f.logical_len,
-                block_records: block_records as u32,
-                chunk_records,
-                first_chunk,
-            });
+            return Ok(Sealed::Fixed { item_len, block_records: block_records as u32, chunk_records, first_chunk });
         }
-    }
-    for (i, e) in entries.iter().enumerate() {
-        let len = u64::from(e.own_len().max(e.logical_len));
-        if len > VAR_MAX_RECORD {
+        if let Some((i, len)) = self.too_large {
             return Err(Error::InvalidArgument(format!(
                 "format 2 keeps variable records below 1 GiB; record {i} is {len} bytes: compact to format 1"
             )));
         }
+        Ok(Sealed::Variable)
     }
-    Ok(Sealed::Variable)
 }
 
-/// Every record's format-1 entry, for rewriting the table in format 1: the
-/// entries after the sealed section as they are, those in it re-encoded.
-/// Records of a fixed section have only block checksums; their own are
-/// computed from the data (read and verified by block).
-fn materialize(s: &Store, snap: &Snapshot) -> Result<Vec<u8>> {
-    let sealed = snap.table.sealed_records();
+/// Streams the format-1 entries of records `source(0)`, …,
+/// `source(count - 1)` into `out`. Records of a fixed section have only
+/// block checksums; their own are computed from the data (read and
+/// verified by block).
+fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u64, out: &mut TableOut) -> Result<()> {
     snap.table.will_scan();
-    let mut out = Vec::with_capacity(snap.records() as usize * ENTRY_BYTES);
-    let mut i = 0;
-    while i < sealed {
-        let end = (i + 65_536).min(sealed);
-        let entries = (i..end).map(|k| snap.entry(k)).collect::<Result<Vec<_>>>()?;
-        let parts: u64 = entries.iter().filter(|e| e.is_part()).map(|e| u64::from(e.logical_len)).sum();
+    let mut k = 0;
+    while k < count {
+        let end = (k + 65_536).min(count);
+        let entries = (k..end).map(|p| Ok((source(p), snap.entry(source(p))?))).collect::<Result<Vec<_>>>()?;
+        let parts: u64 = entries.iter().filter(|(_, e)| e.is_part()).map(|(_, e)| u64::from(e.logical_len)).sum();
         let mut buf = vec![0u8; parts as usize];
         let mut items = Vec::new();
         let mut rest: &mut [u8] = &mut buf;
-        for (k, e) in entries.iter().enumerate().filter(|(_, e)| e.is_part()) {
-            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
+        for &(index, entry) in entries.iter().filter(|(_, e)| e.is_part()) {
+            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(entry.logical_len as usize);
             rest = tail;
             items.push(Item {
-                index: i + k as u64,
-                entry: *e,
+                index,
+                entry,
                 dst: slot,
                 keep_stored: false,
                 next: crate::read::cache::NextUse::Unknown,
@@ -168,7 +119,7 @@ fn materialize(s: &Store, snap: &Snapshot) -> Result<Vec<u8>> {
         }
         crate::read::gather::read_items(s, snap, items)?;
         let mut pos = 0usize;
-        for e in &entries {
+        for (_, e) in &entries {
             let e = if e.is_part() {
                 let b = &buf[pos..pos + e.logical_len as usize];
                 pos += b.len();
@@ -182,12 +133,11 @@ fn materialize(s: &Store, snap: &Snapshot) -> Result<Vec<u8>> {
             } else {
                 *e
             };
-            out.extend_from_slice(&e.encode());
+            out.push(&e)?;
         }
-        i = end;
+        k = end;
     }
-    out.extend_from_slice(&snap.table.entry_bytes()?);
-    Ok(out)
+    Ok(())
 }
 
 /// Sequential writer of compaction's new chunk files.
@@ -264,18 +214,33 @@ pub(crate) fn delete(s: &Store, indices: &[u64]) -> Result<()> {
     let mut order = indices.to_vec();
     order.sort_unstable_by(|a, b| b.cmp(a));
     order.dedup();
-    let mut bytes = materialize(s, &snap)?;
-    let mut len = w.records as usize;
+    // Where each filled hole's record comes from: O(deletes), not a copy
+    // of the table.
+    let mut moved = std::collections::HashMap::new();
+    let mut len = w.records;
     for i in order {
-        let i = i as usize;
         let last = len - 1;
+        let from = moved.remove(&last).unwrap_or(last);
         if i != last {
-            bytes.copy_within(last * ENTRY_BYTES..len * ENTRY_BYTES, i * ENTRY_BYTES);
+            moved.insert(i, from);
         }
         len -= 1;
     }
-    bytes.truncate(len * ENTRY_BYTES);
-    let table = NewTable::v1(w.head.generation + 1, &bytes);
+    let mut out = TableOut::create(&s.dir, w.head.generation + 1, None, len)?;
+    let written = materialize(s, &snap, len, |p| moved.get(&p).copied().unwrap_or(p), &mut out);
+    let table = match written.and_then(|()| out.finish()) {
+        Ok(t) => t,
+        Err(e) => {
+            // Nothing committed: the new file is garbage. A record that
+            // does not read leaves the store as it was; after a failed
+            // write what reached the device is unknown: no more writes.
+            let _ = fs::remove(&s.dir.join(table_name(w.head.generation + 1)));
+            return match e {
+                e @ Error::Io { op, .. } if op != "read" => w.poison(e),
+                e => Err(e),
+            };
+        }
+    };
     let r = commit_table(s, &mut w, table, None);
     match r {
         Ok(()) => crate::write::republish(s, &w),
@@ -299,14 +264,13 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
             "format {to} does not exist: formats 1 to {FORMAT_VERSION} can be written"
         )));
     }
-    let mut live = 0u64;
     snap.table.will_scan();
-    let mut entries = Vec::with_capacity(snap.records() as usize);
-    for i in 0..snap.records() {
-        let e = snap.entry(i)?;
-        live += u64::from(e.own_len());
-        entries.push(e);
+    let records = snap.records();
+    let mut survey = Survey::default();
+    for i in 0..records {
+        survey.see(&snap.entry(i)?);
     }
+    let live = survey.live;
     let mut report = CompactReport {
         bytes_before: before,
         bytes_after: before,
@@ -316,35 +280,41 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
         table_bytes_before: snap.table.bytes(),
         table_bytes_after: snap.table.bytes(),
     };
-    if live == before && to == version && snap.table.sealed_records() == snap.records() * u64::from(to - 1) {
+    if live == before && to == version && snap.table.sealed_records() == records * u64::from(to - 1) {
         return Ok(report);
     }
     let base = w.head.chunk_base + w.head.chunk_count;
     let target = w.head.chunk_target;
-    let kind = if to == 2 { Some(plan_sealed(&entries, target, base)?) } else { None };
+    let kind = if to == 2 { Some(survey.plan(target, base)?) } else { None };
+    let gen = w.head.generation + 1;
     let mut out = NewChunks { dir: &s.dir, base, count: 0, len: 0, file: None };
-    let mut copied = Vec::with_capacity(entries.len());
-    let mut blocks = Vec::new();
-    let r: Result<()> = (|| {
-        let mut start = 0usize;
+    let r: Result<NewTable> = (|| {
+        let mut table = TableOut::create(&s.dir, gen, kind, records)?;
+        snap.table.will_scan();
+        let mut start = 0u64;
         let mut block: Option<u32> = None;
-        while start < entries.len() {
-            let mut end = start;
+        let mut group = Vec::new();
+        while start < records {
+            // The next group of records: about COMPACT_GROUP_BYTES, and
+            // not so many that their entries and reads weigh more.
+            group.clear();
             let mut bytes = 0u64;
-            while end < entries.len()
-                && (end == start || bytes + u64::from(entries[end].own_len()) <= COMPACT_GROUP_BYTES)
-            {
-                bytes += u64::from(entries[end].own_len());
-                end += 1;
+            while start + (group.len() as u64) < records && group.len() < COMPACT_GROUP_RECORDS {
+                let e = snap.entry(start + group.len() as u64)?;
+                if !group.is_empty() && bytes + u64::from(e.own_len()) > COMPACT_GROUP_BYTES {
+                    break;
+                }
+                bytes += u64::from(e.own_len());
+                group.push(e);
             }
             let mut buf = vec![0u8; bytes as usize];
-            let mut items = Vec::with_capacity(end - start);
+            let mut items = Vec::with_capacity(group.len());
             let mut rest: &mut [u8] = &mut buf;
-            for (k, e) in entries[start..end].iter().enumerate() {
+            for (k, e) in group.iter().enumerate() {
                 let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.own_len() as usize);
                 rest = tail;
                 items.push(Item {
-                    index: (start + k) as u64,
+                    index: start + k as u64,
                     entry: *e,
                     dst: slot,
                     // A record inside a block is read as itself (verified
@@ -355,11 +325,10 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
             }
             crate::read::gather::read_items(s, &snap, items)?;
             let mut pos = 0usize;
-            for (i, e) in (start..end).zip(&entries[start..end]) {
+            for (i, e) in (start..).zip(&group) {
                 let n = e.own_len() as usize;
                 let b = &buf[pos..pos + n];
                 pos += n;
-                let i = i as u64;
                 let new_chunk = match kind {
                     None => out.len + n as u64 > target,
                     Some(Sealed::Fixed { chunk_records, .. }) => i.is_multiple_of(chunk_records),
@@ -367,7 +336,9 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
                 };
                 if let Some(Sealed::Fixed { block_records, chunk_records, .. }) = kind {
                     if (i % chunk_records).is_multiple_of(u64::from(block_records)) {
-                        blocks.extend(block.take());
+                        if let Some(c) = block.take() {
+                            table.push_block(c)?;
+                        }
                     }
                     let c = block
                         .map_or_else(|| crate::format::crc::crc32c(b), |c| crate::format::crc::crc32c_append(c, b));
@@ -382,36 +353,39 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
                     )));
                 }
                 let checksum = if e.is_part() { Some(crate::format::crc::crc32c(b)) } else { e.checksum };
-                copied.push(Entry { chunk, offset, stored_len: n as u32, checksum, within: 0, ..*e });
+                table.push(&Entry { chunk, offset, stored_len: n as u32, checksum, within: 0, ..*e })?;
             }
-            start = end;
+            start += group.len() as u64;
             // A fork waits for this group, not the whole compaction.
             w.yield_to_fork();
         }
-        blocks.extend(block.take());
-        out.finish()
-    })();
-    if let Err(e) = r {
-        // Nothing committed: the new chunks are garbage, removed now or by
-        // the next writer's recovery.
-        for k in 0..=out.count {
-            let _ = fs::remove(&s.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
+        if let Some(c) = block.take() {
+            table.push_block(c)?;
         }
-        // The committed state is untouched, but what the failed write or
-        // fsync left on the device is unknown: refuse further writes (an
-        // argument error found before anything was written does not).
-        return match e {
-            Error::InvalidArgument(_) => Err(e),
-            e => w.poison(e),
-        };
-    }
-    crate::io::fault::crash_point("compact.copied");
-    let gen = w.head.generation + 1;
-    let table = match kind {
-        None => NewTable::v1(gen, &copied.iter().flat_map(|e| e.encode()).collect::<Vec<u8>>()),
-        Some(kind) => NewTable::v2(gen, kind, &copied, &blocks),
+        out.finish()?;
+        table.finish()
+    })();
+    let table = match r {
+        Ok(t) => t,
+        Err(e) => {
+            // Nothing committed: the new chunks and table are garbage,
+            // removed now or by the next writer's recovery.
+            for k in 0..=out.count {
+                let _ = fs::remove(&s.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
+            }
+            let _ = fs::remove(&s.dir.join(table_name(gen)));
+            // The committed state is untouched, but what the failed write
+            // or fsync left on the device is unknown: refuse further writes
+            // (an argument error found before anything was written does
+            // not).
+            return match e {
+                Error::InvalidArgument(_) => Err(e),
+                e => w.poison(e),
+            };
+        }
     };
-    report.table_bytes_after = table.bytes.len() as u64;
+    crate::io::fault::crash_point("compact.copied");
+    report.table_bytes_after = table.bytes;
     let new_chunks = (base, out.count + 1, out.len);
     let old = (w.head.chunk_base, w.head.chunk_count);
     if let Err(e) = commit_table(s, &mut w, table, Some(new_chunks)) {
@@ -425,7 +399,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
     // The old chunks are gone: their records can never be asked for again.
     s.reads.forget();
     report.bytes_after = live;
-    report.records = entries.len() as u64;
+    report.records = records;
     report.format_after = to;
     Ok(report)
 }
@@ -436,10 +410,8 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
 /// them.
 pub(crate) fn commit_table(s: &Store, w: &mut Writer, table: NewTable, chunks: Option<(u32, u32, u64)>) -> Result<()> {
     let gen = w.head.generation + 1;
-    let tp = s.dir.join(table_name(gen));
-    let mut f = crate::io::fs::create(&tp)?;
-    fs::write_all(&mut f, &tp, 0, &table.bytes)?;
-    fs::fsync(&f, &tp)?;
+    debug_assert_eq!(table.path, s.dir.join(table_name(gen)));
+    fs::fsync(&table.file, &table.path)?;
     crate::io::fault::crash_point("table.written");
     w.sync(&s.dir)?;
     fs::fsync_dir(&s.dir)?;
@@ -458,7 +430,7 @@ pub(crate) fn commit_table(s: &Store, w: &mut Writer, table: NewTable, chunks: O
     w.records = head.records;
     w.chunk_count = head.chunk_count;
     w.tail_len = head.tail_len;
-    w.table = f;
+    w.table = table.file;
     if chunks.is_some() {
         let cp = s.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
         w.tail = fs::open_rw(&cp)?;

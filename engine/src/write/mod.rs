@@ -8,6 +8,7 @@
 
 pub(crate) mod append;
 pub(crate) mod compact;
+pub(crate) mod new_table;
 
 use crate::format::names::{DICT_FILE, LOCK_FILE};
 use std::fs::{File, OpenOptions};
