@@ -16,6 +16,7 @@ then CRC-32C of the copy, zstd decoding; ``zring._zring.ceiling``, built by
 contender's per-record metadata on disk.
 
     python benches/hot.py --secs 2 --rounds 5
+    perf record -g -o hot.perf -- python benches/hot.py --profile 2000
 """
 
 from __future__ import annotations
@@ -44,17 +45,18 @@ def stores(root: Path, n: int) -> dict[str, Path]:
     """zring and loaderx stores of the same tiles (raw, zstd) and labels."""
     import loaderx
 
-    tiles = compare.make_records(n)
-    labels = np.arange(n, dtype=np.int64)
+    tiles = None
     out = {}
     for lib, mod in (("zring", zring), ("loaderx", loaderx)):
-        for what, arr, codec in (("raw", tiles, "raw"), ("zstd", tiles, "zstd"), ("label", labels, "raw")):
+        for what, codec in (("raw", "raw"), ("zstd", "zstd"), ("label", "raw")):
             p = root / f"{lib}-{what}-{n}"
             out[f"{lib} {what}"] = p
             if (root / f"{p.name}.complete").exists():
                 continue
+            if tiles is None:
+                tiles = compare.make_records(n)
             compare.rm(p)
-            mod.write_dataset(str(p), arr, codec=codec)
+            mod.write_dataset(str(p), np.arange(n, dtype=np.int64) if what == "label" else tiles, codec=codec)
             (root / f"{p.name}.complete").write_text("ok")
     return out
 
@@ -96,6 +98,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--records", type=int, default=16384)
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
+    ap.add_argument("--profile", type=int, metavar="N",
+                    help="only N of zring's hot raw gathers, nothing printed: for perf record")
     args = ap.parse_args()
     import loaderx
 
@@ -104,8 +108,14 @@ def main() -> None:
     n = args.records
     paths = stores(root, n)
     for p in paths.values():
-        compare.warm(p)
+        if not args.profile:
+            compare.warm(p)
     batches = compare.index_batches(n, 2000)
+    if args.profile:
+        g = zring.Dataset(str(paths["zring raw"])).__getitems__
+        for k in range(args.profile):
+            g(batches[k % len(batches)])
+        return
     libs = {"zring": zring, "loaderx": loaderx}
     gathers = {f"{lib} {codec}": libs[lib].Dataset(str(paths[f"{lib} {codec}"])).__getitems__
                for lib in libs for codec in ("raw", "zstd")}
