@@ -20,6 +20,19 @@ fn record(id: u64, len: usize) -> Vec<u8> {
         .collect()
 }
 
+/// The model of `delete`: each index, largest first and once, is filled by
+/// the last record.
+fn swap_last(model: &mut Vec<u64>, del: &[u64]) {
+    let mut del = del.to_vec();
+    del.sort_unstable_by(|a, b| b.cmp(a));
+    del.dedup();
+    for i in del {
+        let last = model.len() - 1;
+        model.swap(i as usize, last);
+        model.pop();
+    }
+}
+
 fn backends() -> Vec<BackendKind> {
     let mut v = vec![BackendKind::Pread];
     if Store::builder(tempfile::tempdir().unwrap().path()).backend(BackendKind::Uring).create().is_ok() {
@@ -135,15 +148,9 @@ fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
         store.sync().unwrap();
         // Model of swap-last delete in descending order.
         let mut model: Vec<u64> = (0..100).collect();
-        let mut del = vec![3u64, 99, 50, 3, 0, 98, 97];
+        let del = [3u64, 99, 50, 3, 0, 98, 97];
         store.delete(&del).unwrap();
-        del.sort_unstable_by(|a, b| b.cmp(a));
-        del.dedup();
-        for i in del {
-            let last = model.len() - 1;
-            model.swap(i as usize, last);
-            model.pop();
-        }
+        swap_last(&mut model, &del);
         let check = |s: &Store, model: &[u64]| {
             assert_eq!(s.len(), model.len() as u64);
             for (k, &id) in model.iter().enumerate() {
@@ -209,13 +216,7 @@ fn delete_agrees_with_swap_last_on_every_table_format() {
                 del.extend([n - 1, n - 2, n - 3, n - 5, n - 6]);
                 del.push(del[0]);
                 store.delete(&del).unwrap();
-                del.sort_unstable_by(|a, b| b.cmp(a));
-                del.dedup();
-                for i in del {
-                    let last = model.len() - 1;
-                    model.swap(i as usize, last);
-                    model.pop();
-                }
+                swap_last(&mut model, &del);
                 assert_eq!(store.len(), model.len() as u64, "round {round}");
                 for (k, &id) in model.iter().enumerate() {
                     let r = &recs[id as usize];
