@@ -101,7 +101,12 @@ fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u
     let mut k = 0;
     while k < count {
         let end = (k + 65_536).min(count);
-        let entries = (k..end).map(|p| Ok((source(p), snap.entry(source(p))?))).collect::<Result<Vec<_>>>()?;
+        let entries = (k..end)
+            .map(|p| {
+                let i = source(p);
+                Ok((i, snap.entry(i)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let parts: u64 = entries.iter().filter(|(_, e)| e.is_part()).map(|(_, e)| u64::from(e.logical_len)).sum();
         let mut buf = vec![0u8; parts as usize];
         let mut items = Vec::new();
@@ -290,6 +295,8 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
     let mut out = NewChunks { dir: &s.dir, base, count: 0, len: 0, file: None };
     let r: Result<NewTable> = (|| {
         let mut table = TableOut::create(&s.dir, gen, kind, records)?;
+        // The second pass over the entries: the mapping is read at random,
+        // and a table larger than memory lost the first pass's pages.
         snap.table.will_scan();
         let mut start = 0u64;
         let mut block: Option<u32> = None;
