@@ -256,8 +256,15 @@ fn check_hints(indices: &[u64], next: &[NextUse]) -> Result<()> {
 }
 
 fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
+    match e.checksum {
+        Some(_) => crc_matches(index, e, crate::format::crc::crc32c(stored)),
+        None => Ok(()),
+    }
+}
+
+/// `got`, the CRC-32C of record `index`'s stored bytes, against its entry's.
+fn crc_matches(index: u64, e: &Entry, got: u32) -> Result<()> {
     if let Some(expected) = e.checksum {
-        let got = crate::format::crc::crc32c(stored);
         if got != expected {
             let file = chunk_name(Format::Native, e.chunk);
             let file = if e.is_part() {
@@ -273,12 +280,19 @@ fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
 
 /// Verifies and decodes one record's stored bytes into its slot.
 ///
-/// The copy or decode runs first and the checksum after it: the first pass
-/// over the stored bytes pays for bringing them from memory, the second finds
-/// them in the CPU cache. Decoding unverified bytes is safe (zstd checks its
-/// input); a mismatch still fails the call, with the slot's contents undefined.
+/// A raw record stored whole is copied and checked in one pass
+/// ([`crate::format::crc::copy_crc32c`]). Otherwise the decode runs first
+/// and the checksum after it: the first pass over the stored bytes pays for
+/// bringing them from memory, the second finds them in the CPU cache.
+/// Decoding unverified bytes is safe (zstd checks its input); a mismatch
+/// still fails the call, with the slot's contents undefined.
 pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
     let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
+    let whole = it.keep_stored || !it.entry.is_part();
+    if codec == Codec::Raw && whole && it.entry.checksum.is_some() && stored.len() == it.dst.len() {
+        let got = crate::format::crc::copy_crc32c(stored, it.dst);
+        return crc_matches(it.index, &it.entry, got);
+    }
     let src = if it.entry.is_part() && !it.keep_stored {
         // A record inside a checksummed block: the whole block is verified.
         let at = it.entry.within as usize;
