@@ -82,6 +82,7 @@ pub(crate) mod write;
 pub use admin::{import_loaderx, Stats, VerifyReport};
 pub use error::{Error, Result};
 pub use format::codec::Codec;
+pub use format::crc::copy_crc32c;
 pub use format::fingerprint::Fingerprint;
 pub use format::names::FORMAT_VERSION;
 pub use format::record::ChunkId;
