@@ -405,6 +405,26 @@ impl Table {
     }
 
     /// The entry of record `i` (caller checked `i < records`).
+    /// Starts loading the format-1 entries of `indices` into the CPU cache
+    /// ([`Table::entry`] of each follows): entries of a random batch lie in
+    /// scattered cache lines, and reading them one after another waits for
+    /// each miss in turn.
+    pub fn prefetch(&self, indices: &[u64]) {
+        let Some(map) = self.map.as_ref() else { return };
+        let (header, size) = match self.format {
+            Format::Native => (self.tail_at, ENTRY_BYTES as u64),
+            Format::Loaderx => (LOADERX_HEADER, LOADERX_ENTRY as u64),
+        };
+        let sealed = self.sealed.as_ref().map_or(0, |s| s.records);
+        for &i in indices {
+            if let Some(at) =
+                i.checked_sub(sealed).and_then(|t| t.checked_mul(size)).and_then(|o| o.checked_add(header as u64))
+            {
+                map.prefetch(usize::try_from(at).unwrap_or(usize::MAX));
+            }
+        }
+    }
+
     pub fn entry(&self, i: u64) -> Result<Entry> {
         let mut i_tail = i;
         if let Some(sec) = &self.sealed {

@@ -352,6 +352,7 @@ pub(crate) fn gather_hinted(s: &Store, indices: &[u64], dst: &mut [u8], stride: 
         )));
     }
     let snap = s.snapshot();
+    snap.table.prefetch(indices);
     let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
     for (&i, e) in indices.iter().zip(&entries) {
         if e.logical_len as usize > stride {
@@ -399,6 +400,7 @@ pub(crate) fn gather_var_hinted(
         )));
     }
     let snap = s.snapshot();
+    snap.table.prefetch(indices);
     let mut order: Vec<(u64, u64, Entry, NextUse)> = Vec::with_capacity(indices.len());
     for (k, (&i, &o)) in indices.iter().zip(offsets).enumerate() {
         order.push((o, i, snap.entry(i)?, hint(next, k)));
@@ -448,10 +450,10 @@ pub(crate) fn gather_var_hinted(
 pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
     let _gate = crate::fork::enter();
     let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
-    // The eviction count, read at most once a millisecond per process, lets
+    // The eviction count, read at most every few milliseconds per process, lets
     // the residency bitmaps answer without a system call per record.
     let epoch = if s.mmap { crate::io::mmap::evictions() } else { None };
-    let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::new();
+    let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::with_capacity(if s.mmap { items.len() } else { 0 });
     let mut cold: Vec<Item<'_>> = Vec::with_capacity(if s.mmap { 0 } else { items.len() });
     let caching = s.reads.caching();
     // Compaction and import copy stored bytes: not reads to count.
