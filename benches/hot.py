@@ -66,6 +66,15 @@ def payload_bytes(n: int, what: str) -> int:
     return n * (8 if what == "label" else RECORD)
 
 
+def refaulted() -> int:
+    """Page-cache pages the machine has read back after evicting them."""
+    try:
+        with open("/proc/vmstat") as f:
+            return next((int(v) for k, v in (line.split() for line in f) if k == "workingset_refault_file"), 0)
+    except OSError:
+        return 0
+
+
 def gather_rate(g, batches: list[np.ndarray], secs: float) -> float:
     """MiB/s of ``g`` over the batches, cycling, for ``secs`` seconds."""
     g(batches[0])
@@ -108,11 +117,9 @@ def main() -> None:
     root.mkdir(parents=True, exist_ok=True)
     n = args.records
     paths = stores(root, n)
-    for p in paths.values():
-        if not args.profile:
-            compare.warm(p)
     batches = compare.index_batches(n, 2000)
     if args.profile:
+        compare.warm(paths["zring raw"])
         g = zring.Dataset(str(paths["zring raw"])).__getitems__
         for k in range(args.profile):
             g(batches[k % len(batches)])
@@ -121,13 +128,29 @@ def main() -> None:
     gathers = {f"{lib} {codec}": libs[lib].Dataset(str(paths[f"{lib} {codec}"])).__getitems__
                for lib in libs for codec in ("raw", "zstd")}
     res: dict[str, list[float]] = {}
+    refaults: dict[str, int] = {}
+
+    def timed(key: str, stores: list[Path], run) -> None:
+        # Warmed again right before its run: a host may page out idle page
+        # cache on its own (DAMON's pageout in a VM), and a "hot" figure must
+        # not time disk reads. Pages read back during the run are counted.
+        for p in stores:
+            compare.warm(p)
+        before = refaulted()
+        res.setdefault(key, []).append(run())
+        refaults[key] = refaults.get(key, 0) + refaulted() - before
+
     for r in range(args.rounds):
         for name, g in gathers.items():
-            res.setdefault(f"gather {name}", []).append(gather_rate(g, batches, args.secs))
+            timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
         for lib in libs:
-            res.setdefault(f"loader {lib}", []).append(
-                loader_rate(libs[lib], paths[f"{lib} zstd"], paths[f"{lib} label"], args.secs))
+            data, label = paths[f"{lib} zstd"], paths[f"{lib} label"]
+            timed(f"loader {lib}", [data, label], lambda: loader_rate(libs[lib], data, label, args.secs))
         print(f"  round {r}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), file=sys.stderr, flush=True)
+    moved = {k: v for k, v in refaults.items() if v}
+    if moved:
+        common.note("page-cache pages read back during the timed runs (the host evicted them): "
+                    + ", ".join(f"{k} {v:,}" for k, v in moved.items()))
     med = {k: float(np.median(v)) for k, v in res.items()}
     spread = {k: (min(v), max(v)) for k, v in res.items()}
     cores = os.cpu_count() or 1
