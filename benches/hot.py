@@ -140,7 +140,22 @@ def main() -> None:
         res.setdefault(key, []).append(run())
         refaults[key] = refaults.get(key, 0) + refaulted() - before
 
+    cores = os.cpu_count() or 1
+    fn = getattr(zring._zring, "ceiling", None)
+    if fn is None:
+        common.note("the extension was built without the bench feature (make develop-bench): no ceilings")
+    flat = compare.make_records(4096).reshape(-1)
+    kinds = ["memcpy", "crc", "memcpy then crc", "memcpy+crc", "decode"]
+    ceils: dict[str, list[float]] = {}
     for r in range(args.rounds):
+        # The ceilings too, in every round: one measurement at the end
+        # would meet other weather than the contenders did.
+        for kind in list(kinds) if fn else []:
+            try:
+                ceils.setdefault(kind, []).append(fn(kind, flat, RECORD, cores))
+            except ValueError as e:  # an older build
+                common.note(f"no {kind} ceiling: {e}")
+                kinds.remove(kind)
         for name, g in gathers.items():
             timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
         for lib in libs:
@@ -153,18 +168,7 @@ def main() -> None:
                     + ", ".join(f"{k} {v:,}" for k, v in moved.items()))
     med = {k: float(np.median(v)) for k, v in res.items()}
     spread = {k: (min(v), max(v)) for k, v in res.items()}
-    cores = os.cpu_count() or 1
-    ceil = {}
-    fn = getattr(zring._zring, "ceiling", None)
-    if fn is None:
-        common.note("the extension was built without the bench feature (make develop-bench): no ceilings")
-    else:
-        flat = compare.make_records(4096).reshape(-1)
-        for kind in ("memcpy", "crc", "memcpy then crc", "memcpy+crc", "decode"):
-            try:
-                ceil[kind] = fn(kind, flat, RECORD, cores)
-            except ValueError as e:  # an older build
-                common.note(f"no {kind} ceiling: {e}")
+    ceil = {k: float(np.median(v)) for k, v in ceils.items() if k in kinds}
 
     def row(what: str, key: str, unit: str, ceiling: str | None) -> str:
         z, lx = med[f"{key.format('zring')}"], med[f"{key.format('loaderx')}"]
@@ -183,7 +187,7 @@ def main() -> None:
         row("hot zstd gather, 256 × 12 KiB", "gather {} zstd", "MiB/s", "decode"),
         row("DataLoader, zstd 12 KiB + int64 label, batch 256", "loader {}", "batches/s", "decode"),
     ]
-    ceil_lines = [f"- {k}: {v:,.0f} MiB/s" for k, v in ceil.items()]
+    ceil_lines = [f"- {k}: {v:,.0f} MiB/s ({min(ceils[k]):,.0f}–{max(ceils[k]):,.0f})" for k, v in ceil.items()]
     meta = ["| store | records | payload bytes | on disk | metadata per record |", "|---|---:|---:|---:|---:|"]
     for key, p in paths.items():
         what = key.split()[1]
@@ -196,7 +200,7 @@ def main() -> None:
             f"{common.machine(root)}; {common.versions(('zring', 'loaderx', 'numpy'))}; {n:,} records of 12 KiB "
             f"({n * RECORD / MIB:.0f} MiB) in the page cache; medians of {args.rounds} interleaved rounds of "
             f"{args.secs:g} s.\n\n" + "\n".join(lines) +
-            f"\n\nCeilings ({cores} threads, the same tiles, no store):\n" + "\n".join(ceil_lines) +
+            f"\n\nCeilings ({cores} threads, the same tiles, no store; medians of the rounds, range):\n" + "\n".join(ceil_lines) +
             "\n\nPer-record metadata (allocated bytes on disk less the records' bytes, raw stores):\n\n" +
             "\n".join(meta) + "\n")
     notes = "".join(f"- {x}\n" for x in common.notes)
