@@ -111,19 +111,9 @@ impl Mapping {
     /// overlap instead of following one another.
     #[inline]
     pub fn prefetch(&self, offset: usize) {
-        #[cfg(target_arch = "x86_64")]
-        if offset < self.map.len() {
-            // SAFETY: a prefetch reads nothing into the program and never
-            // faults (one at an unmapped page is dropped); the address lies
-            // inside the mapping.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    self.map.as_ptr().add(offset).cast(),
-                )
-            }
+        if let Some(b) = self.map.get(offset) {
+            prefetch_line(b);
         }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = offset;
     }
 
     /// Whether an access has faulted: the mapping is never read again.
@@ -134,6 +124,19 @@ impl Mapping {
 }
 
 const PAGE: usize = 4096;
+
+/// Asks the CPU to start loading the cache line holding `at`.
+#[inline]
+fn prefetch_line<T>(at: &T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing into the program and never faults
+    // (one at an unmapped page is dropped); `at` is a valid reference anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(at).cast())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
 
 /// A chunk's read-only mapping, for copying records whose pages are in the
 /// page cache without a system call per record.
@@ -166,6 +169,18 @@ impl ChunkMap {
         let map = Mapping::new(file, len)?;
         let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
         Ok(ChunkMap { map, seen, epoch: AtomicU64::new(u64::MAX) })
+    }
+
+    /// Starts loading the residency bit of the page at `offset` into the CPU
+    /// cache: a gather asks about many records at scattered offsets, and
+    /// their bitmap words, evicted by the bytes the last gather copied, would
+    /// otherwise miss one after another (65 % of [`ChunkMap::resident_checked`]'s
+    /// time on AMD Zen 1 went to that load).
+    #[inline]
+    pub fn prefetch_residency(&self, offset: usize) {
+        if let Some(w) = self.seen.get(offset / PAGE / 64) {
+            prefetch_line(w);
+        }
     }
 
     /// The stored bytes at `offset..offset + len` if their pages are in

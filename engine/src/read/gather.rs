@@ -68,6 +68,15 @@ impl Chunk {
             .as_ref()
     }
 
+    /// Starts loading what [`Chunk::resident`] will ask about `offset`.
+    pub fn prefetch_residency(&self, offset: u64) {
+        if !self.direct || self.file.direct_refused() {
+            if let Some(m) = self.map.get().and_then(Option::as_ref) {
+                m.prefetch_residency(offset as usize);
+            }
+        }
+    }
+
     /// The same file under another read mode.
     pub fn with_direct(&self, direct: bool) -> Chunk {
         Chunk { direct, ..self.clone() }
@@ -464,6 +473,13 @@ pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Re
         residency: s.mmap,
         ..Seen::default()
     };
+    if s.mmap {
+        for it in &items {
+            if let Some(chunk) = snap.chunk(it.entry.chunk) {
+                chunk.prefetch_residency(it.entry.offset);
+            }
+        }
+    }
     for it in items {
         let stored = it.entry.stored_len as usize;
         let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
