@@ -9,7 +9,8 @@ machine's drift hits them alike. Per round and contender:
 * DataLoader: zstd 12 KiB records plus an int64 label, batch 256, 2
   workers, prefetch 4, cyclic.
 
-Reported: medians over the rounds, zring ÷ loaderx, and each figure ÷ the
+Reported: medians over the rounds, zring ÷ loaderx (of the medians, and round by
+round: each round's pair, so drift between rounds cancels), and each figure ÷ the
 ceiling of the same work on every core with no store at all (memcpy plus
 CRC-32C in one pass as the engine does it, zstd decoding;
 ``zring._zring.ceiling``, built by ``make develop-bench``), plus memcpy
@@ -109,7 +110,7 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=16384)
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
     ap.add_argument("--profile", type=int, metavar="N",
-                    help="only N of zring's hot raw gathers, nothing printed: for perf record")
+                    help="only N of zring's hot raw gathers and their MiB/s: for perf record, or to compare builds")
     args = ap.parse_args()
     import loaderx
 
@@ -121,8 +122,10 @@ def main() -> None:
     if args.profile:
         compare.warm(paths["zring raw"])
         g = zring.Dataset(str(paths["zring raw"])).__getitems__
+        t = time.perf_counter()
         for k in range(args.profile):
             g(batches[k % len(batches)])
+        print(f"{args.profile * BATCH * RECORD / MIB / (time.perf_counter() - t):.0f} MiB/s")
         return
     libs = {"zring": zring, "loaderx": loaderx}
     gathers = {f"{lib} {codec}": libs[lib].Dataset(str(paths[f"{lib} {codec}"])).__getitems__
@@ -177,12 +180,15 @@ def main() -> None:
         to_mib = (BATCH * RECORD / MIB) if unit == "batches/s" else 1.0
         zc = f"{z * to_mib / c:.2f}" if c else "-"
         lc = f"{lx * to_mib / c:.2f}" if c else "-"
+        pairs = [a / b for a, b in zip(res[key.format("zring")], res[key.format("loaderx")])]
         return (f"| {what} | {unit} | {z:,.0f} ({zs[0]:,.0f}–{zs[1]:,.0f}) | {lx:,.0f} ({ls[0]:,.0f}–{ls[1]:,.0f}) | "
-                f"**{z / lx:.2f}** | {zc} | {lc} | {ceiling or '-'} |")
+                f"**{z / lx:.2f}** | {np.median(pairs):.2f} ({min(pairs):.2f}–{max(pairs):.2f}) | {zc} | {lc} | "
+                f"{ceiling or '-'} |")
 
     lines = [
-        "| work | unit | zring (range) | loaderx 0.7.3 (range) | zring ÷ loaderx | zring ÷ ceiling | loaderx ÷ ceiling | ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|---|",
+        "| work | unit | zring (range) | loaderx 0.7.3 (range) | zring ÷ loaderx | same, round by round: median (range) "
+        "| zring ÷ ceiling | loaderx ÷ ceiling | ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|",
         row("hot raw gather, 256 × 12 KiB (zring verifies every checksum)", "gather {} raw", "MiB/s", "memcpy+crc"),
         row("hot zstd gather, 256 × 12 KiB", "gather {} zstd", "MiB/s", "decode"),
         row("DataLoader, zstd 12 KiB + int64 label, batch 256", "loader {}", "batches/s", "decode"),
