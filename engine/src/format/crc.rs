@@ -33,9 +33,8 @@ pub(crate) fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 /// Copies `src` into `dst` and returns the CRC-32C of the bytes copied: the
 /// bytes checked are the bytes the caller gets, read from memory once on a
 /// CPU without VPCLMULQDQ (module `fused`), copied then checked on one with
-/// it. This
-/// is what a gather does with each raw record it finds in memory; it is
-/// public for the benchmarks' ceilings.
+/// it. This is what a gather does with each raw record it finds in memory;
+/// it is public for the benchmarks' ceilings.
 ///
 /// # Panics
 ///

@@ -404,7 +404,6 @@ impl Table {
         }
     }
 
-    /// The entry of record `i` (caller checked `i < records`).
     /// Starts loading the format-1 entries of `indices` into the CPU cache
     /// ([`Table::entry`] of each follows): entries of a random batch lie in
     /// scattered cache lines, and reading them one after another waits for
@@ -425,6 +424,7 @@ impl Table {
         }
     }
 
+    /// The entry of record `i` (caller checked `i < records`).
     pub fn entry(&self, i: u64) -> Result<Entry> {
         let mut i_tail = i;
         if let Some(sec) = &self.sealed {
