@@ -29,6 +29,11 @@ fn timed(threads: usize, bytes_per_pass: usize, pass: &(dyn Fn(usize) + Sync)) -
     (bytes_per_pass as f64 * passes as f64) / start.elapsed().as_secs_f64()
 }
 
+/// One destination buffer of `len` bytes per thread.
+fn slots(threads: usize, len: usize) -> Vec<std::sync::Mutex<Vec<u8>>> {
+    (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; len])).collect()
+}
+
 /// The `kind` ceiling over the records of `item_len` bytes in `src`, on
 /// `threads` threads, in MiB/s of record (decoded) bytes. `kind` is
 /// `"compress"` (zstd at `level`), `"decode"` (zstd at `level`, each record
@@ -74,8 +79,7 @@ pub fn ceiling(
             // which no gather's destination does.
             let compressed: Vec<Vec<u8>> =
                 records.iter().map(|r| zstd::bulk::compress(r, level).expect("zstd compresses")).collect();
-            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
-                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
+            let dst = slots(threads, share * item_len);
             Ok(timed(threads, src.len(), &|t| {
                 let mut d = DCtx::create();
                 let mut out = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -85,8 +89,7 @@ pub fn ceiling(
             }))
         }
         "memcpy" => {
-            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
-                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
+            let dst = slots(threads, share * item_len);
             Ok(timed(threads, src.len(), &|t| {
                 let mut d = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 for (slot, r) in d.chunks_exact_mut(item_len).zip(&records[mine(t)]) {
@@ -102,8 +105,7 @@ pub fn ceiling(
             std::hint::black_box(x);
         })),
         "memcpy+crc" => {
-            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
-                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
+            let dst = slots(threads, share * item_len);
             Ok(timed(threads, src.len(), &|t| {
                 let mut d = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let mut x = 0u32;
@@ -114,8 +116,7 @@ pub fn ceiling(
             }))
         }
         "memcpy then crc" => {
-            let dst: Vec<std::sync::Mutex<Vec<u8>>> =
-                (0..threads).map(|_| std::sync::Mutex::new(vec![0u8; share * item_len])).collect();
+            let dst = slots(threads, share * item_len);
             Ok(timed(threads, src.len(), &|t| {
                 let mut d = dst[t].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 let mut x = 0u64;
