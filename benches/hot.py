@@ -133,11 +133,11 @@ def main() -> None:
     res: dict[str, list[float]] = {}
     refaults: dict[str, int] = {}
 
-    def timed(key: str, stores: list[Path], run) -> None:
+    def timed(key: str, warm: list[Path], run) -> None:
         # Warmed again right before its run: a host may page out idle page
         # cache on its own (DAMON's pageout in a VM), and a "hot" figure must
         # not time disk reads. Pages read back during the run are counted.
-        for p in stores:
+        for p in warm:
             compare.warm(p)
         before = refaulted()
         res.setdefault(key, []).append(run())

@@ -50,10 +50,15 @@ impl Chunk {
     /// memory (so reading them performs no I/O). Ask
     /// [`crate::io::mmap::Resident::faulted`] after using them.
     pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<crate::io::mmap::Resident<'_>> {
-        if self.direct && !self.file.direct_refused() {
+        if !self.copies_from_map() {
             return None;
         }
         self.mapping()?.resident_checked(offset as usize, len, epoch)
+    }
+
+    /// Whether records are copied from the mapping (no O_DIRECT in force).
+    fn copies_from_map(&self) -> bool {
+        !self.direct || self.file.direct_refused()
     }
 
     fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
@@ -70,7 +75,7 @@ impl Chunk {
 
     /// Starts loading what [`Chunk::resident`] will ask about `offset`.
     pub fn prefetch_residency(&self, offset: u64) {
-        if !self.direct || self.file.direct_refused() {
+        if self.copies_from_map() {
             if let Some(m) = self.map.get().and_then(Option::as_ref) {
                 m.prefetch_residency(offset as usize);
             }
