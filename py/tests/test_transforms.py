@@ -355,6 +355,13 @@ def test_loader_collected_on_its_own_worker_thread_does_not_hang(streams):
     collected = threading.Event()
 
     def maybe_collect(batch):
+        # Sequential order: step k holds labels 8k..8k+7. Steps 0 and 1 are
+        # consumed below; every later step waits until the loader is
+        # unreachable, so a worker is inside transform when collect is set
+        # (without the wait, read-ahead may have transformed every step the
+        # queue allows before then, and no worker would ever run the collector).
+        if batch["y"][0] >= 16:
+            collect.wait(DEADLINE)
         if collect.is_set() and not collected.is_set():
             gc.collect()
             collected.set()
@@ -364,7 +371,7 @@ def test_loader_collected_on_its_own_worker_thread_does_not_hang(streams):
     gc.disable()  # only the worker's explicit gc.collect() may finalise the cycle
     try:
         dl = zring.DataLoader(streams, batch_size=8, num_workers=1, transform=maybe_collect,
-                              transform_workers=2, prefetch_size=1)
+                              transform_workers=2, prefetch_size=1, mode=0)
         dl.me = dl  # a cycle: only the cyclic collector frees it
         ref = weakref.ref(dl)
         ours = _threads() - before
