@@ -666,8 +666,7 @@ def main() -> None:
     summary = "\n".join(out)
     full = summary + "\n\n" + diag_table(results) + "\n"
     print(full)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "budget.md").write_text(full)
+    common.write_result(args.out / "budget.md", full)
     print(f"  wrote {shown(args.out / 'budget.md')}", file=sys.stderr)
     if args.readme:
         update_readme(REPO / "README.md", summary + "\n\nEvery run's details (disk reads per delivered byte, the "

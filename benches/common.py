@@ -110,6 +110,22 @@ def versions(modules: tuple[str, ...], dists: dict[str, str] | None = None) -> s
     return ", ".join(out)
 
 
+KEEP = "<!-- kept across runs: the text below is written by hand -->"
+
+
+def write_result(path: Path, text: str) -> None:
+    """Writes a run's report to ``path``, keeping any hand-written analysis
+    that follows the :data:`KEEP` marker in the file already there (a rerun
+    replaces the figures, not what was written about them)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    kept = ""
+    if path.exists():
+        old = path.read_text()
+        if KEEP in old:
+            kept = "\n" + KEEP + old.split(KEEP, 1)[1]
+    path.write_text(text.rstrip("\n") + "\n" + kept)
+
+
 def update_readme(readme: Path, text: str, section: str) -> None:
     """Replaces the text between the README's ``section`` markers with ``text``
     (headings moved down a level to sit under the README's "Benchmarks")."""

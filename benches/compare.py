@@ -1213,7 +1213,7 @@ def main() -> None:
               f"{'' if args.cold_gib is None else f' --cold-gib {args.cold_gib:g}'}"
               f"{'' if args.only == ap.get_default('only') else f' --only {args.only}'}`.\n")
     text = "\n".join(md)
-    (args.out / "compare.md").write_text(text)
+    common.write_result(args.out / "compare.md", text)
     if args.readme:
         update_readme(REPO / "README.md", text)
     print(text)

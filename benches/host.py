@@ -267,8 +267,7 @@ def main() -> None:
     notes = "".join(f"- {n}\n" for n in common.notes)
     text = head + body + ("\n\nNotes:\n" + notes if notes else "") + "\n"
     print(text)
-    args.out.mkdir(exist_ok=True)
-    (args.out / "host.md").write_text(text)
+    common.write_result(args.out / "host.md", text)
     (args.out / "host.json").write_text(json.dumps([(s, r, res) for s, r, res in rows], default=str, indent=1))
 
 

@@ -212,8 +212,7 @@ def main() -> None:
     notes = "".join(f"- {x}\n" for x in common.notes)
     text += ("\nNotes:\n" + notes) if notes else ""
     print(text)
-    args.out.mkdir(exist_ok=True)
-    (args.out / "hot.md").write_text(text)
+    common.write_result(args.out / "hot.md", text)
 
 
 if __name__ == "__main__":

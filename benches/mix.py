@@ -277,7 +277,7 @@ def main() -> None:
     print(text)
     args.out.mkdir(exist_ok=True)
     name = "mix-cgroup" if args.skip_hot else "mix"
-    (args.out / f"{name}.md").write_text(text)
+    common.write_result(args.out / f"{name}.md", text)
     (args.out / f"{name}.json").write_text(json.dumps({"text": text}, indent=1))
 
 

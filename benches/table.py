@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import REPO, drop_caches, machine, note, notes, versions  # noqa: E402
+from common import REPO, drop_caches, machine, note, notes, versions, write_result  # noqa: E402
 
 import zring  # noqa: E402
 
@@ -216,7 +216,7 @@ def main() -> int:
         versions(("zring", "loaderx", "numpy")), "", *lines,
         *(f"- note: {n}" for n in notes),
     ])
-    args.out.write_text(text + "\n")
+    write_result(args.out, text)
     print(text)
     shutil.rmtree(DATA, ignore_errors=True)
     return 0
