@@ -314,11 +314,11 @@ def budget_seen(stats: dict) -> str:
 # data
 # --------------------------------------------------------------------------
 
-def ensure_data(root: Path, gib: float) -> tuple[dict[str, Path], int]:
+def ensure_data(root: Path, gib: float, libs: tuple[str, ...] = ("zring", "loaderx")) -> tuple[dict[str, Path], int]:
     import numpy as np
 
     n = int(gib * GIB) // RECORD
-    paths = {lib: root / f"{lib}-raw-{n}" for lib in ("zring", "loaderx")}
+    paths = {lib: root / f"{lib}-raw-{n}" for lib in libs}
     stamp = {"records": n, "record_shape": list(RECORD_SHAPE), "version": DATA_VERSION, "codec": "raw"}
     todo = []
     for lib, p in paths.items():
@@ -378,7 +378,12 @@ def child_env(direct: str | None) -> dict:
 
 
 def spawn(spec: dict, env: dict, timeout: float) -> tuple[int | None, str, str, bool]:
-    p = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", json.dumps(spec)],
+    return spawn_script(Path(__file__), spec, env, timeout)
+
+
+def spawn_script(script: Path, spec: dict, env: dict, timeout: float) -> tuple[int | None, str, str, bool]:
+    """Runs ``script --child SPEC`` in a new session; kills it after ``timeout``."""
+    p = subprocess.Popen([sys.executable, str(script.resolve()), "--child", json.dumps(spec)],
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                          start_new_session=True, cwd=REPO)
     timed_out = False

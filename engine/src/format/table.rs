@@ -32,7 +32,7 @@ use crate::error::{corrupted, io_err, Error, Result};
 use crate::format::codec::Codec;
 use crate::format::head::Layout;
 use crate::format::record::{u32_at, u64_at, ChunkId, Entry, ENTRY_BYTES};
-use crate::io::mmap::Mapping;
+use crate::io::mmap::{Mapping, Residency};
 
 const TABLE_MAGIC: &[u8; 4] = b"ZRTB";
 
@@ -154,6 +154,8 @@ struct Section {
 pub(crate) struct Table {
     /// The file's first `len` bytes, mapped; `None` where mapping is off.
     map: Option<Mapping>,
+    /// The mapping's pages known to be in memory ([`Table::prefetch`]).
+    pages: Residency,
     file: File,
     path: PathBuf,
     /// Bytes of the file the store names: the header, the sealed section and
@@ -279,7 +281,8 @@ impl Table {
         if let Some(m) = &map {
             m.advise(memmap2::Advice::Random);
         }
-        Table { map, file, path, len, format, records, tail_at: TABLE_HEADER_BYTES, sealed: None }
+        let pages = Residency::new(if map.is_some() { len } else { 0 });
+        Table { map, pages, file, path, len, format, records, tail_at: TABLE_HEADER_BYTES, sealed: None }
     }
 
     /// Starts reading the whole table ahead of a scan of every entry
@@ -404,22 +407,59 @@ impl Table {
         }
     }
 
-    /// Starts loading the format-1 entries of `indices` into the CPU cache
-    /// ([`Table::entry`] of each follows): entries of a random batch lie in
-    /// scattered cache lines, and reading them one after another waits for
-    /// each miss in turn.
+    /// Byte offset of the table bytes [`Table::entry`] reads first for record
+    /// `i` (its format-1 entry, or its sealed page's entry or block checksum).
+    fn entry_at(&self, i: u64) -> Option<usize> {
+        let at = match &self.sealed {
+            Some(sec) if i < sec.records => match sec.kind {
+                Sealed::Variable => {
+                    (i / VAR_PER_PAGE + 1) * PAGE as u64 + (VAR_HEADER + VAR_ENTRY * (i % VAR_PER_PAGE) as usize) as u64
+                }
+                Sealed::Fixed { block_records, chunk_records, .. } => {
+                    let (c, r) = (i / chunk_records, i % chunk_records);
+                    let b = c * Sealed::blocks_per_chunk(block_records, chunk_records) + r / u64::from(block_records);
+                    (b / CRCS_PER_PAGE + 1) * PAGE as u64 + 4 + (b % CRCS_PER_PAGE) * 4
+                }
+            },
+            _ => {
+                let (header, size) = match self.format {
+                    Format::Native => (self.tail_at, ENTRY_BYTES as u64),
+                    Format::Loaderx => (LOADERX_HEADER, LOADERX_ENTRY as u64),
+                };
+                let sealed = self.sealed.as_ref().map_or(0, |s| s.records);
+                i.checked_sub(sealed)?.checked_mul(size)?.checked_add(header as u64)?
+            }
+        };
+        usize::try_from(at).ok()
+    }
+
+    /// Prepares reading the entries of `indices` ([`Table::entry`] of each
+    /// follows). The pages holding them that are not in memory are read all at
+    /// once, without waiting, so a cold gather waits for one round of table
+    /// reads rather than a fault per entry in turn (the mapping is read at
+    /// random, so the kernel reads nothing ahead). Then their cache lines are
+    /// loaded into the CPU cache: entries of a random batch lie in scattered
+    /// lines, and reading them one after another waits for each miss in turn.
     pub fn prefetch(&self, indices: &[u64]) {
         let Some(map) = self.map.as_ref() else { return };
-        let (header, size) = match self.format {
-            Format::Native => (self.tail_at, ENTRY_BYTES as u64),
-            Format::Loaderx => (LOADERX_HEADER, LOADERX_ENTRY as u64),
-        };
-        let sealed = self.sealed.as_ref().map_or(0, |s| s.records);
+        let epoch = crate::io::mmap::evictions();
+        if let Some(e) = epoch {
+            map.confirm(&self.pages, e);
+        }
+        let mut cold = Vec::new();
         for &i in indices {
-            if let Some(at) =
-                i.checked_sub(sealed).and_then(|t| t.checked_mul(size)).and_then(|o| o.checked_add(header as u64))
-            {
-                map.prefetch(usize::try_from(at).unwrap_or(usize::MAX));
+            if let Some(p) = self.entry_at(i).map(|at| at / PAGE) {
+                if epoch.is_none() || !self.pages.known(p..p + 1) {
+                    cold.push(p);
+                }
+            }
+        }
+        if !cold.is_empty() {
+            map.will_need_pages(&self.pages, &mut cold);
+        }
+        for &i in indices {
+            if let Some(at) = self.entry_at(i) {
+                map.prefetch(at);
             }
         }
     }

@@ -152,9 +152,175 @@ fn prefetch_line<T>(at: &T) {
 /// never wrong bytes.
 pub(crate) struct ChunkMap {
     map: Mapping,
+    pages: Residency,
+}
+
+/// The pages of a mapping last seen in memory, one bit each, and the eviction
+/// count ([`evictions`]) that knowledge was last confirmed under.
+///
+/// The count is the host's: it moves when any file's pages are evicted. When it
+/// has moved, the bitmap is not thrown away but checked: [`SAMPLES`] of the
+/// pages it remembers, drawn at random, are asked about (`mincore`), and only
+/// when one of them is gone is the whole bitmap forgotten. Evictions elsewhere
+/// on the host (another program's files, a tmpfs file deleted) then cost a few
+/// system calls per mapping instead of asking about every page again. An
+/// eviction of this file's pages that the sample misses leaves bits stale:
+/// copying such a page faults it back in synchronously (the right bytes,
+/// read slowly).
+pub(crate) struct Residency {
     seen: Box<[AtomicU64]>,
-    /// The eviction count the bitmap is valid for.
     epoch: AtomicU64,
+}
+
+/// Remembered pages asked about when the host's eviction count moves.
+const SAMPLES: usize = 8;
+
+impl Residency {
+    /// Nothing known about a mapping of `len` bytes.
+    pub fn new(len: usize) -> Residency {
+        let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        Residency { seen, epoch: AtomicU64::new(u64::MAX) }
+    }
+
+    /// Brings the bitmap of `map`'s pages up to eviction count `epoch`: when the
+    /// count moved since the bitmap was last confirmed, a sample of its pages
+    /// is asked about, and the bitmap is forgotten if one of them is gone.
+    pub fn at(&self, epoch: u64, map: &Mmap) {
+        let was = self.epoch.load(Relaxed);
+        if was == epoch {
+            return;
+        }
+        if was != u64::MAX && self.sample_resident(epoch, map) {
+            self.epoch.store(epoch, Relaxed);
+            return;
+        }
+        for w in self.seen.iter() {
+            w.store(0, Relaxed);
+        }
+        self.epoch.store(epoch, Relaxed);
+    }
+
+    /// Whether up to [`SAMPLES`] remembered pages, drawn at random, are all
+    /// still in memory.
+    fn sample_resident(&self, seed: u64, map: &Mmap) -> bool {
+        let words = self.seen.len();
+        if words == 0 {
+            return true;
+        }
+        // xorshift64*: any spread of draws will do.
+        let mut x = seed ^ 0x9e37_79b9_7f4a_7c15 | 1;
+        let mut next = || {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        let mut found = 0;
+        for _ in 0..8 * SAMPLES {
+            let r = next();
+            let w = self.seen[(r % words as u64) as usize].load(Relaxed);
+            if w == 0 {
+                continue;
+            }
+            let rot = (r >> 32) as u32 % 64;
+            let bit = (w.rotate_right(rot).trailing_zeros() + rot) % 64;
+            let page = (r % words as u64) as usize * 64 + bit as usize;
+            if !resident(map, page * PAGE, PAGE.min(map.len().saturating_sub(page * PAGE))) {
+                return false;
+            }
+            found += 1;
+            if found == SAMPLES {
+                break;
+            }
+        }
+        true
+    }
+
+    /// Whether every page of `pages` was seen in memory.
+    #[inline]
+    pub fn known(&self, pages: std::ops::Range<usize>) -> bool {
+        pages.into_iter().all(|p| self.seen.get(p / 64).is_some_and(|w| w.load(Relaxed) & (1 << (p % 64)) != 0))
+    }
+
+    fn mark(&self, pages: std::ops::Range<usize>) {
+        for p in pages {
+            if let Some(w) = self.seen.get(p / 64) {
+                w.fetch_or(1 << (p % 64), Relaxed);
+            }
+        }
+    }
+
+    #[inline]
+    fn prefetch(&self, page: usize) {
+        if let Some(w) = self.seen.get(page / 64) {
+            prefetch_line(w);
+        }
+    }
+}
+
+impl Mapping {
+    /// Brings `known`, the bitmap of this mapping's pages, up to eviction
+    /// count `epoch` ([`Residency::at`]).
+    pub fn confirm(&self, known: &Residency, epoch: u64) {
+        known.at(epoch, &self.map);
+    }
+
+    /// Starts reading, all at once and without waiting, every page in `pages`
+    /// (page numbers of this mapping, in any order, repeats allowed) that is
+    /// not in memory, so that the accesses that follow wait for reads already
+    /// in flight instead of faulting the pages in one after another. Pages
+    /// found in memory are remembered in `known` (the caller leaves out the
+    /// pages `known` has already seen). Returns how many pages were asked for.
+    ///
+    /// A table mapped for random access (`MADV_RANDOM`) faults each cold
+    /// entry's page in synchronously, before the gather can submit its record
+    /// reads: a cold gather of 256 records waited for over a hundred page
+    /// reads in turn. This turns them into one round of concurrent reads.
+    pub fn will_need_pages(&self, known: &Residency, pages: &mut Vec<usize>) -> usize {
+        let last = self.map.len().div_ceil(PAGE);
+        pages.retain(|&p| p < last);
+        if pages.is_empty() {
+            return 0;
+        }
+        pages.sort_unstable();
+        pages.dedup();
+        // Ask mincore about spans of nearby pages (one call each), then ask
+        // the kernel to read each run of consecutive missing pages.
+        const SPAN: usize = 512;
+        let mut vec = [0u8; SPAN];
+        let mut missing: Vec<usize> = Vec::with_capacity(pages.len());
+        let mut i = 0;
+        while i < pages.len() {
+            let start = pages[i];
+            let j = i + pages[i..].iter().take_while(|&&p| p - start < SPAN).count();
+            let end = pages[j - 1] + 1;
+            // SAFETY: `start..end` are pages of this mapping (checked against
+            // its length above), so the kernel reads only our mapping's page
+            // tables; `vec` has a byte for each of the at most SPAN pages.
+            let r = unsafe {
+                libc::mincore(
+                    self.map.as_ptr().add(start * PAGE) as *mut libc::c_void,
+                    ((end - start) * PAGE).min(self.map.len() - start * PAGE),
+                    vec.as_mut_ptr(),
+                )
+            };
+            for &p in &pages[i..j] {
+                if r == 0 && vec[p - start] & 1 == 1 {
+                    known.mark(p..p + 1);
+                } else {
+                    missing.push(p);
+                }
+            }
+            i = j;
+        }
+        let mut k = 0;
+        while k < missing.len() {
+            let run = 1 + missing[k + 1..].iter().zip(&missing[k..]).take_while(|(b, a)| **b == **a + 1).count();
+            self.will_need(missing[k] * PAGE, run * PAGE);
+            k += run;
+        }
+        missing.len()
+    }
 }
 
 impl ChunkMap {
@@ -167,8 +333,7 @@ impl ChunkMap {
         // kernel's fault-around (mapping neighbouring cached pages with each
         // fault) saves most of them.
         let map = Mapping::new(file, len)?;
-        let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
-        Ok(ChunkMap { map, seen, epoch: AtomicU64::new(u64::MAX) })
+        Ok(ChunkMap { map, pages: Residency::new(len) })
     }
 
     /// Starts loading the residency bit of the page at `offset` into the CPU
@@ -178,9 +343,7 @@ impl ChunkMap {
     /// time on AMD Zen 1 went to that load).
     #[inline]
     pub fn prefetch_residency(&self, offset: usize) {
-        if let Some(w) = self.seen.get(offset / PAGE / 64) {
-            prefetch_line(w);
-        }
+        self.pages.prefetch(offset / PAGE);
     }
 
     /// The stored bytes at `offset..offset + len` if their pages are in
@@ -203,21 +366,13 @@ impl ChunkMap {
         let Some(epoch) = epoch else {
             return resident(map, offset, len).then_some(found);
         };
-        if self.epoch.load(Relaxed) != epoch {
-            for w in self.seen.iter() {
-                w.store(0, Relaxed);
-            }
-            self.epoch.store(epoch, Relaxed);
-        }
+        self.pages.at(epoch, map);
         let pages = offset / PAGE..end.div_ceil(PAGE);
-        let known = pages.clone().all(|p| self.seen[p / 64].load(Relaxed) & (1 << (p % 64)) != 0);
-        if !known {
+        if !self.pages.known(pages.clone()) {
             if !resident(map, offset, len) {
                 return None;
             }
-            for p in pages {
-                self.seen[p / 64].fetch_or(1 << (p % 64), Relaxed);
-            }
+            self.pages.mark(pages);
         }
         Some(found)
     }
@@ -306,12 +461,15 @@ fn read_evictions() -> Option<u64> {
 /// about 500 MB of idle page cache every 20 s that way), `MADV_PAGEOUT`, or
 /// a file's cache invalidated by another process. Those show only as a
 /// smaller `nr_file_pages`, so every shrink of it between two readings adds
-/// to the count too. Growth does not: reading files grows the cache and
-/// must not clear the bitmaps. An eviction hidden by a larger growth within
+/// to the count too, less the shared memory it counts (`nr_shmem`: tmpfs
+/// files such as those in /dev/shm, which are no file's cache and shrink
+/// whenever one is deleted). Growth does not: reading files grows the cache
+/// and must not clear the bitmaps. A move of the count is evidence only:
+/// each bitmap then checks a sample of its own pages ([`Residency::at`]). An eviction hidden by a larger growth within
 /// the same reading interval goes unseen; its page then faults back in when
 /// copied (the right bytes, read slowly).
 struct Shrinks {
-    /// `nr_file_pages` at the last reading (0: none yet).
+    /// `nr_file_pages - nr_shmem` at the last reading (0: none yet).
     last: AtomicU64,
     /// Pages the cache shrank by, summed over readings.
     shrunk: AtomicU64,
@@ -325,6 +483,7 @@ impl Shrinks {
     fn count(&self, vmstat: &str) -> Option<u64> {
         let mut sum = 0u64;
         let mut found = false;
+        let (mut file, mut shmem) = (None, 0u64);
         for line in vmstat.lines() {
             let mut it = line.split_ascii_whitespace();
             if let (Some(k), Some(v)) = (it.next(), it.next()) {
@@ -333,15 +492,17 @@ impl Shrinks {
                         sum = sum.wrapping_add(v.parse::<u64>().ok()?);
                         found = true;
                     }
-                    "nr_file_pages" => {
-                        let pages = v.parse::<u64>().ok()?;
-                        let last = self.last.swap(pages, Relaxed);
-                        if last > pages {
-                            self.shrunk.fetch_add(last - pages, Relaxed);
-                        }
-                    }
+                    "nr_file_pages" => file = Some(v.parse::<u64>().ok()?),
+                    "nr_shmem" => shmem = v.parse::<u64>().ok()?,
                     _ => {}
                 }
+            }
+        }
+        if let Some(file) = file {
+            let pages = file.saturating_sub(shmem);
+            let last = self.last.swap(pages, Relaxed);
+            if last > pages {
+                self.shrunk.fetch_add(last - pages, Relaxed);
             }
         }
         found.then(|| sum.wrapping_add(self.shrunk.load(Relaxed)))
@@ -392,6 +553,14 @@ mod tests {
         // Paged out behind the LRU's back (DAMON, MADV_PAGEOUT): 300 pages.
         let paged = s.count(&vmstat(1200, 5, 1)).unwrap();
         assert_eq!(paged, first + 300);
+        // A tmpfs file deleted: shared memory shrinks with the file pages.
+        let shm = |file: u64, shmem: u64| {
+            format!("nr_file_pages {file}\nnr_shmem {shmem}\npgsteal_file 9\ndrop_pagecache 1\n")
+        };
+        let s2 = Shrinks::new();
+        let base = s2.count(&shm(2000, 600)).unwrap();
+        assert_eq!(s2.count(&shm(1744, 344)), Some(base), "a deleted /dev/shm file is no eviction");
+        assert_eq!(s2.count(&shm(1700, 344)), Some(base + 44));
         // Reclaim and drop_caches still count.
         assert_eq!(s.count(&vmstat(1200, 9, 1)), Some(paged + 4));
         assert_eq!(s.count(&vmstat(1200, 9, 2)), Some(paged + 5));
@@ -404,6 +573,68 @@ mod tests {
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
         f.write_all(&data).unwrap();
         f
+    }
+
+    /// A file on disk (not tmpfs, whose pages cannot be evicted), written
+    /// and synced so its pages are clean and can be dropped.
+    fn disk_file(len: usize) -> File {
+        let mut f = tempfile::tempfile_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
+        f.write_all(&data).unwrap();
+        f.sync_all().unwrap();
+        f
+    }
+
+    fn drop_cache(f: &File) {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a valid descriptor; the advice only drops clean cached pages.
+        let r = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(r, 0);
+    }
+
+    /// The host's eviction count moving keeps a bitmap whose sampled pages
+    /// are all still in memory, and forgets it once this file's pages were
+    /// evicted.
+    #[test]
+    fn a_moved_eviction_count_forgets_only_a_bitmap_whose_pages_went() {
+        let len = 64 * PAGE;
+        let f = disk_file(len);
+        let map = ChunkMap::new(&f, len).unwrap();
+        assert!(map.resident_checked(0, len, Some(1)).is_some(), "a file just written is in memory");
+        assert!(map.pages.known(0..64));
+        // Something else on the host was evicted: the sample finds ours in place.
+        assert!(map.resident_checked(0, PAGE, Some(2)).is_some());
+        assert!(map.pages.known(0..64), "the bitmap was forgotten for another file's eviction");
+        drop_cache(&f);
+        assert!(!resident(&map.map.map, 0, PAGE), "posix_fadvise(DONTNEED) dropped nothing");
+        // Under the old count the bitmap still answers (stale, as documented) ...
+        assert!(map.pages.known(0..64));
+        // ... and once the count moves, the sample sees the eviction.
+        assert!(map.resident_checked(0, PAGE, Some(3)).is_none());
+        assert!(!map.pages.known(0..1));
+    }
+
+    /// Pages of a table that are not in memory are asked for all at once and
+    /// arrive; pages in memory are only remembered.
+    #[test]
+    fn will_need_pages_reads_the_missing_pages_and_remembers_the_rest() {
+        let len = 600 * PAGE;
+        let f = disk_file(len);
+        let map = Mapping::new(&f, len).unwrap();
+        let known = Residency::new(len);
+        drop_cache(&f);
+        let mut pages = vec![3, 500, 7, 3, 599, 1000];
+        assert_eq!(map.will_need_pages(&known, &mut pages), 4, "page 1000 is past the end; 3 is asked once");
+        assert!(!known.known(3..4), "a page being read is not known yet");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(resident(&map.map, 3 * PAGE, PAGE) && resident(&map.map, 599 * PAGE, PAGE)) {
+            assert!(Instant::now() < deadline, "the pages asked for never arrived");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!resident(&map.map, 100 * PAGE, PAGE), "a page not asked for was read");
+        let mut again = vec![3, 7, 500, 599];
+        assert_eq!(map.will_need_pages(&known, &mut again), 0);
+        assert!(known.known(3..4) && known.known(599..600));
     }
 
     /// A chunk file shrinks under its mapping while the residency bitmap still

@@ -329,6 +329,7 @@ pub(crate) fn lengths(s: &Store, indices: &[u64], out: &mut [u64]) -> Result<()>
         )));
     }
     let snap = s.snapshot();
+    snap.table.prefetch(indices);
     for (i, o) in indices.iter().zip(out.iter_mut()) {
         *o = u64::from(snap.entry(*i)?.logical_len);
     }

@@ -1,0 +1,218 @@
+"""Cold reads against the disk's ceiling, interleaved in one run.
+
+Each round, with the page cache emptied before every measurement (``sync``
+and drop_caches):
+
+  1. fio: random 12 KiB O_DIRECT reads of the store's largest chunk file at
+     queue depth ``--depth`` (default 128), the disk's ceiling for this access
+     pattern;
+  2. bare gathers: ``Dataset.__getitems__`` of 256 uniform random indices,
+     one batch after another on one thread, with the major page faults each
+     batch took (the table's pages faulted in on the gather's critical path);
+  3. the DataLoader: batch 256, mode 2 (every record once per pass),
+     ``--workers`` workers, prefetch 4.
+
+Each zring measurement runs in a fresh process, inside a fresh memory cgroup of
+``--cgroup-mib`` when given (so the record cache and the page cache share one
+limit, as on a training host). The figures are whole-run MiB/s (every batch,
+the first one's table faults included) and their ratio to the same round's fio.
+
+The quick check a developer runs after changing the read path:
+
+    python benches/cold.py --quick        # a 256 MiB store, one round, ~15 s
+
+The full run (the figures in bench-results/cold.md):
+
+    python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536
+
+As root (drop_caches, cgroups), in the project venv with zring built by
+``make develop-bench``. Data goes to $ZRING_BENCH_DIR/cold (default
+``bench-data/cold``; never /tmp, which may be memory) and is reused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import json
+import os
+import resource
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import budget  # noqa: E402  (its store builder and child process helpers)
+import common  # noqa: E402
+from common import REPO, Cgroups, drop_caches, fio_randread, note, notes, shown  # noqa: E402
+
+RECORD = budget.RECORD
+BATCH = 256
+MIB = 1 << 20
+
+
+def child(spec: dict) -> None:
+    """One measurement in this (fresh) process; prints ``RESULT {json}``."""
+    cg = spec.get("cgroup")
+    if cg:
+        Path(cg, "cgroup.procs").write_text(str(os.getpid()))
+    import numpy as np
+
+    import zring
+
+    ds = zring.Dataset(spec["path"])
+    n = len(ds)
+    secs = float(spec["secs"])
+    faults = []
+    if spec["kind"] == "gather":
+        rng = np.random.default_rng(spec["seed"])
+        get = ds.__getitems__
+
+        def step() -> None:
+            f0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
+            get(rng.integers(0, n, size=BATCH, dtype=np.int64))
+            faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0)
+    else:
+        dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=2, seed=spec["seed"],
+                              num_workers=spec["workers"], prefetch_size=4)
+
+        def step() -> None:
+            next(dl)
+    lat = []
+    t0 = time.perf_counter()
+    while True:
+        t = time.perf_counter()
+        step()
+        lat.append(time.perf_counter() - t)
+        if time.perf_counter() - t0 >= secs:
+            break
+    wall = time.perf_counter() - t0
+    stats = ds.stats() if hasattr(ds, "stats") else {}
+    res = {
+        "mib_s": len(lat) * BATCH * RECORD / MIB / wall,
+        "batches": len(lat),
+        "p50_ms": statistics.median(lat) * 1e3,
+        "p99_ms": sorted(lat)[int(0.99 * (len(lat) - 1))] * 1e3,
+        "majflt_per_batch": statistics.mean(faults) if faults else None,
+        "majflt_first": faults[0] if faults else None,
+        "policy": str(stats.get("read_policy", stats.get("policy", ""))),
+    }
+    print("RESULT " + json.dumps(res, default=str), flush=True)
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def measure(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict) -> dict | None:
+    drop_caches()
+    cg = None
+    if cgs is not None and limit:
+        cg, _ = cgs.create(f"zring-cold-{os.getpid()}-{seq}", limit)
+        spec = dict(spec, cgroup=str(cg))
+    try:
+        rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
+        ooms = cgs.oom_kills(cg) if cg else 0
+    finally:
+        if cg:
+            cgs.remove(cg)
+    res = budget.parse_result(out) if rc == 0 else None
+    if res is None:
+        note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a 256 MiB store, one round of 3 s runs")
+    ap.add_argument("--gib", type=float, default=None, help="store size in GiB (default 5.4, --quick 0.25)")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3, --quick 1)")
+    ap.add_argument("--secs", type=float, default=None, help="seconds per measurement (default 5, --quick 3)")
+    ap.add_argument("--depth", type=int, default=128, help="fio queue depth (default 128)")
+    ap.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
+    ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each zring process")
+    ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
+    ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
+    ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
+                                                            "--quick prints only)")
+    ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(json.loads(args.child))
+        return
+    gib = args.gib if args.gib is not None else (0.25 if args.quick else 5.4)
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
+    secs = args.secs if args.secs is not None else (3.0 if args.quick else 5.0)
+    data = args.data or Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "cold"
+    if str(data.resolve()).startswith("/tmp"):
+        raise SystemExit("the benchmark data must not live in /tmp (it may be memory)")
+    if os.geteuid() != 0:
+        raise SystemExit("cold.py drops the page cache and sets cgroup limits: run it as root")
+    cgs = None
+    if args.cgroup_mib:
+        cgs = Cgroups()
+        atexit.register(cgs.cleanup)
+    signal.signal(signal.SIGTERM, lambda s, _f: sys.exit(128 + s))
+
+    paths, n = budget.ensure_data(data, gib, libs=("zring",))
+    store = paths["zring"]
+    env = budget.child_env(args.direct)
+    limit = args.cgroup_mib * MIB if args.cgroup_mib else None
+    rows = []
+    seq = 0
+    for r in range(rounds):
+        drop_caches()
+        fio = fio_randread(store, secs, args.depth)
+        row = {"fio": fio["mib_s"] if fio else None}
+        for kind in ("gather", "loader"):
+            seq += 1
+            spec = {"kind": kind, "path": str(store), "secs": secs, "seed": 100 + r, "workers": args.workers}
+            row[kind] = measure(cgs, seq, spec, limit, env)
+        rows.append(row)
+        g, ld = row["gather"] or {}, row["loader"] or {}
+        print(f"  round {r + 1}: fio {row['fio'] or 0:.0f} MiB/s, gather {g.get('mib_s', 0):.0f} "
+              f"({g.get('majflt_per_batch') or 0:.1f} major faults/batch), loader {ld.get('mib_s', 0):.0f}",
+              file=sys.stderr, flush=True)
+
+    def ratios(kind: str) -> list[float]:
+        return [row[kind]["mib_s"] / row["fio"] for row in rows if row[kind] and row["fio"]]
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    fio_med = med([row["fio"] for row in rows if row["fio"]])
+    lines = [
+        f"## Cold reads against fio, interleaved ({rounds} rounds of {secs:g} s, page cache dropped before each)",
+        "",
+        f"Machine: {common.machine(data)}. Versions: {common.versions(('numpy', 'zring'))}.",
+        "",
+        f"Store: {n} × 12 KiB random records, codec raw, {n * RECORD / (1 << 30):.2f} GiB. "
+        f"zring processes: {'a ' + str(args.cgroup_mib) + ' MiB memory cgroup each' if limit else 'no cgroup'}, "
+        f"ZRING_DIRECT={args.direct if args.direct else 'unset (the read policy chooses)'}. "
+        f"fio: random 12 KiB O_DIRECT reads at queue depth {args.depth} on the largest chunk file.",
+        "",
+        "| measurement | MiB/s (median) | ÷ fio, median of rounds (range) | p50 / p99 ms per batch | major faults per batch |",
+        "|---|---:|---:|---:|---:|",
+        f"| fio 12 KiB random, QD{args.depth} | {fio_med:.0f} | 1.00 | | |",
+    ]
+    for kind, label in (("gather", "bare gather of 256 (one thread)"),
+                        ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers")):
+        ok = [row[kind] for row in rows if row[kind]]
+        rs = ratios(kind)
+        rng = f" ({min(rs):.2f}–{max(rs):.2f})" if len(rs) > 1 else ""
+        mf = med([x["majflt_per_batch"] for x in ok if x.get("majflt_per_batch") is not None])
+        lines.append(f"| {label} | {med([x['mib_s'] for x in ok]):.0f} | **{med(rs):.2f}**{rng} | "
+                     f"{med([x['p50_ms'] for x in ok]):.1f} / {med([x['p99_ms'] for x in ok]):.1f} | "
+                     f"{'' if kind == 'loader' else f'{mf:.1f}'} |")
+    argv = " ".join(sys.argv[1:])
+    lines += ["", f"Command: `python benches/cold.py{(' ' + argv) if argv else ''}`. "
+              f"Data: {shown(store)}."]
+    lines += [f"- note: {x}" for x in notes]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.quick or args.out:
+        common.write_result(args.out or REPO / "bench-results" / "cold.md", text)
+
+
+if __name__ == "__main__":
+    main()
