@@ -269,6 +269,30 @@ pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
     detect_in(root, explicit, env.as_deref(), process_rss(root).unwrap_or(0), cached)
 }
 
+/// [`detect`], done at most once per [`crate::read::policy::CHECK_MILLIS`] by
+/// the whole process for the same `explicit`: every caching store looks at
+/// the budget on its own schedule, and a mixture of a hundred stores would
+/// otherwise read the cgroup's files thousands of times a second for one
+/// answer.
+pub(crate) fn detect_recent(explicit: Option<u64>) -> Result<Budget> {
+    recent(explicit, detect)
+}
+
+/// [`detect_recent`] with `detect` doing the detection.
+fn recent(explicit: Option<u64>, detect: impl FnOnce(Option<u64>) -> Result<Budget>) -> Result<Budget> {
+    type Recent = Vec<(Option<u64>, std::time::Instant, Budget)>;
+    static RECENT: std::sync::Mutex<Recent> = std::sync::Mutex::new(Vec::new());
+    let fresh = std::time::Duration::from_millis(crate::read::policy::CHECK_MILLIS);
+    let mut recent = RECENT.lock().unwrap_or_else(|p| p.into_inner());
+    recent.retain(|(_, at, _)| at.elapsed() < fresh);
+    if let Some((_, _, b)) = recent.iter().find(|(e, _, _)| *e == explicit) {
+        return Ok(b.clone());
+    }
+    let b = detect(explicit)?;
+    recent.push((explicit, std::time::Instant::now(), b.clone()));
+    Ok(b)
+}
+
 /// [`detect`] against the tree at `root` (standing for `/`): `env` is the
 /// value of `ZRING_CACHE_BYTES`, `rss` the resident memory of the process
 /// ([`process_rss`]), `cached` the bytes the record cache charges, which are
@@ -579,6 +603,22 @@ fn parse_limit(s: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use std::fs;
+
+    /// A hundred stores asking for the budget at once cause one detection.
+    #[test]
+    fn the_process_detects_its_budget_once_per_interval() {
+        let explicit = Some(123_456_789);
+        let mut made = 0;
+        for _ in 0..100 {
+            let b = recent(explicit, |e| {
+                made += 1;
+                detect(e)
+            });
+            assert_eq!(b.unwrap().bytes, 123_456_789);
+        }
+        // A slow machine may see an interval pass.
+        assert!((1..=2).contains(&made), "{made} detections for 100 asks");
+    }
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

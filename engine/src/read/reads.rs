@@ -359,7 +359,7 @@ impl Reads {
 
     /// The budget detected now; the policy's own if detection fails.
     fn budget_now(&self, policy: &Policy) -> Budget {
-        budget::detect(memory::stated()).unwrap_or_else(|_| policy.budget.clone())
+        budget::detect_recent(memory::stated()).unwrap_or_else(|_| policy.budget.clone())
     }
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
