@@ -243,8 +243,8 @@ out = {}
 for p in sys.argv[1:]:
     try:
         if os.path.isdir(p):
-            os.listdir(p)
             os.symlink("/etc/passwd", os.path.join(p, "planted"))
+            os.listdir(p)
             out[p] = "entered"
         else:
             fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
