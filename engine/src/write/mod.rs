@@ -80,7 +80,7 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
         if held.mode() & 0o777 & !mode == 0 {
             return Ok(f);
         }
-        return replace_lock(dir, &p, mode);
+        return replace_lock(dir, &p, mode, &held);
     }
     Err(Error::Locked { path: dir.into() })
 }
@@ -102,7 +102,10 @@ pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
 /// Replaces the held, too-open lock file `p` with a new locked one of `mode`
 /// ([`lock`]); the old one is unlocked when its descriptor closes, after the
 /// rename, and a writer that then locks it sees that it is no longer `p`.
-fn replace_lock(dir: &Path, p: &Path, mode: u32) -> Result<File> {
+/// The new file keeps the old one's owner and group where this process may
+/// give them (root may): root tightening a user's lock file must not leave
+/// the user a file only root can open.
+fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<File> {
     let tmp = dir.join(format!("{LOCK_FILE}.tmp"));
     // A crash mid-replacement leaves it; only the holder of the lock makes one.
     let _ = std::fs::remove_file(&tmp);
@@ -119,6 +122,9 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32) -> Result<File> {
         Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
         Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &tmp)(e)),
     }
+    // Best effort: only root may give a file away, and a writer that is not
+    // root made the new file its own, as it would have made a new store's.
+    let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
     std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
     Ok(f)
 }
@@ -573,6 +579,11 @@ mod tests {
         let p = dir.path().join(LOCK_FILE);
         std::fs::write(&p, b"").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            // Root tightening a user's lock file leaves it the user's.
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        let owner = std::fs::metadata(&p).unwrap().uid();
         let reader = File::open(&p).unwrap();
         let writer = lock(dir.path()).unwrap();
         assert_eq!(mode(&p), 0o600);
@@ -580,6 +591,7 @@ mod tests {
         drop(writer);
         reader.try_lock().expect("the old file is nobody's lock now");
         let again = lock(dir.path()).expect("a lock held on the replaced file keeps no writer out");
+        assert_eq!(std::fs::metadata(&p).unwrap().uid(), owner, "the owner stays");
         assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
         drop(again);
         // Held on the current file (an older zring's writer, or a reader
