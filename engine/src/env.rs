@@ -9,6 +9,7 @@
 //! | `ZRING_REQUIRE_URING` | `1` | by the test suites | an io_uring test fails instead of skipping where io_uring is unavailable (CI) |
 //! | `ZRING_QUEUE_DEPTH` | 1 to the ring size | once per process | reads in flight per ring (default 256) |
 //! | `ZRING_THREADS` | a count | once per process (when the decode pool starts) | decode pool threads (default: cores - 1) |
+//! | `ZRING_REGISTRY_DIR` | a directory | when a process first counts the ranks of its cgroup | where each user's private rank registry directory is made, instead of `/dev/shm` ([`crate::read::ranks`]): a directory every rank of a job sees, for containers that do not share `/dev/shm` |
 //! | `ZRING_CRASH_AT` | `name:k` | once per process, with the `fault-injection` feature only | crash at the k-th pass of a named crash point (tests) |
 //!
 //! Values are read where the decision they change is made, never on a
@@ -27,6 +28,11 @@ pub(crate) fn direct() -> Option<bool> {
 /// `ZRING_CACHE_BYTES` as written (`None` when unset).
 pub(crate) fn cache_bytes() -> Option<std::ffi::OsString> {
     std::env::var_os("ZRING_CACHE_BYTES")
+}
+
+/// `ZRING_REGISTRY_DIR`, if set and not empty.
+pub(crate) fn registry_dir() -> Option<std::path::PathBuf> {
+    std::env::var_os("ZRING_REGISTRY_DIR").filter(|v| !v.is_empty()).map(Into::into)
 }
 
 /// `ZRING_MMAP` is not `0`.

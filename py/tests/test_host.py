@@ -210,3 +210,211 @@ def test_a_store_replaced_under_a_reader_is_its_snapshot_or_stale(tmp_path, writ
             np.testing.assert_array_equal(got, arr)
     with zring.Dataset(tmp_path / "d") as fresh:
         assert (fresh[_all(600)] == 7).all()
+
+
+# --- Another user on the host: the rank registry and the writer's lock -------
+#
+# The rank registry was /dev/shm/zring-ranks-<hash of the limit path>, opened
+# with create and no O_NOFOLLOW and then chmodded 0666: a symlink planted there
+# by another user made a root-owned 0600 file world-writable when a root rank
+# started, and anyone could lock the file to zero every rank's record cache or
+# keep every rank from registering. And the store's `lock` file was 0644, so any
+# user who could read a store could flock it through a read-only descriptor and
+# keep the owner's writer out. These tests run as root (CI does) and act as
+# uid 65534 through setpriv.
+
+NOBODY = ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"]
+
+_RANK = r"""
+import os, sys, pathlib
+pathlib.Path(sys.argv[1], "cgroup.procs").write_text(str(os.getpid()))
+import numpy as np, zring
+with zring.Dataset(sys.argv[2]) as ds:
+    ds[np.arange(len(ds), dtype=np.uint64)]
+    print(ds.read_stats()["budget_source"], flush=True)
+    sys.stdin.readline()
+"""
+
+# Run as uid 65534: tries to open (and, where it can, lock) each path given,
+# and to plant a symlink in each directory given; prints what happened.
+_INTRUDER = r"""
+import fcntl, json, os, sys
+out = {}
+for p in sys.argv[1:]:
+    try:
+        if os.path.isdir(p):
+            os.symlink("/etc/passwd", os.path.join(p, "planted"))
+            os.listdir(p)
+            out[p] = "entered"
+        else:
+            fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            out[p] = "locked"
+    except OSError as e:
+        out[p] = type(e).__name__
+print(json.dumps(out))
+"""
+
+
+def _as_nobody(code: str, *args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*NOBODY, sys.executable, "-c", code, *args], capture_output=True, text=True,
+                          timeout=120, **kw)
+
+
+@pytest.fixture
+def limited_cgroup():
+    """A fresh memory cgroup with a 1 GiB limit (root only), removed after."""
+    import os
+    import shutil
+    from pathlib import Path
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (a memory cgroup, another user) and setpriv")
+    name = f"zring-test-{os.getpid()}"
+    root = Path("/sys/fs/cgroup")
+    try:
+        if (root / "cgroup.controllers").exists():
+            # v2 keeps processes out of cgroups whose children have
+            # controllers (except the root): hang it off the root.
+            sub = root / "cgroup.subtree_control"
+            if "memory" not in sub.read_text().split():
+                sub.write_text("+memory")
+            cg, limit_file = root / name, "memory.max"
+        else:
+            mount = next(line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
+                         if line.split(" - ")[1].split()[0] == "cgroup" and "memory" in line.split()[-1].split(","))
+            own = next(line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                       if "memory" in line.split(":")[1].split(","))
+            cg, limit_file = Path(mount) / own.lstrip("/") / name, "memory.limit_in_bytes"
+        cg.mkdir()
+        (cg / limit_file).write_text(str(1 << 30))
+    except (OSError, StopIteration) as e:
+        pytest.skip(f"cannot make a memory cgroup: {e}")
+    yield cg
+    for _ in range(100):
+        try:
+            cg.rmdir()
+            break
+        except OSError:
+            import time
+
+            time.sleep(0.05)
+
+
+def _rank(cg, store, registry):
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "ZRING_CACHE_BYTES"}
+    env["ZRING_REGISTRY_DIR"] = str(registry)
+    p = subprocess.Popen([sys.executable, "-c", _RANK, str(cg), str(store)], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    return p, p.stdout.readline().strip()
+
+
+def _stop(p) -> str:
+    _, err = p.communicate("\n", timeout=60)
+    assert p.returncode == 0, err
+    return err
+
+
+def _shared_dir():
+    """A directory like /dev/shm (sticky, everyone may create in it)."""
+    import os
+    import tempfile
+
+    d = tempfile.mkdtemp(prefix="zring-test-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    os.chmod(d, 0o1777)
+    return d
+
+
+def test_the_rank_registry_is_private_to_its_user(tmp_path, limited_cgroup):
+    import os
+    import shutil
+    import stat
+    from pathlib import Path
+
+    zring.write_dataset(tmp_path / "d", _data(64), codec="raw")
+    registry = Path(_shared_dir())
+    try:
+        a, said_a = _rank(limited_cgroup, tmp_path / "d", registry)
+        b, said_b = _rank(limited_cgroup, tmp_path / "d", registry)
+        try:
+            assert "cgroup" in said_a, said_a
+            assert "shared by 2 zring processes" in said_b, said_b
+            made = sorted(registry.rglob("*"))
+            print("made:", [(str(p), oct(p.lstat().st_mode)) for p in made])
+            assert made and any(p.is_file() for p in made), made
+            for p in made:
+                mode = p.lstat().st_mode
+                assert not stat.S_ISLNK(mode) and stat.S_IMODE(mode) & 0o077 == 0, (p, oct(mode))
+            r = _as_nobody(_INTRUDER, *map(str, made))
+            print("uid 65534:", r.stdout, r.stderr)
+            got = __import__("json").loads(r.stdout)
+            assert set(got.values()) == {"PermissionError"}, got
+        finally:
+            _stop(a)
+            _stop(b)
+        # The last rank to leave removed its cgroup's file.
+        assert [p for p in registry.rglob("*") if p.is_file()] == []
+    finally:
+        shutil.rmtree(registry)
+    # What another user planted where the registry goes is not followed,
+    # changed or used: the rank counts itself alone and says why.
+    target = tmp_path / "secret"
+    target.write_bytes(b"root's own bytes")
+    os.chmod(target, 0o600)
+    target_dir = tmp_path / "secret-dir"
+    target_dir.mkdir(mode=0o700)
+    for plant in ("symlink-to-file", "symlink-to-dir", "their-dir"):
+        registry = Path(_shared_dir())
+        try:
+            at = registry / f"zring-{os.geteuid()}"
+            code = {"symlink-to-file": f"import os; os.symlink({str(target)!r}, {str(at)!r})",
+                    "symlink-to-dir": f"import os; os.symlink({str(target_dir)!r}, {str(at)!r})",
+                    "their-dir": f"import os; os.mkdir({str(at)!r}); os.chmod({str(at)!r}, 0o777)"}[plant]
+            r = _as_nobody(code)
+            assert r.returncode == 0, r.stderr
+            p, said = _rank(limited_cgroup, tmp_path / "d", registry)
+            err = _stop(p)
+            print(plant, "->", said, "|", err.strip())
+            assert "cgroup" in said and "shared" not in said, said
+            assert "not counting the processes that share this memory limit" in err, err
+            assert (target.read_bytes(), stat.S_IMODE(target.stat().st_mode)) == (b"root's own bytes", 0o600)
+            assert list(target_dir.iterdir()) == [] and stat.S_IMODE(target_dir.stat().st_mode) == 0o700
+            if plant == "their-dir":
+                assert list(at.iterdir()) == []
+        finally:
+            shutil.rmtree(registry)
+
+
+def test_a_user_who_may_only_read_a_store_cannot_keep_its_writer_out(tmp_path):
+    import os
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0 or shutil.which("setpriv") is None:
+        pytest.skip("needs root (another user) and setpriv")
+    # Readable by everyone, as stores on a shared machine are.
+    where = tempfile.mkdtemp(prefix="zring-test-")
+    try:
+        os.chmod(where, 0o755)
+        store = os.path.join(where, "d")
+        zring.write_dataset(store, _data(8), codec="raw")
+        lock = os.path.join(store, "lock")
+        assert os.path.exists(lock)
+        hold = _INTRUDER.replace("print(json.dumps(out))", "print(json.dumps(out), flush=True); sys.stdin.readline()")
+        # uid 65534 reads the store, and tries to hold its lock file.
+        nobody = subprocess.Popen([*NOBODY, sys.executable, "-c", hold, os.path.join(store, "head.zr"), lock],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            got = __import__("json").loads(nobody.stdout.readline())
+            print("uid 65534:", got)
+            assert got[os.path.join(store, "head.zr")] == "locked", "uid 65534 can read the store"
+            assert got[lock] == "PermissionError", got
+            zring.write_dataset(store, _data(1, seed=1), codec="raw", append=True)
+        finally:
+            nobody.communicate("\n", timeout=60)
+        with zring.Dataset(store) as ds:
+            assert len(ds) == 9
+    finally:
+        shutil.rmtree(where)

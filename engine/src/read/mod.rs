@@ -18,7 +18,7 @@ pub(crate) mod pins;
 pub(crate) mod policy;
 #[allow(
     unsafe_code,
-    reason = "counts the host's ranks with libc::fcntl lock queries; the block has its SAFETY argument"
+    reason = "registers ranks with libc::fcntl OFD locks and an atexit handler; every block has its SAFETY argument"
 )]
 pub(crate) mod ranks;
 pub(crate) mod reads;

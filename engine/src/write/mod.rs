@@ -13,6 +13,7 @@ pub(crate) mod new_table;
 use crate::format::names::{DICT_FILE, LOCK_FILE};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use std::ops::Range;
@@ -33,16 +34,99 @@ use crate::write::append::{Block, Encoder, Input};
 /// Largest record: lengths are stored as u32.
 pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 
-/// Takes the single-writer lock (an advisory lock on `lock`, released by the
-/// kernel when the process exits, however it exits).
+/// Takes the single-writer lock: `flock` on `lock`, released by the kernel
+/// when the process exits, however it exits.
+///
+/// `flock` takes an exclusive lock through any descriptor, a read-only one
+/// included, so whoever can open `lock` can keep the writer out. The file is
+/// therefore open only to those who may write the store ([`lock_mode`]: the
+/// owner, and the group or others only where the directory lets them write).
+/// A `lock` file more open than that (made by an older zring with the umask's
+/// mode, commonly 0644) is replaced while held: a new file of the right mode
+/// is locked and renamed over it, which also shuts out descriptors opened on
+/// the old one before. Changing the old file's mode would not: an open
+/// descriptor outlives it. A writer that locked a file which is no longer the
+/// one at `lock` (replaced between its open and its lock) starts again. Who
+/// already holds a too-open file's lock cannot be told apart from a writer of
+/// an older zring, so it still keeps this writer out (`Locked`) until it lets
+/// go: the next writer then tightens the file for good.
 pub(crate) fn lock(dir: &Path) -> Result<File> {
     let p = dir.join(LOCK_FILE);
-    let f = fs::open(&p, OpenOptions::new().create(true).truncate(false).write(true))?;
-    match f.try_lock() {
-        Ok(()) => Ok(f),
-        Err(std::fs::TryLockError::WouldBlock) => Err(Error::Locked { path: dir.into() }),
-        Err(std::fs::TryLockError::Error(e)) => Err(io_err("lock", &p)(e)),
+    let dir_mode = std::fs::metadata(dir).map_err(io_err("stat", dir))?.mode();
+    let mode = lock_mode(dir_mode);
+    // Each pass that does not return met a replacement by another writer.
+    for _ in 0..8 {
+        let f = fs::open(
+            &p,
+            OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(mode)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC),
+        )?;
+        match f.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
+            Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
+        }
+        let held = f.metadata().map_err(io_err("stat", &p))?;
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if (m.dev(), m.ino()) == (held.dev(), held.ino()) => {}
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("stat", &p)(e)),
+        }
+        if held.mode() & 0o777 & !mode == 0 {
+            return Ok(f);
+        }
+        return replace_lock(dir, &p, mode, &held);
     }
+    Err(Error::Locked { path: dir.into() })
+}
+
+/// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
+/// and write for the owner, and for the group and others only where they may
+/// write the directory (and so the store) anyway.
+pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
+    let mut mode = 0o600;
+    if dir_mode & 0o020 != 0 {
+        mode |= 0o060;
+    }
+    if dir_mode & 0o002 != 0 {
+        mode |= 0o006;
+    }
+    mode
+}
+
+/// Replaces the held, too-open lock file `p` with a new locked one of `mode`
+/// ([`lock`]); the old one is unlocked when its descriptor closes, after the
+/// rename, and a writer that then locks it sees that it is no longer `p`.
+/// The new file keeps the old one's owner and group where this process may
+/// give them (root may): root tightening a user's lock file must not leave
+/// the user a file only root can open.
+fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<File> {
+    let tmp = dir.join(format!("{LOCK_FILE}.tmp"));
+    // A crash mid-replacement leaves it; only the holder of the lock makes one.
+    let _ = std::fs::remove_file(&tmp);
+    let f = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(&tmp)
+        .map_err(io_err("create", &tmp))?;
+    match f.try_lock() {
+        Ok(()) => {}
+        // No writer opens the temporary name: nobody else can hold it.
+        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
+        Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &tmp)(e)),
+    }
+    // Best effort: only root may give a file away, and a writer that is not
+    // root made the new file its own, as it would have made a new store's.
+    let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
+    std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
+    Ok(f)
 }
 
 /// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
@@ -457,4 +541,65 @@ pub(crate) fn close(s: &Store) -> Result<()> {
         s.sync()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// Anyone who could open `lock` could keep the writer out with `flock`
+    /// through a read-only descriptor: the file is open only to those who may
+    /// write the directory.
+    #[test]
+    fn the_lock_file_is_open_only_to_those_who_may_write_the_store() {
+        for (dir_mode, most) in [(0o755, 0o600), (0o700, 0o600), (0o775, 0o660), (0o777, 0o666)] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            let held = lock(dir.path()).unwrap();
+            let m = mode(&dir.path().join(LOCK_FILE));
+            assert_eq!(m & !most, 0, "dir {dir_mode:o}: lock {m:o}");
+            assert_eq!(m & 0o600, 0o600);
+            assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+            drop(held);
+        }
+    }
+
+    /// A lock file an older zring made readable to all is replaced by the
+    /// next writer, so a descriptor opened on it before (and its `flock`)
+    /// keeps no writer out afterwards.
+    #[test]
+    fn a_too_open_lock_file_is_replaced_and_its_old_descriptors_lock_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let p = dir.path().join(LOCK_FILE);
+        std::fs::write(&p, b"").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        if rustix::process::geteuid().is_root() {
+            // Root tightening a user's lock file leaves it the user's.
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).unwrap();
+        }
+        let owner = std::fs::metadata(&p).unwrap().uid();
+        let reader = File::open(&p).unwrap();
+        let writer = lock(dir.path()).unwrap();
+        assert_eq!(mode(&p), 0o600);
+        assert!(!dir.path().join(format!("{LOCK_FILE}.tmp")).exists());
+        drop(writer);
+        reader.try_lock().expect("the old file is nobody's lock now");
+        let again = lock(dir.path()).expect("a lock held on the replaced file keeps no writer out");
+        assert_eq!(std::fs::metadata(&p).unwrap().uid(), owner, "the owner stays");
+        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        drop(again);
+        // Held on the current file (an older zring's writer, or a reader
+        // before any writer tightened it), a too-open lock still counts.
+        drop(reader);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let holder = File::open(&p).unwrap();
+        holder.try_lock().unwrap();
+        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+    }
 }

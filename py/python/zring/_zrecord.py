@@ -294,7 +294,20 @@ def _rename_exchange(a: Path, b: Path) -> bool:
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it and putting it back)."""
+    """The process's umask, read without changing it.
+
+    Linux 4.7 and later show it as ``Umask:`` in ``/proc/self/status``. Where
+    that line is missing (older kernels, no ``/proc``) the mask is read the
+    only other way there is, by setting it and putting it back; a file another
+    thread creates in that instant gets the mode 022 would give it.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
