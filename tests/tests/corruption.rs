@@ -630,13 +630,13 @@ fn writer_open_without_head_changes_no_byte() {
         std::fs::remove_file(dir.join("head.zr")).unwrap();
         let before = snapshot_bytes(&dir);
         assert!(before.iter().any(|(p, b)| p.to_string_lossy().contains("chunk-") && !b.is_empty()));
-        let attempts: [(&str, Box<dyn Fn() -> Result<Store, Error>>); 3] = [
-            ("open_writable", Box::new(|| Store::builder(&dir).open_writable())),
-            ("create", Box::new(|| Store::builder(&dir).create())),
-            ("open", Box::new(|| Store::open(&dir))),
-        ];
-        for (how, open) in attempts {
-            let e = open().err().unwrap_or_else(|| panic!("{how} of {} without head.zr succeeded", dir.display()));
+        for how in ["open_writable", "create", "open"] {
+            let r = match how {
+                "open_writable" => Store::builder(&dir).open_writable(),
+                "create" => Store::builder(&dir).create(),
+                _ => Store::open(&dir),
+            };
+            let e = r.err().unwrap_or_else(|| panic!("{how} of {} without head.zr succeeded", dir.display()));
             assert!(matches!(e, Error::Corrupted { .. }), "{how}: {e:?}");
             let msg = e.to_string();
             assert!(

@@ -100,6 +100,9 @@ class Zrecord(_util.Closeable):
             ValueError: ``codec`` names no codec.
             LockedError: Another writer holds the store.
             NotAStoreError: ``path`` holds something that is not a store.
+            CorruptError: ``path`` holds store files but no ``head.zr``
+                (nothing is changed), or its record names (``names/``)
+                and records differ in number.
         """
         self.codec = _schema.check_codec(codec)
         self.path = Path(path)
@@ -242,7 +245,10 @@ class Zrecord(_util.Closeable):
         """Remove records, keeping the index space dense (the tail fills holes).
 
         The bytes stay on disk until :meth:`compact`. Duplicates and any order
-        are accepted.
+        are accepted. A store with record names (``names/``) deletes them
+        too, as one change: a names store another handle holds raises
+        LockedError before anything changes, and a crash between the two
+        commits is finished by the next writable open.
         """
         idx = _util.as_u64(idxs, "idxs")
         names = self._names_store()
@@ -538,6 +544,8 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
             ``append`` is set (or ``overwrite`` is, and it is not a store).
         ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
             both ``overwrite`` and ``append``.
+        CorruptError: ``append`` names a directory holding store files but
+            no ``head.zr`` (nothing is changed), or a damaged ``schema.json``.
         TypeError: The dtype holds Python objects.
     """
     _schema.check_codec(codec)
