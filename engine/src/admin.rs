@@ -6,14 +6,13 @@ use std::sync::Arc;
 
 use crate::error::{io_err, Error, Result};
 use crate::format::codec::{Codec, Dict};
-use crate::format::names::DICT_FILE;
+use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
 use crate::io::fs::write_atomic;
 use crate::read::gather::Item;
 use crate::store::Store;
 use crate::write::append::{Block, Meta};
 
-const SCHEMA_FILE: &str = "schema.json";
 /// Records verified per batch.
 const VERIFY_BATCH: u64 = 4096;
 
@@ -293,18 +292,20 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
     Ok(n)
 }
 
-/// The contents of `schema.json`, the Python layer's metadata, if any.
+/// The contents of `schema.json`, the Python layer's metadata, if any,
+/// checked against its checksum ([`crate::format::schema`]).
 pub(crate) fn schema(s: &Store) -> Result<Option<String>> {
     let p = s.dir.join(SCHEMA_FILE);
-    match std::fs::read_to_string(&p) {
-        Ok(s) => Ok(Some(s)),
+    match crate::io::fs::read(&p) {
+        Ok(b) => crate::format::schema::decode(&p, &b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", &p)(e)),
     }
 }
 
-/// Replaces `schema.json` atomically.
+/// Replaces `schema.json` atomically, with a checksum.
 pub(crate) fn set_schema(s: &Store, json: &str) -> Result<()> {
+    let bytes = crate::format::schema::encode(json)?;
     let _w = s.writer()?;
-    write_atomic(&s.dir, SCHEMA_FILE, json.as_bytes())
+    write_atomic(&s.dir, SCHEMA_FILE, &bytes)
 }

@@ -126,6 +126,11 @@ impl StoreBuilder {
             return Err(Error::AlreadyExists { path: dir.clone() });
         }
         let lock = crate::write::lock(dir)?;
+        // Checked under the lock, so no other writer is making files here.
+        let orphans = crate::write::orphaned_files(dir)?;
+        if !orphans.is_empty() {
+            return Err(crate::write::headless(dir, &orphans));
+        }
         crate::write::init(dir, self.chunk_bytes)?;
         self.finish_open(Some(lock))
     }
@@ -145,11 +150,15 @@ impl StoreBuilder {
                 }
                 return self.finish_open(None);
             }
+            let orphans = crate::write::orphaned_files(dir)?;
+            if !orphans.is_empty() {
+                return Err(crate::write::headless(dir, &orphans));
+            }
             return Err(Error::NotAStore { path: dir.clone(), reason: "no head.zr (nor loaderx meta.zr)".into() });
         }
         let lock = if writable {
             let lock = crate::write::lock(dir)?;
-            crate::write::recover(dir)?;
+            crate::write::recover(dir).map_err(|e| missing_is_damage(dir, e))?;
             Some(lock)
         } else {
             None
@@ -171,11 +180,13 @@ impl StoreBuilder {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(10));
                 }
-                r => break r?,
+                r => break r.map_err(|e| missing_is_damage(&self.path, e))?,
             }
         };
         let writer = match (lock, head) {
-            (Some(lock), Some(head)) => Some(Mutex::new(Writer::new(&self.path, lock, head)?)),
+            (Some(lock), Some(head)) => {
+                Some(Mutex::new(Writer::new(&self.path, lock, head).map_err(|e| missing_is_damage(&self.path, e))?))
+            }
             _ => None,
         };
         Ok(Store {
@@ -190,6 +201,26 @@ impl StoreBuilder {
             writer,
             pid: std::process::id(),
         })
+    }
+}
+
+/// A store file (`*.zr`: head, table, chunk, dictionary, loaderx meta) that
+/// an open did not find is damage, not an I/O failure: [`Error::Corrupted`]
+/// naming it. The open's retries for a compaction racing it have run out
+/// by then, so the head that names the file is the current one.
+fn missing_is_damage(dir: &Path, e: Error) -> Error {
+    match e {
+        Error::Io { path, source, .. }
+            if source.kind() == std::io::ErrorKind::NotFound
+                && path.parent() == Some(dir)
+                && path.extension().is_some_and(|x| x == "zr") =>
+        {
+            crate::error::corrupted(
+                path.display().to_string(),
+                "missing, though the store's head names it; restore the store from a copy",
+            )
+        }
+        e => e,
     }
 }
 
@@ -476,11 +507,15 @@ impl Store {
     }
 
     /// The contents of `schema.json`, the Python layer's metadata, if any.
+    /// A file whose checksum does not match is [`Error::Corrupted`] naming
+    /// it; files written before schemas had a checksum are returned as
+    /// they are.
     pub fn schema(&self) -> Result<Option<String>> {
         crate::admin::schema(self)
     }
 
-    /// Replaces `schema.json` atomically.
+    /// Replaces `schema.json` atomically. `json` must be a JSON object; the
+    /// file stores it with a checksum ([`Store::schema`] returns `json`).
     pub fn set_schema(&self, json: &str) -> Result<()> {
         crate::admin::set_schema(self, json)
     }

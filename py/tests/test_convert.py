@@ -277,3 +277,82 @@ def test_every_unmappable_column_is_named_in_one_message(tmp_path):
     msg = str(e.value)
     assert "'meta'" in msg and "'tags'" in msg and "'m'" in msg and "'ok'" not in msg, msg
     assert not (tmp_path / "out").exists()
+
+
+def _named_store(tmp_path, n=6):
+    src = tmp_path / "files"
+    src.mkdir()
+    for i in range(n):
+        (src / f"f{i}.bin").write_bytes(bytes([i]) * (i + 1))
+    zring.convert(src, tmp_path / "s")
+    return tmp_path / "s"
+
+
+def _aligned(store):
+    with zring.RaggedDataset(store) as d:
+        names = list(d.names)
+        assert len(names) == len(d)
+        for i, name in enumerate(names):
+            assert bytes(d[i]) == (store.parent / "files" / name).read_bytes(), (i, name)
+        return names
+
+
+def test_delete_with_names_held_by_another_handle_keeps_them_aligned(tmp_path):
+    """Regression: Zrecord.delete committed the records, then the names as a
+    second commit: with names/ held by another writer, delete([1]) raised
+    LockedError after the records were committed, leaving 6 names for 5
+    records (names[1] still f1.bin over file 5's bytes). Now the names'
+    lock is taken first: the delete fails whole, and succeeds whole once
+    the other handle is gone."""
+    store = _named_store(tmp_path)
+    z = zring.Zrecord(store)
+    other = zring.Zrecord(store / "names")
+    with pytest.raises(zring.LockedError):
+        z.delete([1])
+    assert len(z) == len(other) == 6
+    with pytest.raises(zring.LockedError):
+        z.compact()
+    other.close()
+    assert _aligned(store) == [f"f{i}.bin" for i in range(6)]
+    z.delete([1])
+    assert len(z) == 5
+    z.close()
+    assert _aligned(store) == ["f0.bin", "f5.bin", "f2.bin", "f3.bin", "f4.bin"]
+    assert not (store / "names.intent").exists()
+
+
+def test_a_delete_interrupted_between_records_and_names_is_finished_on_open(tmp_path):
+    """A crash after the records' commit and before the names': the intent
+    written before the records' commit is replayed by the next writable
+    open; until then a reader's names are a CorruptError naming both
+    counts, as is any other count mismatch."""
+    import json
+
+    store = _named_store(tmp_path)
+    with zring.Zrecord(store) as z:
+        # What the crashed delete had made durable: its intent, then the
+        # records, not the names.
+        (store / "names.intent").write_text(json.dumps(
+            {"op": "delete", "records_before": 6, "records_after": 4, "indices": [4, 0]}))
+        z._s.delete(np.array([4, 0], dtype=np.uint64))
+    with zring.RaggedDataset(store) as d:
+        with pytest.raises(zring.CorruptError, match="6 names for 4 records.*interrupted"):
+            d.names
+    with pytest.raises(zring.CorruptError, match="6 names for 4 records"):
+        zring.Zrecord(store, readonly=True)
+    zring.Zrecord(store).close()  # finishes the delete
+    assert not (store / "names.intent").exists()
+    assert _aligned(store) == ["f5.bin", "f1.bin", "f2.bin", "f3.bin"]
+    # A mismatch without an intent (names damaged or written apart).
+    with zring.Zrecord(store / "names") as names:
+        names.delete([0])
+    with pytest.raises(zring.CorruptError, match=f"{store / 'names'}: 3 names for 4 records"):
+        zring.Zrecord(store)
+
+
+def test_appending_to_a_named_store_without_names_is_refused(tmp_path):
+    store = _named_store(tmp_path)
+    with zring.Zrecord(store) as z:
+        with pytest.raises(ValueError, match="misalign"):
+            z.append_var(np.zeros(3, np.uint8), [0], [3])
+        assert len(z) == 6

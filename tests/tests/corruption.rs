@@ -159,7 +159,15 @@ fn flipped_bytes_are_errors_or_harmless() {
                 // These are covered by checksums: damage must be reported.
                 let must_fail = in_live || name == "head.zr" || name.starts_with("table-") || name == "dict.zr";
                 match r {
-                    Err(_) => errors += 1,
+                    Err(e) => {
+                        // The message says which file to restore.
+                        assert!(
+                            e.to_string().contains(&name),
+                            "{} store: flip of {name} byte {at} gave an error naming no file: {e}",
+                            codec.name()
+                        );
+                        errors += 1
+                    }
                     Ok(()) => {
                         assert!(!must_fail, "{} store: flip of {name} byte {at} went unnoticed", codec.name());
                         harmless += 1;
@@ -199,6 +207,9 @@ fn truncated_files_are_errors_or_harmless() {
                         codec.name()
                     );
                 }
+                if let Err(e) = &r {
+                    assert!(e.to_string().contains(&name), "{name} cut to {cut}: the error names no file: {e}");
+                }
                 // Recovery must refuse it too, not "repair" it into a different store.
                 let w = catch_unwind(AssertUnwindSafe(|| Store::builder(&dir).open_writable().map(drop)));
                 let w = w.unwrap_or_else(|_| {
@@ -206,6 +217,7 @@ fn truncated_files_are_errors_or_harmless() {
                 });
                 if let Err(e) = &w {
                     assert!(is_damage_error(e), "open_writable with {name} cut: unexpected {e:?}");
+                    assert!(e.to_string().contains(&name), "open_writable with {name} cut: names no file: {e}");
                 }
                 std::fs::write(&path, &original).unwrap();
             }
@@ -216,6 +228,11 @@ fn truncated_files_are_errors_or_harmless() {
             let only_dead = name.starts_with("chunk-") && live_ranges(&dir).iter().all(|(c, _, _)| *c != name);
             if !only_dead {
                 assert!(r.is_err(), "{} store: removing {name} went unnoticed", codec.name());
+            }
+            if let Err(e) = &r {
+                // A missing file is damage naming it, never a bare "file not found".
+                assert!(matches!(e, Error::Corrupted { .. }), "{name} removed gave {e:?}");
+                assert!(e.to_string().contains(&name), "{name} removed: the error names no file: {e}");
             }
         }
         probe(&dir, &want).expect("store restored");
@@ -563,4 +580,85 @@ fn v1_fixture_still_opens() {
     let mut d = [0u8; 3];
     r.gather(&[at], &mut d, 3).unwrap();
     assert_eq!(&d, b"new");
+}
+
+// ---- a store without its head ----
+
+/// Every file of `dir` (recursively) and its bytes.
+fn snapshot_bytes(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(snapshot_bytes(&p));
+        } else if p.file_name().is_some_and(|n| n != "lock" && n != "pins") {
+            out.push((p.clone(), std::fs::read(&p).unwrap()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// Regression: a writer open of a directory whose `head.zr` was removed took
+/// it for an empty directory and laid out a new store there, truncating
+/// `chunk-000000.zr` and `table-000001.zr` (a 400-record store lost every
+/// record). Guarantee: `open_writable` and `create` on a directory holding
+/// store files but no head are `Corrupted` naming the directory and what is
+/// missing, and every byte of every file is unchanged; a reader gets the
+/// same error. Layouts: each codec (the dictionary store has `dict.zr`), a
+/// format-2 table after `compact_to(2)`, and a store with `schema.json`.
+#[test]
+fn writer_open_without_head_changes_no_byte() {
+    let tmp = test_dir();
+    let mut dirs = Vec::new();
+    for codec in CODECS {
+        let dir = tmp.path().join(codec.name());
+        build(&dir, codec);
+        dirs.push(dir);
+    }
+    let f2 = tmp.path().join("format2");
+    {
+        let s = Store::builder(&f2).codec(Codec::Raw).chunk_bytes(CHUNK_BYTES).create().unwrap();
+        let recs = vec![7u8; 16 * 400];
+        s.append_fixed(&recs, 16, None).unwrap();
+        s.set_schema("{\"format\": \"loaderx-zrecord\", \"dtype\": \"<f4\", \"shape\": [4]}").unwrap();
+        s.compact_to(2).unwrap();
+        assert_eq!(s.table_format().0, 2);
+    }
+    dirs.push(f2);
+    for dir in dirs {
+        std::fs::remove_file(dir.join("head.zr")).unwrap();
+        let before = snapshot_bytes(&dir);
+        assert!(before.iter().any(|(p, b)| p.to_string_lossy().contains("chunk-") && !b.is_empty()));
+        for how in ["open_writable", "create", "open"] {
+            let r = match how {
+                "open_writable" => Store::builder(&dir).open_writable(),
+                "create" => Store::builder(&dir).create(),
+                _ => Store::open(&dir),
+            };
+            let e = r.err().unwrap_or_else(|| panic!("{how} of {} without head.zr succeeded", dir.display()));
+            assert!(matches!(e, Error::Corrupted { .. }), "{how}: {e:?}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&dir.display().to_string()) && msg.contains("no head.zr but") && msg.contains("restore"),
+                "{how}: {msg}"
+            );
+            assert_eq!(snapshot_bytes(&dir), before, "{how} of {} changed its files", dir.display());
+        }
+    }
+}
+
+/// A create interrupted before its first head leaves an empty table and an
+/// empty chunk 0 and nothing else: no record is lost by laying the store
+/// out again, so that directory still opens writable.
+#[test]
+fn an_interrupted_create_is_laid_out_again() {
+    let tmp = test_dir();
+    let dir = tmp.path().join("s");
+    drop(Store::builder(&dir).create().unwrap());
+    std::fs::remove_file(dir.join("head.zr")).unwrap();
+    let s = Store::builder(&dir).open_writable().expect("an empty unborn store opens writable");
+    s.append(&[b"x".as_slice()], None).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.len(), 1);
 }

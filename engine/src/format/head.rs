@@ -90,22 +90,36 @@ impl Head {
         self.content != 0 || self.layout.version >= 2
     }
 
+    /// Decodes the head of the store in directory `path`.
     pub fn decode(path: &Path, b: &[u8]) -> Result<Head> {
         if b.len() < 8 || &b[0..4] != MAGIC {
-            return Err(Error::NotAStore { path: path.into(), reason: "head.zr has no ZRNG magic".into() });
+            return Err(Error::NotAStore { path: path.into(), reason: format!("{HEAD_FILE} has no ZRNG magic") });
         }
         let version = u32_at(b, 4);
         if version == 0 || version > FORMAT_VERSION {
-            return Err(Error::UnsupportedVersion { path: path.into(), found: version, supported: FORMAT_VERSION });
+            return Err(Error::UnsupportedVersion {
+                path: path.join(HEAD_FILE),
+                found: version,
+                supported: FORMAT_VERSION,
+            });
         }
+        // Every error names the file: a training log shows which store broke.
+        let file = path.join(HEAD_FILE).display().to_string();
         let size = if version == 1 { HEAD_BYTES } else { HEAD2_BYTES };
         if b.len() != size {
-            return Err(corrupted("head", format!("{} bytes, expected {size}", b.len())));
+            return Err(corrupted(file, format!("{} bytes, a format-{version} head has {size}", b.len())));
         }
         let want = u32_at(b, size - 4);
         let got = crate::format::crc::crc32c(&b[..size - 4]);
         if want != got {
-            return Err(corrupted("head", format!("checksum {got:#010x} != stored {want:#010x}")));
+            return Err(corrupted(
+                file,
+                format!(
+                    "bytes 0..{} have checksum {got:#010x}, bytes {}..{size} store {want:#010x}",
+                    size - 4,
+                    size - 4
+                ),
+            ));
         }
         let h = Head {
             generation: u64_at(b, 8),
@@ -124,15 +138,18 @@ impl Head {
             },
         };
         if h.chunk_count == 0 || h.chunk_target == 0 {
-            return Err(corrupted("head", "no chunks or a zero chunk size"));
+            return Err(corrupted(file, "no chunks or a zero chunk size (bytes 28..32, 48..56)"));
         }
         if h.chunk_base.checked_add(h.chunk_count).is_none() {
-            return Err(corrupted("head", format!("chunk range {}+{} overflows", h.chunk_base, h.chunk_count)));
+            return Err(corrupted(
+                file,
+                format!("chunk range {}+{} overflows (bytes 24..32)", h.chunk_base, h.chunk_count),
+            ));
         }
         if h.layout.table_bytes(h.records).filter(|&n| usize::try_from(n).is_ok()).is_none() {
             return Err(corrupted(
-                "head",
-                format!("a record count of {} is impossible ({} sealed)", h.records, h.layout.sealed),
+                file,
+                format!("a record count of {} is impossible ({} sealed; bytes 16..24)", h.records, h.layout.sealed),
             ));
         }
         Ok(h)
@@ -186,7 +203,9 @@ mod tests {
         for bit in [70 * 8, 100 * 8, 125 * 8] {
             let mut b = h2.encode();
             b[bit / 8] ^= 1;
-            assert!(matches!(Head::decode(p, &b), Err(Error::Corrupted { .. })), "bit {bit}");
+            let e = Head::decode(p, &b).unwrap_err();
+            assert!(matches!(e, Error::Corrupted { .. }), "bit {bit}");
+            assert!(e.to_string().contains("x/head.zr: bytes 0..124 have checksum"), "bit {bit}: {e}");
         }
         let mut b = h.encode();
         b[20] ^= 1;

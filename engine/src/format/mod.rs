@@ -1,5 +1,6 @@
 //! What is on disk: the head, the record table, a record's entry, the codecs,
-//! the file names, and the content fingerprint over the table. Nothing here
+//! the file names, the checksummed `schema.json`, and the content fingerprint
+//! over the table. Nothing here
 //! performs I/O beyond reading and writing these structures through
 //! [`crate::io::fs`]; the byte layouts are drawn in `engine/DESIGN.md`.
 
@@ -13,4 +14,5 @@ pub(crate) mod fingerprint;
 pub(crate) mod head;
 pub(crate) mod names;
 pub(crate) mod record;
+pub(crate) mod schema;
 pub(crate) mod table;

@@ -19,6 +19,12 @@ pub(crate) const LOCK_FILE: &str = "lock";
 /// The file whose byte ranges readers lock to pin their snapshot's chunks
 /// ([`crate::read::pins`]).
 pub(crate) const PINS_FILE: &str = "pins";
+/// The Python layer's description of the records (dtype, shape, codec).
+pub(crate) const SCHEMA_FILE: &str = "schema.json";
+/// The Python layer's store of record names, one per record.
+pub(crate) const NAMES_DIR: &str = "names";
+/// The record names of stores converted by earlier versions (one JSON list).
+pub(crate) const LEGACY_NAMES_FILE: &str = "names.json";
 /// loaderx 0.7.3: `meta.zr` is a 16-byte header and 16-byte entries.
 pub(crate) const LOADERX_META: &str = "meta.zr";
 

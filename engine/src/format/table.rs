@@ -22,7 +22,7 @@
 //! read), entries are read through the file instead, where a short file is
 //! [`Error::Corrupted`] naming it.
 
-use crate::format::names::{table_name, LOADERX_META, TABLE_HEADER_BYTES};
+use crate::format::names::{table_name, HEAD_FILE, LOADERX_META, TABLE_HEADER_BYTES};
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -178,11 +178,10 @@ impl Table {
     fn open_native_with(dir: &Path, generation: u64, layout: Layout, records: u64, map: bool) -> Result<Table> {
         let path = dir.join(table_name(generation));
         let file = crate::io::fs::open_read(&path)?;
-        let need = layout
-            .table_bytes(records)
-            .filter(|&n| usize::try_from(n).is_ok())
-            .ok_or_else(|| corrupted("head", format!("a record count of {records} is impossible")))?;
-        check_len(&file, &path, need, "table")?;
+        let need = layout.table_bytes(records).filter(|&n| usize::try_from(n).is_ok()).ok_or_else(|| {
+            corrupted(dir.join(HEAD_FILE).display().to_string(), format!("a record count of {records} is impossible"))
+        })?;
+        check_len(&file, &path, need)?;
         let mut table = Table::new(file, path, need as usize, Format::Native, records, map);
         let mut h = [0u8; TABLE_HEADER_BYTES];
         table.read_at(&mut h, 0)?;
@@ -263,7 +262,7 @@ impl Table {
         let tail_offset = u64::from(u32_at(&head, 8));
         let records = u64::from(u32_at(&head, 12));
         let need = LOADERX_HEADER as u64 + LOADERX_ENTRY as u64 * records;
-        check_len(&file, &path, need, "loaderx meta.zr")?;
+        check_len(&file, &path, need)?;
         let table = Table::new(file, path, need as usize, Format::Loaderx, records, crate::io::mmap::allowed());
         Ok((table, tail_chunk, tail_offset))
     }
@@ -344,6 +343,23 @@ impl Table {
         Ok(())
     }
 
+    /// The path of the table file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `e` naming this file and `bytes` in it: entry decoding knows only
+    /// the record's index.
+    fn locate(&self, e: Error, bytes: std::ops::Range<usize>) -> Error {
+        match e {
+            Error::Corrupted { what, detail } => corrupted(
+                format!("{}, {what}", self.path.display()),
+                format!("{detail} (bytes {}..{})", bytes.start, bytes.end),
+            ),
+            e => e,
+        }
+    }
+
     /// The entry of sealed record `i`.
     fn sealed_entry(&self, sec: &Section, i: u64) -> Result<Entry> {
         match sec.kind {
@@ -363,11 +379,15 @@ impl Table {
                 };
                 let offset = u32_at(&e, 0);
                 let word = u32_at(&e, 4);
+                let bytes = at..at + VAR_ENTRY;
                 let codec = Codec::from_tag((word >> 30) as u8).ok_or_else(|| {
-                    corrupted(format!("table entry {i}"), format!("unknown codec tag {}", word >> 30))
+                    let e = corrupted(format!("table entry {i}"), format!("unknown codec tag {}", word >> 30));
+                    self.locate(e, bytes.clone())
                 })?;
                 let stored_len = end.checked_sub(offset).ok_or_else(|| {
-                    corrupted(format!("table entry {i}"), format!("offsets go backwards ({offset} then {end})"))
+                    let e =
+                        corrupted(format!("table entry {i}"), format!("offsets go backwards ({offset} then {end})"));
+                    self.locate(e, bytes.clone())
                 })?;
                 let e = Entry {
                     chunk: ChunkId(u32_at(&h, 0)),
@@ -378,7 +398,7 @@ impl Table {
                     codec,
                     within: 0,
                 };
-                e.check_shape(i)?;
+                e.check_shape(i).map_err(|e| self.locate(e, bytes))?;
                 Ok(e)
             }
             Sealed::Fixed { item_len, block_records, chunk_records, first_chunk } => {
@@ -390,10 +410,9 @@ impl Table {
                 let crc: [u8; 4] = self.small(at)?;
                 let first = r / br * br;
                 let n = br.min(chunk_records - first).min(sec.records - (c * chunk_records + first));
-                let chunk = u32::try_from(c)
-                    .ok()
-                    .and_then(|c| first_chunk.checked_add(c))
-                    .ok_or_else(|| corrupted(format!("table entry {i}"), "chunk number overflows"))?;
+                let chunk = u32::try_from(c).ok().and_then(|c| first_chunk.checked_add(c)).ok_or_else(|| {
+                    self.locate(corrupted(format!("table entry {i}"), "chunk number overflows"), 56..60)
+                })?;
                 Ok(Entry {
                     chunk: ChunkId(chunk),
                     offset: first * u64::from(item_len),
@@ -483,9 +502,12 @@ impl Table {
             .and_then(|o| o.checked_add(header))
             .filter(|&at| at + size <= self.len)
             .ok_or(Error::IndexOutOfRange { index: i, len: self.records })?;
-        let decode = |b: &[u8]| match self.format {
-            Format::Native => Entry::decode(i, b),
-            Format::Loaderx => Entry::decode_loaderx(i, b),
+        let decode = |b: &[u8]| {
+            match self.format {
+                Format::Native => Entry::decode(i, b),
+                Format::Loaderx => Entry::decode_loaderx(i, b),
+            }
+            .map_err(|e| self.locate(e, at..at + size))
         };
         if let Some(Ok(e)) = self.map.as_ref().and_then(|m| m.read(at, size, decode)) {
             return Ok(e);
@@ -518,10 +540,13 @@ impl Table {
     }
 }
 
-fn check_len(file: &File, path: &PathBuf, need: u64, what: &str) -> Result<()> {
+fn check_len(file: &File, path: &PathBuf, need: u64) -> Result<()> {
     let len = file.metadata().map_err(io_err("stat", path))?.len();
     if len < need {
-        return Err(corrupted(what, format!("{} is {len} bytes, the head needs {need}", path.display())));
+        return Err(corrupted(
+            path.display().to_string(),
+            format!("{len} bytes, the head names {need}: bytes {len}..{need} are missing"),
+        ));
     }
     Ok(())
 }

@@ -83,6 +83,11 @@ pub(crate) struct ChunkFile {
 }
 
 impl ChunkFile {
+    /// Where the file is.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
     /// The chunk file at `path` (not opened yet) of the store whose
     /// directory had identity `store` when its snapshot was read.
     pub fn new(path: PathBuf, store: Option<StoreId>) -> Arc<ChunkFile> {

@@ -119,20 +119,27 @@ impl Snapshot {
     pub fn entry(&self, index: u64) -> Result<Entry> {
         check_index(index, self.records())?;
         let e = self.table.entry(index)?;
+        let table = self.table.path().display();
         let chunk = self.chunk(e.chunk).ok_or_else(|| {
             corrupted(
-                format!("table entry {index}"),
-                format!("names chunk {} which the store does not have", e.chunk.0),
+                format!("{table}, table entry {index}"),
+                format!(
+                    "names chunk {} ({}) which the head does not name (it names chunks {}..{})",
+                    e.chunk.0,
+                    chunk_name(self.table.format, e.chunk),
+                    self.chunk_base,
+                    self.chunk_base as usize + self.chunks.len()
+                ),
             )
         })?;
         if e.end() > chunk.len {
             return Err(corrupted(
-                format!("table entry {index}"),
+                format!("{table}, table entry {index}"),
                 format!(
-                    "bytes {}..{} lie past the end of chunk {} ({} bytes)",
+                    "bytes {}..{} lie past the end of {} ({} bytes)",
                     e.offset,
                     e.end(),
-                    e.chunk.0,
+                    chunk.file.path().display(),
                     chunk.len
                 ),
             ));
@@ -155,8 +162,8 @@ pub(crate) fn open_chunk(
     let len = match len {
         Some(l) if l > size => {
             return Err(corrupted(
-                format!("chunk {}", id.0),
-                format!("{} is {size} bytes, the head says {l}", path.display()),
+                path.display().to_string(),
+                format!("{size} bytes, the head says {l}: bytes {size}..{l} are missing"),
             ))
         }
         Some(l) => l,
@@ -198,10 +205,23 @@ pub(crate) fn load(
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::format::names::DICT_FILE);
             let bytes = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
-            if bytes.len() != head.dict_len as usize || crate::format::crc::crc32c(&bytes) != head.dict_crc {
-                return Err(corrupted("dictionary", "dict.zr does not match the length and checksum in the head"));
+            let crc = crate::format::crc::crc32c(&bytes);
+            if bytes.len() != head.dict_len as usize || crc != head.dict_crc {
+                return Err(corrupted(
+                    p.display().to_string(),
+                    format!(
+                        "{} bytes with checksum {crc:#010x}; the head says {} bytes with checksum {:#010x}",
+                        bytes.len(),
+                        head.dict_len,
+                        head.dict_crc
+                    ),
+                ));
             }
-            Some(Arc::new(Dict::new(bytes, Some(dict_level))?))
+            let dict = Dict::new(bytes, Some(dict_level)).map_err(|e| match e {
+                Error::Corrupted { detail, .. } => corrupted(p.display().to_string(), detail),
+                e => e,
+            })?;
+            Some(Arc::new(dict))
         } else {
             None
         };
@@ -316,7 +336,15 @@ pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict
     };
     let decoded = codec::decode(codec, src, it.dst, dict);
     crc_check(it.index, &it.entry, stored)?;
-    decoded.map_err(|d| corrupted(format!("record {}", it.index), d))
+    decoded.map_err(|d| {
+        // Native entries always carry a checksum, loaderx entries never.
+        let format = if it.entry.checksum.is_some() { Format::Native } else { Format::Loaderx };
+        let e = &it.entry;
+        corrupted(
+            format!("record {} in {} (bytes {}..{})", it.index, chunk_name(format, e.chunk), e.offset, e.end()),
+            d,
+        )
+    })
 }
 
 /// Logical (decoded) length of each record in `indices`, into `out`.

@@ -10,7 +10,9 @@ pub(crate) mod append;
 pub(crate) mod compact;
 pub(crate) mod new_table;
 
-use crate::format::names::{DICT_FILE, LOCK_FILE};
+use crate::format::names::{
+    DICT_FILE, HEAD_FILE, LEGACY_NAMES_FILE, LOCK_FILE, NAMES_DIR, SCHEMA_FILE, TABLE_HEADER_BYTES,
+};
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
@@ -129,6 +131,61 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Res
     Ok(f)
 }
 
+/// The files in `dir` that hold (or describe) a store's records although
+/// no head names them: what a new store must not be laid out over. `init`
+/// truncates table generation 1 and chunk 0, so a directory whose `head.zr`
+/// was removed would lose every record to a writer that took it for empty.
+/// Left alone: the lock and pins files (no data), `*.tmp` files (never
+/// committed), other files and directories (not the store's), and the
+/// empty table and chunk a create interrupted before its head leaves.
+pub(crate) fn orphaned_files(dir: &Path) -> Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(io_err("list", dir)(e)),
+    };
+    let empty_table = table_name(1);
+    let empty_chunk = chunk_name(Format::Native, ChunkId(0));
+    let mut found = Vec::new();
+    for e in entries {
+        let e = e.map_err(io_err("list", dir))?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        let meta = e.metadata().map_err(io_err("stat", e.path()))?;
+        let store_file = if meta.is_dir() {
+            name == NAMES_DIR
+        } else {
+            name.ends_with(".zr") || name == SCHEMA_FILE || name == LEGACY_NAMES_FILE
+        };
+        let unborn = (name == empty_table && meta.len() <= TABLE_HEADER_BYTES as u64)
+            || (name == empty_chunk && meta.len() == 0);
+        if store_file && !unborn {
+            found.push(name);
+        }
+    }
+    found.sort();
+    Ok(found)
+}
+
+/// The error for a directory that holds store files but no head:
+/// [`Error::Corrupted`] naming the directory, the missing head and the
+/// files, and what the user can do.
+pub(crate) fn headless(dir: &Path, files: &[String]) -> Error {
+    const SHOWN: usize = 6;
+    let mut list = files.iter().take(SHOWN).cloned().collect::<Vec<_>>().join(", ");
+    if files.len() > SHOWN {
+        list.push_str(&format!(", ... ({} more)", files.len() - SHOWN));
+    }
+    crate::error::corrupted(
+        dir.display().to_string(),
+        format!(
+            "no {HEAD_FILE} but {} store files ({list}): the head that names the committed records is missing, \
+             so nothing was opened and no file was changed; restore {HEAD_FILE} from a copy of the store, or move \
+             those files away to start a new store in this directory",
+            files.len()
+        ),
+    )
+}
+
 /// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
 pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
@@ -169,12 +226,13 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
     let table_size = t.metadata().map_err(io_err("stat", &tp))?.len();
     if table_size < head.table_bytes() {
         return Err(crate::error::corrupted(
-            "table",
+            tp.display().to_string(),
             format!(
-                "{} is {table_size} bytes, the head says {} ({} records): committed entries are missing",
-                tp.display(),
+                "{table_size} bytes, the head says {} ({} records): committed entries (bytes {table_size}..{}) are \
+                 missing",
                 head.table_bytes(),
-                head.records
+                head.records,
+                head.table_bytes()
             ),
         ));
     }
@@ -183,8 +241,8 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
     if size < head.tail_len {
         return Err(crate::error::corrupted(
-            format!("chunk {}", head.last_chunk()),
-            format!("{} is {size} bytes, the head says {}", cp.display(), head.tail_len),
+            cp.display().to_string(),
+            format!("{size} bytes, the head says {}: bytes {size}..{} are missing", head.tail_len, head.tail_len),
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;

@@ -228,17 +228,21 @@ class Zrecord:
     def gather_var(self, idxs: npt.ArrayLike, dst: npt.NDArray[Any], offsets: npt.ArrayLike) -> None:
         """Decode records into dst at byte offsets."""
     def append(self, src: npt.NDArray[Any], n: int, item_len: int, codec: Optional[str] = None) -> int:
-        """Append n records of item_len bytes; returns the first new index."""
+        """Append n records of item_len bytes; returns the first new index.
+        Refused (ValueError) on a store with record names (names/)."""
     def append_var(
         self, src: npt.NDArray[Any], offsets: npt.ArrayLike, lens: npt.ArrayLike, codec: Optional[str] = None
     ) -> int:
-        """Append records of different lengths; returns the first new index."""
+        """Append records of different lengths; returns the first new index.
+        Refused (ValueError) on a store with record names (names/)."""
     def train_dict(self, samples: npt.ArrayLike, sizes: npt.ArrayLike, target: int) -> int:
         """Train and install a zstd dictionary; returns its size."""
     def has_dict(self) -> bool:
         """Whether the store has a dictionary."""
     def delete(self, idxs: npt.ArrayLike) -> None:
-        """Remove records; the tail fills the holes."""
+        """Remove records; the tail fills the holes. Record names (names/) change with
+        them: the names' lock is taken first, and an interrupted delete is finished by
+        the next writable open."""
     def compact(self, format: int | None = None) -> dict[str, Any]:
         """Reclaim deleted space; format=1 or 2 rewrites the table in that format."""
     def stats(self) -> dict[str, Any]:

@@ -115,11 +115,18 @@ class Names(Sequence[str]):
         return f"<zring names of {len(self)} records>"
 
 
-def read_names(path: str | os.PathLike[str]) -> Sequence[str] | None:
-    """The names kept with the store at ``path``, or None."""
+def read_names(path: str | os.PathLike[str], records: int | None = None) -> Sequence[str] | None:
+    """The names kept with the store at ``path``, or None. With ``records``
+    (the store's record count), names of another count are a CorruptError
+    naming both counts."""
+    from ._zrecord import names_mismatch
+
     p = Path(path)
     if (p / NAMES_DIR).is_dir():
-        return Names(p / NAMES_DIR)
+        names = Names(p / NAMES_DIR)
+        if records is not None and len(names) != records:
+            raise names_mismatch(p, records, len(names))
+        return names
     legacy = p / LEGACY_NAMES
     try:
         text = legacy.read_text(encoding="utf-8")

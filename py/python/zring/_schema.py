@@ -13,6 +13,12 @@ ml_dtypes when it is installed) or ``dtype_descr`` (``dtype.descr`` of a
 structured dtype). A reader that lacks ml_dtypes still opens the store and
 sees the raw void bytes' size correctly only if it asks for them; zring
 raises a clear TypeError instead of guessing.
+
+The engine stores the file with a CRC-32C (a ``"crc32c"`` member it adds on
+write and checks and removes on read; files written before it have none),
+so a flipped bit is a :class:`CorruptError` naming the file. :func:`loads`
+checks the fields themselves: anything else wrong with them is a
+:class:`CorruptError` naming the file too, never a bare ``KeyError``.
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import json
 from typing import Any
 
 import numpy as np
+
+from ._zring import CorruptError
 
 SCHEMA = "schema.json"
 FORMAT = "loaderx-zrecord"
@@ -128,12 +136,41 @@ def dumps(schema: dict[str, Any]) -> str:
     return json.dumps(schema, indent=2) + "\n"
 
 
+def _dims(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                           for d in value)
+
+
 def loads(text: str, where: str) -> dict[str, Any]:
-    """Parse a stored schema, naming ``where`` in the error."""
+    """Parse and check a stored schema; anything wrong with it is a
+    :class:`CorruptError` naming ``where`` (the file)."""
+    def bad(why: str) -> CorruptError:
+        return CorruptError(f"corrupted store: {where}: {why}; restore the file from a copy of the store")
+
     try:
         schema = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise ValueError(f"{where} is not valid JSON: {exc}") from None
+        raise bad(f"not valid JSON ({exc})") from None
     if not isinstance(schema, dict) or schema.get("format") != FORMAT:
-        raise ValueError(f"{where} is not a {FORMAT} schema")
+        raise bad(f"not a {FORMAT} schema (a JSON object with \"format\": \"{FORMAT}\")")
+    ragged = schema.get("ragged", False)
+    if not isinstance(ragged, bool):
+        raise bad(f"\"ragged\" is {ragged!r}, not true or false")
+    dims = "item_shape" if ragged else "shape"
+    if not _dims(schema.get(dims)):
+        raise bad(f"\"{dims}\" is {schema.get(dims)!r}, not a list of non-negative integers")
+    if "codec" in schema and schema["codec"] not in CODECS:
+        raise bad(f"\"codec\" is {schema['codec']!r}, not one of {list(CODECS)}")
+    for key, kind in (("dtype", str), ("dtype_name", str), ("dtype_descr", list)):
+        if key in schema and not isinstance(schema[key], kind):
+            raise bad(f"\"{key}\" is {schema[key]!r}, not a {kind.__name__}")
+    if not any(k in schema for k in ("dtype", "dtype_name", "dtype_descr")):
+        raise bad("it names no dtype (\"dtype\")")
+    if schema.get("dtype_name") is None or _ml_dtypes() is not None:
+        # Without ml_dtypes an extension dtype cannot be checked here:
+        # decode_dtype says to install it.
+        try:
+            decode_dtype(schema)
+        except (TypeError, ValueError) as exc:
+            raise bad(f"its dtype does not resolve ({exc})") from None
     return schema

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import json
 import os
 import shutil
 import sys
@@ -25,7 +26,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from . import _schema, _util
-from ._zring import Store, ZringError
+from ._zring import CorruptError, Store, ZringError
 
 #: loaderx's name for the base error class; an alias of :class:`ZringError`.
 ZrecordError = ZringError
@@ -38,6 +39,37 @@ DICT_MAX_SAMPLES = 8192
 DICT_SAMPLE_BYTES = 256 << 20
 #: Default upper bound on the bytes handed to one append call.
 WRITE_CHUNK_BYTES = 64 << 20
+#: The store of a store's record names (a ragged store of UTF-8 bytes).
+NAMES_DIR = "names"
+#: A delete's intent, kept while its records are committed and its names
+#: not yet (see :meth:`Zrecord.delete`).
+NAMES_INTENT = "names.intent"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def _remove_durably(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
+def names_mismatch(path: Path, records: int, names: int) -> CorruptError:
+    """The error for a store whose names and records disagree in number."""
+    hint = ""
+    if (path / NAMES_INTENT).exists():
+        hint = (f"; a delete was interrupted between its two commits ({NAMES_INTENT} is there): "
+                f"open the store writable (zring.Zrecord({str(path)!r})) to finish it")
+    return CorruptError(
+        f"corrupted store: {path / NAMES_DIR}: {names} names for {records} records in {path}{hint}"
+    )
 
 
 class Zrecord(_util.Closeable):
@@ -68,12 +100,57 @@ class Zrecord(_util.Closeable):
             ValueError: ``codec`` names no codec.
             LockedError: Another writer holds the store.
             NotAStoreError: ``path`` holds something that is not a store.
+            CorruptError: ``path`` holds store files but no ``head.zr``
+                (nothing is changed), or its record names (``names/``)
+                and records differ in number.
         """
         self.codec = _schema.check_codec(codec)
         self.path = Path(path)
         self._store: Store | None = None
         self._store = Store(str(self.path), "r" if readonly else "a", codec=codec,
                             cache_bytes=_util.cache_bytes(cache_bytes))
+        try:
+            self._check_names(readonly)
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_names(self, readonly: bool) -> None:
+        """Finishes a delete interrupted between its records and its names
+        (writable handles), then checks that names and records agree in
+        number: a mismatch is a CorruptError naming both counts."""
+        if not (self.path / NAMES_DIR).is_dir():
+            return
+        intent = self.path / NAMES_INTENT
+        if not readonly and intent.exists():
+            with self._names_store() as names:
+                self._replay(intent, names)
+        with Store(str(self.path / NAMES_DIR), "r") as names:
+            count = len(names)
+        if count != len(self._s):
+            raise names_mismatch(self.path, len(self._s), count)
+
+    def _replay(self, intent: Path, names: "Zrecord") -> None:
+        """Brings ``names`` to the state the intent of a delete describes.
+        Its records are committed or not (the record count says which); the
+        names follow them, then the intent goes."""
+        try:
+            op = json.loads(intent.read_text(encoding="utf-8"))
+            before, after = int(op["records_before"]), int(op["records_after"])
+            indices = np.asarray(op["indices"], dtype=np.uint64)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CorruptError(f"corrupted store: {intent}: unreadable ({exc}); restore the store from a copy") \
+                from None
+        n, m = len(self._s), len(names)
+        if n == after and m == before and before != after:
+            names._s.delete(indices)
+            names.sync()
+        elif (n, m) not in ((after, after), (before, before)):
+            raise CorruptError(
+                f"corrupted store: {intent}: a delete from {before} to {after} records, but the store holds "
+                f"{n} records and {m} names"
+            )
+        _remove_durably(intent)
 
     @property
     def _s(self) -> Store:
@@ -123,6 +200,7 @@ class Zrecord(_util.Closeable):
             )
         if codec is not None:
             _schema.check_codec(codec)
+        self._refuse_unnamed()
         return self._s.append_fixed(flat[: n * item_len], item_len, codec)
 
     def append_var(self, src: np.ndarray, offsets: Any, lens: Any, codec: str | None = None) -> int:
@@ -137,7 +215,15 @@ class Zrecord(_util.Closeable):
             raise ValueError(f"offsets has {off.size} entries but lens has {ln.size}")
         if codec is not None:
             _schema.check_codec(codec)
+        self._refuse_unnamed()
         return self._s.append(flat, off, ln, codec)
+
+    def _refuse_unnamed(self) -> None:
+        if (self.path / NAMES_DIR).is_dir():
+            raise ValueError(
+                f"{self.path} keeps a name for each record ({NAMES_DIR}/); records appended without names would "
+                f"misalign them: convert the source again, or remove {self.path / NAMES_DIR} first"
+            )
 
     def train_dict(self, samples: Any, sizes: Any, target: int) -> int:
         """Train a zstd dictionary on concatenated ``samples`` and install it.
@@ -159,15 +245,37 @@ class Zrecord(_util.Closeable):
         """Remove records, keeping the index space dense (the tail fills holes).
 
         The bytes stay on disk until :meth:`compact`. Duplicates and any order
-        are accepted.
+        are accepted. A store with record names (``names/``) deletes them
+        too, as one change: a names store another handle holds raises
+        LockedError before anything changes, and a crash between the two
+        commits is finished by the next writable open.
         """
         idx = _util.as_u64(idxs, "idxs")
-        self._s.delete(idx)
-        # The record names (a store of their own) move exactly as the records do.
         names = self._names_store()
-        if names is not None:
-            with names:
-                names.delete(idx)
+        if names is None:
+            self._s.delete(idx)
+            return
+        # The record names (a store of their own) move exactly as the records
+        # do, under one intent: their lock is taken first (a names store held
+        # by another handle fails the delete before anything changes), the
+        # intent is durable before the records commit, and a crash between
+        # the two commits is finished by the next writable open.
+        with names:
+            n = len(self._s)
+            if len(names) != n:
+                raise names_mismatch(self.path, n, len(names))
+            after = n - int(np.unique(idx).size)
+            intent = self.path / NAMES_INTENT
+            _write_atomic(intent, json.dumps(
+                {"op": "delete", "records_before": n, "records_after": after, "indices": idx.tolist()}
+            ).encode())
+            try:
+                self._s.delete(idx)
+            except BaseException:
+                if len(self._s) == n:
+                    _remove_durably(intent)
+                raise
+            self._replay(intent, names)
 
     def compact(self, format: int | None = None) -> dict[str, Any]:
         """Reclaim the space deleted records left behind; returns a report dict.
@@ -183,17 +291,23 @@ class Zrecord(_util.Closeable):
         """
         if format is not None and (isinstance(format, bool) or format not in (1, 2)):
             raise ValueError(f"compact: format must be 1 or 2 (or None to keep the store's), not {format!r}")
-        report = self._s.compact(format)
+        # Compaction keeps every record's index, so names and records stay
+        # aligned whichever compacts first; the names' lock is still taken
+        # first, so a names store held elsewhere changes nothing.
         names = self._names_store()
-        if names is not None:
-            with names:
-                names.compact(format)
+        if names is None:
+            return self._s.compact(format)
+        with names:
+            report = self._s.compact(format)
+            names.compact(format)
         return report
 
     def _names_store(self) -> "Zrecord | None":
-        """The store of this store's record names, open for writing, if any."""
-        p = self.path / "names"
-        return Zrecord(p) if (p / "head.zr").is_file() else None
+        """The store of this store's record names, open for writing (its
+        lock taken), if the store has names. A ``names/`` directory without a
+        head is an error (the engine's), never skipped."""
+        p = self.path / NAMES_DIR
+        return Zrecord(p) if p.is_dir() else None
 
     def stats(self) -> dict[str, Any]:
         """Storage usage: ``records``, ``live_bytes``, ``chunk_bytes``, ``reclaimable``, ...,
@@ -443,6 +557,8 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
             ``append`` is set (or ``overwrite`` is, and it is not a store).
         ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
             both ``overwrite`` and ``append``.
+        CorruptError: ``append`` names a directory holding store files but
+            no ``head.zr`` (nothing is changed), or a damaged ``schema.json``.
         TypeError: The dtype holds Python objects.
     """
     _schema.check_codec(codec)

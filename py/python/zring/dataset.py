@@ -84,7 +84,7 @@ class _Base(_util.Closeable):
         if not hasattr(self, "_names"):
             from ._convert import read_names
 
-            self._names = read_names(self.path)
+            self._names = read_names(self.path, len(self))
         return self._names
 
     def fingerprint(self) -> dict[str, Any]:
