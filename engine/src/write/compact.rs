@@ -122,7 +122,7 @@ fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u
                 next: crate::read::cache::NextUse::Unknown,
             });
         }
-        crate::read::gather::read_items(s, snap, items)?;
+        crate::read::gather::read_items_by_block(s, snap, items)?;
         let mut pos = 0usize;
         for (_, e) in &entries {
             let e = if e.is_part() {
@@ -330,7 +330,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
                     next: crate::read::cache::NextUse::Unknown,
                 });
             }
-            crate::read::gather::read_items(s, &snap, items)?;
+            crate::read::gather::read_items_by_block(s, &snap, items)?;
             let mut pos = 0usize;
             for (i, e) in (start..).zip(&group) {
                 let n = e.own_len() as usize;
