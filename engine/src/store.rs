@@ -189,6 +189,7 @@ impl StoreBuilder {
             snap: RwLock::new(Arc::new(snap)),
             writer,
             pid: std::process::id(),
+            closing: Default::default(),
         })
     }
 }
@@ -210,6 +211,9 @@ pub struct Store {
     pub(crate) writer: Option<Mutex<Writer>>,
     /// The process that opened the store (writes are refused in a forked child).
     pub(crate) pid: u32,
+    /// Removes superseded chunks as the handle closes; the last field, so
+    /// it runs after the snapshot above has released its pin.
+    pub(crate) closing: crate::read::pins::Closing,
 }
 
 impl Store {
@@ -497,6 +501,12 @@ impl Drop for Store {
             if w.poisoned.is_none() {
                 let _ = w.sync(&self.dir);
             }
+            self.closing.writer = true;
+            self.closing.deferred = (!w.deferred.is_empty()).then_some(w.head.chunk_base);
+        }
+        let snap = self.snapshot();
+        if snap.pin.is_some() {
+            self.closing.at = Some((self.dir.clone(), snap.chunk_base));
         }
     }
 }

@@ -179,7 +179,7 @@ pub(crate) fn load(
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         // Pinned before the chunks are checked ([`crate::read::pins`]).
-        let pin = crate::read::pins::pin(dir, head.chunk_base)?.map(Arc::new);
+        let pin = crate::read::pins::pin(dir, head.chunk_base, head.chunk_count)?.map(Arc::new);
         let table = Table::open_native(dir, head.generation, head.layout, head.records)?;
         // Check every chunk before deciding on O_DIRECT (which needs the total
         // size); a missing chunk fails here, before any large allocation.
