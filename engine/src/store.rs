@@ -415,6 +415,8 @@ impl Store {
     }
 
     /// Syncs (if writable). Dropping a store does the same, ignoring errors.
+    /// After a failed write (a poisoned writer) it returns `Ok`: that call
+    /// reported the error, and the handle already holds only what is saved.
     pub fn close(&self) -> Result<()> {
         crate::write::close(self)
     }
