@@ -232,7 +232,7 @@ pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
             rep.stored_bytes += u64::from(e.own_len());
             rep.logical_bytes += u64::from(e.logical_len);
         }
-        crate::read::gather::read_items(s, &snap, items)?;
+        crate::read::gather::read_items_by_block(s, &snap, items)?;
         rep.records += end - start;
         start = end;
     }

@@ -200,6 +200,7 @@ impl StoreBuilder {
             snap: RwLock::new(Arc::new(snap)),
             writer,
             pid: std::process::id(),
+            closing: Default::default(),
         })
     }
 }
@@ -241,6 +242,9 @@ pub struct Store {
     pub(crate) writer: Option<Mutex<Writer>>,
     /// The process that opened the store (writes are refused in a forked child).
     pub(crate) pid: u32,
+    /// Removes superseded chunks as the handle closes; the last field, so
+    /// it runs after the snapshot above has released its pin.
+    pub(crate) closing: crate::read::pins::Closing,
 }
 
 impl Store {
@@ -442,6 +446,8 @@ impl Store {
     }
 
     /// Syncs (if writable). Dropping a store does the same, ignoring errors.
+    /// After a failed write (a poisoned writer) it returns `Ok`: that call
+    /// reported the error, and the handle already holds only what is saved.
     pub fn close(&self) -> Result<()> {
         crate::write::close(self)
     }
@@ -532,6 +538,12 @@ impl Drop for Store {
             if w.poisoned.is_none() {
                 let _ = w.sync(&self.dir);
             }
+            self.closing.writer = true;
+            self.closing.deferred = (!w.deferred.is_empty()).then_some(w.head.chunk_base);
+        }
+        let snap = self.snapshot();
+        if snap.pin.is_some() {
+            self.closing.at = Some((self.dir.clone(), snap.chunk_base));
         }
     }
 }

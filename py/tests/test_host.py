@@ -172,12 +172,48 @@ def test_a_reader_reads_its_snapshot_across_delete_and_compact(tmp_path, writer,
             keep[::3] = False
             assert len(fresh) == keep.sum()
             assert sorted(map(bytes, fresh[_all(len(fresh))])) == sorted(map(bytes, arr[keep]))
-    # The reader gone, the next writer removes what no head names.
-    with _zring.Store(str(tmp_path / "d"), "a") as w:
-        w.sync()
+    # The reader held the last pin on the old chunks: they went as it
+    # closed, with no writer open.
     after = sorted(p.name for p in (tmp_path / "d").iterdir())
     chunks = [n for n in after if n.startswith("chunk-")]
     assert chunks and not set(chunks) & {n for n in before if n.startswith("chunk-")}, (before, after)
+
+
+_ROUND = """
+import sys, numpy as np
+from zring import _zring
+with _zring.Store(sys.argv[1], "a") as w:
+    w.delete(np.array([0], dtype=np.uint64))
+    w.append_fixed(np.full(4096, 9, np.uint8), 4096, None)
+    w.compact()
+"""
+
+
+def _chunk_bytes(path) -> int:
+    return sum(p.stat().st_size for p in path.iterdir() if p.name.startswith("chunk-"))
+
+
+def test_a_long_lived_reader_keeps_only_its_own_chunks_across_processes(tmp_path):
+    # A reader pinned every chunk id from its first to infinity, so it kept
+    # the output of every later compaction too: 20 MiB of chunk files after
+    # four rounds over 4 MiB of live data. Each round runs in another
+    # process, which must still respect the reader's pin.
+    arr = _data(1024)  # 4 MiB
+    zring.write_dataset(tmp_path / "d", arr, codec="raw")
+    start = _chunk_bytes(tmp_path / "d")
+    with zring.Dataset(tmp_path / "d") as r:
+        np.testing.assert_array_equal(r[_all(1024)], arr)
+        most = 0
+        for _ in range(4):
+            subprocess.run([sys.executable, "-c", _ROUND, str(tmp_path / "d")], check=True)
+            most = max(most, _chunk_bytes(tmp_path / "d"))
+        assert most <= 12 * MIB, most
+        # The reader's files are still there, and the live store's.
+        assert _chunk_bytes(tmp_path / "d") >= 2 * start - MIB, (start, _chunk_bytes(tmp_path / "d"))
+        np.testing.assert_array_equal(r[_all(1024)], arr)
+    # Its close removed them: the live store's alone are left.
+    assert _chunk_bytes(tmp_path / "d") <= start, (start, _chunk_bytes(tmp_path / "d"))
+    print(f"one reader alive over four delete + compact rounds (4 MiB live): at most {most} bytes of chunk files")
 
 
 _OVERWRITE = """

@@ -186,7 +186,7 @@ pub(crate) fn load(
     if dir.join(HEAD_FILE).exists() {
         let head = Head::read(dir)?;
         // Pinned before the chunks are checked ([`crate::read::pins`]).
-        let pin = crate::read::pins::pin(dir, head.chunk_base)?.map(Arc::new);
+        let pin = crate::read::pins::pin(dir, head.chunk_base, head.chunk_count)?.map(Arc::new);
         let table = Table::open_native(dir, head.generation, head.layout, head.records)?;
         // Check every chunk before deciding on O_DIRECT (which needs the total
         // size); a missing chunk fails here, before any large allocation.
@@ -572,6 +572,56 @@ pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Re
         None => Ok(()),
     });
     observed(s, snap, seen, queue.finish(r))
+}
+
+/// Reads `items` as [`read_items`] does, except that a checksummed block
+/// holding several of them (a format-2 fixed section) is read and verified
+/// once and each record copied out of it. Compaction and delete read every
+/// record of every block: record by record, each 4-byte label would read
+/// and check its whole 4 KiB block again.
+pub(crate) fn read_items_by_block(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
+    let (mut parts, whole): (Vec<Item<'_>>, Vec<Item<'_>>) =
+        items.into_iter().partition(|it| it.entry.is_part() && !it.keep_stored);
+    if !whole.is_empty() {
+        read_items(s, snap, whole)?;
+    }
+    if parts.is_empty() {
+        return Ok(());
+    }
+    // Each distinct block once, in the order first asked for: (index of the
+    // first record asking, its entry, where the block lands in `buf`).
+    let mut at: HashMap<(ChunkId, u64), usize> = HashMap::new();
+    let mut blocks: Vec<(u64, Entry, usize)> = Vec::new();
+    let mut size = 0usize;
+    for it in &parts {
+        at.entry((it.entry.chunk, it.entry.offset)).or_insert_with(|| {
+            blocks.push((it.index, it.entry, size));
+            size += it.entry.stored_len as usize;
+            size - it.entry.stored_len as usize
+        });
+    }
+    let mut buf = vec![0u8; size];
+    let mut rest: &mut [u8] = &mut buf;
+    let mut reads = Vec::with_capacity(blocks.len());
+    for &(index, entry, _) in &blocks {
+        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(entry.stored_len as usize);
+        rest = tail;
+        reads.push(Item { index, entry, dst: slot, keep_stored: true, next: NextUse::Unknown });
+    }
+    read_items(s, snap, reads)?;
+    for it in &mut parts {
+        let from = at[&(it.entry.chunk, it.entry.offset)] + it.entry.within as usize;
+        let n = it.dst.len();
+        let src = buf.get(from..from + n).filter(|_| it.entry.within as usize + n <= it.entry.stored_len as usize);
+        let src = src.ok_or_else(|| {
+            corrupted(
+                format!("table entry {}", it.index),
+                format!("bytes {}.. of its {}-byte block lie past the block", it.entry.within, it.entry.stored_len),
+            )
+        })?;
+        it.dst.copy_from_slice(src);
+    }
+    Ok(())
 }
 
 /// Counts a finished gather and, when the counts show the read policy

@@ -5,18 +5,26 @@
 //! opened a store before a compaction still needs the old chunk files later.
 //! A reader therefore *pins* its snapshot: an open file description
 //! lock (`F_OFD_SETLK`) for reading on the store's `pins` file, over the byte
-//! range `[chunk_base, ∞)`, one byte standing for each chunk id. Chunk ids only
-//! grow (appends add chunks after the last, compaction writes after every
-//! committed chunk), so that range covers every chunk the snapshot names and
-//! every chunk appended after it, and none that an older snapshot alone needs.
+//! range `[chunk_base, chunk_base + chunk_count)`, one byte standing for each
+//! chunk id: the chunks its snapshot names and no others. Chunk ids only grow
+//! (appends add chunks after the last, compaction writes after every
+//! committed chunk), so the chunks of later heads lie past the range: a
+//! long-lived reader keeps at most its own snapshot's files, however many
+//! compactions run after it. An append that extends the snapshot's last
+//! chunk writes past the snapshot's length in a file the pin already
+//! covers; one that adds chunks publishes (in the writer's own process) a
+//! snapshot whose pin covers them too ([`Pin::covers`]); readers in other
+//! processes never see chunks a committed head does not name.
 //!
-//! A writer removes a chunk file that no committed head names only while it
+//! A process removes a chunk file that no committed head names only while it
 //! holds a write lock on that chunk's byte, taken without waiting
-//! ([`remove_unpinned`]): a pinned chunk stays on disk, and the writer tries
-//! again at its next sync, compaction or recovery. A reader takes its pin
-//! *before* it checks that its snapshot's chunk files exist, so either the
-//! writer saw the pin and kept the files, or the reader sees a file gone and
-//! reads the new head instead.
+//! ([`remove_unpinned`]): a pinned chunk stays on disk. The writer tries
+//! again at its next sync, compaction or recovery, and the last handle to
+//! close over superseded chunks, reader or writer, in any process, removes
+//! those no one pins any more ([`sweep`]). A reader takes its pin *before*
+//! it checks that its snapshot's chunk files exist, so either the remover
+//! saw the pin and kept the files, or the reader sees a file gone and reads
+//! the new head instead.
 //!
 //! Why these locks: OFD locks belong to the open file description, not the
 //! process, so two handles in one process exclude each other exactly as two
@@ -42,24 +50,36 @@ use std::path::Path;
 
 use crate::error::{io_err, Result};
 
-/// A reader's pin on the chunks from `base` on; released when dropped.
+/// A reader's pin on chunks `base..base + count`; released when dropped.
 #[derive(Debug)]
 pub(crate) struct Pin {
     _file: File,
+    base: u32,
+    count: u32,
 }
 
-/// Pins chunks `base..` of the store at `dir` (module docs). `None` when the
-/// pins file can neither be opened nor created: the snapshot is read unpinned.
-pub(crate) fn pin(dir: &Path, base: u32) -> Result<Option<Pin>> {
+impl Pin {
+    /// Whether this pin keeps every one of chunks `base..base + count`.
+    pub fn covers(&self, base: u32, count: u32) -> bool {
+        self.base <= base && u64::from(base) + u64::from(count) <= u64::from(self.base) + u64::from(self.count)
+    }
+}
+
+/// Pins chunks `base..base + count` of the store at `dir` (module docs).
+/// `None` when there is no pins file or its file system has no OFD locks:
+/// the snapshot is read unpinned.
+pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
     // Readers never write to the store's directory: a store no writer of
     // this version has opened yet has no pins file, and is read unpinned.
     let Ok(file) = OpenOptions::new().read(true).open(&p) else { return Ok(None) };
-    match lock(&file, libc::F_RDLCK as i16, base, 0) {
-        Ok(true) => Ok(Some(Pin { _file: file })),
-        // A writer holds a chunk's byte only for the instant of its removal.
-        Ok(false) => match lock_wait(&file, libc::F_RDLCK as i16, base) {
-            Ok(()) => Ok(Some(Pin { _file: file })),
+    // A store always has a chunk; a count of 0 would mean "to infinity".
+    let count = count.max(1);
+    match lock(&file, libc::F_RDLCK as i16, base, count) {
+        Ok(true) => Ok(Some(Pin { _file: file, base, count })),
+        // A remover holds a chunk's byte only for the instant of its removal.
+        Ok(false) => match lock_wait(&file, libc::F_RDLCK as i16, base, count) {
+            Ok(()) => Ok(Some(Pin { _file: file, base, count })),
             Err(e) => Err(io_err("lock", &p)(e)),
         },
         // A file system without OFD locks: read unpinned.
@@ -91,6 +111,59 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
     };
     let _ = lock(pins, libc::F_UNLCK as i16, id, 1);
     r
+}
+
+/// Removes every chunk file of the store at `dir` older than `base` (the
+/// first chunk of a committed head, so no later head names them) that no
+/// reader pins; returns the ids of those kept. `pins` is the pins file
+/// opened for writing.
+pub(crate) fn sweep(dir: &Path, pins: &File, base: u32) -> Result<Vec<u32>> {
+    let mut kept = Vec::new();
+    for e in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
+        let e = e.map_err(io_err("list", dir))?;
+        let name = e.file_name();
+        let id = name.to_str().and_then(|n| n.strip_prefix("chunk-")?.strip_suffix(".zr")?.parse::<u32>().ok());
+        if let Some(id) = id.filter(|&id| id < base) {
+            if !remove_unpinned(pins, &e.path(), id)? {
+                kept.push(id);
+            }
+        }
+    }
+    Ok(kept)
+}
+
+/// What a handle does as it closes, after its snapshot (and pin) is gone:
+/// when it may have held the last pin on superseded chunks, or knows of
+/// chunks kept for a reader, it removes those that no one pins now
+/// ([`sweep`]), so they do not wait for the next writer. Best effort: a
+/// reader without write access to the store leaves them to one that has.
+#[derive(Debug, Default)]
+pub(crate) struct Closing {
+    /// The store's directory, and the first chunk of the snapshot the
+    /// handle closed with; `None`: nothing to do (unpinned, a loaderx
+    /// store, a forked child's copy).
+    pub at: Option<(std::path::PathBuf, u32)>,
+    /// A writer's: the first chunk of its last head, when it knew of chunks
+    /// kept for readers (a writer that knew of none has nothing to sweep).
+    pub deferred: Option<u32>,
+    /// Whether the handle was a writer.
+    pub writer: bool,
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        let Some((dir, base)) = self.at.take() else { return };
+        let head_base = match (self.writer, self.deferred) {
+            (true, None) => return,
+            (true, Some(b)) => b,
+            (false, _) => match crate::format::head::Head::read(&dir) {
+                Ok(h) if h.chunk_base > base => h.chunk_base,
+                _ => return,
+            },
+        };
+        let Ok(pins) = OpenOptions::new().read(true).write(true).open(dir.join(PINS_FILE)) else { return };
+        let _ = sweep(&dir, &pins, head_base);
+    }
 }
 
 /// Whether chunk `id` is pinned by some reader now (a test of
@@ -133,8 +206,8 @@ pub(crate) fn lock(file: &File, kind: i16, start: u32, len: u32) -> std::io::Res
 }
 
 /// Takes an OFD lock, waiting for conflicting ones to go.
-fn lock_wait(file: &File, kind: i16, start: u32) -> std::io::Result<()> {
-    let l = flock(kind, start, 0);
+fn lock_wait(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<()> {
+    let l = flock(kind, start, len);
     loop {
         // SAFETY: as in `lock`; F_OFD_SETLKW reads `l` only.
         let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &l) };
@@ -153,20 +226,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_pin_keeps_its_chunks_and_later_ones_and_frees_them_when_dropped() {
+    fn a_pin_keeps_its_own_chunks_only_and_frees_them_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
         let writer = create(dir.path()).unwrap();
-        for id in 0..6 {
+        for id in 0..8 {
             std::fs::write(dir.path().join(format!("c{id}")), b"x").unwrap();
         }
-        let p = pin(dir.path(), 3).unwrap().expect("OFD locks on the test file system");
-        assert!(!pinned(&writer, 2));
-        assert!(pinned(&writer, 3) && pinned(&writer, 5) && pinned(&writer, 1000));
+        let p = pin(dir.path(), 3, 3).unwrap().expect("OFD locks on the test file system");
+        assert!(p.covers(3, 3) && p.covers(4, 2) && !p.covers(3, 4) && !p.covers(2, 1));
+        assert!(!pinned(&writer, 2) && !pinned(&writer, 6) && !pinned(&writer, 1000));
+        assert!(pinned(&writer, 3) && pinned(&writer, 5));
         assert!(remove_unpinned(&writer, &dir.path().join("c2"), 2).unwrap());
         assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        // The chunks of a later head are not the reader's to keep.
+        assert!(remove_unpinned(&writer, &dir.path().join("c6"), 6).unwrap());
         assert!(!dir.path().join("c2").exists() && dir.path().join("c4").exists());
+        assert!(!dir.path().join("c6").exists() && dir.path().join("c7").exists());
         // A second reader's pin in the same process is its own.
-        let q = pin(dir.path(), 4).unwrap().unwrap();
+        let q = pin(dir.path(), 4, 1).unwrap().unwrap();
         drop(p);
         assert!(remove_unpinned(&writer, &dir.path().join("c3"), 3).unwrap());
         assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());

@@ -122,7 +122,7 @@ fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u
                 next: crate::read::cache::NextUse::Unknown,
             });
         }
-        crate::read::gather::read_items(s, snap, items)?;
+        crate::read::gather::read_items_by_block(s, snap, items)?;
         let mut pos = 0usize;
         for (_, e) in &entries {
             let e = if e.is_part() {
@@ -212,6 +212,11 @@ impl NewChunks<'_> {
 /// rewritten; [`Store::compact`] reclaims the bytes.
 pub(crate) fn delete(s: &Store, indices: &[u64]) -> Result<()> {
     let mut w = s.writer()?;
+    let r = delete_with(s, &mut w, indices);
+    crate::write::settle(s, &mut w, r)
+}
+
+fn delete_with(s: &Store, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
     let snap = s.snapshot();
     for &i in indices {
         check_index(i, w.records)?;
@@ -246,9 +251,9 @@ pub(crate) fn delete(s: &Store, indices: &[u64]) -> Result<()> {
             };
         }
     };
-    let r = commit_table(s, &mut w, table, None);
+    let r = commit_table(s, w, table, None);
     match r {
-        Ok(()) => crate::write::republish(s, &w),
+        Ok(()) => crate::write::republish(s, w),
         Err(e) => w.poison(e),
     }
 }
@@ -259,6 +264,14 @@ pub(crate) fn delete(s: &Store, indices: &[u64]) -> Result<()> {
 /// gathers keep reading the old files through their snapshot.
 pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
     let mut w = s.writer()?;
+    let r = compact_with(s, &mut w, format);
+    crate::write::settle(s, &mut w, r)
+}
+
+/// The writer, held for a whole operation.
+type Locked<'a> = crate::fork::Gated<std::sync::MutexGuard<'a, Writer>>;
+
+fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<CompactReport> {
     w.sync(&s.dir)?;
     let snap = s.snapshot();
     let before: u64 = snap.chunks.iter().map(|c| c.len).sum();
@@ -330,7 +343,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
                     next: crate::read::cache::NextUse::Unknown,
                 });
             }
-            crate::read::gather::read_items(s, &snap, items)?;
+            crate::read::gather::read_items_by_block(s, &snap, items)?;
             let mut pos = 0usize;
             for (i, e) in (start..).zip(&group) {
                 let n = e.own_len() as usize;
@@ -395,12 +408,14 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
     report.table_bytes_after = table.bytes;
     let new_chunks = (base, out.count + 1, out.len);
     let old = (w.head.chunk_base, w.head.chunk_count);
-    if let Err(e) = commit_table(s, &mut w, table, Some(new_chunks)) {
+    if let Err(e) = commit_table(s, w, table, Some(new_chunks)) {
         return w.poison(e);
     }
     // Republished first, so this handle's own old snapshot no longer pins
     // the old chunks (gathers still running on it do, and keep them).
-    crate::write::republish(s, &w)?;
+    crate::write::republish(s, w)?;
+    // Nor does the snapshot this compaction copied from.
+    drop(snap);
     let deferred = std::mem::take(&mut w.deferred);
     w.remove_old_chunks(&s.dir, deferred.into_iter().chain(old.0..old.0 + old.1));
     // The old chunks are gone: their records can never be asked for again.

@@ -297,6 +297,9 @@ pub(crate) struct Writer {
     /// Chunks no head names that a reader still pinned when they were to be
     /// removed: tried again at every sync and compaction.
     pub deferred: Vec<u32>,
+    /// Set when [`Writer::roll_back`] dropped records readers were shown:
+    /// the store publishes the committed state ([`settle`]).
+    rolled_back: bool,
 }
 
 fn open_rw(p: &Path) -> Result<File> {
@@ -318,6 +321,7 @@ impl Writer {
             poisoned: None,
             pins: crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
             deferred: Vec::new(),
+            rolled_back: false,
         })
     }
 
@@ -328,6 +332,41 @@ impl Writer {
     pub(crate) fn poison<T>(&mut self, e: Error) -> Result<T> {
         self.poisoned = Some(e.to_string());
         Err(e)
+    }
+
+    /// After a failure before a commit (a write, or an fsync of data):
+    /// gives back everything written since the last commit. The tail chunk
+    /// and the table are cut to their committed lengths and the chunks
+    /// begun since are removed, so a full disk has that space back at once,
+    /// not at the next writer's recovery; the live state becomes the
+    /// committed head's, the records the store holds. Best effort: what
+    /// cannot be cut now, recovery cuts.
+    fn roll_back(&mut self, dir: &Path) {
+        let head = self.head;
+        // Chunks begun since the commit: no head names them, and only this
+        // handle's snapshots (which it republishes) ever did.
+        for id in head.chunk_base + head.chunk_count..head.chunk_base + self.chunk_count {
+            let _ = std::fs::remove_file(dir.join(chunk_name(Format::Native, ChunkId(id))));
+        }
+        let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
+        if let Ok(f) = fs::open_rw(&cp) {
+            let _ = f.set_len(head.tail_len);
+            self.tail = f;
+        }
+        let _ = self.table.set_len(head.table_bytes());
+        self.rolled_back |= self.records != head.records || self.chunk_count != head.chunk_count;
+        self.records = head.records;
+        self.chunk_count = head.chunk_count;
+        self.tail_len = head.tail_len;
+        self.dirty.clear();
+        self.new_files = false;
+    }
+
+    /// Poisons the writer after a failure before anything was committed,
+    /// rolling back to the committed state ([`Writer::roll_back`]).
+    fn fail<T>(&mut self, dir: &Path, e: Error) -> Result<T> {
+        self.roll_back(dir);
+        self.poison(e)
     }
 
     /// Removes the chunk files of older heads that no reader pins any more;
@@ -356,7 +395,7 @@ impl Writer {
             return Ok(());
         }
         if let Err(e) = self.flush(dir) {
-            return self.poison(e);
+            return self.fail(dir, e);
         }
         // The fingerprint over the entries this sync commits (all of them
         // when the old head did not know it): read back from the table.
@@ -368,9 +407,12 @@ impl Writer {
         head.content =
             match crate::format::fingerprint::over_file(h, &self.table, &tp, self.head.layout, from, self.records) {
                 Ok(h) => h,
-                Err(e) => return self.poison(e),
+                Err(e) => return self.fail(dir, e),
             };
         crate::io::fault::crash_point("sync.flushed");
+        // A failed commit may still have replaced the head (a rename that
+        // reached the disk before the directory's fsync failed): the files
+        // it names stay as they are.
         if let Err(e) = head.commit(dir) {
             return self.poison(e);
         }
@@ -443,10 +485,14 @@ impl Writer {
         }
         let tail_id = self.tail_id();
         let mut writes = Vec::with_capacity(runs.len() + 1);
+        // The chunk each write goes to (`None`: the table), to name the
+        // file a failed write was for.
+        let mut targets = Vec::with_capacity(runs.len() + 1);
         for (id, offset, bi, range) in runs {
             if range.is_empty() {
                 continue;
             }
+            targets.push(Some(id));
             let fd = if id == tail_id {
                 self.tail.as_fd()
             } else {
@@ -456,6 +502,7 @@ impl Writer {
         }
         let table_at = self.head.layout.entry_at(self.records);
         writes.push((self.table.as_fd(), table_at, &table_bytes[..]));
+        targets.push(None);
         let r = uring::write_batch(backend, &writes);
         if r.is_ok() {
             // Writeback starts now, while later blocks encode.
@@ -470,7 +517,11 @@ impl Writer {
                 ReqErrorKind::Os(s) => s,
                 ReqErrorKind::Eof { .. } => std::io::Error::new(std::io::ErrorKind::WriteZero, "write returned 0"),
             };
-            return Err(Error::Io { op: "write", path: dir.to_path_buf(), source });
+            let path = match targets.get(e.req).copied().flatten() {
+                Some(id) => dir.join(chunk_name(Format::Native, ChunkId(id))),
+                None => dir.join(table_name(self.head.generation)),
+            };
+            return Err(Error::Io { op: "write", path, source });
         }
         crate::io::fault::crash_point("append.written");
         self.records += count as u64;
@@ -528,18 +579,29 @@ pub(crate) fn append_input(s: &Store, input: Input<'_, '_>, codec: Option<Codec>
         w.yield_to_fork();
         r
     });
-    if w.records != first {
+    if r.is_ok() && w.records != first {
         republish(s, &w)?;
     }
-    r.map(|()| first)
+    settle(s, &mut w, r.map(|()| first))
 }
 
-/// Writes encoded blocks; a failure poisons the writer.
+/// Writes encoded blocks; a failure poisons the writer and gives back what
+/// was written since the last commit ([`Writer::roll_back`]).
 pub(crate) fn write_blocks(s: &Store, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
     match w.write_blocks(&s.dir, s.backend, blocks) {
         Ok(()) => Ok(()),
-        Err(e) => w.poison(e),
+        Err(e) => w.fail(&s.dir, e),
     }
+}
+
+/// Ends a write operation: when the writer rolled back on a failure, the
+/// store's readers are shown the committed state (its length is what the
+/// store holds).
+pub(crate) fn settle<T>(s: &Store, w: &mut Writer, r: Result<T>) -> Result<T> {
+    if std::mem::take(&mut w.rolled_back) {
+        let _ = republish(s, w);
+    }
+    r
 }
 
 /// Publishes a snapshot of the writer's live state to readers.
@@ -571,8 +633,13 @@ pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
         }
     }
     chunks.truncate(w.chunk_count as usize);
-    let pin =
-        if old.chunk_base == base { old.pin.clone() } else { crate::read::pins::pin(&s.dir, base)?.map(Into::into) };
+    // The snapshot's own chunks, those an append added included: a pin of
+    // fewer would let a compaction in this handle remove them under a
+    // gather still reading this snapshot.
+    let pin = match &old.pin {
+        Some(p) if p.covers(base, w.chunk_count) => Some(p.clone()),
+        _ => crate::read::pins::pin(&s.dir, base, w.chunk_count)?.map(Into::into),
+    };
     s.publish(Snapshot {
         pin,
         table: std::sync::Arc::new(table),
@@ -590,15 +657,24 @@ pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
 /// every record appended before the last successful `sync`.
 pub(crate) fn sync(s: &Store) -> Result<()> {
     let mut w = s.writer()?;
-    w.sync(&s.dir)
+    let r = w.sync(&s.dir);
+    settle(s, &mut w, r)
 }
 
 /// Syncs (if writable). Dropping a store does the same, ignoring errors.
+///
+/// A writer poisoned by a failure closes without an error: the failure
+/// was reported by the call that met it (a `with` block's error must stay
+/// the one the user sees), and the handle already rolled back to what the
+/// store holds, so closing loses nothing more.
 pub(crate) fn close(s: &Store) -> Result<()> {
-    if s.writer.is_some() {
-        s.sync()?;
+    if s.writer.is_none() {
+        return Ok(());
     }
-    Ok(())
+    match s.sync() {
+        Err(Error::Poisoned(_)) => Ok(()),
+        r => r,
+    }
 }
 
 #[cfg(test)]

@@ -102,8 +102,18 @@ class Closeable:
     def __enter__(self: _C) -> _C:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc is None:
+            self.close()
+            return
+        # The error that ended the block is the one to see: a failure to
+        # close after it (often its consequence) becomes a note on it.
+        try:
+            self.close()
+        except Exception as e:
+            note = getattr(exc, "add_note", None)  # Python 3.11+
+            if note is not None:
+                note(f"closing {type(self).__name__} also failed: {type(e).__name__}: {e}")
 
     def __del__(self) -> None:
         try:

@@ -96,7 +96,8 @@ class Store:
     def set_schema(self, text: str) -> None:
         """Store the schema.json text."""
     def close(self) -> None:
-        """Release this handle."""
+        """Release this handle (a writer syncs first; after a failed write it
+        raises nothing more: the failing call reported the error)."""
     def __enter__(self) -> "Store": ...
     def __exit__(self, *exc: object) -> None: ...
 
