@@ -75,9 +75,10 @@ class Mixture:
         """The state in the loader's form; ValueError if saved for another mixture."""
 
 def mix(sources: Sequence[Mapping[str, Union[Dataset, RaggedDataset]]], weights: Sequence[float]) -> Mixture:
-    """A weighted mixture for DataLoader: every batch holds each source's share
-    exactly (largest remainder, carried over), each source drawn by its own
-    sampler; last_sources/last_indices name each row; state()/state= resume."""
+    """A weighted mixture for DataLoader: each source's rows so far are its
+    share rounded down or up (largest remainder, carried over), so a batch
+    holds its share rounded, or one row further; each source is drawn by its
+    own sampler; last_sources/last_indices name each row; state()/state= resume."""
 
 def convert(
     src: _Path,
