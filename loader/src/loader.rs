@@ -362,10 +362,10 @@ impl Loader {
     }
 
     /// A loader over a weighted mixture of sources: every global batch of
-    /// `config.batch_size` rows holds each source's share of the rows exactly
-    /// (see `zring_sampler::Mixture`), gathered source by source into the
-    /// same batch buffers, with the same pipeline, hints, state and errors
-    /// as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
+    /// `config.batch_size` rows holds each source's share of the rows, rounded
+    /// so that the running totals are exact (see `zring_sampler::Mixture`),
+    /// gathered source by source into the same batch buffers, with the same
+    /// pipeline, hints, state and errors as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
     /// index (into that source) in [`Batch::indices`].
     ///
     /// Errors: those of [`Loader::new`] for each source's streams,

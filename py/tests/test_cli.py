@@ -77,3 +77,95 @@ def test_compact_to_format_2_and_back(tmp_path, capsys):
     with Zrecord(tmp_path / "l") as z:
         with pytest.raises(ValueError, match="format must be 1 or 2"):
             z.compact(format=3)
+
+
+def _zring_cli(*argv):
+    """The command as a user runs it: a fresh interpreter."""
+    import sys
+
+    return [sys.executable, "-m", "zring.cli", *map(str, argv)]
+
+
+def test_ctrl_c_during_convert_prints_one_line_exits_130_and_leaves_nothing(tmp_path):
+    # Ctrl-C printed a 20-line traceback. The conversion is made to wait for
+    # good while reading its second file, a FIFO, once its store exists.
+    import errno
+    import os
+    import signal
+    import subprocess
+    import time
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.bin").write_bytes(b"x" * 100)
+    os.mkfifo(src / "b.bin")
+    proc = subprocess.Popen(_zring_cli("convert", src, tmp_path / "dst"), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    fd = None
+    try:
+        deadline = time.monotonic() + 60
+        while fd is None:  # open the FIFO's other end once the command reads it
+            try:
+                fd = os.open(src / "b.bin", os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.ENXIO or proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the command never read the FIFO: {proc.communicate()}") from e
+                time.sleep(0.01)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if fd is not None:
+            os.close(fd)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err == f"zring convert: interrupted; {tmp_path / 'dst'} was not created\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"], "the partial store is removed"
+
+
+def test_a_closed_stdout_ends_quietly(tmp_path):
+    # `zring info ... | head` ended in a BrokenPipeError traceback. The pipe's
+    # read end is closed before the command starts, so every write finds it
+    # closed.
+    import os
+    import subprocess
+
+    write_dataset(tmp_path / "d", np.zeros((50, 8), np.uint8))
+    for argv in (["info", tmp_path / "d"], ["bench", tmp_path / "d", "--batches", "5"]):
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            proc = subprocess.run(_zring_cli(*argv), stdout=w, stderr=subprocess.PIPE, text=True, timeout=120)
+        finally:
+            os.close(w)
+        assert proc.stderr == "", proc.stderr
+        assert proc.returncode == cli.EXIT_BROKEN_PIPE
+
+
+def test_errors_name_the_store_and_hint_at_the_store_meant(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    write_dataset("zr/image.zr", np.zeros((10, 4), np.uint8))
+    write_dataset("zr/label.zr", np.arange(10))
+    # convert wrote zr/image.zr; the user asks for zr/image.
+    assert cli.main(["info", "zr/image"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "zr/image" in err and "(did you mean zr/image.zr?)" in err, err
+    assert cli.main(["verify", "zr"]) == 1
+    assert "zr is a directory of stores: zr/image.zr, zr/label.zr" in capsys.readouterr().err
+    # A damaged head: the message named no store.
+    write_dataset("bad", np.zeros((10, 4), np.uint8))
+    head = bytearray((tmp_path / "bad" / "head.zr").read_bytes())
+    head[20] ^= 1
+    (tmp_path / "bad" / "head.zr").write_bytes(bytes(head))
+    for command in ("info", "verify", "bench", "compact"):
+        assert cli.main([command, "bad"]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith("error: CorruptError: ") and "bad" in err and err.count("\n") == 1, err
+    # compact of a mistyped path created an empty store there and succeeded.
+    assert cli.main(["compact", "zr/imag.zr"]) == 1
+    assert "zr/imag.zr is not a zring store" in capsys.readouterr().err
+    assert not (tmp_path / "zr" / "imag.zr").exists()
+    # Flags, not keyword arguments.
+    assert cli.main(["convert", "zr/image.zr", "out", "--chunk-bytes", "0"]) == 1
+    err = capsys.readouterr().err
+    assert "--chunk-bytes must be positive" in err and "block_bytes" not in err, err

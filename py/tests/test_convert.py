@@ -356,3 +356,114 @@ def test_appending_to_a_named_store_without_names_is_refused(tmp_path):
         with pytest.raises(ValueError, match="misalign"):
             z.append_var(np.zeros(3, np.uint8), [0], [3])
         assert len(z) == 6
+
+def _hf_save_to_disk(folder, tables):
+    """A folder laid out as HuggingFace's ``Dataset.save_to_disk`` writes it,
+    made with pyarrow alone: one Arrow IPC *stream* file per shard, written a
+    record batch of (at most) 1,000 rows at a time as HuggingFace does, plus
+    ``dataset_info.json`` and ``state.json`` listing the shards in order."""
+    import json
+
+    folder.mkdir(parents=True)
+    names = [f"data-{i:05d}-of-{len(tables):05d}.arrow" for i in range(len(tables))]
+    for name, table in zip(names, tables):
+        with pa.OSFile(str(folder / name), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as w:
+            for batch in table.to_batches(max_chunksize=1000):
+                w.write_batch(batch)
+    (folder / "dataset_info.json").write_text(json.dumps(
+        {"citation": "", "description": "", "features": {}, "homepage": "", "license": ""}))
+    (folder / "state.json").write_text(json.dumps({
+        "_data_files": [{"filename": n} for n in names], "_fingerprint": "0123456789abcdef",
+        "_format_columns": None, "_format_kwargs": {}, "_format_type": None, "_output_all_columns": False,
+        "_split": "train"}))
+
+
+def _hf_table(start, n):
+    ids = np.arange(start, start + n)
+    return pa.table({
+        "text": pa.array([f"row {i}" for i in ids], type=pa.string()),
+        "label": pa.array(ids % 5, type=pa.int64()),
+        "input_ids": pa.array([list(range(int(i % 4))) for i in ids], type=pa.list_(pa.int32())),
+        "image": pa.array([{"bytes": bytes([i % 256]) * 3, "path": f"img/{i}.png"} for i in ids],
+                          type=pa.struct([("bytes", pa.binary()), ("path", pa.string())])),
+    })
+
+
+def test_a_huggingface_save_to_disk_folder_converts_column_by_column(tmp_path):
+    # Such a folder was taken for a folder of files: `zring convert` stored the
+    # .arrow file and the two .json files as 3 byte records and reported
+    # success. Its Arrow IPC stream files are read column by column, as
+    # Parquet is, shards in the order state.json lists them.
+    src = tmp_path / "hf"
+    _hf_save_to_disk(src, [_hf_table(0, 2500), _hf_table(2500, 700)])
+    counts = zring.convert(src, tmp_path / "out", block_bytes=4096)
+    assert counts == {"text": 3200, "label": 3200, "input_ids": 3200, "image": 3200}
+    out = tmp_path / "out"
+    assert sorted(p.name for p in out.iterdir()) == ["image.zr", "input_ids.zr", "label.zr", "text.zr"]
+    with zring.Dataset(out / "label.zr") as d:
+        np.testing.assert_array_equal(d[:], np.arange(3200) % 5)
+    with zring.RaggedDataset(out / "text.zr") as d:
+        assert [bytes(d[i]).decode() for i in (0, 2499, 2500, 3199)] == ["row 0", "row 2499", "row 2500", "row 3199"]
+    with zring.RaggedDataset(out / "input_ids.zr") as d:
+        assert d.dtype == np.int32
+        np.testing.assert_array_equal(d[3199], [0, 1, 2])
+        assert d[2500].size == 0
+    with zring.RaggedDataset(out / "image.zr") as d:
+        assert bytes(d[2501]) == bytes([2501 % 256]) * 3 and d.names[2501] == "img/2501.png"
+    # The command line says what it made; a chosen column only.
+    assert cli.main(["convert", str(src), str(tmp_path / "cli"), "--columns", "label"]) == 0
+    with zring.Dataset(tmp_path / "cli" / "label.zr") as d:
+        assert len(d) == 3200
+
+
+def test_arrow_files_in_the_file_format_and_damage_named(tmp_path):
+    t = _hf_table(0, 30)
+    with pa.OSFile(str(tmp_path / "t.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+        w.write_table(t)
+    assert zring.convert(tmp_path / "t.arrow", tmp_path / "o", columns=["label"]) == {"label": 30}
+    src = tmp_path / "hf"
+    _hf_save_to_disk(src, [_hf_table(0, 3000)])
+    data = src / "data-00000-of-00001.arrow"
+    data.write_bytes(data.read_bytes()[:40_000])  # a copy cut short
+    with pytest.raises(ValueError, match="data-00000-of-00001.arrow: not a complete Arrow IPC file"):
+        zring.convert(src, tmp_path / "cut")
+    assert not (tmp_path / "cut").exists()
+    (src / "junk.arrow").write_bytes(b"not arrow at all")
+    with pytest.raises(ValueError, match="junk.arrow is not an Arrow IPC stream or file"):
+        zring.convert(src / "junk.arrow", tmp_path / "junk")
+
+
+def test_a_dataset_dict_or_a_folder_of_save_to_disk_folders_is_refused_by_name(tmp_path, capsys):
+    import json
+
+    dd = tmp_path / "dd"
+    _hf_save_to_disk(dd / "train", [_hf_table(0, 10)])
+    _hf_save_to_disk(dd / "test", [_hf_table(10, 5)])
+    (dd / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "test"]}))
+    with pytest.raises(ValueError, match=r"HuggingFace DatasetDict .*\['test', 'train'\].*convert one split"):
+        zring.convert(dd, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert zring.convert(dd / "train", tmp_path / "train")["label"] == 10
+    # A folder that holds one somewhere is not stored as opaque files either...
+    (tmp_path / "work").mkdir()
+    _hf_save_to_disk(tmp_path / "work" / "corpus", [_hf_table(0, 10)])
+    (tmp_path / "work" / "notes.txt").write_text("x")
+    with pytest.raises(ValueError, match=r"holds HuggingFace save_to_disk folders \(.*corpus\)"):
+        zring.convert(tmp_path / "work", tmp_path / "out")
+    assert cli.main(["convert", str(tmp_path / "work"), str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "--kind folder" in err and "kind=" not in err
+    # ...unless asked for.
+    assert zring.convert(tmp_path / "work", tmp_path / "out", kind="folder") == {"": 4}
+
+
+def test_an_existing_destination_names_only_converts_own_arguments(tmp_path):
+    # convert's FileExistsError suggested append=True, which convert does not take.
+    np.save(tmp_path / "a.npy", np.arange(6))
+    pq.write_table(_table(5)[0], tmp_path / "t.parquet")
+    for src in ("a.npy", "t.parquet"):
+        zring.convert(tmp_path / src, tmp_path / f"{src}.out")
+        with pytest.raises(FileExistsError) as e:
+            zring.convert(tmp_path / src, tmp_path / f"{src}.out")
+        assert "overwrite=True" in str(e.value) and "append" not in str(e.value), e.value
+        assert zring.convert(tmp_path / src, tmp_path / f"{src}.out", overwrite=True)

@@ -1,6 +1,7 @@
 """Every fixed-size dtype and sample shape round-trips through a dataset."""
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -92,3 +93,35 @@ def test_memmap_source_is_streamed(tmp_path):
     assert zring.write_dataset(tmp_path / "d", src, chunk_bytes=1000) == 1000
     with zring.Dataset(tmp_path / "d") as ds:
         np.testing.assert_array_equal(ds[:], src)
+
+
+@pytest.mark.parametrize("values, dtype, shown", [
+    (np.array([5, 70000, 9]), np.uint16, "70000"),
+    (np.array([1, 2**40]), np.int32, str(2**40)),
+    ([3, -1], np.uint8, "-1"),
+    (np.array([1.0, 1.5]), np.int64, "1.5"),
+    (np.array([1.0, np.nan]), np.int16, "nan"),
+    (np.array([1e300]), np.float32, "1e+300"),
+    (np.array([2]), np.bool_, "2"),
+])
+def test_a_value_the_dtype_cannot_hold_is_an_error_naming_value_and_dtype(tmp_path, values, dtype, shown):
+    # write_ragged(..., dtype=np.uint16) stored token 70000 as 4464, and int32
+    # stored 2**40 as 0: NumPy's cast wraps silently.
+    arrays = [np.array([0, 1]), values]
+    with pytest.raises(ValueError, match=re.escape(f"array 1 holds {shown}, which {np.dtype(dtype)} cannot hold")):
+        zring.write_ragged(tmp_path / "r", arrays, dtype=dtype)
+    assert not (tmp_path / "r").exists(), "nothing is written"
+    # Values the dtype holds are stored, whatever dtype they came in.
+    zring.write_ragged(tmp_path / "ok", [np.array([0, 65535], np.int64), [7.0, 8.0]], dtype=np.uint16)
+    with zring.RaggedDataset(tmp_path / "ok") as d:
+        assert d.dtype == np.uint16 and d[0].tolist() == [0, 65535] and d[1].tolist() == [7, 8]
+
+
+def test_write_dataset_never_narrows_a_dtype(tmp_path):
+    # write_dataset stores the array's own dtype; appending wider values to a
+    # narrower store is refused rather than cast.
+    zring.write_dataset(tmp_path / "d", np.array([1, 2], np.uint16))
+    with pytest.raises(ValueError, match="cannot append int64"):
+        zring.write_dataset(tmp_path / "d", np.array([70000], np.int64), append=True)
+    with zring.Dataset(tmp_path / "d") as d:
+        assert d[:].tolist() == [1, 2]

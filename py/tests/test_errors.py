@@ -138,6 +138,17 @@ def test_loader_arguments(ds, tmp_path):
             len(dl)
 
 
+def test_a_loader_over_a_bare_dataset_says_to_pass_a_dict(ds, tmp_path):
+    # DataLoader(zring.Dataset(p)) failed inside dict() with a message about
+    # sequence elements.
+    zring.write_ragged(tmp_path / "r", [np.arange(3)])
+    with zring.RaggedDataset(tmp_path / "r") as ragged:
+        for bare in (ds, ragged, [ds]):
+            with pytest.raises(TypeError, match=r'dict of named streams, such as DataLoader\(\{"x": ds\}, ...\)') as e:
+                zring.DataLoader(bare)
+            assert type(bare).__name__ in str(e.value)
+
+
 def test_pad_errors():
     with pytest.raises(ValueError, match="over max_len=2"):
         zring.pad(np.zeros(5), [0, 3, 5], max_len=2)

@@ -1,5 +1,6 @@
-"""zring.mix: weighted mixtures in a DataLoader, exact per batch and over
-the run, each source covered by its own sampler, resumable and shardable."""
+"""zring.mix: weighted mixtures in a DataLoader, each batch within a row of
+its shares' rounding and exact over the run, each source covered by its own
+sampler, resumable and shardable."""
 
 import hashlib
 import threading
@@ -224,3 +225,27 @@ def test_prime_lengths_and_a_hundred_sources(tmp_path):
             total += counts
             assert counts.min() >= 1, "every source has a row in every batch"
             np.testing.assert_array_equal(total, m.allocation((t + 1) * 1024))
+
+
+def test_the_readmes_rounding_holds_at_point_seven_of_256(tmp_path):
+    # The README said each batch holds weight × 256 rows "rounded down or up";
+    # at 0.7/0.2/0.1 "web" got 178 rows for 179.2. What it says now: the
+    # running totals are the shares rounded down or up, and a batch holds its
+    # share rounded down or up, or one row further.
+    made = []
+    for k, n in enumerate((7000, 2000, 1000)):
+        zring.write_dataset(tmp_path / f"s{k}", np.zeros(n, np.uint8))
+        made.append({"x": zring.Dataset(tmp_path / f"s{k}")})
+    m = zring.mix(made, [0.7, 0.2, 0.1])
+    share = m.weights * 256
+    totals = np.array([m.allocation(t * 256) for t in range(3001)])
+    counts = np.diff(totals, axis=0)
+    assert np.all(counts >= np.floor(share) - 1) and np.all(counts <= np.ceil(share) + 1)
+    assert (counts[:, 0] == 178).any(), "one row below 179.2 rounded down happens"
+    exact = np.outer(np.arange(3001), share)
+    assert np.all((totals == np.floor(exact)) | (totals == np.ceil(exact)))
+    # The loader's batches are those allocations.
+    with zring.DataLoader(m, batch_size=256, num_workers=1, seed=3) as dl:
+        for t in range(40):
+            next(dl)
+            np.testing.assert_array_equal(np.bincount(dl.last_sources, minlength=3), counts[t])

@@ -59,7 +59,7 @@
 //!     cycle's permutation are skipped; since the permutation changes every
 //!     cycle, different indices are skipped each time.
 //! - [`Mixture`] draws each global batch from several sources with fixed
-//!   weights, exactly per batch (largest-remainder rounding of each source's
+//!   weights, exact over the run (largest-remainder rounding of each source's
 //!   share of the rows so far), every source reading its own index stream;
 //!   [`MixtureState`] is what a resumed mixture run must find again.
 //! - [`Shard`] names one consumer's contiguous slice of the global batch.

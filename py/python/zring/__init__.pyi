@@ -58,7 +58,9 @@ def write_ragged(
     """Store variable-length arrays one record each; returns the record count.
 
     Built beside path and renamed into place when complete; an existing path
-    is FileExistsError unless overwrite=True (replace) or append=True (add)."""
+    is FileExistsError unless overwrite=True (replace) or append=True (add).
+    A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
+    ValueError naming the value and the dtype."""
 
 class Mixture:
     """Stream dicts and their weights (from mix); pass it to DataLoader."""
@@ -73,9 +75,10 @@ class Mixture:
         """The state in the loader's form; ValueError if saved for another mixture."""
 
 def mix(sources: Sequence[Mapping[str, Union[Dataset, RaggedDataset]]], weights: Sequence[float]) -> Mixture:
-    """A weighted mixture for DataLoader: every batch holds each source's share
-    exactly (largest remainder, carried over), each source drawn by its own
-    sampler; last_sources/last_indices name each row; state()/state= resume."""
+    """A weighted mixture for DataLoader: each source's rows so far are its
+    share rounded down or up (largest remainder, carried over), so a batch
+    holds its share rounded, or one row further; each source is drawn by its
+    own sampler; last_sources/last_indices name each row; state()/state= resume."""
 
 def convert(
     src: _Path,
@@ -90,9 +93,10 @@ def convert(
     block_bytes: int = ...,
     progress: Optional[bool] = None,
 ) -> dict[str, int]:
-    """Parquet (one store per column), a folder of files, WebDataset tar shards
-    (one store per extension), a .npy or a loaderx store into zring stores at
-    dst; returns the records written per store."""
+    """Parquet or Arrow IPC files (a HuggingFace save_to_disk folder; one
+    store per column), a folder of files, WebDataset tar shards (one store per
+    extension), a .npy or a loaderx store into zring stores at dst; returns
+    the records written per store."""
 
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0

@@ -1,9 +1,10 @@
-"""Importers: Parquet files, folders of files and WebDataset tar shards into
-zring stores (:func:`convert`, and ``zring convert`` on the command line).
+"""Importers: Parquet files, Arrow IPC files (HuggingFace ``save_to_disk``
+folders), folders of files and WebDataset tar shards into zring stores
+(:func:`convert`, and ``zring convert`` on the command line).
 
-Every importer streams: a Parquet file a row group at a time, a folder or a
-tar shard a block of files at a time (``block_bytes``), so memory stays
-bounded whatever the source's size. Each block is handed to the engine as one
+Every importer streams: a Parquet file a row group at a time, Arrow files,
+folders and tar shards a block of about ``block_bytes`` at a time, so memory
+stays bounded whatever the source's size. Each block is handed to the engine as one
 append, which compresses its records on every core. The whole destination is
 built in a temporary directory beside it and renamed into place when every
 store in it is complete and synced, like :func:`zring.write_dataset`.
@@ -27,6 +28,15 @@ What each source becomes:
   hold exactly is an error) and a null list, string or binary an empty
   record. Any other type (other structs, maps, lists of strings) is an error;
   every such column is named in one message.
+* Arrow IPC files (needs ``pyarrow``): a HuggingFace ``Dataset.save_to_disk``
+  folder (its ``data-0000i-of-0000N.arrow`` files in the order its
+  ``state.json`` lists them), an ``.arrow`` file, or a directory of them read
+  in sorted order, in the stream format (what HuggingFace writes) or the file
+  format. Each column becomes ``DST/<column>.zr`` exactly as a Parquet column
+  does. A ``DatasetDict`` folder (``dataset_dict.json``, a folder per split)
+  is refused with the splits named: convert one split at a time. A folder
+  that holds ``save_to_disk`` folders is refused too, rather than stored as
+  opaque files (``kind="folder"`` stores them so on purpose).
 * A folder of files: one uint8 record per file in ``DST``, a
   :class:`RaggedDataset`, files in sorted order of their relative paths,
   which are kept (:attr:`RaggedDataset.names`); ``extensions=`` keeps only
@@ -214,7 +224,7 @@ def _pyarrow():
         import pyarrow as pa
         import pyarrow.parquet as pq
     except ImportError:
-        raise ImportError("converting Parquet needs pyarrow: pip install pyarrow") from None
+        raise ImportError("converting Parquet or Arrow files needs pyarrow: pip install pyarrow") from None
     return pa, pq
 
 
@@ -394,15 +404,14 @@ def _row_groups(pq: Any, files: Sequence[Path], schema: Any, names: Sequence[str
             yield pending.result()
 
 
-def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str,
-                     progress: bool | None) -> dict[str, int]:
-    pa, pq = _pyarrow()
-    files = _parquet_files(src)
-    schema = pq.ParquetFile(files[0]).schema_arrow
+def _plan(pa: Any, schema: Any, first: Path, columns: Sequence[str] | None) -> tuple[list[str], dict[str, _Source], dict[str, Any]]:
+    """The columns to convert of a source whose Arrow schema is ``schema``
+    (read from ``first``), with each one's :class:`_Source` and plan; a
+    ValueError naming every column that cannot be stored."""
     names = list(columns) if columns else list(schema.names)
     missing = [c for c in names if c not in schema.names]
     if missing:
-        raise ValueError(f"{files[0]} has no column(s) {missing}; it has {schema.names}")
+        raise ValueError(f"{first} has no column(s) {missing}; it has {schema.names}")
     sources: dict[str, _Source] = {}
     plans = {}
     unmappable = []
@@ -419,7 +428,13 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
             f"lists of numbers, lists of numbers, strings, binary, dictionary (categorical) columns of those, "
             f"and image structs of bytes and path are supported); leave them out with columns="
         )
-    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    return names, sources, plans
+
+
+def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source], plans: dict[str, Any],
+                     tables: Iterable[Any], total: int, fill: Any, codec: str, progress: bool | None) -> dict[str, int]:
+    """Appends each column of every table of ``tables`` (in order) to its
+    store ``DST/<column>.zr``: what Parquet and Arrow sources share."""
     bar = _progress(total, f"convert {src.name}", progress)
     sinks: dict[str, _Sink] = {}
     named: dict[str, _Sink] = {}  # image columns: their records' names, from `path`
@@ -430,7 +445,7 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
                              sources[c].extra)
             if sources[c].names:
                 named[c] = _Sink(dst / f"{c}.zr" / NAMES_DIR, np.dtype(np.uint8), None, "zstd")
-        for table in _row_groups(pq, files, schema, names):
+        for table in tables:
             for c, (kind, _, shape) in plans.items():
                 for chunk in table.column(c).chunks:
                     if c in named:
@@ -447,6 +462,125 @@ def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: 
         for s in [*sinks.values(), *named.values()]:
             s.close(failed=not ok)
     return {c: s.records for c, s in sinks.items()}
+
+
+def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str,
+                     progress: bool | None) -> dict[str, int]:
+    pa, pq = _pyarrow()
+    files = _parquet_files(src)
+    schema = pq.ParquetFile(files[0]).schema_arrow
+    names, sources, plans = _plan(pa, schema, files[0], columns)
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
+    return _convert_columns(pa, src, dst, sources, plans, _row_groups(pq, files, schema, names), total, fill,
+                            codec, progress)
+
+
+# --------------------------------------------------------------------------
+# Arrow IPC files (HuggingFace save_to_disk folders)
+# --------------------------------------------------------------------------
+
+#: What HuggingFace's ``Dataset.save_to_disk`` writes beside its Arrow files.
+HF_STATE = "state.json"
+HF_INFO = "dataset_info.json"
+#: What ``DatasetDict.save_to_disk`` writes beside one folder per split.
+HF_DICT = "dataset_dict.json"
+
+
+def _is_hf_dataset(d: Path) -> bool:
+    """Whether directory ``d`` is a HuggingFace ``save_to_disk`` folder of one split."""
+    return (d / HF_STATE).is_file() and (d / HF_INFO).is_file()
+
+
+def _arrow_files(src: Path) -> list[Path]:
+    """The Arrow IPC files of ``src`` in row order: a file; a ``save_to_disk``
+    folder's data files in the order its ``state.json`` lists them (sorted
+    ``*.arrow`` names when it lists none); or a directory's ``*.arrow`` files
+    in sorted order."""
+    if not src.is_dir():
+        return [src]
+    listed: list[Path] = []
+    if (src / HF_STATE).is_file():
+        try:
+            state = json.loads((src / HF_STATE).read_text(encoding="utf-8"))
+            listed = [src / f["filename"] for f in state.get("_data_files", [])]
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
+            raise ValueError(f"{src / HF_STATE} is not the state.json of a HuggingFace save_to_disk folder "
+                             f"({type(e).__name__}: {e})") from None
+        absent = [str(p) for p in listed if not p.is_file()]
+        if absent:
+            raise ValueError(f"{src / HF_STATE} lists data files that are missing: {absent}")
+    files = listed or sorted(p for p in src.rglob("*.arrow") if p.is_file())
+    if not files:
+        raise ValueError(f"{src} holds no .arrow files")
+    return files
+
+
+def _ipc_reader(pa: Any, f: Path) -> Any:
+    """A reader of Arrow IPC file ``f``: the stream format (what HuggingFace
+    writes) or the file format, memory-mapped so batches are read without
+    copies; a ValueError naming ``f`` when it is neither."""
+    import pyarrow.ipc as ipc
+
+    source = pa.memory_map(str(f))
+    try:
+        try:
+            return ipc.open_stream(source)
+        except pa.ArrowInvalid:
+            source.seek(0)
+            return ipc.open_file(source)
+    except pa.ArrowInvalid as e:
+        source.close()
+        raise ValueError(f"{f} is not an Arrow IPC stream or file ({e})") from None
+
+
+def _ipc_batches(pa: Any, f: Path) -> Iterator[Any]:
+    """The record batches of Arrow IPC file ``f``, in order."""
+    reader = _ipc_reader(pa, f)
+    try:
+        if hasattr(reader, "get_batch"):  # the file format
+            for i in range(reader.num_record_batches):
+                yield reader.get_batch(i)
+        else:
+            yield from reader
+    except (pa.ArrowInvalid, OSError) as e:
+        # A file cut short (a copy interrupted; pyarrow reports a short
+        # message body as an OSError): name it among the shards.
+        raise ValueError(f"{f}: not a complete Arrow IPC file ({e}); nothing was written") from e
+
+
+def _arrow_tables(pa: Any, files: Sequence[Path], schema: Any, names: Sequence[str],
+                  block_bytes: int) -> Iterator[Any]:
+    """Tables of about ``block_bytes`` (columns ``names``, one chunk each)
+    from the record batches of ``files`` in order. HuggingFace writes batches
+    of 1,000 rows; gathering them makes each append big enough to spread its
+    compression over every core."""
+    block: list[Any] = []
+    size = 0
+    for f in files:
+        for batch in _ipc_batches(pa, f):
+            if batch.schema.names != schema.names or any(
+                    batch.schema.field(c).type != schema.field(c).type for c in names):
+                raise ValueError(f"{f} has another schema than {files[0]}")
+            batch = batch.select(list(names))
+            block.append(batch)
+            size += batch.nbytes
+            if size >= block_bytes:
+                yield pa.Table.from_batches(block).combine_chunks()
+                block, size = [], 0
+    if block:
+        yield pa.Table.from_batches(block).combine_chunks()
+
+
+def _convert_arrow(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str, block_bytes: int,
+                   progress: bool | None) -> dict[str, int]:
+    pa, _ = _pyarrow()
+    files = _arrow_files(src)
+    schema = _ipc_reader(pa, files[0]).schema
+    names, sources, plans = _plan(pa, schema, files[0], columns)
+    # Memory-mapped: counting rows reads message headers, not the data.
+    total = sum(b.num_rows for f in files for b in _ipc_batches(pa, f))
+    return _convert_columns(pa, src, dst, sources, plans, _arrow_tables(pa, files, schema, names, block_bytes),
+                            total, fill, codec, progress)
 
 
 # --------------------------------------------------------------------------
@@ -608,6 +742,21 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
 # Entry point
 # --------------------------------------------------------------------------
 
+#: The kinds of source :func:`convert` reads.
+KINDS = ("parquet", "arrow", "folder", "tar", "npy", "loaderx")
+
+
+def _hf_folders(src: Path) -> list[Path]:
+    """The HuggingFace ``save_to_disk`` folders (of a split, or of a
+    ``DatasetDict``) at or under ``src``."""
+    found = []
+    for root, dirs, files in os.walk(src):
+        dirs.sort()
+        if HF_DICT in files or (HF_STATE in files and HF_INFO in files):
+            found.append(Path(root))
+    return found
+
+
 def _kind(src: Path) -> str:
     if src.is_file():
         suffix = src.suffix.lower()
@@ -617,15 +766,36 @@ def _kind(src: Path) -> str:
             return "parquet"
         if suffix == ".tar":
             return "tar"
-        raise ValueError(f"cannot convert {src}: expected a .npy, .parquet or .tar file, or a directory")
+        if suffix == ".arrow":
+            return "arrow"
+        raise ValueError(f"cannot convert {src}: expected a .npy, .parquet, .arrow or .tar file, or a directory")
     if src.is_dir():
         if (src / "meta.zr").is_file():
             return "loaderx"
+        if (src / HF_DICT).is_file():
+            splits = sorted(p.name for p in src.iterdir() if p.is_dir() and _is_hf_dataset(p))
+            raise ValueError(
+                f"{src} is a HuggingFace DatasetDict saved with save_to_disk (splits {splits}); convert one "
+                f"split's folder at a time, such as {src / (splits[0] if splits else 'train')}"
+            )
+        if _is_hf_dataset(src):
+            return "arrow"
         entries = [p for p in src.rglob("*") if p.is_file()]
         if entries and all(p.suffix.lower() == ".parquet" for p in entries):
             return "parquet"
         if entries and all(p.suffix.lower() == ".tar" for p in entries):
             return "tar"
+        if entries and all(p.suffix.lower() == ".arrow" for p in entries):
+            return "arrow"
+        nested = _hf_folders(src)
+        if nested:
+            # Its Arrow files stored as opaque byte records would convert
+            # "successfully" into something no one can read as the dataset.
+            raise ValueError(
+                f"{src} holds HuggingFace save_to_disk folders ({', '.join(str(p) for p in nested[:3])}"
+                f"{', ...' if len(nested) > 3 else ''}); convert each of them, or pass kind='folder' to store "
+                f"every file as a byte record"
+            )
         return "folder"
     raise FileNotFoundError(f"{src} does not exist")
 
@@ -638,13 +808,16 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
     the records written per store (``""`` for a single store at ``dst``).
 
     Args:
-        src: A ``.parquet`` file or a directory of them, a folder of files, a
-            ``.tar`` shard or a directory of them, a ``.npy`` file, or a
-            loaderx store. ``kind`` overrides the guess (``"parquet"``,
-            ``"folder"``, ``"tar"``, ``"npy"``, ``"loaderx"``).
+        src: A ``.parquet`` file or a directory of them, a HuggingFace
+            ``save_to_disk`` folder or ``.arrow`` (Arrow IPC) files, a folder
+            of files, a ``.tar`` shard or a directory of them, a ``.npy``
+            file, or a loaderx store. ``kind`` overrides the guess
+            (``"parquet"``, ``"arrow"``, ``"folder"``, ``"tar"``, ``"npy"``,
+            ``"loaderx"``).
         dst: The store (``.npy``, loaderx, folder) or the directory of stores
-            (Parquet: one per column; tar: one per extension) to create.
-        columns: Parquet columns to convert (default: all).
+            (Parquet and Arrow: one per column; tar: one per extension) to
+            create.
+        columns: Parquet or Arrow columns to convert (default: all).
         fill: What a null becomes (default: a null is an error); a value the
             column's type cannot hold exactly (1.5 in an integer column, -1 in
             an unsigned one) is a ValueError.
@@ -652,14 +825,17 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         codec: ``"zstd"`` (default), ``"raw"`` or ``"zstd_dict"`` is not
             offered here (a dictionary needs a sample of the whole column).
         overwrite: Replace an existing ``dst``.
-        block_bytes: Bytes of files handed to one append (folders, tar).
+        block_bytes: Bytes handed to one append (folders, tar, Arrow).
         progress: Show a tqdm bar; by default only when stderr is a terminal.
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is not set.
         ValueError: A column or member that cannot be mapped, a null without
-            ``fill``, a sample missing an extension, an unknown ``kind``.
-        ImportError: A Parquet source without pyarrow installed.
+            ``fill``, a sample missing an extension, an unknown ``kind``, a
+            HuggingFace ``DatasetDict`` folder (convert one split's folder) or
+            a folder holding ``save_to_disk`` folders (unless
+            ``kind="folder"``).
+        ImportError: A Parquet or Arrow source without pyarrow installed.
     """
     src, dst = Path(src), Path(dst)
     if codec not in ("zstd", "raw"):
@@ -667,11 +843,15 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
     if int(block_bytes) <= 0:
         raise ValueError(f"block_bytes must be positive, got {block_bytes}")
     kind = kind or _kind(src)
+    if kind not in KINDS:
+        raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if os.path.lexists(dst) and not overwrite:
+        # Said here rather than by the writers convert builds on, whose
+        # message offers an append convert does not have.
+        raise FileExistsError(f"{dst} already exists; pass overwrite=True to replace it")
     if kind == "npy":
         n = write_dataset(dst, np.load(src, mmap_mode="r"), codec=codec, overwrite=overwrite, progress=progress)
         return {"": n}
-    if kind not in ("parquet", "folder", "tar", "loaderx"):
-        raise ValueError(f"unknown kind {kind!r}: expected parquet, folder, tar, npy or loaderx")
     with _target(dst, overwrite, False) as where:
         if kind == "loaderx":
             os.rmdir(where)  # the import creates its destination itself
@@ -679,6 +859,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             return {"": int(stats["records"])}
         if kind == "parquet":
             return _convert_parquet(src, where, columns, fill, codec, progress)
+        if kind == "arrow":
+            return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress)
         if kind == "folder":
             return _convert_folder(src, where, extensions, codec, int(block_bytes), progress)
         return _convert_tar(src, where, codec, int(block_bytes), progress)

@@ -1,14 +1,17 @@
-"""Weighted mixtures of datasets (:func:`zring.mix`), exact per batch.
+"""Weighted mixtures of datasets (:func:`zring.mix`), exact over the run.
 
 A mixture is a list of stream dicts (the same names, dtypes and item shapes
 in each) and a weight per source. ``zring.DataLoader(zring.mix(...), ...)``
-delivers batches in which source ``s`` holds its share of the rows exactly:
-after ``t + 1`` steps of ``B`` rows, source ``s`` has contributed the
-largest-remainder (Hamilton) rounding of ``w_s * (t + 1) * B`` rows, so every
-batch holds ``w_s * B`` rows rounded down or up (the remainders carry over
-between steps) and the long-run proportions are exact. That allocation is a
-pure function of the step, as is everything else here, so ``state()`` and
-``state=`` resume exactly and seeking costs nothing.
+delivers batches in which source ``s`` holds its share of the rows: after
+``t + 1`` steps of ``B`` rows, source ``s`` has contributed the
+largest-remainder (Hamilton) rounding of ``w_s * (t + 1) * B`` rows, that
+product rounded down or up, so the remainders carry over between steps and
+the long-run proportions are exact. The running total is what is rounded, not
+each batch: a batch holds ``w_s * B`` rows rounded down or up, or one row
+further (``floor(w_s * B) - 1`` to ``ceil(w_s * B) + 1``; 178 to 180 rows for
+0.7 of 256). That allocation is a pure function of the step, as is
+everything else here, so ``state()`` and ``state=`` resume exactly and
+seeking costs nothing.
 
 Each source draws from its own stream of indices in the loader's mode (a
 sampler seeded from the loader's seed and the source's position): its rows

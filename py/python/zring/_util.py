@@ -41,6 +41,70 @@ def as_u64(values: Any, name: str) -> np.ndarray:
     return np.ascontiguousarray(arr.reshape(-1), dtype=np.uint64)
 
 
+def _cannot_hold(what: str, value: Any, dt: np.dtype, why: str) -> ValueError:
+    value = value.item() if isinstance(value, np.generic) else value
+    return ValueError(f"{what} holds {value!r}, which {dt} cannot hold ({why}); "
+                      f"pass a dtype that holds every value, or convert the values first")
+
+
+def as_dtype(values: Any, dt: np.dtype, what: str) -> np.ndarray:
+    """``values`` as a C-contiguous array of ``dt``, or a ValueError naming a
+    value ``dt`` cannot hold and ``dt``: NumPy's cast would store 70000 as
+    4464 in uint16, 2**40 as 0 in int32 and 1e300 as inf in float32.
+
+    Integers and booleans must lie in the dtype's range, floats bound for
+    integers must be whole and finite as well, numbers bound for floats must
+    not overflow to infinity (rounding to the nearest float is what floats
+    do), complex numbers bound for reals must have no imaginary part, and
+    strings must fit the width. The checks are NumPy reductions over the
+    whole array (its minimum and maximum where that decides), never a
+    Python loop per element. Other casts are NumPy's.
+    """
+    try:
+        src = np.asarray(values)
+    except OverflowError as e:
+        raise ValueError(f"{what} holds a value {dt} cannot hold ({e})") from None
+    if src.dtype == dt or src.size == 0 or np.can_cast(src.dtype, dt, "safe"):
+        return np.ascontiguousarray(src, dtype=dt)
+    if src.dtype.hasobject:
+        # Python integers too large for any NumPy integer, say.
+        try:
+            return np.ascontiguousarray(src, dtype=dt)
+        except (OverflowError, TypeError, ValueError) as e:
+            raise ValueError(f"{what} holds a value {dt} cannot hold ({e})") from None
+    kind, to = src.dtype.kind, dt.kind
+    if kind == "c" and to != "c":
+        imaginary = src.imag != 0
+        if imaginary.any():
+            raise _cannot_hold(what, src[imaginary].flat[0], dt, "it has an imaginary part")
+        src, kind = src.real, src.real.dtype.kind
+    if to in "biu" and kind in "biuf":
+        if kind == "f":
+            finite = np.isfinite(src)
+            if not finite.all():
+                raise _cannot_hold(what, src[~finite].flat[0], dt, "not a finite number")
+            fraction = src != np.trunc(src)
+            if fraction.any():
+                raise _cannot_hold(what, src[fraction].flat[0], dt, "not a whole number")
+        low, high = (0, 1) if to == "b" else (int(np.iinfo(dt).min), int(np.iinfo(dt).max))
+        for v in (src.min(), src.max()):
+            if not low <= v.item() <= high:
+                raise _cannot_hold(what, v, dt, f"{dt} holds {low} to {high}")
+    elif to in "fc" and kind in "biufc":
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = np.ascontiguousarray(src, dtype=dt)
+        overflowed = np.isinf(out) & ~np.isinf(src)
+        if overflowed.any():
+            raise _cannot_hold(what, src[overflowed].flat[0], dt, f"beyond {dt}'s largest, {np.finfo(dt).max}")
+        return out
+    elif to in "SU" and kind in "SU":
+        width = dt.itemsize // (4 if to == "U" else 1)
+        lengths = np.char.str_len(src)
+        if lengths.max() > width:
+            raise _cannot_hold(what, src.flat[int(lengths.argmax())], dt, f"longer than {width} characters")
+    return np.ascontiguousarray(src, dtype=dt)
+
+
 def indices(idx: Any, length: int) -> np.ndarray:
     """Normalise a batch index to a contiguous uint64 array.
 

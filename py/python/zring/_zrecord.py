@@ -633,7 +633,9 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
         FileExistsError: ``path`` exists and neither ``overwrite`` nor
             ``append`` is set.
         ValueError: No arrays, a bad codec, an array whose row shape is not
-            ``item_shape``, or both ``overwrite`` and ``append``.
+            ``item_shape``, a value ``dtype`` cannot hold (70000 for uint16,
+            1.5 or 2**40 for int32; named with the dtype, and nothing is
+            written), or both ``overwrite`` and ``append``.
     """
     _schema.check_codec(codec)
     if int(chunk_bytes) <= 0:
@@ -658,7 +660,7 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
                 and tuple(existing.get("item_shape", ())) == ishape)
 
     def prepared(i: int, a: Any) -> np.ndarray:
-        a = np.ascontiguousarray(a, dtype=dt)
+        a = _util.as_dtype(a, dt, f"array {i}")
         if a.ndim < 1 or tuple(a.shape[1:]) != ishape:
             raise ValueError(
                 f"array {i} has shape {a.shape}; expected (rows, *{ishape})"

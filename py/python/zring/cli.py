@@ -2,7 +2,7 @@
 
     zring info PATH
     zring verify PATH
-    zring convert SRC DST [--codec zstd] [--chunk-bytes N]
+    zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
 """
@@ -21,7 +21,7 @@ import numpy as np
 
 from . import _schema
 from ._zring import Store, ZringError
-from ._convert import convert
+from ._convert import KINDS, convert
 from ._zrecord import WRITE_CHUNK_BYTES
 
 
@@ -140,6 +140,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
 
 
 def cmd_compact(args: argparse.Namespace) -> int:
+    # Opening for writing creates a store where there is none: a mistyped
+    # PATH would "compact" a new empty store into being instead of failing.
+    Store(args.path, "r").close()
     with Store(args.path, "a") as store:
         before = store.stats()
         report = store.compact(args.format)
@@ -200,18 +203,18 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="read and checksum every record")
     s.add_argument("path")
     s.set_defaults(func=cmd_verify)
-    s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files (one store per column), "
-                                       "a folder of files or WebDataset tar shards (one store per extension) "
-                                       "into zring stores")
+    s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
+                                       "folder (Arrow files; one store per column), a folder of files or "
+                                       "WebDataset tar shards (one store per extension) into zring stores")
     s.add_argument("src")
     s.add_argument("dst")
     s.add_argument("--codec", default="zstd", choices=("zstd", "raw"))
     s.add_argument("--chunk-bytes", type=int, default=WRITE_CHUNK_BYTES, help="bytes handed to one append")
     s.add_argument("--overwrite", action="store_true", help="replace an existing store at DST")
-    s.add_argument("--columns", help="Parquet: the columns to convert, comma-separated (default: all)")
+    s.add_argument("--columns", help="Parquet and Arrow: the columns to convert, comma-separated (default: all)")
     s.add_argument("--fill", type=_fill, help="what a null becomes (default: a null is an error)")
     s.add_argument("--ext", help="folder: keep only files with these extensions, comma-separated")
-    s.add_argument("--kind", choices=("parquet", "folder", "tar", "npy", "loaderx"), help="the source's kind (default: guessed)")
+    s.add_argument("--kind", choices=KINDS, help="the source's kind (default: guessed)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
     s.set_defaults(func=cmd_convert)
     s = sub.add_parser("compact", help="reclaim the space of deleted records; --format upgrades the table")
@@ -231,13 +234,87 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``zring`` command; returns the exit status."""
-    args = _parser().parse_args(argv)
+def _store_arg(args: argparse.Namespace) -> str | None:
+    """The store (or source) the command was about, to name in its errors."""
+    return getattr(args, "path", None) or getattr(args, "dst", None)
+
+
+def _hint(path: str | None) -> str:
+    """A hint when ``path`` is not a store but something near it is: the same
+    name with ``.zr`` (what ``zring convert`` names per-column and
+    per-extension stores), or a directory of such stores."""
+    if path is None:
+        return ""
+    p = Path(path)
+    if (p / "head.zr").is_file():
+        return ""
+    near = p.with_name(p.name + ".zr") if p.name else None
+    if near is not None and (near / "head.zr").is_file():
+        return f" (did you mean {near}?)"
+    if p.is_dir():
+        stores = sorted(c.name for c in p.iterdir() if c.name.endswith(".zr") and (c / "head.zr").is_file())
+        if stores:
+            shown = ", ".join(str(p / c) for c in stores[:4]) + (", ..." if len(stores) > 4 else "")
+            return f" ({p} is a directory of stores: {shown})"
+    return ""
+
+
+def _message(exc: BaseException, args: argparse.Namespace) -> str:
+    """The one line an error prints: the store named (when the library's
+    message does not already), the library's keyword arguments as flags, and
+    a hint when a store is near the path given."""
+    where = _store_arg(args)
+    text = _in_flags(str(exc))
+    if where is not None and where not in text and str(Path(where)) not in text:
+        text = f"{where}: {text}"
+    hint = _hint(getattr(args, "path", None)) if isinstance(exc, (ZringError, OSError)) else ""
+    return f"error: {type(exc).__name__}: {text}{hint}"
+
+
+def _quiet_stdout() -> None:
+    """Points stdout at /dev/null after its reader went away (``zring info
+    ... | head``), so the interpreter's last flush at exit does not print a
+    second BrokenPipeError."""
     try:
-        return args.func(args)
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+#: Exit status after Ctrl-C: 128 + SIGINT, as shells report it.
+EXIT_INTERRUPTED = 130
+#: Exit status when stdout's reader went away: 128 + SIGPIPE, what a command
+#: killed by the signal would report.
+EXIT_BROKEN_PIPE = 141
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``zring`` command; returns the exit status.
+
+    An error prints one line (``error: Type: message``, naming the store) and
+    returns 1; Ctrl-C prints one line and returns 130 (a ``convert`` removes
+    what it had written, leaving DST as it was); a closed stdout (``| head``)
+    ends quietly with 141.
+    """
+    args = _parser().parse_args(argv)
+    existed = args.command == "convert" and os.path.lexists(args.dst)
+    try:
+        status = args.func(args)
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _quiet_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        left = ""
+        if args.command == "convert":
+            left = f"; {args.dst} is left as it was" if existed else f"; {args.dst} was not created"
+        print(f"zring {args.command}: interrupted{left}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (ZringError, OSError, ValueError, TypeError) as exc:
-        print(f"error: {type(exc).__name__}: {_in_flags(str(exc))}", file=sys.stderr)
+        print(_message(exc, args), file=sys.stderr)
         return 1
 
 
@@ -247,6 +324,9 @@ _FLAGS = (
     ("overwrite=True", "--overwrite"),
     ("fill=", "--fill"),
     ("columns=", "--columns"),
+    ("kind='folder'", "--kind folder"),
+    ("block_bytes", "--chunk-bytes"),
+    ("cache_bytes", "--cache-bytes"),
 )
 
 

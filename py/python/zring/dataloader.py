@@ -354,12 +354,20 @@ class DataLoader(_util.Closeable):
         Raises:
             ValueError: No streams, streams of different lengths, or an
                 argument out of range (``transform_workers`` < 0).
-            TypeError: A stream is not a zring Dataset or RaggedDataset, or
+            TypeError: ``streams`` is not a dict (a bare Dataset, say), a
+                stream is not a zring Dataset or RaggedDataset, or
                 ``transform_workers`` is not an int.
         """
         self._loader = None
         self._pool: _TransformPool | None = None
         mixture = streams if isinstance(streams, Mixture) else None
+        if mixture is None and not isinstance(streams, Mapping):
+            # dict() of a Dataset fails deep inside with a message about
+            # sequence elements, which says nothing about what to pass.
+            raise TypeError(
+                f"DataLoader takes a dict of named streams, such as DataLoader({{\"x\": ds}}, ...), or a "
+                f"zring.mix(...) mixture; got a {type(streams).__name__}"
+            )
         self.streams = streams if mixture is not None else dict(streams)
         if mixture is None and not self.streams:
             raise ValueError("need at least one stream")
