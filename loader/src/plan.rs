@@ -72,6 +72,7 @@ impl Plan {
                     step,
                     length: m.total_length(),
                     batch_size: m.batch_len() as u64,
+                    origin: 0,
                 };
                 (state, Some(m.state()))
             }
