@@ -244,3 +244,66 @@ fn each_step_reads_one_view_of_a_changing_source() {
         }
     });
 }
+
+/// A mixture's state carries every source's fingerprints (`"<source>/<name>"`):
+/// replaced records in one source are refused, naming it; a source that
+/// grew is refused too (a mixture resumes over the saved lengths only),
+/// saying so.
+#[test]
+fn a_mixture_resume_checks_every_source() {
+    with_timeout(DEADLOCK, || {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        for d in &dirs {
+            store(d.path(), 100);
+        }
+        let mixture = || {
+            let sources = dirs
+                .iter()
+                .map(|d| {
+                    let s = Arc::new(Store::open(d.path()).unwrap());
+                    zring_loader::MixSource::new(1.0, vec![Stream::new("x", Arc::new(StoreSource::ragged(s)))])
+                })
+                .collect::<Vec<_>>();
+            sources
+        };
+        let mut l = Loader::new_mixture(mixture(), LoaderConfig::new(8)).unwrap();
+        l.next().unwrap();
+        let state = l.state();
+        assert_eq!(state.fingerprints.keys().collect::<Vec<_>>(), ["0/x", "1/x"]);
+        drop(l);
+        assert!(Loader::new_mixture(mixture(), LoaderConfig::from_state(&state)).is_ok());
+
+        append(&Store::builder(dirs[0].path()).open_writable().unwrap(), 100..110);
+        let err = Loader::new_mixture(mixture(), LoaderConfig::from_state(&state)).unwrap_err();
+        assert!(matches!(&err, Error::CannotGrow { stream, saved: 100, now: 110, .. } if stream == "0/x"), "{err:?}");
+        assert!(err.to_string().contains("mixture"), "{err}");
+
+        {
+            let w = Store::builder(dirs[1].path()).open_writable().unwrap();
+            w.delete(&[3]).unwrap();
+            w.append(&[&b"other"[..]], None).unwrap();
+            w.sync().unwrap();
+        }
+        let err = Loader::new_mixture(mixture(), LoaderConfig::from_state(&state)).unwrap_err();
+        assert!(matches!(&err, Error::StreamChanged { stream, .. } if stream == "1/x"), "{err:?}");
+    });
+}
+
+/// A store smaller than one batch gave batches of all its records; after
+/// it grew, batches of another length cannot continue the saved run, and
+/// the resume says so.
+#[test]
+fn a_grown_store_that_would_change_the_batch_length_is_refused() {
+    with_timeout(DEADLOCK, || {
+        let dir = tempfile::tempdir().unwrap();
+        store(dir.path(), 10);
+        let mut l = loader(dir.path(), LoaderConfig { mode: Mode::Cyclic, ..LoaderConfig::new(16) }).unwrap();
+        l.next().unwrap();
+        let state = l.state();
+        drop(l);
+        append(&Store::builder(dir.path()).open_writable().unwrap(), 10..30);
+        let err = loader(dir.path(), LoaderConfig::from_state(&state)).unwrap_err();
+        assert!(matches!(err, Error::CannotGrow { saved: 10, now: 30, .. }), "{err:?}");
+        assert!(err.to_string().contains("batch_size 16"), "{err}");
+    });
+}
