@@ -376,9 +376,19 @@ impl Loader {
     /// Validates the streams and configuration and starts the workers, which
     /// begin gathering `config.start_step` at once.
     ///
+    /// With [`LoaderConfig::expect_fingerprints`] (a resumed run), each
+    /// stream's fingerprint must be the saved one, or the stream must only
+    /// have grown: then the steps up to the end of the cycle under way
+    /// ([`zring_sampler::Sampler::cycle_boundary`]) draw from the saved
+    /// records as the saved run would have, and the later ones from all of
+    /// them. Next-use hints of the cycle under way stop at its end.
+    ///
     /// Errors: [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::LengthMismatch`] (listing every stream's length),
-    /// [`Error::StateMismatch`], [`Error::InvalidConfig`] for a depth or
+    /// [`Error::StateMismatch`] (another length, and not every stream shown
+    /// to have only grown), [`Error::StreamChanged`], [`Error::CannotGrow`]
+    /// (growth that would change the batch length),
+    /// [`Error::Fingerprint`], [`Error::InvalidConfig`] for a depth or
     /// thread count out of range, [`Error::Sampler`] for an empty index
     /// space, a zero batch size or a shard that does not fit the batch, and
     /// [`Error::Spawn`] when a thread cannot be started.
@@ -442,8 +452,9 @@ impl Loader {
     /// as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
     /// index (into that source) in [`Batch::indices`].
     ///
-    /// Errors: those of [`Loader::new`] for each source's streams,
-    /// [`Error::SourceStreams`] when a source's streams differ from source
+    /// Errors: those of [`Loader::new`] for each source's streams
+    /// ([`Error::CannotGrow`] for any source that grew since the state was
+    /// saved), [`Error::SourceStreams`] when a source's streams differ from source
     /// 0's in names or layouts, [`Error::MixtureMismatch`] for a state saved
     /// from another mixture, and [`Error::Sampler`] for weights that are not
     /// positive and finite or give a source less than one row per batch.
