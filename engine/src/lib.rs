@@ -92,7 +92,7 @@ pub use io::uring::BackendKind;
 pub use pool::{set_thread_fan_out, thread_fan_out};
 pub use read::cache::NextUse;
 pub use read::reads::ReadStats;
-pub use store::{Store, StoreBuilder, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
+pub use store::{Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
 pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;
 

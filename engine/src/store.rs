@@ -304,23 +304,34 @@ impl Store {
     /// written by this version, once synced); otherwise computed once per
     /// snapshot from the table (see [`Fingerprint`]).
     pub fn fingerprint(&self) -> Result<Fingerprint> {
+        fingerprint_of(&self.snapshot())
+    }
+
+    /// Whether the store's first `earlier.records` records are those
+    /// `earlier` was taken of ([`Store::fingerprint`], at any time before):
+    /// they are unchanged, and the store may hold more after them (it only
+    /// grew by appends). A delete, a rewrite or a re-encoding of any of
+    /// them makes it `false` (but for a 2^-32 chance of a collision, as
+    /// for any fingerprint). Reads the table entries added since, and
+    /// costs what [`Store::fingerprint`] costs besides.
+    pub fn extends(&self, earlier: Fingerprint) -> Result<bool> {
         let snap = self.snapshot();
-        let records = snap.records();
-        let (known_records, known) = snap.known;
-        if known != 0 && known_records == records {
-            return Ok(Fingerprint { records, content: known });
+        let now = fingerprint_of(&snap)?;
+        if earlier.records > now.records {
+            return Ok(false);
         }
-        if let Some(&content) = snap.content.get() {
-            return Ok(Fingerprint { records, content });
-        }
-        let (from, h) = if known != 0 && known_records <= records {
-            (known_records, known)
-        } else {
-            (0, crate::format::fingerprint::SEED)
-        };
-        let content = crate::format::fingerprint::over_table(h, &snap.table, from, records)?;
-        let _ = snap.content.set(content);
-        Ok(Fingerprint { records, content })
+        let content =
+            crate::format::fingerprint::over_table(earlier.content, &snap.table, earlier.records, now.records)?;
+        Ok(content == now.content)
+    }
+
+    /// One snapshot of the store to make several reads from: every call on
+    /// the [`View`] sees the same records, whatever appends, deletes and
+    /// compactions happen meanwhile (the files it reads stay until it is
+    /// dropped). A data loader takes one per step, so the lengths it sizes
+    /// a ragged batch by are those of the records it then gathers.
+    pub fn view(self: &Arc<Self>) -> View {
+        View { store: Arc::clone(self), snap: self.snapshot() }
     }
 
     /// Whether next-use hints ([`Store::gather_hinted`]) reach a record cache
@@ -383,7 +394,7 @@ impl Store {
 
     /// Logical (decoded) length of each record in `indices`, into `out`.
     pub fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<()> {
-        crate::read::gather::lengths(self, indices, out)
+        crate::read::gather::lengths(&self.snapshot(), indices, out)
     }
 
     /// Logical length of one record.
@@ -406,7 +417,7 @@ impl Store {
     /// its sampler. Without a record cache (buffered reads) the hints are
     /// ignored.
     pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_hinted(self, indices, dst, stride, next)
+        crate::read::gather::gather_hinted(self, &self.snapshot(), indices, dst, stride, next)
     }
 
     /// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
@@ -418,7 +429,7 @@ impl Store {
 
     /// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`].
     pub fn gather_var_hinted(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64], next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_var_hinted(self, indices, dst, offsets, next)
+        crate::read::gather::gather_var_hinted(self, &self.snapshot(), indices, dst, offsets, next)
     }
 
     /// Appends records, compressing them with `codec` (the store's default
@@ -524,6 +535,73 @@ impl Store {
     /// file stores it with a checksum ([`Store::schema`] returns `json`).
     pub fn set_schema(&self, json: &str) -> Result<()> {
         crate::admin::set_schema(self, json)
+    }
+}
+
+/// The fingerprint of `snap`'s records ([`Store::fingerprint`]).
+fn fingerprint_of(snap: &Snapshot) -> Result<Fingerprint> {
+    let records = snap.records();
+    let (known_records, known) = snap.known;
+    if known != 0 && known_records == records {
+        return Ok(Fingerprint { records, content: known });
+    }
+    if let Some(&content) = snap.content.get() {
+        return Ok(Fingerprint { records, content });
+    }
+    let (from, h) = if known != 0 && known_records <= records {
+        (known_records, known)
+    } else {
+        (0, crate::format::fingerprint::SEED)
+    };
+    let content = crate::format::fingerprint::over_table(h, &snap.table, from, records)?;
+    let _ = snap.content.set(content);
+    Ok(Fingerprint { records, content })
+}
+
+/// One snapshot of a store ([`Store::view`]): its reads all see the same
+/// records.
+pub struct View {
+    store: Arc<Store>,
+    snap: Arc<Snapshot>,
+}
+
+impl std::fmt::Debug for View {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("View").field("path", &self.store.dir).field("len", &self.len()).finish()
+    }
+}
+
+impl View {
+    /// Number of records.
+    pub fn len(&self) -> u64 {
+        self.snap.records()
+    }
+
+    /// Whether the view holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`Store::fingerprint`] of these records.
+    pub fn fingerprint(&self) -> Result<Fingerprint> {
+        fingerprint_of(&self.snap)
+    }
+
+    /// [`Store::lengths`] of these records.
+    pub fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<()> {
+        crate::read::gather::lengths(&self.snap, indices, out)
+    }
+
+    /// [`Store::gather_hinted`] from these records (an empty `next` gives no
+    /// hints).
+    pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
+        crate::read::gather::gather_hinted(&self.store, &self.snap, indices, dst, stride, next)
+    }
+
+    /// [`Store::gather_var_hinted`] from these records (an empty `next`
+    /// gives no hints).
+    pub fn gather_var_hinted(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64], next: &[NextUse]) -> Result<()> {
+        crate::read::gather::gather_var_hinted(&self.store, &self.snap, indices, dst, offsets, next)
     }
 }
 

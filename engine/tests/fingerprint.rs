@@ -87,3 +87,35 @@ fn a_head_without_the_field_gets_it_computed_then_stored() {
     let fresh = tempfile::tempdir().unwrap();
     assert_eq!(build(fresh.path(), 310, Codec::Zstd), want, "and it is the content of the same records");
 }
+
+/// A resumed run asks whether its store only grew: `extends` is true for
+/// the same records and for more appended after them, false once any of
+/// the earlier records was deleted or replaced (here: the same count, other
+/// bytes at the end), and it holds across reopening and compaction.
+#[test]
+fn extends_tells_a_store_that_only_grew_from_one_that_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let saved = build(dir.path(), 100, Codec::Zstd);
+    {
+        let s = Store::builder(dir.path()).open_writable().unwrap();
+        assert!(s.extends(saved).unwrap(), "the same records");
+        append(&s, 100..130, Codec::Zstd);
+        s.sync().unwrap();
+        assert!(s.extends(saved).unwrap(), "30 more appended");
+        s.compact_to(2).unwrap();
+    }
+    let s = Store::open(dir.path()).unwrap();
+    assert_eq!(s.len(), 130);
+    assert!(s.extends(saved).unwrap(), "reopened and compacted");
+    let grown = s.fingerprint().unwrap();
+    assert!(!s.extends(Fingerprint { records: 131, ..grown }).unwrap(), "more records than the store holds");
+    drop(s);
+    let s = Store::builder(dir.path()).open_writable().unwrap();
+    // Replace record 99 (delete it, append other bytes): 130 records again.
+    s.delete(&[99]).unwrap();
+    s.append(&[&[7u8; 300][..]], None).unwrap();
+    s.sync().unwrap();
+    assert_eq!(s.len(), 130);
+    assert!(!s.extends(saved).unwrap(), "record 99 changed");
+    assert!(!s.extends(grown).unwrap());
+}

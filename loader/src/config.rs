@@ -1,7 +1,11 @@
 //! How a loader is configured, and the state it saves for an exact resume.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
+
+use crate::source::Fingerprint;
 
 /// The largest accepted [`LoaderConfig::depth`]. Each step in flight holds a
 /// batch buffer set, so depth is memory; thousands of steps ahead buy nothing.
@@ -53,6 +57,19 @@ pub struct LoaderConfig {
     /// configuration made by [`LoaderConfig::from_state`] sets it, so a saved
     /// run cannot silently resume over different data.
     pub expect_length: Option<u64>,
+    /// The step from which the sampler draws over the streams' current
+    /// length ([`SamplerState::origin`]): 0 unless a saved run resumed over
+    /// streams that grew. [`LoaderConfig::from_state`] sets it.
+    pub origin: u64,
+    /// The fingerprint each stream (by name; `"<source>/<name>"` in a
+    /// mixture) had when the state was saved. A stream whose fingerprint
+    /// differs is refused ([`Error::StreamChanged`](crate::Error::StreamChanged)),
+    /// unless it only grew ([`Source::extends`](crate::Source::extends)):
+    /// then the cycle under way finishes over the records it began with and
+    /// the new records join from the next cycle. Empty (an old state, or a
+    /// new run): only `expect_length` is checked.
+    /// [`LoaderConfig::from_state`] sets it.
+    pub expect_fingerprints: BTreeMap<String, Fingerprint>,
     /// When set, the loader must be a mixture of sources of these lengths
     /// and weights ([`MixtureState::matches`]); when `None` with
     /// `expect_length` set (a state of a single-source loader), it must not
@@ -75,6 +92,8 @@ impl LoaderConfig {
             threads: 2,
             start_step: 0,
             expect_length: None,
+            origin: 0,
+            expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
         }
     }
@@ -91,6 +110,8 @@ impl LoaderConfig {
             shard: state.shard,
             start_step: state.sampler.step,
             expect_length: Some(state.sampler.length),
+            origin: state.sampler.origin,
+            expect_fingerprints: state.fingerprints.clone(),
             expect_mixture: state.mixture.clone(),
             ..LoaderConfig::new(state.sampler.batch_size)
         }
@@ -113,6 +134,13 @@ pub struct LoaderState {
     /// sampler's `length` is then the sum of the sources' lengths.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mixture: Option<MixtureState>,
+    /// Each stream's [`Fingerprint`] (by name; `"<source>/<name>"` in a
+    /// mixture) over the records the sampler draws from at this step, for
+    /// the streams whose source has one. Empty, and absent from the
+    /// serialised form, when none has; a state saved before fingerprints
+    /// existed reads as empty and resumes as before.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub fingerprints: BTreeMap<String, Fingerprint>,
 }
 
 impl LoaderState {

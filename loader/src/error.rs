@@ -1,6 +1,6 @@
 //! The loader's one error type.
 
-use crate::source::SourceError;
+use crate::source::{Fingerprint, SourceError};
 
 /// Everything that can go wrong building or running a [`Loader`](crate::Loader).
 ///
@@ -52,6 +52,53 @@ pub enum Error {
         state_length: u64,
         /// The length of the streams given.
         stream_length: u64,
+    },
+
+    /// A stream's records differ from those the saved
+    /// [`LoaderState`](crate::LoaderState) was drawn over: some were
+    /// replaced, deleted or reordered (its fingerprint differs, and the
+    /// stream is not the saved records with more appended).
+    #[error(
+        "stream {stream:?} changed since the state was saved: it held {} records (content {:#010x}), it now holds {} \
+         (content {:#010x}), and its first {} records are not the saved ones (records were replaced, deleted or \
+         reordered); resume with the data the state was saved from, or start a new run without the state",
+        .saved.records, .saved.content, .now.records, .now.content, .saved.records
+    )]
+    StreamChanged {
+        /// The stream (`"<source>/<name>"` in a mixture).
+        stream: String,
+        /// Its fingerprint in the state.
+        saved: Fingerprint,
+        /// Its fingerprint now.
+        now: Fingerprint,
+    },
+
+    /// A source could not say what its records are
+    /// ([`Source::fingerprint`](crate::Source::fingerprint) or
+    /// [`Source::extends`](crate::Source::extends) failed).
+    #[error("reading the fingerprint of stream {stream:?} failed: {source}")]
+    Fingerprint {
+        /// The stream (`"<source>/<name>"` in a mixture).
+        stream: String,
+        /// The source's own error.
+        source: SourceError,
+    },
+
+    /// The streams grew since the state was saved, and this resume cannot
+    /// add the new records.
+    #[error(
+        "stream {stream:?} grew from {saved} to {now} records since the state was saved, but {why}; resume with the \
+         records the state was saved from, or start a new run without the state"
+    )]
+    CannotGrow {
+        /// The stream (`"<source>/<name>"` in a mixture).
+        stream: String,
+        /// Its records in the state.
+        saved: u64,
+        /// Its records now.
+        now: u64,
+        /// Why not.
+        why: String,
     },
 
     /// A saved [`LoaderState`](crate::LoaderState) was made for another

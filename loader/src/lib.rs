@@ -72,7 +72,16 @@
 //! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
 //!   depth (in steps, and in bytes: `ahead_bytes`), thread count and start
 //!   step; [`LoaderState`] is the serde-able
-//!   position for an exact resume.
+//!   position for an exact resume. It carries each stream's [`Fingerprint`]
+//!   (when its source has one, as a [`StoreSource`] does): a resume over
+//!   changed records is refused ([`Error::StreamChanged`]), and one over a
+//!   store that only grew finishes the cycle under way over the records it
+//!   began with, the new records joining from the next cycle
+//!   (`zring_sampler::Sampler::grown`).
+//! * [`Source::view`] gives the loader one view of a source per step: a
+//!   ragged column's lengths and its records come from the same records,
+//!   however the store changes meanwhile (a `StoreSource` hands out a
+//!   `zring_engine::View`, one snapshot of the store).
 //! * [`Loader`] runs the pipeline; [`Batch`] is one step: the shard's indices
 //!   and one [`Column`] per stream (bytes, plus offsets for ragged streams).
 //! * [`Pooled`] / [`PooledBuf`] are the recycled buffers inside a batch. They
@@ -117,7 +126,7 @@ pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pool::{Pooled, PooledBuf};
-pub use source::{Layout, Source, SourceError};
+pub use source::{Fingerprint, Layout, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
 pub use zring_sampler::{MixtureState, Mode, SamplerState, Shard};

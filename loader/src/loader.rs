@@ -76,14 +76,14 @@
 //!   returns once it ends.
 
 use std::any::Any;
-use std::collections::{HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Mixture, MixtureState, Mode, Sampler, Shard};
+use zring_sampler::{Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
 
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
@@ -91,7 +91,7 @@ use crate::error::Error;
 use crate::lookahead::Lookahead;
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
-use crate::source::{Layout, Source};
+use crate::source::{Fingerprint, Layout, Source};
 use crate::stats::{self, GatherStats, LoaderStats};
 
 /// One named input of a loader. Every stream is gathered at the same indices,
@@ -263,6 +263,8 @@ impl Shared {
 /// [`Loader::close`] (or dropping the loader) stops and joins the workers.
 pub struct Loader {
     shared: Arc<Shared>,
+    /// What [`Loader::state`] records of the streams' records.
+    fingerprints: Fingerprints,
     workers: Vec<JoinHandle<()>>,
     /// The step the next `next()` returns (mirrors `State::next_deliver`).
     next_step: u64,
@@ -320,6 +322,40 @@ fn stream_length(streams: &[Stream]) -> Result<u64, Error> {
     Ok(length)
 }
 
+/// The fingerprints a loader's states carry: those of the records its
+/// sampler draws from now and, while a resumed run over streams that grew
+/// finishes its cycle over the saved records, the saved ones.
+struct Fingerprints {
+    before: BTreeMap<String, Fingerprint>,
+    now: BTreeMap<String, Fingerprint>,
+}
+
+/// Each stream's fingerprint now (by label, for the sources that have one),
+/// checked against `saved`: the labels of the streams that grew (the saved
+/// records unchanged, more after them), or [`Error::StreamChanged`] for the
+/// first stream whose saved records changed.
+fn check_fingerprints(
+    streams: &[(String, &dyn Source)],
+    saved: &BTreeMap<String, Fingerprint>,
+) -> Result<(BTreeMap<String, Fingerprint>, Vec<String>), Error> {
+    let mut now = BTreeMap::new();
+    let mut grown = Vec::new();
+    for (label, source) in streams {
+        let fail = |source| Error::Fingerprint { stream: label.clone(), source };
+        let Some(fp) = source.fingerprint().map_err(fail)? else {
+            continue;
+        };
+        now.insert(label.clone(), fp);
+        match saved.get(label) {
+            Some(&s) if s == fp => {}
+            Some(&s) if s.records < fp.records && source.extends(s).map_err(fail)? => grown.push(label.clone()),
+            Some(&s) => return Err(Error::StreamChanged { stream: label.clone(), saved: s, now: fp }),
+            None => {}
+        }
+    }
+    Ok((now, grown))
+}
+
 /// Depth, threads and start step in range.
 fn check_config(config: &LoaderConfig) -> Result<(), Error> {
     check_range("depth", config.depth, MAX_DEPTH, "1 ..= 1024")?;
@@ -340,25 +376,73 @@ impl Loader {
     /// Validates the streams and configuration and starts the workers, which
     /// begin gathering `config.start_step` at once.
     ///
+    /// With [`LoaderConfig::expect_fingerprints`] (a resumed run), each
+    /// stream's fingerprint must be the saved one, or the stream must only
+    /// have grown: then the steps up to the end of the cycle under way
+    /// ([`zring_sampler::Sampler::cycle_boundary`]) draw from the saved
+    /// records as the saved run would have, and the later ones from all of
+    /// them. Next-use hints of the cycle under way stop at its end.
+    ///
     /// Errors: [`Error::NoStreams`], [`Error::DuplicateStream`],
     /// [`Error::LengthMismatch`] (listing every stream's length),
-    /// [`Error::StateMismatch`], [`Error::InvalidConfig`] for a depth or
+    /// [`Error::StateMismatch`] (another length, and not every stream shown
+    /// to have only grown), [`Error::StreamChanged`], [`Error::CannotGrow`]
+    /// (growth that would change the batch length),
+    /// [`Error::Fingerprint`], [`Error::InvalidConfig`] for a depth or
     /// thread count out of range, [`Error::Sampler`] for an empty index
     /// space, a zero batch size or a shard that does not fit the batch, and
     /// [`Error::Spawn`] when a thread cannot be started.
     pub fn new(streams: Vec<Stream>, config: LoaderConfig) -> Result<Loader, Error> {
         let length = stream_length(&streams)?;
-        if let Some(expected) = config.expect_length {
-            if expected != length {
-                return Err(Error::StateMismatch { state_length: expected, stream_length: length });
-            }
-        }
+        let labelled: Vec<(String, &dyn Source)> = streams.iter().map(|s| (s.name.clone(), &*s.source)).collect();
+        let (now, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
         if let Some(saved) = &config.expect_mixture {
             return Err(Error::MixtureMismatch { saved: describe(saved), loader: "one set of streams".to_owned() });
         }
         check_config(&config)?;
-        let plan = Plan::Single(Sampler::new(config.mode, length, config.batch_size, config.seed)?);
-        Loader::start(plan, vec![streams], config)
+        let sampler = |length| {
+            Sampler::from_state(&SamplerState {
+                mode: config.mode,
+                seed: config.seed,
+                step: config.start_step,
+                length,
+                batch_size: config.batch_size,
+                origin: config.origin,
+            })
+        };
+        let plan = match config.expect_length {
+            Some(expected) if expected != length => {
+                // Streams that only grew (every one of them, each shown by
+                // its fingerprint) finish the cycle under way over the
+                // saved length; any other change of length is refused.
+                if grown.len() != streams.len() {
+                    return Err(Error::StateMismatch { state_length: expected, stream_length: length });
+                }
+                let before = sampler(expected)?;
+                let boundary = before.cycle_boundary(config.start_step);
+                let after = before.grown(length, boundary)?;
+                if after.batch_len() != before.batch_len() {
+                    return Err(Error::CannotGrow {
+                        stream: grown[0].clone(),
+                        saved: expected,
+                        now: length,
+                        why: format!(
+                            "the saved run's batches hold all {expected} records (fewer than batch_size {}), and \
+                             batches of another length cannot continue it",
+                            config.batch_size
+                        ),
+                    });
+                }
+                if boundary <= config.start_step {
+                    Plan::Single(after)
+                } else {
+                    Plan::Grown { before, after, boundary }
+                }
+            }
+            _ => Plan::Single(sampler(length)?),
+        };
+        let fingerprints = Fingerprints { before: config.expect_fingerprints.clone(), now };
+        Loader::start(plan, vec![streams], config, fingerprints)
     }
 
     /// A loader over a weighted mixture of sources: every global batch of
@@ -368,8 +452,9 @@ impl Loader {
     /// pipeline, hints, state and errors as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
     /// index (into that source) in [`Batch::indices`].
     ///
-    /// Errors: those of [`Loader::new`] for each source's streams,
-    /// [`Error::SourceStreams`] when a source's streams differ from source
+    /// Errors: those of [`Loader::new`] for each source's streams
+    /// ([`Error::CannotGrow`] for any source that grew since the state was
+    /// saved), [`Error::SourceStreams`] when a source's streams differ from source
     /// 0's in names or layouts, [`Error::MixtureMismatch`] for a state saved
     /// from another mixture, and [`Error::Sampler`] for weights that are not
     /// positive and finite or give a source less than one row per batch.
@@ -394,6 +479,17 @@ impl Loader {
                 return Err(Error::SourceStreams { source_index: k, got: show(&got), want: show(&want) });
             }
         }
+        let labelled: Vec<(String, &dyn Source)> = sources
+            .iter()
+            .enumerate()
+            .flat_map(|(k, source)| source.streams.iter().map(move |s| (format!("{k}/{}", s.name), &*s.source)))
+            .collect();
+        let (now, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
+        if let Some(stream) = grown.into_iter().next() {
+            let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
+            let why = "a mixture resumes only over sources of the lengths it was saved with".to_owned();
+            return Err(Error::CannotGrow { stream, saved, now, why });
+        }
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
         let mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
         let mine = mixture.state();
@@ -417,12 +513,18 @@ impl Loader {
                 streams
             })
             .collect();
-        Loader::start(Plan::Mixture(mixture), by_source, config)
+        let fingerprints = Fingerprints { before: BTreeMap::new(), now };
+        Loader::start(Plan::Mixture(mixture), by_source, config, fingerprints)
     }
 
     /// Starts the workers over `plan`; `sources[k]` are source `k`'s streams,
     /// in the same order for every source (one source unless a mixture).
-    fn start(plan: Plan, sources: Vec<Vec<Stream>>, config: LoaderConfig) -> Result<Loader, Error> {
+    fn start(
+        plan: Plan,
+        sources: Vec<Vec<Stream>>,
+        config: LoaderConfig,
+        fingerprints: Fingerprints,
+    ) -> Result<Loader, Error> {
         let shard_len = plan.shard_len(config.shard)?;
         let mixture = matches!(plan, Plan::Mixture(_));
         let mut per_stream: Vec<Vec<Stream>> = Vec::new();
@@ -528,6 +630,7 @@ impl Loader {
 
         Ok(Loader {
             shared,
+            fingerprints,
             workers,
             next_step: config.start_step,
             poisoned: None,
@@ -618,8 +721,19 @@ impl Loader {
     /// batch the next [`Loader::next`] returns. After a failure it is the
     /// failed step, so a loader rebuilt from it retries that step.
     pub fn state(&self) -> LoaderState {
-        let (sampler, mixture) = self.shared.ctx.plan.state(self.next_step);
-        LoaderState { sampler, shard: self.shared.ctx.shard, mixture }
+        self.state_at(self.next_step)
+    }
+
+    /// The state that resumes this run at `step` (delivered or not): what
+    /// [`Loader::state`] returns once `step` is the next to deliver. A
+    /// consumer that hands steps on to workers of its own (the Python
+    /// loader's transform threads) saves the step its caller reached.
+    pub fn state_at(&self, step: u64) -> LoaderState {
+        let ctx = &self.shared.ctx;
+        let (sampler, mixture) = ctx.plan.state(step);
+        let f = &self.fingerprints;
+        let fingerprints = if ctx.plan.before_growth(step) { f.before.clone() } else { f.now.clone() };
+        LoaderState { sampler, shard: ctx.shard, mixture, fingerprints }
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -812,6 +926,15 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
             let label = stream.labels[k].to_string();
             move |source| Error::Gather { step, stream: label, source }
         };
+        // One view of each source for the whole step: a ragged column's
+        // lengths and its records come from the same records.
+        let mut views = Vec::with_capacity(stream.sources.len());
+        for (k, source) in stream.sources.iter().enumerate() {
+            *current = Some(Arc::clone(&stream.labels[k]));
+            views.push(source.view().map_err(gather_err(k))?);
+        }
+        let views: Vec<&dyn Source> =
+            views.iter().zip(&stream.sources).map(|(v, s)| v.as_deref().unwrap_or(&**s)).collect();
         let too_large = |bytes: u128| Error::BatchTooLarge { step, stream: stream.name.to_string(), bytes };
         let column = match stream.layout {
             Layout::Fixed { record_bytes } => {
@@ -823,7 +946,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                 for (k, rows) in &runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
-                    let source = &stream.sources[k];
+                    let source = views[k];
                     let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
                     let idx = &indices[rows.clone()];
                     match hints.as_deref().filter(|_| wants[k]) {
@@ -840,9 +963,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                 first[0] = 0;
                 for (k, rows) in &runs {
                     *current = Some(Arc::clone(&stream.labels[*k]));
-                    stream.sources[*k]
-                        .lengths(&indices[rows.clone()], &mut lengths[rows.clone()])
-                        .map_err(gather_err(*k))?;
+                    views[*k].lengths(&indices[rows.clone()], &mut lengths[rows.clone()]).map_err(gather_err(*k))?;
                 }
                 let total = prefix_sum(lengths)
                     .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
@@ -852,7 +973,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                 for (k, rows) in &runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
-                    let source = &stream.sources[k];
+                    let source = views[k];
                     // Lossless: the offsets are at most `bytes`, a usize.
                     let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
                     let dst = &mut data[a..z];

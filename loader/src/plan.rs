@@ -12,29 +12,46 @@ use zring_sampler::{Error as SamplerError, Mixture, MixtureState, Mode, Sampler,
 pub(crate) enum Plan {
     Single(Sampler),
     Mixture(Mixture),
+    /// A run resumed over streams that grew: steps before `boundary` (the
+    /// rest of the cycle under way) drawn by `before`, over the records the
+    /// run began with; from `boundary` on by `after`
+    /// ([`Sampler::grown`]), over all of them.
+    Grown {
+        before: Sampler,
+        after: Sampler,
+        boundary: u64,
+    },
 }
 
 impl Plan {
     pub fn mode(&self) -> Mode {
         match self {
-            Plan::Single(s) => s.state().mode,
+            Plan::Single(s) | Plan::Grown { after: s, .. } => s.state().mode,
             Plan::Mixture(m) => m.mode(),
         }
     }
 
+    /// `shard`'s rows per step (a grown plan's two samplers have the same
+    /// batch length: [`crate::Loader::new`] checks).
     pub fn shard_len(&self, shard: Shard) -> Result<usize, SamplerError> {
         match self {
-            Plan::Single(s) => s.shard_len(shard),
+            Plan::Single(s) | Plan::Grown { after: s, .. } => s.shard_len(shard),
             Plan::Mixture(m) => m.shard_len(shard),
         }
     }
 
-    /// The records of the whole index space (a mixture's sources together).
+    /// The records of the whole index space (a mixture's sources together;
+    /// the grown length of a grown plan).
     pub fn length(&self) -> u64 {
         match self {
-            Plan::Single(s) => s.state().length,
+            Plan::Single(s) | Plan::Grown { after: s, .. } => s.state().length,
             Plan::Mixture(m) => m.total_length(),
         }
+    }
+
+    /// Whether `step` is drawn over the records a grown run began with.
+    pub fn before_growth(&self, step: u64) -> bool {
+        matches!(self, Plan::Grown { boundary, .. } if step < *boundary)
     }
 
     /// `shard`'s rows of `step`: each row's source (left alone for a single
@@ -49,10 +66,24 @@ impl Plan {
         next: Option<&mut [Option<u64>]>,
     ) -> Result<(), SamplerError> {
         match (self, next) {
-            (Plan::Single(s), None) => s.fill_shard(step, shard, indices),
-            (Plan::Single(s), Some(next)) => s.fill_shard_with_next_use(step, shard, indices, next),
+            (Plan::Single(s), next) => fill_single(s, step, shard, indices, next),
             (Plan::Mixture(m), None) => m.fill_shard(step, shard, sources, indices),
             (Plan::Mixture(m), Some(next)) => m.fill_shard_with_next_use(step, shard, sources, indices, next),
+            (Plan::Grown { after, boundary, .. }, next) if step >= *boundary => {
+                fill_single(after, step, shard, indices, next)
+            }
+            (Plan::Grown { before, .. }, None) => before.fill_shard(step, shard, indices),
+            (Plan::Grown { before, boundary, .. }, Some(next)) => {
+                fill_single(before, step, shard, indices, Some(&mut *next))?;
+                // `before` knows nothing past the boundary: a next use
+                // there is not one, and is left unknown.
+                for n in next.iter_mut() {
+                    if n.is_some_and(|s| s >= *boundary) {
+                        *n = None;
+                    }
+                }
+                Ok(())
+            }
         }
     }
 
@@ -60,10 +91,9 @@ impl Plan {
     /// its sources), and the mixture's own part.
     pub fn state(&self, step: u64) -> (SamplerState, Option<MixtureState>) {
         match self {
-            Plan::Single(s) => {
-                let mut state = s.state();
-                state.step = step;
-                (state, None)
+            Plan::Single(s) => (single_state(s, step), None),
+            Plan::Grown { before, after, boundary } => {
+                (single_state(if step < *boundary { before } else { after }, step), None)
             }
             Plan::Mixture(m) => {
                 let state = SamplerState {
@@ -72,11 +102,29 @@ impl Plan {
                     step,
                     length: m.total_length(),
                     batch_size: m.batch_len() as u64,
+                    origin: 0,
                 };
                 (state, Some(m.state()))
             }
         }
     }
+}
+
+fn fill_single(
+    s: &Sampler,
+    step: u64,
+    shard: Shard,
+    indices: &mut [u64],
+    next: Option<&mut [Option<u64>]>,
+) -> Result<(), SamplerError> {
+    match next {
+        None => s.fill_shard(step, shard, indices),
+        Some(next) => s.fill_shard_with_next_use(step, shard, indices, next),
+    }
+}
+
+fn single_state(s: &Sampler, step: u64) -> SamplerState {
+    SamplerState { step, ..s.state() }
 }
 
 /// The runs of equal sources in `sources` (rows come source by source):

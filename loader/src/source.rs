@@ -12,6 +12,8 @@
 //! turns that into the store's `zring_engine::NextUse`. Sources that do not
 //! cache keep the default methods and never see a hint.
 
+pub use zring_engine::Fingerprint;
+
 /// The error a [`Source`] returns. It is boxed so any store's error type fits;
 /// the loader wraps it in [`Error::Gather`](crate::Error::Gather) together with
 /// the step and stream it belongs to.
@@ -65,6 +67,34 @@ pub trait Source: Send + Sync + 'static {
     /// `offsets[0] == 0`, and the last offset is `dst.len()`; the offsets come
     /// from the lengths [`Source::lengths`] reported for the same indices.
     fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError>;
+
+    /// A fingerprint of the records ([`Fingerprint`]), which a saved
+    /// [`LoaderState`](crate::LoaderState) carries so that a resumed run can
+    /// tell the same records from others. Default `None`: the source cannot
+    /// tell, and a resume checks its length only.
+    fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
+        Ok(None)
+    }
+
+    /// Whether the first `earlier.records` records are still those
+    /// `earlier` was taken of, with perhaps more after them (the source only
+    /// grew). Asked only of a source whose fingerprint is not `earlier`.
+    /// Default `false`.
+    fn extends(&self, earlier: Fingerprint) -> Result<bool, SourceError> {
+        let _ = earlier;
+        Ok(false)
+    }
+
+    /// The source as it is now, for all the calls of one step: the loader
+    /// asks once per step and makes that step's calls (the lengths of a
+    /// ragged stream, then its gathers) on what it gets, so a source that
+    /// changes meanwhile (a store being appended to, deleted from or
+    /// compacted) cannot size a batch by one state and fill it from
+    /// another. Default `None`: the source's own calls are consistent with
+    /// each other.
+    fn view(&self) -> Result<Option<Box<dyn Source>>, SourceError> {
+        Ok(None)
+    }
 
     /// Whether [`Source::gather_hinted`] and [`Source::gather_var_hinted`]
     /// would use their hints. The loader asks once per step, before it

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use zring_engine::{NextUse, Store};
+use zring_engine::{Fingerprint, NextUse, Store, View};
 
 use crate::source::{Layout, Source, SourceError};
 
@@ -15,6 +15,13 @@ use crate::source::{Layout, Source, SourceError};
 /// its own length. Store errors pass through boxed but unchanged, so a caller
 /// can downcast a [`Error::Gather`](crate::Error::Gather) source back to
 /// `zring_engine::Error`.
+///
+/// Each loader step reads one snapshot of the store ([`Source::view`]):
+/// the lengths a ragged column is sized by and the records gathered into it
+/// are the same records, whatever a writer appends, deletes or compacts
+/// meanwhile. Its [fingerprint](Source::fingerprint) is the store's, so a
+/// saved state can tell the same records from others, and from more
+/// records appended after them ([`Source::extends`]).
 ///
 /// It [wants hints](Source::wants_hints) while the store reads with O_DIRECT
 /// behind its record cache (its read policy is "direct" and was not forced):
@@ -58,6 +65,13 @@ impl StoreSource {
     }
 }
 
+impl StoreSource {
+    /// The store as it is now ([`Store::view`]).
+    fn now(&self) -> StoreView {
+        StoreView { view: self.store.view(), layout: self.layout }
+    }
+}
+
 impl Source for StoreSource {
     fn len(&self) -> u64 {
         self.store.len()
@@ -68,21 +82,27 @@ impl Source for StoreSource {
     }
 
     fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Err("gather called on a ragged StoreSource".into());
-        };
-        Ok(self.store.gather(indices, dst, record_bytes)?)
+        self.now().gather(indices, dst)
     }
 
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        Ok(self.store.lengths(indices, out)?)
+        self.now().lengths(indices, out)
     }
 
     fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        // The loader passes `len + 1` boundaries; the store takes one start
-        // per record and reads each record's length itself.
-        let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
-        Ok(self.store.gather_var(indices, dst, starts)?)
+        self.now().gather_var(indices, dst, offsets)
+    }
+
+    fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
+        Ok(Some(self.store.fingerprint()?))
+    }
+
+    fn extends(&self, earlier: Fingerprint) -> Result<bool, SourceError> {
+        Ok(self.store.extends(earlier)?)
+    }
+
+    fn view(&self) -> Result<Option<Box<dyn Source>>, SourceError> {
+        Ok(Some(Box::new(self.now())))
     }
 
     fn wants_hints(&self) -> bool {
@@ -90,10 +110,7 @@ impl Source for StoreSource {
     }
 
     fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Err("gather called on a ragged StoreSource".into());
-        };
-        Ok(self.store.gather_hinted(indices, dst, record_bytes, &next_uses(next))?)
+        self.now().gather_hinted(indices, dst, next)
     }
 
     fn gather_var_hinted(
@@ -103,8 +120,60 @@ impl Source for StoreSource {
         offsets: &[u64],
         next: &[Option<u64>],
     ) -> Result<(), SourceError> {
+        self.now().gather_var_hinted(indices, dst, offsets, next)
+    }
+}
+
+/// One snapshot of a [`StoreSource`]'s store: what [`Source::view`] hands
+/// the loader for one step.
+struct StoreView {
+    view: View,
+    layout: Layout,
+}
+
+impl Source for StoreView {
+    fn len(&self) -> u64 {
+        self.view.len()
+    }
+
+    fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        self.gather_hinted(indices, dst, &[])
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        Ok(self.view.lengths(indices, out)?)
+    }
+
+    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
+        self.gather_var_hinted(indices, dst, offsets, &[])
+    }
+
+    fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
+        Ok(Some(self.view.fingerprint()?))
+    }
+
+    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Err("gather called on a ragged StoreSource".into());
+        };
+        Ok(self.view.gather_hinted(indices, dst, record_bytes, &next_uses(next))?)
+    }
+
+    fn gather_var_hinted(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        offsets: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        // The loader passes `len + 1` boundaries; the store takes one start
+        // per record and reads each record's length itself.
         let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
-        Ok(self.store.gather_var_hinted(indices, dst, starts, &next_uses(next))?)
+        Ok(self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?)
     }
 }
 

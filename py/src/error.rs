@@ -87,7 +87,7 @@ pub fn loader(err: zring_loader::Error) -> PyErr {
     use zring_loader::Error as L;
     let msg = err.to_string();
     match err {
-        L::Gather { source, .. } => match source.downcast::<zring_engine::Error>() {
+        L::Gather { source, .. } | L::Fingerprint { source, .. } => match source.downcast::<zring_engine::Error>() {
             Ok(inner) => {
                 let class = engine(*inner);
                 // Keep the class, replace the text with the full context.
@@ -100,6 +100,8 @@ pub fn loader(err: zring_loader::Error) -> PyErr {
         | L::LengthMismatch { .. }
         | L::InvalidConfig { .. }
         | L::StateMismatch { .. }
+        | L::StreamChanged { .. }
+        | L::CannotGrow { .. }
         | L::MixtureMismatch { .. }
         | L::SourceStreams { .. }
         | L::Sampler(_)

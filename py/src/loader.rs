@@ -141,16 +141,18 @@ impl PyLoader {
     /// such lists, one per source, and `weights` one number per source.
     /// `state` is the JSON text of a saved `state()`; when given it sets
     /// batch size, mode, seed, start step (and shard, unless `shard` is
-    /// given).
+    /// given), and a `batch_size`, `mode` or `seed` given with it must
+    /// equal the state's. Without a state, `batch_size` is required and
+    /// `mode` and `seed` default to 1 and 42.
     #[new]
-    #[pyo3(signature = (streams, *, batch_size, mode = 1, seed = 42, shard = None, depth = 4, threads = 4, state = None, weights = None))]
+    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         streams: &Bound<'_, PyList>,
-        batch_size: u64,
-        mode: u64,
-        seed: u64,
+        batch_size: Option<u64>,
+        mode: Option<u64>,
+        seed: Option<u64>,
         shard: Option<(u32, u32)>,
         depth: usize,
         threads: usize,
@@ -177,15 +179,35 @@ impl PyLoader {
                 sources
             }
         };
+        let mode = mode.map(self::mode).transpose()?;
         let mut config = match state {
             Some(text) => {
                 let saved: LoaderState = from_json(text, "loader state")?;
+                let sampler = &saved.sampler;
+                let conflict = |what: &str, given: String, saved: String| {
+                    PyValueError::new_err(format!(
+                        "{what}={given} conflicts with the state, which was saved with {what}={saved}; a state fixes \
+                         batch_size, mode and seed: leave {what} out (or pass the state's value)"
+                    ))
+                };
+                if let Some(b) = batch_size.filter(|&b| b != sampler.batch_size) {
+                    return Err(conflict("batch_size", b.to_string(), sampler.batch_size.to_string()));
+                }
+                if let Some(m) = mode.filter(|&m| m != sampler.mode) {
+                    let show = |m: zring_loader::Mode| format!("{} ({m:?})", m as u8);
+                    return Err(conflict("mode", show(m), show(sampler.mode)));
+                }
+                if let Some(s) = seed.filter(|&s| s != sampler.seed) {
+                    return Err(conflict("seed", s.to_string(), sampler.seed.to_string()));
+                }
                 LoaderConfig::from_state(&saved)
             }
             None => {
+                let batch_size =
+                    batch_size.ok_or_else(|| PyTypeError::new_err("batch_size is required without state"))?;
                 let mut c = LoaderConfig::new(batch_size);
-                c.mode = self::mode(mode)?;
-                c.seed = seed;
+                c.mode = mode.unwrap_or(zring_loader::Mode::Iid);
+                c.seed = seed.unwrap_or(42);
                 c
             }
         };
@@ -248,6 +270,13 @@ impl PyLoader {
     /// would return.
     fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let state = py.detach(|| self.with(|l| l.state()))?;
+        to_py(py, &state)
+    }
+
+    /// The state that resumes at `step` (delivered or not), as a dict: what
+    /// `state()` returns once `step` is next.
+    fn state_at<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Bound<'py, PyAny>> {
+        let state = py.detach(|| self.with(|l| l.state_at(step)))?;
         to_py(py, &state)
     }
 

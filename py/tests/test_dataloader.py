@@ -42,10 +42,67 @@ def test_resume_from_state_gives_identical_batches(streams, mode):
         state = dl.state()
         expected = [{k: (tuple(np.copy(p) for p in v) if isinstance(v, tuple) else v.copy())
                      for k, v in b.items()} for b in _take(dl, 4)]
-    with zring.DataLoader(streams, batch_size=999, mode=1, seed=0, state=state,
-                          num_workers=1, prefetch_size=1) as dl2:
+    assert set(state["fingerprints"]) == {"x", "y", "r"}
+    assert state["fingerprints"]["x"] == streams["x"].fingerprint()
+    with zring.DataLoader(streams, state=state, num_workers=1, prefetch_size=1) as dl2:
         for want in expected:
             _eq(next(dl2), want)
+
+
+def test_state_with_a_conflicting_argument_is_an_error_naming_both(streams):
+    """``state=`` fixes batch_size, mode and seed: an explicit argument that
+    differs was silently overridden; now it is a ValueError naming both
+    values. The state's own values (or none) are fine."""
+    with zring.DataLoader(streams, batch_size=16, mode=2, seed=9, num_workers=1) as dl:
+        next(dl)
+        state = dl.state()
+    for kwargs, names in (({"batch_size": 999}, ("batch_size=999", "batch_size=16")),
+                          ({"mode": 1}, ("mode=1", "mode=2")),
+                          ({"seed": 0}, ("seed=0", "seed=9"))):
+        with pytest.raises(ValueError) as info:
+            zring.DataLoader(streams, state=state, **kwargs)
+        assert all(n in str(info.value) for n in names), str(info.value)
+    with zring.DataLoader(streams, batch_size=16, mode=2, seed=9, state=state) as dl:
+        assert dl.state()["sampler"]["step"] == 1
+
+
+def test_resume_over_replaced_records_is_refused(tmp_path):
+    """A state over 100 records that were rewritten (same count, other
+    values) resumed silently with other records at the saved indices; now
+    the stream's fingerprint differs and the resume raises, naming it."""
+    zring.write_dataset(tmp_path / "x", np.arange(100, dtype=np.int64))
+    with zring.Dataset(tmp_path / "x") as ds, zring.DataLoader({"x": ds}, batch_size=10, mode=2) as dl:
+        _take(dl, 3)
+        state = dl.state()
+    zring.write_dataset(tmp_path / "x", np.arange(100, dtype=np.int64)[::-1].copy(), overwrite=True)
+    with zring.Dataset(tmp_path / "x") as ds:
+        assert len(ds) == 100
+        with pytest.raises(ValueError, match=r'stream "x" changed since the state was saved'):
+            zring.DataLoader({"x": ds}, state=state)
+
+
+@pytest.mark.parametrize("transform_workers", [0, 2])
+def test_resume_over_a_grown_store_finishes_the_cycle_then_adds_the_new_records(tmp_path, transform_workers):
+    """A store that grew by appends could not be resumed at all (the length
+    differed). Now the cycle under way finishes exactly as in the
+    uninterrupted run, and the new records join from the next cycle."""
+    n, b = 200, 16  # cyclic: 12 steps per cycle over 200 records
+    zring.write_dataset(tmp_path / "x", np.arange(n, dtype=np.int64))
+    kw = {"transform": (lambda batch: batch), "transform_workers": transform_workers}
+    with zring.Dataset(tmp_path / "x") as ds, zring.DataLoader({"x": ds}, batch_size=b, mode=2, **kw) as dl:
+        _take(dl, 5)
+        state = dl.state()
+        uninterrupted = [next(dl)["x"].copy() for _ in range(7)]
+    zring.write_dataset(tmp_path / "x", np.arange(n, n + 40, dtype=np.int64), append=True)
+    with zring.Dataset(tmp_path / "x") as ds, zring.DataLoader({"x": ds}, state=state, **kw) as dl:
+        assert len(ds) == 240
+        for want in uninterrupted:
+            np.testing.assert_array_equal(next(dl)["x"], want)
+        assert dl.last_step == 11
+        after = dl.state()
+        assert after["sampler"]["length"] == 240 and after["fingerprints"]["x"]["records"] == 240
+        cycle = np.concatenate([next(dl)["x"] for _ in range(15)])
+    np.testing.assert_array_equal(np.sort(cycle), np.arange(240))
 
 
 def test_ragged_stream_matches_dataset(streams):

@@ -184,7 +184,7 @@ def test_resume_is_exact_while_workers_run_ahead(streams, mode):
         _eq(a, b)
     for transform_workers in (2, 0):
         with zring.DataLoader(streams, transform=_jitter, transform_workers=transform_workers,
-                              batch_size=999, mode=1, seed=0, state=state,
+                              state=state,
                               num_workers=1, prefetch_size=1) as resumed:
             again = _take(resumed, 7)
             assert resumed.last_step == k + 6

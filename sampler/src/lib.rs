@@ -9,7 +9,8 @@
 //! that advances as batches are drawn, so:
 //!
 //! - seeking to step one million costs the same as seeking to step one;
-//! - resuming after a crash needs five integers ([`SamplerState`]);
+//! - resuming after a crash needs five integers ([`SamplerState`]; a sixth,
+//!   the origin, when the store grew between runs: [`Sampler::grown`]);
 //! - several processes can each compute their own part of a step's batch
 //!   without talking to each other ([`Shard`]).
 //!

@@ -75,6 +75,17 @@ pub struct SamplerState {
     pub length: u64,
     /// The requested batch size (the batch is shorter if `length` is smaller).
     pub batch_size: u64,
+    /// The step from which the index space is `[0, length)`: 0 for a run
+    /// that always had `length` records. A run resumed over a store that
+    /// grew draws its earlier steps from the earlier length and starts
+    /// afresh over the new one here ([`Sampler::grown`]); absent from the
+    /// serialised form when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub origin: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
 }
 
 /// The per-mode constants, computed once in [`Sampler::new`].
@@ -111,6 +122,8 @@ pub struct Sampler {
     length: u64,
     batch_size: u64,
     batch_len: usize,
+    /// [`SamplerState::origin`].
+    origin: u64,
     kernel: Kernel,
 }
 
@@ -149,8 +162,58 @@ impl Sampler {
             batch_size,
             // Lossless: batch <= MAX_BATCH <= isize::MAX.
             batch_len: batch as usize,
+            origin: 0,
             kernel,
         })
+    }
+
+    /// The sampler that continues this one over `[0, length)` from step
+    /// `origin` on: the same mode, seed and batch size, with its first cycle
+    /// starting at `origin`. A run over a store that grew to `length`
+    /// records resumes with this sampler from the step
+    /// [`cycle_boundary`](Sampler::cycle_boundary) names, so the cycle under
+    /// way finishes over the records it began with.
+    ///
+    /// Its draws at steps from `origin` on: sequential, the walk over
+    /// `[0, length)` from index 0; cyclic, a fresh permutation per cycle of
+    /// `length / B` steps, keyed apart from every cycle before `origin`; iid,
+    /// uniform over `[0, length)`, keyed by the step as always. Steps before
+    /// `origin` are not meant to be asked (they wrap around as with
+    /// [`next_batch`](Sampler::next_batch)).
+    ///
+    /// Errors: those of [`Sampler::new`].
+    pub fn grown(&self, length: u64, origin: u64) -> Result<Sampler, Error> {
+        let mut next = Sampler::new(self.mode, length, self.batch_size, self.seed)?;
+        next.origin = origin;
+        next.step = self.step.max(origin);
+        Ok(next)
+    }
+
+    /// The first step at or after `step` that starts a cycle: the step from
+    /// which a store that grew can add its new records without changing the
+    /// cycle under way. Cycles count from the [origin](SamplerState::origin):
+    /// cyclic, `length / B` steps each; iid, which has no cycles, the same
+    /// number of steps (an epoch's worth of draws); sequential, the first
+    /// step whose first draw is at or past the end of the current pass over
+    /// `[0, length)` (so the step that crosses the end still wraps to the
+    /// first records). `step` itself when it starts one, `u64::MAX` when no
+    /// later step does.
+    pub fn cycle_boundary(&self, step: u64) -> u64 {
+        let rel = step.saturating_sub(self.origin);
+        let b = self.batch_len as u64;
+        let boundary = match self.kernel {
+            Kernel::Sequential => {
+                let n = u128::from(self.length);
+                let pos = u128::from(rel) * u128::from(b);
+                let pass_end = pos.div_ceil(n) * n;
+                pass_end.div_ceil(u128::from(b))
+            }
+            Kernel::Iid { .. } | Kernel::Cyclic { .. } => {
+                let per_cycle = u128::from(self.length / b);
+                u128::from(rel).div_ceil(per_cycle) * per_cycle
+            }
+        };
+        u64::try_from(u128::from(self.origin) + boundary).unwrap_or(u64::MAX)
     }
 
     /// The global batch length, `min(batch_size, length)`: a store smaller
@@ -305,6 +368,8 @@ impl Sampler {
             return;
         };
         let n = self.length;
+        // Sequential walks and cyclic cycles count from the origin.
+        let origin = self.origin;
         match self.kernel {
             Kernel::Iid { .. } => {}
             Kernel::Sequential => {
@@ -316,7 +381,8 @@ impl Sampler {
                 // `r = (index - first_step * B) mod n`, whose step is
                 // `first_step + r / B` (the start is a multiple of B).
                 // Lossless: the remainder is below n.
-                let start = ((u128::from(first_step) * u128::from(b)) % u128::from(n)) as u64;
+                let rel = first_step.wrapping_sub(origin);
+                let start = ((u128::from(rel) * u128::from(b)) % u128::from(n)) as u64;
                 for (o, &index) in out.iter_mut().zip(indices) {
                     if index >= n {
                         continue;
@@ -341,21 +407,26 @@ impl Sampler {
                 // so its search starts a cycle later.
                 let per_cycle = steps_per_cycle * b;
                 let mut open = indices.iter().filter(|&&i| i < n).count();
+                // Cycles counted from the origin: cycle `c` starts at step
+                // `origin + c * S` and is keyed as cycle `origin + c`.
                 let first_cycle = if from_batch {
                     // Lossless: after < u64::MAX here. Past the last cycle
                     // the range below is empty.
-                    after / steps_per_cycle + 1
+                    after.wrapping_sub(origin) / steps_per_cycle + 1
                 } else {
-                    first_step / steps_per_cycle
+                    first_step.wrapping_sub(origin) / steps_per_cycle
                 };
                 let last_cycle = first_cycle.saturating_add(NEXT_USE_CYCLES - 1).min(u64::MAX / steps_per_cycle);
                 for cycle in first_cycle..=last_cycle {
                     if open == 0 {
                         break;
                     }
-                    let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
-                    // Lossless: cycle <= u64::MAX / S.
-                    let cycle_start = cycle * steps_per_cycle;
+                    let perm = domain.permutation(cycle_key(key, origin, cycle));
+                    // Lossless: cycle <= u64::MAX / S. Past u64::MAX the
+                    // cycle starts at no step.
+                    let Some(cycle_start) = origin.checked_add(cycle * steps_per_cycle) else {
+                        break;
+                    };
                     for (o, &index) in out.iter_mut().zip(indices) {
                         if o.is_some() || index >= n {
                             continue;
@@ -387,6 +458,7 @@ impl Sampler {
             step: self.step,
             length: self.length,
             batch_size: self.batch_size,
+            origin: self.origin,
         }
     }
 
@@ -395,6 +467,7 @@ impl Sampler {
     pub fn from_state(state: &SamplerState) -> Result<Sampler, Error> {
         let mut sampler = Sampler::new(state.mode, state.length, state.batch_size, state.seed)?;
         sampler.step = state.step;
+        sampler.origin = state.origin;
         Ok(sampler)
     }
 
@@ -406,7 +479,8 @@ impl Sampler {
         match self.kernel {
             Kernel::Sequential => {
                 let n = u128::from(self.length);
-                let pos = u128::from(step) * u128::from(b) + u128::from(start);
+                let rel = step.wrapping_sub(self.origin);
+                let pos = u128::from(rel) * u128::from(b) + u128::from(start);
                 // Lossless: the remainder is below length.
                 let first = (pos % n) as u64;
                 // Up to the end of the index space, then wrap to 0. The batch
@@ -436,9 +510,10 @@ impl Sampler {
                 // A cycle holds `steps_per_cycle` whole batches, so a batch
                 // never straddles two cycles: the cycle and its round keys are
                 // computed once per call.
-                let cycle = step / steps_per_cycle;
-                let first = (step % steps_per_cycle) * b + start;
-                let perm = domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN))));
+                let rel = step.wrapping_sub(self.origin);
+                let cycle = rel / steps_per_cycle;
+                let first = (rel % steps_per_cycle) * b + start;
+                let perm = domain.permutation(cycle_key(key, self.origin, cycle));
                 perm.fill(first, out);
             }
         }
@@ -452,11 +527,19 @@ impl Sampler {
     pub(crate) fn cycle_position(&self, cycle: u64, index: u64) -> Option<u64> {
         match self.kernel {
             Kernel::Cyclic { key, domain, .. } if index < self.length => {
-                Some(domain.permutation(mix64(key.wrapping_add(cycle.wrapping_mul(GOLDEN)))).invert(index))
+                Some(domain.permutation(cycle_key(key, self.origin, cycle)).invert(index))
             }
             _ => None,
         }
     }
+}
+
+/// The permutation key of cycle `cycle` counted from `origin`: cycle
+/// `origin + cycle` of the seed's sequence. Cycles before a growth at step
+/// `origin` number below `origin` (each is at least one step long), so the
+/// cycles after it never reuse their keys.
+fn cycle_key(key: u64, origin: u64, cycle: u64) -> u64 {
+    mix64(key.wrapping_add(origin.wrapping_add(cycle).wrapping_mul(GOLDEN)))
 }
 
 /// A rejected iid draw: slot `j` of a batch of `b` tries counters `j + b`,

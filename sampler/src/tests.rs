@@ -365,7 +365,7 @@ fn errors_carry_their_numbers() {
     // A huge batch size over a small store is fine: the batch is the store.
     assert_eq!(sampler(Mode::Iid, 10, u64::MAX, 0).batch_len(), 10);
     // A state no sampler could have produced is refused.
-    let bad = SamplerState { mode: Mode::Cyclic, seed: 0, step: 0, length: 0, batch_size: 1 };
+    let bad = SamplerState { mode: Mode::Cyclic, seed: 0, step: 0, length: 0, batch_size: 1, origin: 0 };
     assert_eq!(Sampler::from_state(&bad).unwrap_err(), Error::EmptyIndexSpace);
     // Messages name the numbers.
     let msg = Error::ShardDoesNotDivide { batch: 10, count: 3 }.to_string();
@@ -376,4 +376,75 @@ fn errors_carry_their_numbers() {
 fn sampler_is_send_sync_clone() {
     fn assert_traits<T: Send + Sync + Clone>() {}
     assert_traits::<Sampler>();
+}
+
+/// A run resumed over a store that grew keeps the cycle under way and
+/// starts a new one over all the records at the boundary: the boundary is
+/// the next cycle start, and from it the grown sampler draws whole cycles
+/// of the new length, keyed apart from the cycles before.
+#[test]
+fn a_grown_sampler_starts_whole_cycles_at_the_boundary() {
+    // 100 records in batches of 8: cyclic cycles of 12 steps.
+    let before = sampler(Mode::Cyclic, 100, 8, 5);
+    assert_eq!(before.cycle_boundary(0), 0, "a cycle start is its own boundary");
+    assert_eq!(before.cycle_boundary(13), 24);
+    assert_eq!(before.cycle_boundary(24), 24);
+    let grown = before.grown(130, 24).unwrap();
+    assert_eq!(grown.state().origin, 24);
+    // 130 / 8 = 16 steps per cycle from step 24 on.
+    assert_eq!(grown.cycle_boundary(25), 40);
+    for c in 0..3u64 {
+        let mut all: Vec<u64> = (24 + c * 16..24 + (c + 1) * 16).flat_map(|t| grown.batch(t)).collect();
+        assert_eq!(all.len(), 128);
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len(), 128, "cycle {c} repeats an index");
+        assert!(all.iter().all(|&i| i < 130));
+    }
+    // The first cycle over 130 records is not the first cycle over 100 in
+    // another cut: its permutation has a key of its own.
+    let fresh = sampler(Mode::Cyclic, 130, 8, 5);
+    assert_ne!(grown.batch(24), fresh.batch(0));
+    // Sequential: 100 records in batches of 8 = passes of 12.5 steps; the
+    // pass that starts inside step 12 ends inside step 25, so the walk
+    // over the new length starts at step 26, from record 0.
+    let seq = sampler(Mode::Sequential, 100, 8, 0);
+    assert_eq!(seq.cycle_boundary(3), 13);
+    assert_eq!(seq.cycle_boundary(13), 25);
+    assert_eq!(seq.cycle_boundary(0), 0);
+    let seq_grown = seq.grown(130, 13).unwrap();
+    assert_eq!(seq_grown.batch(13), (0..8).collect::<Vec<u64>>());
+    assert_eq!(seq_grown.batch(29), (128..130).chain(0..6).collect::<Vec<u64>>());
+    // Iid: epochs of length / B steps; the draws stay keyed by the step.
+    let iid = sampler(Mode::Iid, 100, 8, 1);
+    assert_eq!(iid.cycle_boundary(1), 12);
+    let iid_grown = iid.grown(1 << 40, 12).unwrap();
+    assert!(iid_grown.batch(12).iter().any(|&i| i >= 100), "new records are drawn");
+}
+
+/// Next-use answers of a grown sampler agree with scanning its batches
+/// from the origin on.
+#[test]
+fn next_use_of_a_grown_sampler_matches_its_batches() {
+    for mode in [Mode::Sequential, Mode::Cyclic] {
+        let s = sampler(mode, 37, 5, 11).grown(53, 40).unwrap();
+        for after in [40u64, 45, 51] {
+            for index in [0u64, 17, 52] {
+                let scanned = (after + 1..after + 200).find(|&t| s.batch(t).contains(&index));
+                assert_eq!(s.next_use(index, after), scanned, "{mode:?} index {index} after {after}");
+            }
+        }
+    }
+}
+
+#[test]
+fn the_origin_round_trips_and_is_absent_when_zero() {
+    let s = sampler(Mode::Cyclic, 100, 8, 5);
+    let json = serde_json::to_string(&s.state()).unwrap();
+    assert!(!json.contains("origin"), "{json}");
+    let grown = s.grown(120, 24).unwrap();
+    let json = serde_json::to_string(&grown.state()).unwrap();
+    let back = Sampler::from_state(&serde_json::from_str(&json).unwrap()).unwrap();
+    assert_eq!(back.batch(30), grown.batch(30));
+    assert_eq!(back.state(), grown.state());
 }

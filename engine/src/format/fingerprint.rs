@@ -34,7 +34,7 @@ use crate::format::table::Table;
 pub(crate) const SEED: u32 = 0x474e_525a;
 
 /// What a checkpoint records of a store ([`crate::Store::fingerprint`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Fingerprint {
     /// Records in the store.
     pub records: u64,

@@ -347,8 +347,8 @@ pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict
     })
 }
 
-/// Logical (decoded) length of each record in `indices`, into `out`.
-pub(crate) fn lengths(s: &Store, indices: &[u64], out: &mut [u64]) -> Result<()> {
+/// Logical (decoded) length of each record in `indices` in `snap`, into `out`.
+pub(crate) fn lengths(snap: &Snapshot, indices: &[u64], out: &mut [u64]) -> Result<()> {
     if indices.len() != out.len() {
         return Err(Error::InvalidArgument(format!(
             "lengths: {} indices but an output of {} entries",
@@ -356,7 +356,6 @@ pub(crate) fn lengths(s: &Store, indices: &[u64], out: &mut [u64]) -> Result<()>
             out.len()
         )));
     }
-    let snap = s.snapshot();
     snap.table.prefetch(indices);
     for (i, o) in indices.iter().zip(out.iter_mut()) {
         *o = u64::from(snap.entry(*i)?.logical_len);
@@ -382,8 +381,15 @@ pub(crate) fn gather(s: &Store, indices: &[u64], dst: &mut [u8], stride: usize) 
 /// when the cache is full it keeps the records needed soonest, and drops
 /// those not needed again this cycle first. A data loader knows this from
 /// its sampler. Without a record cache (buffered reads) the hints are
-/// ignored.
-pub(crate) fn gather_hinted(s: &Store, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
+/// ignored. Reads `snap`.
+pub(crate) fn gather_hinted(
+    s: &Store,
+    snap: &Snapshot,
+    indices: &[u64],
+    dst: &mut [u8],
+    stride: usize,
+    next: &[NextUse],
+) -> Result<()> {
     check_hints(indices, next)?;
     let need =
         indices.len().checked_mul(stride).ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
@@ -394,7 +400,6 @@ pub(crate) fn gather_hinted(s: &Store, indices: &[u64], dst: &mut [u8], stride: 
             indices.len()
         )));
     }
-    let snap = s.snapshot();
     snap.table.prefetch(indices);
     let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
     for (&i, e) in indices.iter().zip(&entries) {
@@ -416,7 +421,7 @@ pub(crate) fn gather_hinted(s: &Store, indices: &[u64], dst: &mut [u8], stride: 
     if stride == 0 {
         return Ok(());
     }
-    read_items(s, &snap, items)
+    read_items(s, snap, items)
 }
 
 /// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
@@ -426,9 +431,11 @@ pub(crate) fn gather_var(s: &Store, indices: &[u64], dst: &mut [u8], offsets: &[
     s.gather_var_hinted(indices, dst, offsets, &[])
 }
 
-/// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`].
+/// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`],
+/// reading `snap`.
 pub(crate) fn gather_var_hinted(
     s: &Store,
+    snap: &Snapshot,
     indices: &[u64],
     dst: &mut [u8],
     offsets: &[u64],
@@ -442,7 +449,6 @@ pub(crate) fn gather_var_hinted(
             offsets.len()
         )));
     }
-    let snap = s.snapshot();
     snap.table.prefetch(indices);
     let mut order: Vec<(u64, u64, Entry, NextUse)> = Vec::with_capacity(indices.len());
     for (k, (&i, &o)) in indices.iter().zip(offsets).enumerate() {
@@ -476,7 +482,7 @@ pub(crate) fn gather_var_hinted(
         pos = o + u64::from(entry.logical_len);
         items.push(Item { index, entry, dst: slot, keep_stored: false, next });
     }
-    read_items(s, &snap, items)
+    read_items(s, snap, items)
 }
 
 /// Reads `items`: the records whose pages are all in memory ("hot") are

@@ -189,10 +189,10 @@ class DataLoader:
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture],
         num_workers: int = 4,
-        batch_size: int = 256,
+        batch_size: Optional[int] = None,
         prefetch_size: int = 4,
-        mode: int = 1,
-        seed: int = 42,
+        mode: Optional[int] = None,
+        seed: Optional[int] = None,
         transform: Callable[[dict[str, Any]], Any] = ...,
         *,
         state: Optional[dict[str, Any]] = None,
@@ -206,7 +206,9 @@ class DataLoader:
     def next(self) -> Any:
         """The next batch."""
     def state(self) -> dict[str, Any]:
-        """Resume point: pass as state= to continue with the batch after the last one returned."""
+        """Resume point: pass as state= to continue with the batch after the last one returned.
+        It carries each stream's fingerprint: a resume over changed records raises, one over a
+        store that only grew finishes the cycle under way and adds the new records from the next."""
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics, and each stream's read statistics under "reads"."""
     def close(self) -> None:

@@ -133,16 +133,19 @@ class Loader:
         self,
         streams: list[tuple[str, Store, Optional[int]]] | list[list[tuple[str, Store, Optional[int]]]],
         *,
-        batch_size: int,
-        mode: int = 1,
-        seed: int = 42,
+        batch_size: Optional[int] = None,
+        mode: Optional[int] = None,
+        seed: Optional[int] = None,
         shard: Optional[tuple[int, int]] = None,
         depth: int = 4,
         threads: int = 4,
         state: Optional[str] = None,
         weights: Optional[list[float]] = None,
     ) -> None:
-        """With weights, a mixture: streams is one list of streams per source."""
+        """With weights, a mixture: streams is one list of streams per source.
+        Without state, batch_size is required (mode defaults to 1, seed to
+        42); with it, a batch_size, mode or seed that differs from the
+        state's raises ValueError."""
     def next(
         self,
     ) -> tuple[
@@ -153,7 +156,9 @@ class Loader:
     ]:
         """Wait for the next step: (step, indices, [(name, data, offsets)], sources or None)."""
     def state(self) -> dict[str, Any]:
-        """The resumable state."""
+        """The resumable state (with each stream's fingerprint)."""
+    def state_at(self, step: int) -> dict[str, Any]:
+        """The state that resumes at step."""
     def batch_len(self) -> int:
         """Records per delivered batch."""
     def stats(self) -> dict[str, Any]:

@@ -41,7 +41,6 @@ Ordering, errors and resume are the same in both arrangements:
 from __future__ import annotations
 
 import atexit
-import copy
 import itertools
 import json
 import os
@@ -310,7 +309,8 @@ class DataLoader(_util.Closeable):
     """
 
     def __init__(self, streams: Mapping[str, Dataset | RaggedDataset] | Mixture, num_workers: int = 4,
-                 batch_size: int = 256, prefetch_size: int = 4, mode: int = 1, seed: int = 42,
+                 batch_size: int | None = None, prefetch_size: int = 4, mode: int | None = None,
+                 seed: int | None = None,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
                  transform_workers: int | None = None, cache_bytes: int | None = None):
@@ -326,19 +326,28 @@ class DataLoader(_util.Closeable):
                 prefetch_size)`` is below the core count each gather also
                 uses zring's decode pool; from there on each thread gathers
                 alone.
-            batch_size: Records per step (before sharding).
+            batch_size: Records per step (before sharding); default 256.
             prefetch_size: Steps gathered ahead of the consumer (>= 1). With
                 transform workers, up to ``transform_workers + prefetch_size``
                 more steps may be transformed (or being transformed) and
                 waiting for the consumer.
-            mode: 0 sequential, 1 iid (with replacement), 2 cyclic (without).
-            seed: Sampler seed.
+            mode: 0 sequential, 1 iid (with replacement), 2 cyclic
+                (without); default 1.
+            seed: Sampler seed; default 42.
             transform: Applied to each batch dict, on the transform workers
                 (or on the consumer thread, see ``transform_workers``). It
                 may be called from several threads at once, each time on a
                 different step's batch. The workers read it once, here.
             state: A dict from :meth:`state`; it fixes batch_size, mode, seed
-                and the next step, overriding those arguments.
+                and the next step (leave those arguments out, or pass the
+                state's values), and carries each stream's fingerprint: a
+                stream whose records changed since is refused, and over a
+                store that only grew by appends the run finishes the cycle
+                under way exactly as it would have and the new records join
+                from the next cycle (an iid run: after as many steps as a
+                cycle has; sequential: from the next pass, at record 0). A
+                mixture resumes only over sources of the saved lengths.
+                States saved before fingerprints existed resume as before.
             shard: ``(index, count)``; the count must divide the batch.
             transform_workers: Threads that call ``transform`` (default
                 None: as many as ``num_workers``). ``0`` calls it on the
@@ -352,8 +361,13 @@ class DataLoader(_util.Closeable):
                 handles.
 
         Raises:
-            ValueError: No streams, streams of different lengths, or an
-                argument out of range (``transform_workers`` < 0).
+            ValueError: No streams, streams of different lengths, an
+                argument out of range (``transform_workers`` < 0), a
+                ``batch_size``, ``mode`` or ``seed`` that differs from the
+                ``state``'s (the message names both values), or a state
+                that does not fit the streams: their records changed since
+                it was saved (the message names the stream), or they hold
+                another number of records and did not only grow.
             TypeError: ``streams`` is not a dict (a bare Dataset, say), a
                 stream is not a zring Dataset or RaggedDataset, or
                 ``transform_workers`` is not an int.
@@ -430,11 +444,15 @@ class DataLoader(_util.Closeable):
         depth = _nonneg("prefetch_size", prefetch_size, 1)
         workers = _worker_count(transform_workers, threads)
         self.transform = transform
+        if state is None:
+            batch_size = 256 if batch_size is None else batch_size
+            mode = 1 if mode is None else mode
+            seed = 42 if seed is None else seed
         self._loader = _zring.Loader(
             specs,
-            batch_size=_nonneg("batch_size", batch_size, 1),
-            mode=_nonneg("mode", mode),
-            seed=_nonneg("seed", seed),
+            batch_size=None if batch_size is None else _nonneg("batch_size", batch_size, 1),
+            mode=None if mode is None else _nonneg("mode", mode),
+            seed=None if seed is None else _nonneg("seed", seed),
             shard=shard,
             depth=depth,
             threads=threads,
@@ -446,10 +464,8 @@ class DataLoader(_util.Closeable):
         self.last_sources: np.ndarray | None = None
         self.last_step: int | None = None
         if transform is not _identity and workers > 0:
-            # The shape of the resume point; only its step changes from here on.
-            self._state = self._loader.state()
-            self._pool = _TransformPool(self._loader, self._views, transform, workers,
-                                        workers + depth, int(self._state["sampler"]["step"]))
+            first = int(self._loader.state()["sampler"]["step"])
+            self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first)
 
     def __len__(self) -> int:
         raise TypeError("an endless loader has no length")
@@ -497,15 +513,18 @@ class DataLoader(_util.Closeable):
     def state(self) -> dict[str, Any]:
         """Where the consumer is: pass it as ``state=`` to resume with the batch
         after the one ``next()`` returned last (however far the transform
-        workers have read ahead)."""
+        workers have read ahead). A dict of the sampler's parameters and
+        step, the shard, a mixture's weights and lengths, and under
+        ``"fingerprints"`` each stream's ``{"records", "content"}``
+        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         pool = self._pool
         if pool is None:
             return self._loader.state()
-        out = copy.deepcopy(self._state)
-        out["sampler"]["step"] = pool.next_step
-        return out
+        # The workers may have taken steps past the consumer's; a run over a
+        # store that grew changes more than the step at its cycle boundary.
+        return self._loader.state_at(pool.next_step)
 
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
