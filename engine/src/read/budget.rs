@@ -274,7 +274,13 @@ pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
 /// the budget on its own schedule, and a mixture of a hundred stores would
 /// otherwise read the cgroup's files thousands of times a second for one
 /// answer.
+///
+/// A budget stated by the caller or in `ZRING_CACHE_BYTES` reads no file and is
+/// taken afresh every time, so a change of it is followed at once.
 pub(crate) fn detect_recent(explicit: Option<u64>) -> Result<Budget> {
+    if explicit.is_some() || crate::env::cache_bytes().is_some() {
+        return detect(explicit);
+    }
     recent(explicit, detect)
 }
 
