@@ -10,12 +10,14 @@ and drop_caches):
      one batch after another on one thread, with the major page faults each
      batch took (the table's pages faulted in on the gather's critical path);
   3. the DataLoader: batch 256, mode 2 (every record once per pass),
-     ``--workers`` workers, prefetch 4.
+     ``--workers`` workers (default 4), ``--prefetch`` steps ahead (default 4).
 
 Each zring measurement runs in a fresh process, inside a fresh memory cgroup of
 ``--cgroup-mib`` when given (so the record cache and the page cache share one
-limit, as on a training host), for ``--secs`` or a quarter of the store's
-records, whichever ends first, so that few records are served from memory.
+limit, as on a training host), for ``--secs`` or until it has read a
+quarter of the store's records (the gather, whose random draws repeat) or
+one pass (the loader), whichever ends first, so that few records are served
+from memory.
 The figures are whole-run MiB/s (every batch, the first one's table faults
 included) and their ratio to the same round's fio.
 
@@ -78,14 +80,15 @@ def child(spec: dict) -> None:
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0)
     else:
         dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=2, seed=spec["seed"],
-                              num_workers=spec["workers"], prefetch_size=4)
+                              num_workers=spec["workers"], prefetch_size=spec.get("prefetch", 4))
 
         def step() -> None:
             next(dl)
     lat = []
-    # A quarter of the store at most, so that the page cache or the record
-    # cache serves few of the records: what is measured is cold reads.
-    most = max(4, n // BATCH // 4)
+    # Cold reads only: the loader (mode 2) reads each record once per pass,
+    # so one pass at most; the gather's draws repeat, so a quarter of the
+    # store at most, where few are served from memory.
+    most = max(4, n // BATCH // (1 if spec["kind"] == "loader" else 4))
     t0 = time.perf_counter()
     while True:
         t = time.perf_counter()
@@ -135,6 +138,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=None, help="seconds per measurement (default 5, --quick 3)")
     ap.add_argument("--depth", type=int, default=128, help="fio queue depth (default 128)")
     ap.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
+    ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_size (default 4)")
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each zring process")
     ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
@@ -171,7 +175,8 @@ def main() -> None:
         row = {"fio": fio["mib_s"] if fio else None}
         for kind in ("gather", "loader"):
             seq += 1
-            spec = {"kind": kind, "path": str(store), "secs": secs, "seed": 100 + r, "workers": args.workers}
+            spec = {"kind": kind, "path": str(store), "secs": secs, "seed": 100 + r, "workers": args.workers,
+                    "prefetch": args.prefetch}
             row[kind] = measure(cgs, seq, spec, limit, env)
         rows.append(row)
         g, ld = row["gather"] or {}, row["loader"] or {}
@@ -201,7 +206,7 @@ def main() -> None:
         f"| fio 12 KiB random, QD{args.depth} | {fio_med:.0f} | 1.00 | | |",
     ]
     for kind, label in (("gather", "bare gather of 256 (one thread)"),
-                        ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers")):
+                        ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers, prefetch {args.prefetch}")):
         ok = [row[kind] for row in rows if row[kind]]
         rs = ratios(kind)
         rng = f" ({min(rs):.2f}–{max(rs):.2f})" if len(rs) > 1 else ""
