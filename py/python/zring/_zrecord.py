@@ -429,8 +429,8 @@ def _umask() -> int:
 
 def _release(store: Store, failed: bool) -> None:
     """Close a store being written. After a failure, quietly: the failure is
-    what the caller must see (a full disk as the ``OSError`` it is), not the
-    refusal of the poisoned writer to sync on close."""
+    what the caller must see (a full disk as the ``OSError`` it is), not any
+    error of the close that follows it."""
     if not failed:
         store.close()
         return

@@ -319,7 +319,8 @@ class DataLoader(_util.Closeable):
         Args:
             streams: Named datasets, all of the same length; or a
                 :func:`zring.mix` mixture of such dicts: then every batch
-                holds each source's share of the rows exactly, gathered by
+                holds each source's share of the rows (rounded down or up,
+                or one row further; exact over the run), gathered by
                 the same Rust workers (see :mod:`zring._mix`), and
                 :attr:`last_sources` names each row's source.
             num_workers: Gather threads (>= 1). While ``min(num_workers,
