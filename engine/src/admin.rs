@@ -98,7 +98,8 @@ fn verify_imported(
 
 /// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
 /// copying every record's stored bytes unchanged (no recompression) with a
-/// checksum added, the dictionary, and `schema.json`.
+/// checksum added, the dictionary, and `schema.json`. The new store's table
+/// is sealed in format 2 where its records allow ([`Store::seal`]).
 ///
 /// loaderx keeps no checksums, so before a record gets one it is checked as
 /// far as its bytes allow: a raw record must be as long as its logical
@@ -110,7 +111,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
     if from.format() != Format::Loaderx {
         return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
     }
-    let to = Store::builder(dst.as_ref()).create()?;
+    let to = Store::builder(dst.as_ref()).sealable(true).create()?;
     let snap = from.snapshot();
     if let Some(d) = &snap.dict {
         install_dict(&to, d.bytes.clone())?;
@@ -165,6 +166,8 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         to.set_schema(&schema)?;
     }
     to.sync()?;
+    // Written once, so laid out for a format-2 table (sealing syncs first).
+    to.seal()?;
     Ok(to)
 }
 

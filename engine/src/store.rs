@@ -48,6 +48,7 @@ pub struct StoreBuilder {
     direct: Option<bool>,
     mmap: Option<bool>,
     cache_bytes: Option<u64>,
+    sealable: bool,
 }
 
 impl StoreBuilder {
@@ -101,6 +102,18 @@ impl StoreBuilder {
     /// the default off); never used with O_DIRECT.
     pub fn mmap(mut self, on: bool) -> Self {
         self.mmap = Some(on);
+        self
+    }
+
+    /// Lay appended records out so that [`Store::seal`] can give the store a
+    /// format-2 table without copying them: a chunk is started only at a
+    /// record whose index is a multiple of 340 (the records of a page of a
+    /// variable section), so a chunk may run past
+    /// [`StoreBuilder::chunk_bytes`] by up to 339 records, as compaction's
+    /// do (never past 4 GiB). Off by default; meant for a store written once
+    /// and then sealed. Records of one length, raw, can be sealed either way.
+    pub fn sealable(mut self, on: bool) -> Self {
+        self.sealable = on;
         self
     }
 
@@ -185,7 +198,7 @@ impl StoreBuilder {
         };
         let writer = match (lock, head) {
             (Some(lock), Some(head)) => {
-                Some(Mutex::new(Writer::new(&self.path, lock, head).map_err(|e| missing_is_damage(&self.path, e))?))
+                Some(Mutex::new(Writer::new(&self.path, lock, head, self.sealable).map_err(|e| missing_is_damage(&self.path, e))?))
             }
             _ => None,
         };
@@ -258,6 +271,7 @@ impl Store {
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             backend: BackendKind::Auto,
             direct: None,
+            sealable: false,
             mmap: None,
             cache_bytes: None,
         }
@@ -489,6 +503,24 @@ impl Store {
     /// sealed section; [`Store::delete`] rewrites the table in format 1.
     pub fn compact_to(&self, version: u32) -> Result<CompactReport> {
         crate::write::compact::compact(self, Some(version))
+    }
+
+    /// Gives a store written once its table in format 2 without copying a
+    /// record: syncs, then writes a new table generation in format 2 and
+    /// commits it, crash-safe as a delete (the old table or the new one,
+    /// never a mix). It applies when the records already lie as a sealed
+    /// section has them: raw records of one length (no entry per record),
+    /// or any records when every 340 consecutive ones from index 0 lie back
+    /// to back in one chunk, which a writer opened with
+    /// [`StoreBuilder::sealable`] guarantees (12 bytes a record). Any other
+    /// store is left as it is, as is a store whose table is already format
+    /// 2; the report's `format_after` tells which. Appends after it add
+    /// format-1 entries after the sealed section; [`Store::delete`] rewrites
+    /// the table in format 1, as after [`Store::compact_to`]. A writer that
+    /// appended every record itself from an empty store knows their layout
+    /// already; any other reads the table once.
+    pub fn seal(&self) -> Result<CompactReport> {
+        crate::write::seal::seal(self)
     }
 
     /// The table's format version (1 or 2; loaderx stores: 0) and its bytes.

@@ -1,6 +1,7 @@
 //! Table format 2: compaction seals a store's records into a compact table
 //! (no entry per record for raw records of one length, 12 bytes for any
-//! other) that reads identically; appends, deletes and further compactions
+//! other) that reads identically, and so does `seal` for a store written
+//! once, by rewriting the table alone; appends, deletes and further compactions
 //! on it keep every record; damage to a sealed page or a checksummed block
 //! is an error naming the file.
 
@@ -170,6 +171,116 @@ fn a_sealed_store_reads_identically_and_keeps_its_fingerprint() {
         // Nothing to do: a second call changes nothing.
         assert_eq!(s.compact_to(1).unwrap().records, 0);
     }
+}
+
+/// The chunk files of the store in `dir`, by name, with their bytes.
+fn chunk_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut v: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("chunk-"))
+        .map(|p| (p.file_name().unwrap().to_string_lossy().into_owned(), std::fs::read(&p).unwrap()))
+        .collect();
+    v.sort();
+    v
+}
+
+/// A store written once (`sealable`, appended in several calls across
+/// several chunks) gets its format-2 table from `seal` without a record
+/// copied: its chunk files stay byte for byte, and it reads, verifies and
+/// fingerprints as before. The writer that appended every record seals
+/// from what it learnt while appending; a handle opened later reads the
+/// table once: both write the same table. Appends and deletes afterwards
+/// keep every record, as after a compaction to format 2.
+#[test]
+fn sealing_a_store_written_once_rewrites_only_its_table() {
+    for case in cases() {
+        let recs: Vec<Vec<u8>> = case.lens.iter().enumerate().map(|(i, &l)| record(i as u64, l)).collect();
+        let mut tables = Vec::new();
+        for reopened in [false, true] {
+            let name = format!("{} (sealed by {} handle)", case.name, if reopened { "a new" } else { "the writing" });
+            let dir = tempfile::tempdir().unwrap();
+            let s = Store::builder(dir.path()).chunk_bytes(16 << 10).sealable(true).create().unwrap();
+            for part in recs.chunks(777) {
+                append(&s, part, case.codec);
+            }
+            let chunks = chunk_files(dir.path());
+            assert!(chunks.len() > 1 || case.lens.len() < 1000, "{name}: {} chunks", chunks.len());
+            let fp = s.fingerprint().unwrap();
+            let s = match reopened {
+                false => s,
+                true => {
+                    drop(s);
+                    Store::builder(dir.path()).open_writable().unwrap()
+                }
+            };
+            let rep = s.seal().unwrap();
+            assert_eq!((rep.format_before, rep.format_after, rep.records), (1, 2, 0), "{name}");
+            assert_eq!(rep.bytes_after, rep.bytes_before, "{name}");
+            let (format, table) = s.table_format();
+            assert_eq!((format, table), (2, rep.table_bytes_after), "{name}");
+            let n = recs.len() as u64;
+            if case.fixed {
+                assert!(table <= 4096 * (1 + n.div_ceil(1023)), "{name}: {table} table bytes for {n} records");
+            } else {
+                assert_eq!(table, 4096 * (1 + n.div_ceil(340)), "{name}");
+            }
+            assert_eq!(chunk_files(dir.path()), chunks, "{name}: no record is copied");
+            assert_eq!(read_all(&s), recs, "{name}: after sealing");
+            assert_eq!(s.fingerprint().unwrap(), fp, "{name}: sealing keeps the fingerprint");
+            s.verify().unwrap();
+            // Sealed already: a second seal changes nothing.
+            let again = s.seal().unwrap();
+            assert_eq!((again.format_before, again.format_after, again.table_bytes_after), (2, 2, table), "{name}");
+            tables.push(std::fs::read(table_file(dir.path())).unwrap());
+
+            let more: Vec<Vec<u8>> = (0..50).map(|i| record(1000 + i, case.lens[i as usize % case.lens.len()])).collect();
+            append(&s, &more, case.codec);
+            let mut want = recs.clone();
+            want.extend(more);
+            assert_eq!(s.table_format().0, 2, "{name}: appends keep format 2");
+            assert_eq!(read_all(&s), want, "{name}: appended after sealing");
+            let gone = [1, want.len() as u64 - 2, want.len() as u64 / 3];
+            s.delete(&gone).unwrap();
+            let want = deleted(want, &gone);
+            assert_eq!(s.table_format().0, 1, "{name}: a delete writes format 1");
+            drop(s);
+            let s = Store::open(dir.path()).unwrap();
+            assert_eq!(read_all(&s), want, "{name}: deleted from a sealed store, reopened");
+            s.verify().unwrap();
+        }
+        assert!(tables[0] == tables[1], "{}: the survey and the table pass write different tables", case.name);
+    }
+}
+
+/// Without `sealable`, appends switch chunks anywhere: raw records of one
+/// length still fill every chunk alike and seal, other records that span
+/// chunks do not; `seal` then leaves the store as it was (and the writer
+/// usable), and the records stay readable.
+#[test]
+fn seal_leaves_a_store_it_cannot_seal_as_it_was() {
+    for case in cases() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::builder(dir.path()).chunk_bytes(4 << 10).create().unwrap();
+        let recs: Vec<Vec<u8>> = case.lens.iter().enumerate().map(|(i, &l)| record(i as u64, l)).collect();
+        append(&s, &recs, case.codec);
+        let before = std::fs::read(table_file(dir.path())).unwrap();
+        let rep = s.seal().unwrap();
+        if case.fixed {
+            assert_eq!(rep.format_after, 2, "{}: raw records of one length seal", case.name);
+        } else {
+            assert_eq!((rep.format_after, rep.table_bytes_after), (1, before.len() as u64), "{}", case.name);
+            assert_eq!(std::fs::read(table_file(dir.path())).unwrap(), before, "{}: table untouched", case.name);
+        }
+        assert_eq!(read_all(&s), recs, "{}", case.name);
+        append(&s, &[record(9, 24)], Codec::Zstd);
+        assert_eq!(s.len(), recs.len() as u64 + 1);
+        s.verify().unwrap();
+    }
+    // An empty store has nothing to seal.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path()).sealable(true).create().unwrap();
+    assert_eq!(s.seal().unwrap().format_after, 1);
 }
 
 #[test]

@@ -1,9 +1,9 @@
 //! Simulated power loss: what the disk holds when the machine dies, not just
 //! the process.
 //!
-//! A workload (create, appends with sync, delete, compact, appends, then
-//! upgrades to table format 2, appends to it, a delete on it and more
-//! upgrades; with zstd records of many lengths, and with raw records of one
+//! A workload (create, appends with sync, a seal of the table alone, delete,
+//! compact, appends, then upgrades to table format 2, appends to it, a delete
+//! on it and more upgrades; with zstd records of many lengths, and with raw records of one
 //! length, which format 2 keeps without entries) runs with
 //! every file mutation recorded at the engine's storage seam. The trace is then
 //! replayed into a model of a file system that keeps "live" bytes (what the
@@ -134,12 +134,12 @@ enum Crash {
 
 /// Runs the workload in `dir` with tracing on; returns the trace, the trace
 /// length at each step boundary, and the ids held after each step.
-fn workload(dir: &Path, size: usize, fixed: bool) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) {
+fn workload(dir: &Path, size: usize, fixed: bool, sealable: bool) -> (Vec<Event>, Vec<usize>, Vec<Vec<u64>>) {
     fault::start_trace();
     let mut marks = vec![0];
     let mut states = vec![Vec::new()];
     let codec = if fixed { Codec::Raw } else { Codec::Zstd };
-    let s = Store::builder(dir).chunk_bytes(3000).codec(codec).create().unwrap();
+    let s = Store::builder(dir).chunk_bytes(3000).codec(codec).sealable(sealable).create().unwrap();
     let mut step = |f: &dyn Fn(&Store)| {
         f(&s);
         marks.push(fault::trace_len());
@@ -154,6 +154,13 @@ fn workload(dir: &Path, size: usize, fixed: bool) -> (Vec<Event>, Vec<usize>, Ve
     step(&|_| {});
     step(&|s| append(s, 0..12));
     step(&|s| append(s, 12..30));
+    // A seal rewrites the table alone: raw records of one length always
+    // seal, others where the writer was sealable (else a step that
+    // changes nothing).
+    step(&|s| {
+        let sealed = s.seal().unwrap().format_after == 2;
+        assert_eq!(sealed, fixed || sealable, "seal of {size}-byte records, fixed {fixed}, sealable {sealable}");
+    });
     step(&|s| s.delete(&[1, 29, 7]).unwrap());
     step(&|s| {
         s.compact().unwrap();
@@ -181,11 +188,15 @@ fn workload(dir: &Path, size: usize, fixed: bool) -> (Vec<Event>, Vec<usize>, Ve
 #[test]
 fn every_power_loss_image_opens_with_an_acknowledged_state() {
     let mut states_checked = 0;
-    let runs = [40usize, 64, 300, 900, 1500].map(|n| (n, false)).into_iter().chain([(40, true), (900, true)]);
-    for (size, fixed) in runs {
+    // (record size, raw records of one length, a sealable writer)
+    let runs = [40usize, 64, 300, 900, 1500]
+        .map(|n| (n, false, false))
+        .into_iter()
+        .chain([(40, true, false), (900, true, false), (300, false, true)]);
+    for (size, fixed, sealable) in runs {
         let root = tempfile::tempdir().unwrap();
         let src = root.path().join("src");
-        let (trace, marks, states) = workload(&src, size, fixed);
+        let (trace, marks, states) = workload(&src, size, fixed, sealable);
         assert!(!trace.is_empty());
         let mut model = Model::default();
         for k in 0..=trace.len() {

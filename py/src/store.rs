@@ -50,8 +50,10 @@ impl PyStore {
     /// new store and fails if one exists. `codec` is the default codec of
     /// appends, `level` the zstd level, `chunk_bytes` the chunk file size,
     /// `cache_bytes` the memory budget of the read policy (default: detected).
+    /// `sealable` lays appended records out for `seal()` (chunks start only
+    /// every 340 records; meant for a store written once).
     #[new]
-    #[pyo3(signature = (path, mode = "r", *, codec = None, level = None, chunk_bytes = None, cache_bytes = None))]
+    #[pyo3(signature = (path, mode = "r", *, codec = None, level = None, chunk_bytes = None, cache_bytes = None, sealable = false))]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,
@@ -60,8 +62,9 @@ impl PyStore {
         level: Option<i32>,
         chunk_bytes: Option<u64>,
         cache_bytes: Option<u64>,
+        sealable: bool,
     ) -> PyResult<Self> {
-        let mut builder = Store::builder(&path);
+        let mut builder = Store::builder(&path).sealable(sealable);
         if let Some(c) = codec_name(codec)? {
             builder = builder.codec(c);
         }
@@ -252,6 +255,15 @@ impl PyStore {
         let store = self.store()?;
         let idx = slice_u64(&idx, "idx")?.to_vec();
         py.detach(|| store.delete(&idx)).map_err(error::engine)
+    }
+
+    /// Give a store written once a format-2 table without copying records;
+    /// returns the report dict (`format_after` 1 when its records do not lie
+    /// as a sealed table needs, or it was format 2 already).
+    fn seal<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let store = self.store()?;
+        let report = py.detach(|| store.seal()).map_err(error::engine)?;
+        to_py(py, &report)
     }
 
     /// Rewrite live records to reclaim deleted space; returns the report dict.

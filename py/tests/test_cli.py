@@ -53,7 +53,7 @@ def test_errors_give_exit_status(tmp_path, capsys):
 
 def test_compact_to_format_2_and_back(tmp_path, capsys):
     labels = np.arange(20_000, dtype=np.int64) * 3
-    write_dataset(tmp_path / "l", labels, codec="raw")
+    write_dataset(tmp_path / "l", labels, codec="raw", append=True)  # appends keep format 1
     with Zrecord(tmp_path / "l", readonly=True) as z:
         before = z.stats()
     assert before["table_format"] == 1 and before["table_bytes"] == 64 + 32 * 20_000

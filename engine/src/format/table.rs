@@ -1,8 +1,9 @@
 //! The record table: where each record's bytes are, indexed directly.
 //!
 //! Format 1 is a 64-byte header and a 32-byte entry per record. Format 2
-//! (`engine/DESIGN.md`) begins with a *sealed section* that only compaction
-//! writes, in 4 KiB pages each covered by its own CRC-32C:
+//! (`engine/DESIGN.md`) begins with a *sealed section* that compaction (or
+//! a seal of a store written once) writes, in 4 KiB pages each covered by
+//! its own CRC-32C:
 //!
 //! - **fixed**: records of one length, raw, back to back from offset 0 of
 //!   each chunk; nothing per record. A page holds the CRC-32C of 1,023

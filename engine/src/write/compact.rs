@@ -269,7 +269,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
 }
 
 /// The writer, held for a whole operation.
-type Locked<'a> = crate::fork::Gated<std::sync::MutexGuard<'a, Writer>>;
+pub(crate) type Locked<'a> = crate::fork::Gated<std::sync::MutexGuard<'a, Writer>>;
 
 fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<CompactReport> {
     w.sync(&s.dir)?;
@@ -453,6 +453,9 @@ pub(crate) fn commit_table(s: &Store, w: &mut Writer, table: NewTable, chunks: O
     w.chunk_count = head.chunk_count;
     w.tail_len = head.tail_len;
     w.table = table.file;
+    // The records are where they were, but the writer's survey no longer
+    // describes their order (a delete) or their chunks (a compaction).
+    w.survey = None;
     if chunks.is_some() {
         let cp = s.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
         w.tail = fs::open_rw(&cp)?;

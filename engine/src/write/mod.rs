@@ -9,6 +9,7 @@
 pub(crate) mod append;
 pub(crate) mod compact;
 pub(crate) mod new_table;
+pub(crate) mod seal;
 
 use crate::format::names::{
     DICT_FILE, HEAD_FILE, LEGACY_NAMES_FILE, LOCK_FILE, NAMES_DIR, SCHEMA_FILE, TABLE_HEADER_BYTES,
@@ -26,7 +27,7 @@ use crate::format::head::Head;
 use crate::format::names::chunk_name;
 use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
-use crate::format::table::{table_header, Format, Table};
+use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
 use crate::io::fs;
 use crate::io::uring::{self, ReqErrorKind};
 use crate::read::gather::{open_chunk, Snapshot};
@@ -300,6 +301,13 @@ pub(crate) struct Writer {
     /// Set when [`Writer::roll_back`] dropped records readers were shown:
     /// the store publishes the committed state ([`settle`]).
     rolled_back: bool,
+    /// Appends start a chunk only at a variable page's first record
+    /// ([`crate::StoreBuilder::sealable`]).
+    sealable: bool,
+    /// What [`seal::seal`] needs to know of every record, learnt as they
+    /// are appended: kept by a sealable writer that opened an empty store,
+    /// dropped by anything that moves records.
+    pub survey: Option<seal::Survey>,
 }
 
 fn open_rw(p: &Path) -> Result<File> {
@@ -307,7 +315,7 @@ fn open_rw(p: &Path) -> Result<File> {
 }
 
 impl Writer {
-    pub fn new(dir: &Path, lock: File, head: Head) -> Result<Writer> {
+    pub fn new(dir: &Path, lock: File, head: Head, sealable: bool) -> Result<Writer> {
         Ok(Writer {
             _lock: lock,
             head,
@@ -322,6 +330,8 @@ impl Writer {
             pins: crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
             deferred: Vec::new(),
             rolled_back: false,
+            sealable,
+            survey: (sealable && head.records == 0 && head.layout.version == 1).then(seal::Survey::default),
         })
     }
 
@@ -360,6 +370,7 @@ impl Writer {
         self.tail_len = head.tail_len;
         self.dirty.clear();
         self.new_files = false;
+        self.survey = None;
     }
 
     /// Poisons the writer after a failure before anything was committed,
@@ -444,11 +455,19 @@ impl Writer {
         let mut runs: Vec<(u32, u64, usize, Range<usize>)> = Vec::new();
         let count: usize = blocks.iter().map(|b| b.records.len()).sum();
         let mut table_bytes = Vec::with_capacity(count * ENTRY_BYTES);
+        let mut index = self.records;
         for (bi, b) in blocks.iter().enumerate() {
             let mut pos = 0usize;
             for m in &b.records {
                 let len = u64::from(m.stored_len);
-                if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target {
+                // A sealable writer keeps a variable page's records in one
+                // chunk, overrunning the target by up to 339 records (as
+                // compaction to format 2 does), but never past the 4 GiB a
+                // sealed page can address.
+                let at_page = !self.sealable
+                    || index.is_multiple_of(VAR_PER_PAGE)
+                    || self.tail_len + len > u64::from(u32::MAX);
+                if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target && at_page {
                     let id = self.head.chunk_base + self.chunk_count;
                     let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
                     let f = fs::create_new(&p)?;
@@ -479,7 +498,11 @@ impl Writer {
                     within: 0,
                 };
                 table_bytes.extend_from_slice(&entry.encode());
+                if let Some(survey) = &mut self.survey {
+                    survey.see(&entry);
+                }
                 self.tail_len += len;
+                index += 1;
                 pos = end;
             }
         }

@@ -1,6 +1,6 @@
 //! New table files, written in one pass.
 //!
-//! Delete and compaction rewrite the whole record table. They stream its
+//! Delete, compaction and sealing rewrite the whole record table. They stream its
 //! entries, in index order, through a [`TableOut`], which encodes them in
 //! the format asked for and writes them out a megabyte at a time: rewriting
 //! the table of 1e9 records holds one page of it in memory, not the table.
@@ -99,6 +99,16 @@ impl TableOut {
             }
         }
         self.write_if_full()
+    }
+
+    /// Counts `records` records of a fixed section as pushed, with `content`,
+    /// the fingerprint content over them, which the caller knows: a fixed
+    /// section keeps only block checksums, so a table sealed from them
+    /// alone ([`crate::write::seal`]) never sees a record's own.
+    pub fn carry(&mut self, records: u64, content: u32) {
+        debug_assert!(matches!(self.kind, Some(Sealed::Fixed { .. })) && self.pushed == 0);
+        self.pushed += records;
+        self.content = content;
     }
 
     /// A fixed section's next block checksum.

@@ -69,7 +69,7 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from . import _schema
-from ._zrecord import WRITE_CHUNK_BYTES, _open_for_write, _progress, _release, _target, write_dataset
+from ._zrecord import WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
 #: Directory (a ragged store of UTF-8 bytes) holding a store's record names.
@@ -177,7 +177,8 @@ class _Sink:
             schema = _schema.fixed_schema(self.dtype, shape, codec)
         # What the column was before it was stored (a timestamp's unit, say).
         schema.update(extra or {})
-        self.store: Store = _open_for_write(path, schema, lambda _: False, "")
+        # Written once: laid out for, and closed with, a format-2 table.
+        self.store: Store = _open_for_write(path, schema, lambda _: False, "", sealable=True)
         self.records = 0
 
     def fixed(self, values: np.ndarray) -> None:
@@ -204,13 +205,14 @@ class _Sink:
         self.records += n
 
     def close(self, failed: bool = False) -> None:
-        """Sync and close; after a failure, close quietly (the failure is
-        what the caller must see, not the poisoned writer's refusal)."""
+        """Sync, seal the table in format 2 (``Store.seal``) and close; after a
+        failure, close quietly (the failure is what the caller must see, not
+        the poisoned writer's refusal)."""
         if failed:
             _release(self.store, True)
             return
         try:
-            self.store.sync()
+            _finish(self.store, True)
         finally:
             self.store.close()
 

@@ -496,10 +496,11 @@ def _target(path: Path, overwrite: bool, append: bool):
 
 
 def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
-                    describe: str) -> Store:
-    """Open (or create) the store and check or write its schema."""
+                    describe: str, sealable: bool = False) -> Store:
+    """Open (or create) the store and check or write its schema. ``sealable``
+    (a store written once) lays the records out for ``Store.seal``."""
     path.mkdir(parents=True, exist_ok=True)
-    store = Store(str(path), "a", codec=schema["codec"])
+    store = Store(str(path), "a", codec=schema["codec"], sealable=sealable)
     try:
         text = store.schema()
         if text is None:
@@ -515,6 +516,18 @@ def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str
         store.close()
         raise
     return store
+
+
+def _finish(store: Store, seal: bool) -> None:
+    """Make a store's records durable; a store written once (``seal``) also
+    gets its table in format 2 where its records allow, by rewriting the
+    table alone (``Store.seal``: 20 million int64 labels then take 1.005x
+    their bytes on disk instead of 5x, ragged records 12 bytes of table each
+    instead of 32). Appends keep the table's format."""
+    if seal:
+        store.seal()
+    else:
+        store.sync()
 
 
 def _describe(schema: dict[str, Any]) -> str:
@@ -583,15 +596,15 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     count = len(array)
     with _target(path, overwrite, append) as where:
         _write_fixed(where, path.name, array, codec, dtype, shape, itemsize, schema, same, chunk_bytes,
-                     dict_size, progress)
+                     dict_size, progress, seal=not append)
     return count
 
 
 def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype, shape: tuple[int, ...],
                  itemsize: int, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
-                 chunk_bytes: int, dict_size: int | None, progress: bool | None) -> None:
+                 chunk_bytes: int, dict_size: int | None, progress: bool | None, seal: bool) -> None:
     count = len(array)
-    store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}")
+    store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}", sealable=seal)
     bar = _progress(count, f"write {name}", progress)
     ok = False
     try:
@@ -608,7 +621,7 @@ def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype
             store.append_fixed(block.reshape(-1).view(np.uint8), itemsize, codec)
             if bar is not None:
                 bar.update(len(block))
-        store.sync()
+        _finish(store, seal)
         ok = True
     finally:
         if bar is not None:
@@ -670,14 +683,14 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
     path = Path(path)
     with _target(path, overwrite, append) as where:
         return _write_var(where, path.name, chain([first], it), codec, dt, ishape, schema, same, prepared,
-                          chunk_bytes, dict_size, progress)
+                          chunk_bytes, dict_size, progress, seal=not append)
 
 
 def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np.dtype,
                ishape: tuple[int, ...], schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
                prepared: Callable[[int, Any], np.ndarray], chunk_bytes: int, dict_size: int | None,
-               progress: bool | None) -> int:
-    store = _open_for_write(where, schema, same, f"ragged {dt} rows of shape {ishape}")
+               progress: bool | None, seal: bool) -> int:
+    store = _open_for_write(where, schema, same, f"ragged {dt} rows of shape {ishape}", sealable=seal)
     bar = _progress(0, f"write {name}", progress)
     total = 0
     need_dict = codec == "zstd_dict" and not store.has_dict()
@@ -713,7 +726,7 @@ def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np
             if block_bytes >= chunk_bytes:
                 flush()
         flush()
-        store.sync()
+        _finish(store, seal)
         ok = True
     finally:
         if bar is not None:

@@ -44,7 +44,10 @@ class Store:
         level: Optional[int] = None,
         chunk_bytes: Optional[int] = None,
         cache_bytes: Optional[int] = None,
-    ) -> None: ...
+        sealable: bool = False,
+    ) -> None:
+        """sealable: lay appended records out for seal() (chunks start only every
+        340 records; meant for a store written once)."""
     @property
     def path(self) -> str:
         """The store's directory."""
@@ -77,6 +80,11 @@ class Store:
         """Make appended records durable."""
     def delete(self, idx: npt.NDArray[np.uint64]) -> None:
         """Delete records; the tail fills the holes."""
+    def seal(self) -> dict[str, Any]:
+        """Sync, then rewrite only the table in format 2 where the records already
+        lie as it needs (raw records of one length; any records of a sealable
+        writer); no record is copied. Returns the compact-style report;
+        format_after is 1 where the store was left as it was."""
     def compact(self, format: int | None = None) -> dict[str, Any]:
         """Reclaim deleted space (format=1 or 2: rewrite the table in it); returns a report."""
     def stats(self) -> dict[str, Any]:
