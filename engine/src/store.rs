@@ -197,9 +197,9 @@ impl StoreBuilder {
             }
         };
         let writer = match (lock, head) {
-            (Some(lock), Some(head)) => {
-                Some(Mutex::new(Writer::new(&self.path, lock, head, self.sealable).map_err(|e| missing_is_damage(&self.path, e))?))
-            }
+            (Some(lock), Some(head)) => Some(Mutex::new(
+                Writer::new(&self.path, lock, head, self.sealable).map_err(|e| missing_is_damage(&self.path, e))?,
+            )),
             _ => None,
         };
         Ok(Store {

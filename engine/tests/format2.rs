@@ -234,7 +234,8 @@ fn sealing_a_store_written_once_rewrites_only_its_table() {
             assert_eq!((again.format_before, again.format_after, again.table_bytes_after), (2, 2, table), "{name}");
             tables.push(std::fs::read(table_file(dir.path())).unwrap());
 
-            let more: Vec<Vec<u8>> = (0..50).map(|i| record(1000 + i, case.lens[i as usize % case.lens.len()])).collect();
+            let more: Vec<Vec<u8>> =
+                (0..50).map(|i| record(1000 + i, case.lens[i as usize % case.lens.len()])).collect();
             append(&s, &more, case.codec);
             let mut want = recs.clone();
             want.extend(more);

@@ -189,10 +189,11 @@ fn workload(dir: &Path, size: usize, fixed: bool, sealable: bool) -> (Vec<Event>
 fn every_power_loss_image_opens_with_an_acknowledged_state() {
     let mut states_checked = 0;
     // (record size, raw records of one length, a sealable writer)
-    let runs = [40usize, 64, 300, 900, 1500]
-        .map(|n| (n, false, false))
-        .into_iter()
-        .chain([(40, true, false), (900, true, false), (300, false, true)]);
+    let runs = [40usize, 64, 300, 900, 1500].map(|n| (n, false, false)).into_iter().chain([
+        (40, true, false),
+        (900, true, false),
+        (300, false, true),
+    ]);
     for (size, fixed, sealable) in runs {
         let root = tempfile::tempdir().unwrap();
         let src = root.path().join("src");

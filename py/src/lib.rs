@@ -24,7 +24,8 @@ mod store;
 use pyo3::prelude::*;
 
 /// Convert the loaderx store at `src` into a new zring store at `dst`
-/// (records, dictionary and schema.json); returns the new store's stats.
+/// (records, dictionary and schema.json; the table sealed in format 2);
+/// returns the new store's stats.
 #[pyfunction]
 fn import_loaderx<'py>(
     py: Python<'py>,

@@ -464,9 +464,8 @@ impl Writer {
                 // chunk, overrunning the target by up to 339 records (as
                 // compaction to format 2 does), but never past the 4 GiB a
                 // sealed page can address.
-                let at_page = !self.sealable
-                    || index.is_multiple_of(VAR_PER_PAGE)
-                    || self.tail_len + len > u64::from(u32::MAX);
+                let at_page =
+                    !self.sealable || index.is_multiple_of(VAR_PER_PAGE) || self.tail_len + len > u64::from(u32::MAX);
                 if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target && at_page {
                     let id = self.head.chunk_base + self.chunk_count;
                     let p = dir.join(chunk_name(Format::Native, ChunkId(id)));

@@ -40,7 +40,9 @@ def write_dataset(
     """Store array one record per slice along axis 0; returns the record count.
 
     Built beside path and renamed into place when complete; an existing path
-    is FileExistsError unless overwrite=True (replace) or append=True (add)."""
+    is FileExistsError unless overwrite=True (replace) or append=True (add).
+    A new store's table is sealed in format 2 (no entry per record for raw
+    records of one length); append=True keeps the table's format."""
 
 def write_ragged(
     path: _Path,
@@ -59,7 +61,8 @@ def write_ragged(
 
     Built beside path and renamed into place when complete; an existing path
     is FileExistsError unless overwrite=True (replace) or append=True (add).
-    A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
+    A new store's table is sealed in format 2 (12 bytes a record);
+    append=True keeps the table's format. A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
     ValueError naming the value and the dtype."""
 
 class Mixture:
@@ -95,8 +98,8 @@ def convert(
 ) -> dict[str, int]:
     """Parquet or Arrow IPC files (a HuggingFace save_to_disk folder; one
     store per column), a folder of files, WebDataset tar shards (one store per
-    extension), a .npy or a loaderx store into zring stores at dst; returns
-    the records written per store."""
+    extension), a .npy or a loaderx store into zring stores at dst, each
+    with its table sealed in format 2; returns the records written per store."""
 
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0

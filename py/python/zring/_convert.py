@@ -7,7 +7,9 @@ folders and tar shards a block of about ``block_bytes`` at a time, so memory
 stays bounded whatever the source's size. Each block is handed to the engine as one
 append, which compresses its records on every core. The whole destination is
 built in a temporary directory beside it and renamed into place when every
-store in it is complete and synced, like :func:`zring.write_dataset`.
+store in it is complete and synced, like :func:`zring.write_dataset`, each
+store's table sealed in format 2 (no entry per record for fixed-width
+columns, 12 bytes a record for the others).
 
 What each source becomes:
 

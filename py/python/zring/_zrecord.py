@@ -546,6 +546,13 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     ``np.load(..., mmap_mode='r')`` array converts without being loaded whole.
     A ``schema.json`` records dtype and sample shape for :class:`Dataset`.
 
+    A new store's record table is sealed in format 2 before it is renamed
+    into place: raw records of one length (int64 labels; ``"zstd"`` keeps a
+    record raw when it does not shrink) then take no table entry at all, so
+    20 million labels take 1.005x their bytes instead of 5x. ``append=True``
+    keeps the table's format (appended records get 32-byte entries; see
+    :meth:`Zrecord.compact`).
+
     The store is built in a temporary directory beside ``path`` and renamed
     into place once complete and durable: an exception part-way (or a
     crash) leaves nothing at ``path`` (a crash may leave the hidden
@@ -640,7 +647,9 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
     :class:`RaggedDataset`. ``overwrite`` and ``append`` as for
     :func:`write_dataset`: by default the store is built beside ``path`` and
     renamed into place when complete, so an exception (an iterable that
-    raises part-way, a bad array) leaves nothing at ``path``.
+    raises part-way, a bad array) leaves nothing at ``path``. A new store's
+    table is sealed in format 2 (12 bytes a record instead of 32);
+    ``append=True`` keeps the table's format.
 
     Raises:
         FileExistsError: ``path`` exists and neither ``overwrite`` nor

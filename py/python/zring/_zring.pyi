@@ -178,7 +178,7 @@ class Loader:
         """Whether close() has been called."""
 
 def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Any:
-    """Convert the loaderx store at src into a new zring store at dst."""
+    """Convert the loaderx store at src into a new zring store at dst (its table sealed in format 2)."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",
