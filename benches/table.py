@@ -2,7 +2,9 @@
 store of 1e8 records, before and after ``compact(format=2)``, in one run.
 
 * 20 million int64 labels written raw (zring format 1, zring format 2,
-  loaderx 0.7.3): bytes on disk against the labels' 160 MB;
+  loaderx 0.7.3): bytes on disk against the labels' 160 MB; the format-1
+  stores are written with ``append=True`` (a one-shot write seals its table
+  in format 2 itself: ``benches/seal.py``);
 * 2 million ragged token records (int32, 8..127 tokens) written raw: table
   bytes per record;
 * ``--records`` (default 1e8) int64 labels: with the page cache emptied, a
@@ -131,7 +133,9 @@ def main() -> int:
     # 1. int64 labels.
     labels = np.arange(args.labels, dtype=np.int64)
     payload = labels.nbytes
-    z, tw = timed(lambda: zring.write_dataset(DATA / "labels", labels, codec="raw"))
+    # append=True: a format-1 table (a one-shot write seals format 2 itself:
+    # benches/seal.py).
+    z, tw = timed(lambda: zring.write_dataset(DATA / "labels", labels, codec="raw", append=True))
     v1 = disk_bytes(DATA / "labels")
     tc = compact(DATA / "labels", 2)["secs"]
     v2 = disk_bytes(DATA / "labels")
@@ -159,7 +163,7 @@ def main() -> int:
     lens = rng.integers(8, 128, args.ragged)
     tokens = rng.integers(0, 50_000, int(lens.sum()), dtype=np.int32)
     arrays = np.split(tokens, np.cumsum(lens)[:-1])
-    _, tw = timed(lambda: zring.write_ragged(DATA / "ragged", arrays, codec="raw"))
+    _, tw = timed(lambda: zring.write_ragged(DATA / "ragged", arrays, codec="raw", append=True))
     t1 = table_bytes(DATA / "ragged")
     tc = compact(DATA / "ragged", 2)["secs"]
     t2 = table_bytes(DATA / "ragged")
@@ -180,7 +184,7 @@ def main() -> int:
     # 3. a store of --records labels, cold.
     big = DATA / "big"
     arr = np.arange(args.records, dtype=np.int64)
-    _, tw = timed(lambda: zring.write_dataset(big, arr, codec="raw"))
+    _, tw = timed(lambda: zring.write_dataset(big, arr, codec="raw", append=True))
     del arr
     rows = []
     for fmt in (1, 2):
