@@ -11,7 +11,8 @@ format 2, renamed into place). Sizes are ``du`` of the store directory
 * ``--labels`` (default 20 million) int64 labels through ``write_dataset``
   (its default codec, zstd, which keeps an 8-byte label raw);
 * ``--ragged`` (default 2 million) int32 token records of 8..127 tokens
-  through ``write_ragged`` (raw): table bytes per record.
+  through ``write_ragged`` (raw): table bytes per record;
+* the same data through ``Store`` directly: the time of ``seal()`` alone.
 
     python benches/seal.py [--labels 20000000] [--ragged 2000000] [--rounds 3]
 """
@@ -65,6 +66,30 @@ def rounds(n: int, write) -> dict[str, list[tuple[float, int, tuple[int, int]]]]
     return out
 
 
+def seal_alone(labels: np.ndarray, src: np.ndarray, lens: np.ndarray, n: int) -> dict[str, list[float]]:
+    """Seconds of ``Store.seal`` alone (after the appends' sync), n times each."""
+    from zring import _zring
+
+    out: dict[str, list[float]] = {"labels": [], "ragged": []}
+    offsets = np.zeros(len(lens), np.uint64)
+    np.cumsum(lens[:-1], out=offsets[1:])
+    for _ in range(n):
+        for kind in ("labels", "ragged"):
+            p = DATA / "alone"
+            shutil.rmtree(p, ignore_errors=True)
+            with _zring.Store(p, "x", codec="raw", sealable=True) as s:
+                if kind == "labels":
+                    s.append_fixed(labels.view(np.uint8), 8)
+                else:
+                    s.append(src, offsets, lens)
+                s.sync()
+                t = time.perf_counter()
+                assert s.seal()["format_after"] == 2
+                out[kind].append(time.perf_counter() - t)
+            shutil.rmtree(p)
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--labels", type=int, default=20_000_000)
@@ -92,7 +117,6 @@ def main() -> int:
                      f"{med([r[0] for r in rs]):.2f} s | {', '.join(f'{r[0]:.2f}' for r in rs)} |")
     lines.append("")
     print("\n".join(lines), flush=True)
-    del labels
 
     rng = np.random.default_rng(0)
     lens = rng.integers(8, 128, args.ragged)
@@ -111,6 +135,14 @@ def main() -> int:
         lines.append(f"| {name} | format {fmt} | {tb / 1e6:,.1f} MB | {tb / n:.2f} B | {rs[0][1] / 1e6:,.1f} MB | "
                      f"{med([r[0] for r in rs]):.2f} s | {', '.join(f'{r[0]:.2f}' for r in rs)} |")
     lines.append("")
+    alone = seal_alone(labels, tokens.view(np.uint8), (lens * 4).astype(np.uint64), args.rounds)
+    lines += [
+        "## `Store.seal` alone (after the appends' sync), raw", "",
+        "| store | seal (median) | each round |", "|---|---:|---|",
+        *(f"| {what} | {med(alone[k]) * 1e3:.0f} ms | {', '.join(f'{t * 1e3:.0f}' for t in alone[k])} |"
+          for k, what in (("labels", f"{args.labels:,} int64 labels"), ("ragged", f"{n:,} ragged records"))),
+        "",
+    ]
     text = "\n".join([
         "# One-shot writes seal table format 2", "",
         f"`python benches/seal.py --labels {args.labels} --ragged {args.ragged} --rounds {args.rounds}` — "
