@@ -18,7 +18,10 @@
 //!
 //! # Overview of types and modules
 //! - [`Store`], opened through [`StoreBuilder`] ([`Store::builder`]): gather,
-//!   append, sync, delete, compact, stats, verify.
+//!   append, sync, delete, compact, seal, stats, verify.
+//! - [`Staging`] and [`StagedStore`] ([`StoreBuilder::create_staged`]): a
+//!   store (or a directory of stores) built beside its destination and
+//!   renamed into place whole.
 //! - [`Codec`]: raw, zstd, zstd with dictionary; tags shared with loaderx 0.7.3.
 //! - [`Error`]: every failure, typed, with the numbers that explain it.
 //! - [`import_loaderx`]: converts a loaderx 0.7.3 store; loaderx stores can
@@ -33,7 +36,8 @@
 //!   of memory (`memory`) and its record caches (`cache`), the host's rank
 //!   registry (`ranks`), and the pins that keep a snapshot's files (`pins`).
 //! - `write/`: the single writer, append and sync (`mod.rs`), the encoding
-//!   pipeline (`append`), delete and compaction (`compact`).
+//!   pipeline (`append`), delete and compaction (`compact`), the format-2
+//!   table of a store written once (`seal`), building beside (`builder`).
 //! - `io/`: io_uring and pread (`uring`), the file-operation seam (`fs`,
 //!   `fault`), chunk descriptors (`fds`), mappings and the SIGBUS guard
 //!   (`mmap`, `sigbus`).
@@ -93,6 +97,7 @@ pub use pool::{set_thread_fan_out, thread_fan_out};
 pub use read::cache::NextUse;
 pub use read::reads::ReadStats;
 pub use store::{Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
+pub use write::builder::{StagedStore, Staging};
 pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;
 

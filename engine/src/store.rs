@@ -5,6 +5,7 @@
 
 use crate::admin::{Stats, VerifyReport};
 use crate::read::gather::{load, Snapshot};
+use crate::write::builder::{StagedStore, Staging};
 use crate::write::compact::CompactReport;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -146,6 +147,17 @@ impl StoreBuilder {
         }
         crate::write::init(dir, self.chunk_bytes)?;
         self.finish_open(Some(lock))
+    }
+
+    /// Creates a new, empty store in a hidden directory beside the builder's
+    /// path, which [`StagedStore::publish`] renames into place once it is
+    /// complete (swapping it for a store already there when `replace`; see
+    /// [`Staging`]); dropped unpublished, it is removed. An existing path is
+    /// [`Error::AlreadyExists`] unless `replace`.
+    pub fn create_staged(self, replace: bool) -> Result<StagedStore> {
+        let staging = Staging::new(&self.path, replace)?;
+        let store = StoreBuilder { path: staging.path().to_path_buf(), ..self }.create()?;
+        Ok(StagedStore::new(store, staging))
     }
 
     fn open_inner(self, writable: bool) -> Result<Store> {

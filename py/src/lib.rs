@@ -6,6 +6,8 @@
 //! (`Dataset`, `DataLoader`, `write_dataset`, ...) on these classes:
 //!
 //! - `Store` ([`store::PyStore`]): an open record store.
+//! - `Staging` ([`staging::PyStaging`]): a directory built beside its
+//!   destination and renamed into place.
 //! - `Sampler` ([`sampler::PySampler`]): the index stream on its own.
 //! - `Loader` ([`loader::PyLoader`]): the step pipeline, with batches lent to
 //!   NumPy through `BatchBuffer` owners.
@@ -19,6 +21,7 @@ mod convert;
 mod error;
 mod loader;
 mod sampler;
+mod staging;
 mod store;
 
 use pyo3::prelude::*;
@@ -47,6 +50,7 @@ fn import_loaderx<'py>(
 fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<store::PyStore>()?;
+    m.add_class::<staging::PyStaging>()?;
     m.add_class::<sampler::PySampler>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;

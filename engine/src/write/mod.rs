@@ -7,6 +7,7 @@
 //! a writer opens the store ([`recover`]).
 
 pub(crate) mod append;
+pub(crate) mod builder;
 pub(crate) mod compact;
 pub(crate) mod new_table;
 pub(crate) mod seal;

@@ -12,13 +12,9 @@ released, so several Python threads can gather at once.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
 import json
 import os
-import shutil
 import sys
-import tempfile
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -26,7 +22,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from . import _schema, _util
-from ._zring import CorruptError, Store, ZringError
+from ._zring import CorruptError, Staging, Store, ZringError
 
 #: loaderx's name for the base error class; an alias of :class:`ZringError`.
 ZrecordError = ZringError
@@ -391,42 +387,6 @@ def _is_store(path: Path, nested: bool = True) -> bool:
     return nested and all(n.endswith(".zr") and _is_store(path / n, nested=False) for n in names)
 
 
-def _rename_exchange(a: Path, b: Path) -> bool:
-    """Swaps two directories in one step (Linux ``renameat2(RENAME_EXCHANGE)``);
-    False where the system cannot."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        fn = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
-        return True
-    if ctypes.get_errno() in (errno.ENOSYS, errno.EINVAL):
-        return False
-    raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()), str(b))
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it.
-
-    Linux 4.7 and later show it as ``Umask:`` in ``/proc/self/status``. Where
-    that line is missing (older kernels, no ``/proc``) the mask is read the
-    only other way there is, by setting it and putting it back; a file another
-    thread creates in that instant gets the mode 022 would give it.
-    """
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
 def _release(store: Store, failed: bool) -> None:
     """Close a store being written. After a failure, quietly: the failure is
     what the caller must see (a full disk as the ``OSError`` it is), not any
@@ -473,25 +433,15 @@ def _target(path: Path, overwrite: bool, append: bool):
         raise FileExistsError(
             f"{path} exists and is not a store (nor an empty directory); overwrite=True only replaces stores"
         )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent))
-    # mkdtemp makes the directory private (0700) whatever the umask; the store
-    # it becomes gets the mode any directory made here would have.
-    os.chmod(tmp, 0o777 & ~_umask())
+    # The engine makes the directory (with the mode any directory made here
+    # gets), renames it into place, swapping it for an existing store in one
+    # step where the file system can, and fsyncs the parent.
+    staging = Staging(path, overwrite)
     try:
-        yield tmp
-        if not exists:
-            os.rename(tmp, path)
-        elif _rename_exchange(tmp, path):
-            shutil.rmtree(tmp)  # the old store, now at the temporary name
-        else:
-            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
-            os.rename(path, old / "store")
-            os.rename(tmp, path)
-            shutil.rmtree(old)
-        _fsync_dir(path.parent)
+        yield Path(staging.path)
+        staging.publish()
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        staging.discard()
         raise
 
 

@@ -32,6 +32,21 @@ class PoisonedError(ZringError):
 class StaleError(ZringError):
     """The store changed under an open handle (replaced, or files removed outside zring); reopen it."""
 
+class Staging:
+    """A hidden directory beside dest to build in; publish() renames it into
+    place (swapping it for an existing dest when replace, in one step where
+    the file system can) and fsyncs the parent; discard() removes it. An
+    existing dest without replace is FileExistsError."""
+
+    def __init__(self, dest: str | os.PathLike[str], replace: bool = False) -> None: ...
+    @property
+    def path(self) -> str:
+        """The directory to build in."""
+    def publish(self) -> None:
+        """Rename the directory into place and fsync its parent."""
+    def discard(self) -> None:
+        """Remove the directory (a no-op once published or discarded)."""
+
 class Store:
     """An open record store. Mode "r" reads, "a" appends (creating if missing), "x" creates."""
 
