@@ -54,6 +54,7 @@ impl PyStore {
     /// every 340 records; meant for a store written once).
     #[new]
     #[pyo3(signature = (path, mode = "r", *, codec = None, level = None, chunk_bytes = None, cache_bytes = None, sealable = false))]
+    #[allow(clippy::too_many_arguments, reason = "one argument per keyword of the Python constructor")]
     fn new(
         py: Python<'_>,
         path: std::path::PathBuf,

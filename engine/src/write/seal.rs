@@ -91,7 +91,7 @@ impl Survey {
         }
         if self.variable {
             let len = u64::from(e.stored_len.max(e.logical_len));
-            let joined = i % VAR_PER_PAGE == 0 || (e.chunk == self.page_chunk && e.offset == self.page_end);
+            let joined = i.is_multiple_of(VAR_PER_PAGE) || (e.chunk == self.page_chunk && e.offset == self.page_end);
             self.variable = joined && len <= VAR_MAX_RECORD && e.end() <= u64::from(u32::MAX);
             (self.page_chunk, self.page_end) = (e.chunk, e.end());
         }
