@@ -24,7 +24,14 @@ use crate::error::{io_err, Error, Result};
 use crate::io::fs;
 
 /// A directory being built beside `dest`, to take its place in one rename;
-/// removed when dropped unpublished ([module docs](self)).
+/// removed when dropped unpublished.
+///
+/// Replacing an existing `dest` swaps the two directories in one
+/// `renameat2(RENAME_EXCHANGE)`, so a reader finds the old store or the new
+/// one, never none; where the file system cannot swap, the old one is
+/// renamed away first (a moment without a store, never a mix). A crash
+/// before [`Staging::publish`] leaves `dest` as it was and the hidden
+/// `.NAME.*.partial` directory beside it, which is safe to delete.
 #[derive(Debug)]
 pub struct Staging {
     dir: PathBuf,
@@ -76,8 +83,8 @@ impl Staging {
         &self.dest
     }
 
-    /// Puts the directory at the destination ([module docs](self)) and
-    /// fsyncs the parent. Everything in it must be durable already (a
+    /// Puts the directory at the destination (see [`Staging`]) and fsyncs
+    /// the parent. Everything in it must be durable already (a
     /// store's writer syncs when it closes). A destination that appeared
     /// since [`Staging::new`] without `replace` is [`Error::AlreadyExists`],
     /// and the staged directory is removed.
@@ -115,7 +122,8 @@ impl Staging {
 }
 
 /// A new store being built in a [`Staging`] directory
-/// ([`crate::StoreBuilder::create_staged`]); it derefs to the [`Store`].
+/// ([`crate::StoreBuilder::create_staged`]); it derefs to the
+/// [`crate::Store`].
 pub struct StagedStore {
     // Declared first: dropped (closing its files) before the staging
     // directory is removed.
