@@ -29,6 +29,12 @@ use crate::store::Store;
 use crate::write::compact::{commit_table, CompactReport};
 use crate::write::new_table::TableOut;
 
+/// Block checksums a survey keeps in memory (256 MiB of them, at least
+/// 256 GiB of records): a larger store of fixed records is sealed as a
+/// variable section (12 bytes a record of at least 4 KiB, under 0.3 % of
+/// the data) rather than hold more.
+const MAX_BLOCKS: usize = 1 << 26;
+
 /// What sealing needs to know of a store's records, learnt one record at a
 /// time in index order from record 0.
 pub(crate) struct Survey {
@@ -163,7 +169,7 @@ impl Fixed {
                 Some(crc)
             }
         };
-        true
+        self.blocks.len() < MAX_BLOCKS
     }
 }
 
