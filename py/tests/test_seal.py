@@ -103,6 +103,13 @@ def test_convert_seals_every_store_it_writes(tmp_path):
         assert names == sorted(names)
         for i in (0, 339, 340, 699):
             assert bytes(ds[i]) == (src / names[i]).read_bytes()
+    with zring.Zrecord(tmp_path / "folder") as z:  # the names follow the delete
+        z.delete(np.array([5, 400], dtype=np.uint64))
+    assert _table(tmp_path / "folder")[0] == 1
+    with zring.RaggedDataset(tmp_path / "folder") as ds:
+        assert len(ds) == 698 and len(ds.names) == 698
+        for i in range(698):
+            assert bytes(ds[i]) == (src / ds.names[i]).read_bytes()
     np.save(tmp_path / "x.npy", np.arange(20_000, dtype=np.float32))
     assert zring.convert(tmp_path / "x.npy", tmp_path / "npy") == {"": 20_000}
     assert _table(tmp_path / "npy") == (2, 2 * 4096)
