@@ -244,6 +244,9 @@ fn seal_with(s: &Store, w: &mut crate::write::compact::Locked<'_>) -> Result<Com
         }
     };
     let Some(kind) = survey.kind() else {
+        // Still true of records 0.., whoever learnt it: later appends
+        // extend it.
+        w.survey = Some(survey);
         return Ok(report);
     };
     let gen = w.head.generation + 1;
