@@ -471,9 +471,9 @@ def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str
 def _finish(store: Store, seal: bool) -> None:
     """Make a store's records durable; a store written once (``seal``) also
     gets its table in format 2 where its records allow, by rewriting the
-    table alone (``Store.seal``: 20 million int64 labels then take 1.005x
-    their bytes on disk instead of 5x, ragged records 12 bytes of table each
-    instead of 32). Appends keep the table's format."""
+    table alone (``Store.seal``: 20 million int64 labels then take 1.001x
+    their bytes on disk instead of 5x, ragged records 12.05 bytes of table
+    each instead of 32). Appends keep the table's format."""
     if seal:
         store.seal()
     else:
@@ -499,7 +499,7 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     A new store's record table is sealed in format 2 before it is renamed
     into place: raw records of one length (int64 labels; ``"zstd"`` keeps a
     record raw when it does not shrink) then take no table entry at all, so
-    20 million labels take 1.005x their bytes instead of 5x. ``append=True``
+    20 million labels take 1.001x their bytes instead of 5x. ``append=True``
     keeps the table's format (appended records get 32-byte entries; see
     :meth:`Zrecord.compact`).
 
