@@ -233,6 +233,8 @@ def test_gather_error_surfaces_at_its_step_and_poisons(tmp_path, transform_worke
     raise PoisonedError, and state() names the failed step."""
     path = tmp_path / "s"
     zring.write_dataset(path, np.arange(4000, dtype=np.int32).reshape(100, 40), codec="raw")
+    with zring.Zrecord(path) as z:  # one checksum per record (format 2 checks blocks of 26)
+        z.compact(format=1)
     chunk = sorted(path.glob("chunk-*.zr"))[0]
     with open(chunk, "r+b") as f:  # a byte inside record 30 (160 bytes per record)
         f.seek(160 * 30 + 3)
