@@ -1,4 +1,4 @@
-//! Model-based: a sequence of appends, deletes, compactions, syncs, reopens,
+//! Model-based: a sequence of appends, deletes, compactions, seals, syncs, reopens,
 //! simulated crashes and verifies from the input, applied to a store and to an
 //! in-memory model (a `Vec` of records in index order, with the engine's
 //! documented delete semantics). After every operation the store must hold
@@ -16,7 +16,7 @@
 //! `Error::Poisoned`. The store is then dropped and reopened writable (which
 //! recovers), must verify, and must hold one of the states the operation may
 //! leave: the last synced state, the state the operation would have produced
-//! and, for delete and compact, which sync pending appends before their own
+//! and, for delete, compact and seal, which sync pending appends before their own
 //! commit, the state just before the operation. That state becomes the model.
 //! A fault that never fires is disarmed after the operation.
 //!
@@ -51,6 +51,8 @@ enum Op {
     Compact,
     /// Compaction that rewrites the table in format 1 (false) or 2 (true).
     CompactTo(bool),
+    /// `Store::seal`: the table alone in format 2, where the records allow.
+    Seal,
     Sync,
     Reopen,
     Crash,
@@ -225,12 +227,13 @@ fuzz_target!(|ops: Vec<Op>| {
                     // Delete syncs pending appends before committing its table.
                     (Expect { on_failure: vec![synced.clone(), model.clone(), after.clone()], after, syncs: true }, r)
                 }
-                Op::Compact | Op::CompactTo(_) => {
+                Op::Compact | Op::CompactTo(_) | Op::Seal => {
                     let r = match op {
                         Op::CompactTo(two) => s.compact_to(if *two { 2 } else { 1 }).map(drop),
+                        Op::Seal => s.seal().map(drop),
                         _ => s.compact().map(drop),
                     };
-                    // Compact syncs pending appends before copying records.
+                    // Compact and seal sync pending appends first.
                     (Expect { on_failure: vec![synced.clone(), model.clone()], after: model.clone(), syncs: true }, r)
                 }
                 Op::Sync => (
