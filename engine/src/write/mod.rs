@@ -305,9 +305,10 @@ pub(crate) struct Writer {
     /// Appends start a chunk only at a variable page's first record
     /// ([`crate::StoreBuilder::sealable`]).
     sealable: bool,
-    /// What [`seal::seal`] needs to know of every record, learnt as they
-    /// are appended: kept by a sealable writer that opened an empty store,
-    /// dropped by anything that moves records.
+    /// What [`seal::seal`] needs to know of every record from index 0,
+    /// extended as records are appended: begun by a sealable writer that
+    /// opened an empty store (or by a seal's pass over the table), dropped
+    /// by anything that moves records.
     pub survey: Option<seal::Survey>,
 }
 
