@@ -24,10 +24,10 @@ venv: $(VENV)/.ok
 # The package, built in the test profile (the workspace's dev profile is
 # optimised; one profile keeps CI to one build of every crate).
 develop: venv
-	cd py && ../$(VENV)/bin/maturin develop --quiet
+	$(VENV)/bin/maturin develop --quiet
 
 develop-release: venv
-	cd py && ../$(VENV)/bin/maturin develop --release --quiet
+	$(VENV)/bin/maturin develop --release --quiet
 
 demo: develop-release
 	$(PY) scripts/demo.py
@@ -64,13 +64,13 @@ test: lint rust-test doc py-test fuzz
 # The peers compare.py measures against are installed here, not in `make test`.
 # The benchmarks' build: release, with the ceilings (the `bench` feature).
 develop-bench: venv
-	cd py && ../$(VENV)/bin/maturin develop --release --features bench --quiet
+	$(VENV)/bin/maturin develop --release --features bench --quiet
 
 bench: develop-bench
 	$(PIP) install --quiet lmdb h5py zarr tensorstore blosc2 array-record grain pylance matplotlib
 	ZRING_BENCH_COLD_GIB=$${ZRING_BENCH_COLD_GIB:-5} cargo bench -p zring-benches
-	$(PY) benches/compare.py --readme
-	$(PY) benches/budget.py --readme
+	$(PY) benches/compare.py
+	$(PY) benches/budget.py
 	$(PY) benches/host.py
 
 clean:
