@@ -75,6 +75,7 @@ def main() -> int:
         batch = next(iter(tl))
         print(f"torch DataLoader over zring.adapters.TorchDataset: x {tuple(batch['x'].shape)} "
               f"{batch['x'].dtype}, y {tuple(batch['y'].shape)}")
+        ds.close()
         if tuple(batch["x"].shape) != (256, 16):
             print("unexpected batch shape from the adapter", file=sys.stderr)
             return 1
