@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 import zring
+import zring.adapters
 
 try:
     import torch
@@ -39,7 +40,6 @@ def main() -> int:
     if torch is None:
         print("torch is not installed: pip install torch to run this example")
         return 0
-    import zring.adapters
 
     rng = np.random.default_rng(0)
     true_w = rng.normal(size=16).astype(np.float32)
