@@ -110,23 +110,41 @@ def grain_count(b):
     return seg.size, int(np.count_nonzero(seg))
 
 
-def grain_pipelines(docs: list[np.ndarray]):
+def grain_pipelines(docs: list[np.ndarray], seq_len: int = SEQ_LEN):
     import grain
     from grain.experimental import ConcatThenSplitIterDataset, FirstFitPackIterDataset
 
     def concat():
         ds = grain.MapDataset.source([{"tokens": d} for d in docs]).shuffle(seed=0).repeat()
-        ds = ConcatThenSplitIterDataset(ds.to_iter_dataset(), length_struct={"tokens": SEQ_LEN})
+        ds = ConcatThenSplitIterDataset(ds.to_iter_dataset(), length_struct={"tokens": seq_len})
         return iter(ds.batch(BATCH))
 
     def first_fit():
-        cut = [{"tokens": d[:SEQ_LEN]} for d in docs]
+        cut = [{"tokens": d[:seq_len]} for d in docs]
         ds = grain.MapDataset.source(cut).shuffle(seed=0).repeat()
-        ds = FirstFitPackIterDataset(ds.to_iter_dataset(), length_struct={"tokens": SEQ_LEN},
+        ds = FirstFitPackIterDataset(ds.to_iter_dataset(), length_struct={"tokens": seq_len},
                                      num_packing_bins=BATCH, shuffle_bins=False)
         return iter(ds.batch(BATCH))
 
     return concat, first_fit
+
+
+def fractions(ds, docs, batches: int = 200) -> str:
+    """Real-token fraction of first fit, zring against Grain (32 bins), at two
+    row lengths, over the first ``batches`` batches."""
+    lines = ["| seq_len | zring first_fit | Grain FirstFit (32 bins, documents cut to seq_len) |", "|---:|---:|---:|"]
+    for seq_len in (1024, SEQ_LEN):
+        z = iter(zring.DataLoader(zring.pack(ds, seq_len, mode="first_fit"), batch_size=BATCH, **LOADER))
+        g = grain_pipelines(docs, seq_len)[1]()
+        out = []
+        for it, count in ((z, packed_count), (g, grain_count)):
+            a = r = 0
+            for _ in range(batches):
+                x, y = count(next(it))
+                a, r = a + x, r + y
+            out.append(r / a)
+        lines.append(f"| {seq_len} | {out[0]:.3f} | {out[1]:.3f} |")
+    return "\n".join(lines)
 
 
 def bench(args, ds, docs) -> str:
@@ -202,7 +220,7 @@ def main() -> None:
         table = rss_run(args, ds)
         title = f"## Memory over {args.rss:g} s per mode (RSS sampled every 10 s)"
     else:
-        table = bench(args, ds, docs)
+        table = bench(args, ds, docs) + "\n\nReal-token fraction of first fit (first 200 batches of 32 rows):\n\n" + fractions(ds, docs)
         title = f"## Tokens/s, seq_len {SEQ_LEN}, batch {BATCH} (median of {args.rounds} rounds of {args.secs:g} s)"
     text = "\n".join([
         title, "",

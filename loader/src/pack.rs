@@ -6,8 +6,9 @@
 //!
 //! A packer sees its documents as one endless stream of *positions*:
 //! position `p` reads document `order(p)`, where `order` is a
-//! [`Sampler`] of batch 1 over the documents in the loader's mode and seed,
-//! and *cycle* `c` is positions `c·n .. (c+1)·n` (`n` documents). Rows are
+//! [`Sampler`] over the documents in the loader's mode and seed whose
+//! batch is all `n` documents (step `c` is cycle `c`: positions
+//! `c·n .. (c+1)·n`; one document a step beyond `MAX_BATCH` documents). Rows are
 //! numbered `0, 1, 2, …` along that stream; the loader asks for rows by
 //! number (a sequential sampler over [`PACKED_ROWS`] rows, or a mixture of
 //! such streams), so sharding, mixtures and resume are the loader's own.
@@ -63,7 +64,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{Mode, Sampler};
+use zring_sampler::{Mode, Sampler, MAX_BATCH};
 
 use crate::source::{Fingerprint, Layout, Source, SourceError};
 
@@ -191,7 +192,8 @@ pub(crate) struct Packer {
     windows: Mutex<VecDeque<(u64, Arc<Window>)>>,
 }
 
-/// Whether every cycle of `mode` (batch 1) draws each document exactly once.
+/// Whether every cycle of `mode` (one step of `n`) draws each document
+/// exactly once.
 /// Only a shortcut for seeking: a mode not named here takes the general path.
 fn cycles_are_permutations(mode: Mode) -> bool {
     matches!(mode, Mode::Sequential | Mode::Cyclic)
@@ -209,7 +211,11 @@ impl Packer {
             return Err(err("a packed source must be ragged: one record per document of tokens".into()));
         }
         let docs = source.len();
-        let order = Sampler::new(mode, docs, 1, seed)?;
+        // One step of the order per cycle where a batch can hold all the
+        // documents (cyclic: one permutation per step), else one document a
+        // step; either way, cycle `c` is positions `c·n .. (c+1)·n`.
+        let block = if docs <= MAX_BATCH { docs } else { 1 };
+        let order = Sampler::new(mode, docs, block, seed)?;
         let mut packer = Packer {
             source,
             pack,
@@ -230,18 +236,28 @@ impl Packer {
         Ok(packer)
     }
 
-    fn doc_at(&self, p: u64) -> Result<u64, SourceError> {
-        let mut one = [0u64];
-        self.order.fill(p, &mut one)?;
-        Ok(one[0])
+    /// The documents at positions `first .. first + out.len()`: position
+    /// `p` is slot `p % block` of the order's step `p / block`.
+    fn order_fill(&self, first: u64, out: &mut [u64]) -> Result<(), SourceError> {
+        let block = self.order.batch_len() as u64;
+        let mut p = first;
+        let mut rest = out;
+        while !rest.is_empty() {
+            let (step, slot) = (p / block, p % block);
+            // Lossless: both are at most the block, a usize.
+            let take = (block - slot).min(rest.len() as u64) as usize;
+            let (now, later) = rest.split_at_mut(take);
+            self.order.fill_slots(step, slot as usize, now)?;
+            p += take as u64;
+            rest = later;
+        }
+        Ok(())
     }
 
     /// The documents at positions `first..first + docs.len()` and their
     /// lengths in tokens.
     fn docs_at(&self, src: &dyn Source, first: u64, docs: &mut [u64], lens: &mut [u64]) -> Result<(), SourceError> {
-        for (k, d) in docs.iter_mut().enumerate() {
-            *d = self.doc_at(first + k as u64)?;
-        }
+        self.order_fill(first, docs)?;
         src.lengths(docs, lens)?;
         let tb = self.pack.token_bytes;
         for (d, l) in docs.iter().zip(lens.iter_mut()) {
@@ -475,13 +491,15 @@ impl Packer {
                     id = 0;
                 }
                 id += 1;
-                let first = p.start + (d - p.dst);
-                let (a, z) = (d as usize, e as usize);
-                for (k, s) in seg[a * 4..z * 4].chunks_exact_mut(4).enumerate() {
-                    s.copy_from_slice(&id.to_le_bytes());
-                    // Lossless: document lengths are checked to fit an i32.
-                    let at = (first + k as u64) as i32;
-                    pos[(a + k) * 4..(a + k + 1) * 4].copy_from_slice(&at.to_le_bytes());
+                // Lossless: document lengths are checked to fit an i32.
+                let first = (p.start + (d - p.dst)) as i32;
+                let (a, z) = (d as usize * 4, e as usize * 4);
+                let id_bytes = id.to_le_bytes();
+                for s in seg[a..z].chunks_exact_mut(4) {
+                    s.copy_from_slice(&id_bytes);
+                }
+                for (q, at) in pos[a..z].chunks_exact_mut(4).zip(first..) {
+                    q.copy_from_slice(&at.to_le_bytes());
                 }
                 d = e;
             }
