@@ -248,6 +248,23 @@ impl Sampler {
         Ok(())
     }
 
+    /// Writes slots `start .. start + out.len()` of the global batch of
+    /// `step`: that part of what [`fill`](Sampler::fill) writes, computing
+    /// only those indices ([`Error::BufferLength`] when the slots pass the
+    /// end of the batch). A reader of a few positions at a time (a packer
+    /// walking documents) pays for each cycle's keys once per call, not
+    /// once per index.
+    pub fn fill_slots(&self, step: u64, start: usize, out: &mut [u64]) -> Result<(), Error> {
+        if start.checked_add(out.len()).is_none_or(|end| end > self.batch_len) {
+            return Err(Error::BufferLength {
+                expected: self.batch_len.saturating_sub(start) as u64,
+                got: out.len() as u64,
+            });
+        }
+        self.fill_positions(step, start, out);
+        Ok(())
+    }
+
     /// The global batch of `step`, newly allocated.
     pub fn batch(&self, step: u64) -> Vec<u64> {
         let mut out = vec![0; self.batch_len];

@@ -448,3 +448,15 @@ fn the_origin_round_trips_and_is_absent_when_zero() {
     assert_eq!(back.batch(30), grown.batch(30));
     assert_eq!(back.state(), grown.state());
 }
+
+#[test]
+fn fill_slots_is_a_part_of_fill() {
+    for mode in [Mode::Sequential, Mode::Iid, Mode::Cyclic] {
+        let s = Sampler::new(mode, 1000, 100, 7).unwrap();
+        let whole = s.batch(13);
+        let mut part = vec![0; 30];
+        s.fill_slots(13, 55, &mut part).unwrap();
+        assert_eq!(part, whole[55..85], "{mode:?}");
+        assert!(matches!(s.fill_slots(13, 80, &mut part), Err(Error::BufferLength { .. })));
+    }
+}
