@@ -491,7 +491,12 @@ impl Loader {
             return Err(Error::CannotGrow { stream, saved, now, why });
         }
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
-        let mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
+        let mut mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
+        // A saved run goes on in its own row order: one saved before rows
+        // were interleaved keeps its grouped batches.
+        if let Some(saved) = &config.expect_mixture {
+            mixture = mixture.with_order(saved.order);
+        }
         let mine = mixture.state();
         match (&config.expect_mixture, config.expect_length) {
             (Some(saved), _) if !saved.matches(&mine) => {
@@ -885,9 +890,8 @@ fn fan_out_for(threads: usize, depth: usize, cores: usize) -> bool {
 /// Gathers every stream of `step`. `current` names the stream being gathered,
 /// so a panic in a source can be attributed to it.
 ///
-/// A mixture's rows come source by source: each stream is gathered as one
-/// call per run of rows of one source, straight into the run's part of the
-/// stream's buffer.
+/// A mixture's rows are gathered with one call per source and stream
+/// (below).
 fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<Batch, Error> {
     // Asked once per step: a store's read policy may change while it runs.
     let mut wants = Vec::with_capacity(ctx.streams.len());
@@ -916,10 +920,20 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
         ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
         None
     };
-    let runs: Vec<(usize, std::ops::Range<usize>)> = match &sources {
-        Some(rows) => plan::runs(rows).collect(),
-        None => vec![(0, 0..indices.len())],
+    // Each source's rows are gathered in one call per stream. A mixture's
+    // rows are interleaved (`zring_sampler::RowOrder`): they are read grouped
+    // by source into a spare buffer and copied to their rows after, one more
+    // copy of the step's bytes in exchange for one gather per source.
+    let grouping = match &sources {
+        Some(rows) => plan::Grouping::new(rows),
+        None => plan::Grouping::single(indices.len()),
     };
+    let grouped_indices: Option<Vec<u64>> = grouping.order.as_ref().map(|o| o.iter().map(|&r| indices[r]).collect());
+    let gidx: &[u64] = grouped_indices.as_deref().unwrap_or(&indices);
+    let grouped_hints: Option<Vec<Option<u64>>> =
+        grouping.order.as_ref().zip(hints.as_deref()).map(|(o, h)| o.iter().map(|&r| h[r]).collect());
+    let ghints: Option<&[Option<u64>]> = grouped_hints.as_deref().or(hints.as_deref());
+    let runs = &grouping.runs;
     let mut columns = Vec::with_capacity(ctx.streams.len());
     for (stream, wants) in ctx.streams.iter().zip(&wants) {
         let gather_err = |k: usize| {
@@ -943,55 +957,95 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                for (k, rows) in &runs {
+                let mut spare = grouping.order.as_ref().map(|_| stream.data.take(bytes));
+                let dst_all: &mut [u8] = spare.as_deref_mut().unwrap_or(&mut data);
+                for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
-                    let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
-                    let idx = &indices[rows.clone()];
-                    match hints.as_deref().filter(|_| wants[k]) {
+                    let dst = &mut dst_all[rows.start * record_bytes..rows.end * record_bytes];
+                    let idx = &gidx[rows.clone()];
+                    match ghints.filter(|_| wants[k]) {
                         Some(next) => source.gather_hinted(idx, dst, &next[rows]),
                         None => source.gather(idx, dst),
                     }
                     .map_err(gather_err(k))?;
                 }
+                if let (Some(order), Some(spare)) = (&grouping.order, &spare) {
+                    for (slot, &row) in order.iter().enumerate() {
+                        data[row * record_bytes..][..record_bytes]
+                            .copy_from_slice(&spare[slot * record_bytes..][..record_bytes]);
+                    }
+                }
                 Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
-                let mut offsets = stream.offsets.take(indices.len() + 1);
-                let (first, lengths) = offsets.split_at_mut(1);
+                // Grouped offsets: where each grouped slot's record goes in
+                // the spare buffer (the batch's own offsets when not
+                // interleaved).
+                let mut goffsets = stream.offsets.take(indices.len() + 1);
+                let (first, lengths) = goffsets.split_at_mut(1);
                 first[0] = 0;
-                for (k, rows) in &runs {
+                for (k, rows) in runs {
                     *current = Some(Arc::clone(&stream.labels[*k]));
-                    views[*k].lengths(&indices[rows.clone()], &mut lengths[rows.clone()]).map_err(gather_err(*k))?;
+                    views[*k].lengths(&gidx[rows.clone()], &mut lengths[rows.clone()]).map_err(gather_err(*k))?;
                 }
+                let mut offsets = match &grouping.order {
+                    None => None,
+                    Some(order) => {
+                        let mut offsets = stream.offsets.take(indices.len() + 1);
+                        offsets[0] = 0;
+                        for (slot, &row) in order.iter().enumerate() {
+                            offsets[row + 1] = lengths[slot];
+                        }
+                        Some(offsets)
+                    }
+                };
                 let total = prefix_sum(lengths)
                     .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
+                if let Some(offsets) = offsets.as_deref_mut() {
+                    // The same lengths in another order: the same total.
+                    prefix_sum(&mut offsets[1..]);
+                }
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
+                let mut spare = grouping.order.as_ref().map(|_| stream.data.take(bytes));
+                let dst_all: &mut [u8] = spare.as_deref_mut().unwrap_or(&mut data);
                 let mut rebased = Vec::new();
-                for (k, rows) in &runs {
+                for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
                     // Lossless: the offsets are at most `bytes`, a usize.
-                    let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
-                    let dst = &mut data[a..z];
-                    let idx = &indices[rows.clone()];
+                    let (a, z) = (goffsets[rows.start] as usize, goffsets[rows.end] as usize);
+                    let dst = &mut dst_all[a..z];
+                    let idx = &gidx[rows.clone()];
                     // A source sees offsets from the start of its run.
                     let offs = if a == 0 {
-                        &offsets[rows.start..=rows.end]
+                        &goffsets[rows.start..=rows.end]
                     } else {
                         rebased.clear();
-                        rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
+                        rebased.extend(goffsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
                         &rebased[..]
                     };
-                    match hints.as_deref().filter(|_| wants[k]) {
+                    match ghints.filter(|_| wants[k]) {
                         Some(next) => source.gather_var_hinted(idx, dst, offs, &next[rows]),
                         None => source.gather_var(idx, dst, offs),
                     }
                     .map_err(gather_err(k))?;
                 }
+                let offsets = match (offsets, &grouping.order, &spare) {
+                    (Some(offsets), Some(order), Some(spare)) => {
+                        for (slot, &row) in order.iter().enumerate() {
+                            // Lossless: offsets are at most `bytes`.
+                            let (a, z) = (goffsets[slot] as usize, goffsets[slot + 1] as usize);
+                            let at = offsets[row] as usize;
+                            data[at..at + (z - a)].copy_from_slice(&spare[a..z]);
+                        }
+                        offsets
+                    }
+                    _ => goffsets,
+                };
                 Column { name: Arc::clone(&stream.name), data, offsets: Some(offsets) }
             }
         };

@@ -106,7 +106,7 @@ mod sampler;
 mod shard;
 
 pub use error::Error;
-pub use mixture::{Mixture, MixtureState, STREAM_BLOCK};
+pub use mixture::{Mixture, MixtureState, RowOrder, STREAM_BLOCK};
 pub use sampler::{Mode, Sampler, SamplerState, MAX_BATCH};
 pub use shard::Shard;
 

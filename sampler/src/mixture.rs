@@ -14,7 +14,40 @@
 //! difference. Rounding each batch as well would make a step's composition
 //! depend on the steps before it, where now it is a function of the step
 //! alone (seeking is free, below) and the batches are those of earlier
-//! checkpoints. Rows come source by source (source 0's first).
+//! checkpoints.
+//!
+//! # Each shard holds each source's share
+//!
+//! A step's rows are interleaved, not grouped by source, so that a shard
+//! (a contiguous slice of the global batch) holds each source's share of
+//! its own rows. Lay the step's rows out source by source (source 0's
+//! first): *grouped position* `g`, source `s` at `[G_s, G_s + c_s)`. Write
+//! `g` in the mixed radix of the batch length's prime factors, twos first,
+//! then the odd primes in ascending order (`B = b_1 b_2 ... b_k`, least
+//! significant digit `d_1` in radix `b_1`), and put it at the row whose
+//! digits are the same read the other way round: row
+//! `d_1 (B / b_1) + d_2 (B / (b_1 b_2)) + ... + d_k`. Then, for a shard
+//! count `n = b_1 ... b_i`, shard `j`'s rows are those whose first `i` digits
+//! spell `j`, which are the grouped positions `g` with `g mod n` fixed: an
+//! arithmetic progression of step `n`, of which source `s`'s interval of
+//! `c_s` positions holds `floor(c_s / n)` or `ceil(c_s / n)`. So every
+//! shard's rows of source `s` are its share `c_s m / B` of the shard's `m`
+//! rows rounded down or up, on every step, for every power of two that
+//! divides `B` (8 ranks of 256 rows: 0.7/0.2/0.1 gives every rank 22 or 23,
+//! 6 or 7, and 3 or 4 rows of its 32) and for `2^a` times any prefix of the
+//! odd factors (`2^a` the largest power of two in `B`). Other divisors (3
+//! shards of 384 rows) get looser shares, a shard being a union of such
+//! progressions: up to 3 rows from its share at 384 rows over 3 shards in
+//! the tests. (No order independent of the counts can hold every divisor's
+//! shards to a row: at 12 rows, a shard of 4 rows and one of 3 share 2
+//! rows, where two residue classes, mod 3 and mod 4, share one.) The global
+//! batch and each source's records are those of the grouped
+//! order; only their rows move, and `row -> g` is a few digit operations,
+//! so a next use by a shard costs what it did.
+//!
+//! Runs saved before the rows were interleaved resume grouped: their
+//! [`MixtureState`] has no `order` and reads as [`RowOrder::Grouped`], and a
+//! loader resuming it keeps that order (the same batches as before).
 //!
 //! Each source reads its own *stream* of indices: a [`Sampler`] in the
 //! mixture's mode over the source's records, seeded from the mixture's seed
@@ -58,20 +91,40 @@ pub const STREAM_BLOCK: u64 = 4096;
 /// looks at for one that lands in the shard's rows.
 const NEXT_USE_TRIES: u32 = 64;
 
+/// How a step's rows are ordered (module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RowOrder {
+    /// Source by source, source 0's first: the order of runs saved before
+    /// rows were interleaved (a [`MixtureState`] without an `order` reads as
+    /// this). A shard then gets whichever sources its slice covers.
+    #[default]
+    Grouped,
+    /// Interleaved by digit reversal, so that each shard holds each
+    /// source's share of its rows: what [`Mixture::new`] builds.
+    Interleaved,
+}
+
 /// What a saved mixture run must find again: the weights (normalised) and
-/// every source's length. Serialised next to a loader's sampler state.
+/// every source's length, and the order its rows came in. Serialised next
+/// to a loader's sampler state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MixtureState {
     /// The normalised weights, one per source.
     pub weights: Vec<f64>,
     /// The number of records of each source.
     pub lengths: Vec<u64>,
+    /// The order of each step's rows; [`RowOrder::Grouped`] when absent (a
+    /// state saved before rows were interleaved).
+    #[serde(default)]
+    pub order: RowOrder,
 }
 
 impl MixtureState {
     /// Whether `other` describes the same mixture: equal lengths, weights
     /// equal up to NumPy's `allclose` tolerances (a state written as JSON
-    /// text by another program keeps them only to its printed digits).
+    /// text by another program keeps them only to its printed digits). The
+    /// row order is not compared: a resumed run takes the saved one
+    /// ([`Mixture::with_order`]).
     pub fn matches(&self, other: &MixtureState) -> bool {
         self.lengths == other.lengths
             && self.weights.len() == other.weights.len()
@@ -142,6 +195,10 @@ pub struct Mixture {
     weights: Vec<f64>,
     lengths: Vec<u64>,
     streams: Vec<SourceStream>,
+    order: RowOrder,
+    /// The batch length's prime factors, twos first, then the odd ones
+    /// ascending: the radices of the digit reversal (module docs).
+    radices: Vec<u64>,
 }
 
 /// Where each source's rows of one step are: its first stream position and
@@ -191,7 +248,30 @@ impl Mixture {
             .enumerate()
             .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k)))
             .collect::<Result<_, _>>()?;
-        Ok(Mixture { mode, seed, batch_size, weights, lengths: lengths.to_vec(), streams })
+        let radices = prime_factors(batch_size);
+        Ok(Mixture {
+            mode,
+            seed,
+            batch_size,
+            weights,
+            lengths: lengths.to_vec(),
+            streams,
+            order: RowOrder::Interleaved,
+            radices,
+        })
+    }
+
+    /// The same mixture with its rows in `order`: a run resumed from a
+    /// [`MixtureState`] takes the state's order, so a run saved grouped goes
+    /// on grouped.
+    pub fn with_order(mut self, order: RowOrder) -> Mixture {
+        self.order = order;
+        self
+    }
+
+    /// The order of each step's rows.
+    pub fn order(&self) -> RowOrder {
+        self.order
     }
 
     /// The sampling mode of every source's stream.
@@ -227,7 +307,7 @@ impl Mixture {
 
     /// What a resumed run must find again.
     pub fn state(&self) -> MixtureState {
-        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone() }
+        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone(), order: self.order }
     }
 
     /// The length of `shard`'s slice of each global batch, or
@@ -290,8 +370,8 @@ impl Mixture {
 
     /// Writes `shard`'s rows of the global batch of `step`: `sources[r]` the
     /// source of row `r`, `indices[r]` its record in that source. Both must
-    /// hold exactly [`shard_len`](Mixture::shard_len) entries. Rows come
-    /// source by source.
+    /// hold exactly [`shard_len`](Mixture::shard_len) entries. Rows come in
+    /// the mixture's [`RowOrder`].
     pub fn fill_shard(&self, step: u64, shard: Shard, sources: &mut [u32], indices: &mut [u64]) -> Result<(), Error> {
         self.fill(step, shard, sources, indices, None)
     }
@@ -324,7 +404,7 @@ impl Mixture {
         shard: Shard,
         sources: &mut [u32],
         indices: &mut [u64],
-        mut next: Option<&mut [Option<u64>]>,
+        next: Option<&mut [Option<u64>]>,
     ) -> Result<(), Error> {
         let (lo, hi) = shard.range(self.batch_len())?;
         for len in [sources.len(), indices.len()].into_iter().chain(next.as_ref().map(|n| n.len())) {
@@ -338,6 +418,29 @@ impl Mixture {
             return Err(Error::BatchTooLarge { batch: u64::MAX, max: MAX_BATCH });
         };
         let (lo, hi) = (lo as u64, hi as u64);
+        match self.order {
+            RowOrder::Grouped => self.fill_grouped(step, &layout, shard, lo..hi, sources, indices, next, &mut order),
+            RowOrder::Interleaved => {
+                self.fill_interleaved(step, &layout, shard, lo..hi, sources, indices, next, &mut order)
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows `rows` of a grouped step: a few runs, one per source.
+    #[allow(clippy::too_many_arguments)]
+    fn fill_grouped(
+        &self,
+        step: u64,
+        layout: &Layout,
+        shard: Shard,
+        rows: std::ops::Range<u64>,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        mut next: Option<&mut [Option<u64>]>,
+        order: &mut Vec<(f64, usize)>,
+    ) {
+        let (lo, hi) = (rows.start, rows.end);
         for k in 0..self.weights.len() {
             let (row, count) = (layout.row[k], layout.count[k]);
             let (a, z) = (row.max(lo), (row + count).min(hi));
@@ -352,11 +455,91 @@ impl Mixture {
             if let Some(next) = next.as_deref_mut() {
                 for (j, o) in span.clone().enumerate() {
                     let at = first + j as u64;
-                    next[o] = self.next_use(k, step, at, indices[o], shard, &mut order);
+                    next[o] = self.next_use(k, step, at, indices[o], shard, order);
                 }
             }
         }
-        Ok(())
+    }
+
+    /// Rows `rows` of an interleaved step: each row's grouped position
+    /// (module docs) names its source and stream position. Each source's
+    /// stream is read once over the span of positions the rows touch, at
+    /// most the source's rows of the step.
+    #[allow(clippy::too_many_arguments)]
+    fn fill_interleaved(
+        &self,
+        step: u64,
+        layout: &Layout,
+        shard: Shard,
+        rows: std::ops::Range<u64>,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        mut next: Option<&mut [Option<u64>]>,
+        order: &mut Vec<(f64, usize)>,
+    ) {
+        let s = self.weights.len();
+        let mut span = vec![(u64::MAX, 0u64); s];
+        for (o, r) in rows.clone().enumerate() {
+            let g = self.grouped_position(r);
+            // The last source starting at or before g holds it: sources with
+            // no rows this step start where the next one does.
+            let k = layout.row.partition_point(|&at| at <= g) - 1;
+            // Lossless: at most 2^32 sources fit in memory as weights.
+            sources[o] = k as u32;
+            indices[o] = g;
+            span[k] = (span[k].0.min(g), span[k].1.max(g + 1));
+        }
+        let mut scratch = Vec::new();
+        for (k, &(a, z)) in span.iter().enumerate() {
+            if a >= z {
+                continue;
+            }
+            // Lossless: the span is within the batch, at most MAX_BATCH.
+            scratch.resize((z - a) as usize, 0);
+            let first = layout.start[k] + (a - layout.row[k]);
+            self.streams[k].fill(first, &mut scratch);
+            for (o, (&src, x)) in sources.iter().zip(indices.iter_mut()).enumerate() {
+                if src as usize != k {
+                    continue;
+                }
+                let at = first + (*x - a);
+                *x = scratch[(*x - a) as usize];
+                if let Some(next) = next.as_deref_mut() {
+                    next[o] = self.next_use(k, step, at, *x, shard, order);
+                }
+            }
+        }
+    }
+
+    /// The row of grouped position `g` (module docs): `g` itself when
+    /// grouped, else `g`'s digits reversed.
+    fn row_of(&self, g: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => g,
+            RowOrder::Interleaved => {
+                let (mut x, mut r) = (g, 0);
+                for &b in &self.radices {
+                    r = r * b + x % b;
+                    x /= b;
+                }
+                r
+            }
+        }
+    }
+
+    /// The grouped position of row `r`, the inverse of [`Mixture::row_of`].
+    fn grouped_position(&self, r: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => r,
+            RowOrder::Interleaved => {
+                let (mut x, mut g) = (r, 0);
+                for &b in self.radices.iter().rev() {
+                    g = g * b + x % b;
+                    x /= b;
+                }
+                g
+            }
+        }
     }
 
     /// The first step after `step` (which draws position `p` of source `k`'s
@@ -382,7 +565,7 @@ impl Mixture {
                 return Some(t);
             }
             let layout = self.layout(t, order)?;
-            let row = layout.row[k] + (q - layout.start[k]);
+            let row = self.row_of(layout.row[k] + (q - layout.start[k]));
             if (lo as u64..hi as u64).contains(&row) {
                 return Some(t);
             }
@@ -406,6 +589,24 @@ impl Mixture {
         }
         Some(t)
     }
+}
+
+/// The prime factors of `n` in ascending order, with multiplicity (empty
+/// for 1). Trial division: `n <= MAX_BATCH`, so at most 2^16 divisors tried.
+fn prime_factors(mut n: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut p = 2;
+    while p * p <= n {
+        while n % p == 0 {
+            out.push(p);
+            n /= p;
+        }
+        p += 1;
+    }
+    if n > 1 {
+        out.push(n);
+    }
+    out
 }
 
 /// Source `k`'s seed: `(seed * 1_000_003 + k) mod 2^62`.
@@ -528,7 +729,165 @@ mod tests {
                 total[k] += counts[k];
                 assert!((total[k] as f64 - share * (t + 1) as f64).abs() < 1.0, "remainders carry over");
             }
-            assert!(src.windows(2).all(|w| w[0] <= w[1]), "rows come source by source");
+            // Grouped, the same records come source by source.
+            let grouped = m.clone().with_order(RowOrder::Grouped);
+            let (mut gsrc, mut gidx) = (vec![0; 24], vec![0; 24]);
+            grouped.fill_shard(t, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
+            assert!(gsrc.windows(2).all(|w| w[0] <= w[1]), "grouped rows come source by source");
+            for k in 0..3u32 {
+                let of = |s: &[u32], i: &[u64]| {
+                    let mut v: Vec<u64> = s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect();
+                    v.sort_unstable();
+                    v
+                };
+                assert_eq!(of(&src, &idx), of(&gsrc, &gidx), "step {t} source {k}");
+            }
+        }
+    }
+
+    /// Counts of each source in `shard`'s rows of `step`.
+    fn shard_counts(m: &Mixture, step: u64, shard: Shard) -> Vec<u64> {
+        let per = m.shard_len(shard).unwrap();
+        let (mut s, mut i) = (vec![0; per], vec![0; per]);
+        m.fill_shard(step, shard, &mut s, &mut i).unwrap();
+        let mut counts = vec![0; m.weights().len()];
+        for k in s {
+            counts[k as usize] += 1;
+        }
+        counts
+    }
+
+    /// The bug: at 256 rows over 8 ranks, a grouped 0.7/0.2/0.1 mixture gave
+    /// rank 0 only source 0 on every step and rank 7 `[0, 6, 26]`, so each
+    /// rank's loss saw another distribution. Interleaved, every rank's step
+    /// holds each source's share of its 32 rows (22.4, 6.4, 3.2) within a row,
+    /// on every step.
+    #[test]
+    fn eight_ranks_of_256_rows_each_hold_every_share_within_a_row() {
+        let weights = [0.7, 0.2, 0.1];
+        let m = Mixture::new(Mode::Cyclic, &[1_000_000, 500_000, 200_000], &weights, 256, 11).unwrap();
+        let mut seen = [[0u64; 33]; 3];
+        for t in 0..2000 {
+            let global = shard_counts(&m, t, Shard::ALL);
+            for rank in 0..8 {
+                let counts = shard_counts(&m, t, Shard::new(rank, 8).unwrap());
+                for k in 0..3 {
+                    let share = weights[k] * 32.0;
+                    let c = counts[k] as f64;
+                    assert!((c - share).abs() <= 1.0, "step {t} rank {rank} source {k}: {c} rows for {share}");
+                    // And the share of the step's own rows, rounded down or up.
+                    let exact = global[k] as f64 / 8.0;
+                    assert!(c == exact.floor() || c == exact.ceil(), "step {t} rank {rank} source {k}");
+                    seen[k][counts[k] as usize] += 1;
+                }
+            }
+        }
+        assert!(seen[0][22] > 0 && seen[0][23] > 0 && seen[2][3] > 0 && seen[2][4] > 0, "{seen:?}");
+        // Grouped, as runs saved before interleaving resume: rank 0 all source 0.
+        let grouped = m.clone().with_order(RowOrder::Grouped);
+        assert_eq!(shard_counts(&grouped, 0, Shard::new(0, 8).unwrap()), vec![32, 0, 0]);
+    }
+
+    #[test]
+    fn digit_reversal_is_a_bijection_and_its_inverse() {
+        for b in [1u64, 2, 12, 24, 97, 256, 360, 384, 1000] {
+            let m = Mixture::new(Mode::Iid, &[10], &[1.0], b, 0).unwrap();
+            let mut hit = vec![false; b as usize];
+            for g in 0..b {
+                let r = m.row_of(g);
+                assert!(r < b && !hit[r as usize], "batch {b}: {g} -> {r}");
+                hit[r as usize] = true;
+                assert_eq!(m.grouped_position(r), g);
+            }
+        }
+        assert_eq!(prime_factors(360), vec![2, 2, 2, 3, 3, 5]);
+        assert_eq!(prime_factors(1), Vec::<u64>::new());
+        assert_eq!(prime_factors(4_294_967_291), vec![4_294_967_291]);
+    }
+
+    /// A saved state without `order` (written before rows were interleaved)
+    /// reads as grouped; a new one says interleaved.
+    #[test]
+    fn states_name_their_order_and_old_ones_read_grouped() {
+        let old: MixtureState = serde_json::from_str(r#"{"weights": [0.5, 0.5], "lengths": [3, 4]}"#).unwrap();
+        assert_eq!(old.order, RowOrder::Grouped);
+        let m = Mixture::new(Mode::Iid, &[3, 4], &[1.0, 1.0], 8, 0).unwrap();
+        let json = serde_json::to_string(&m.state()).unwrap();
+        assert!(json.contains(r#""order":"Interleaved""#), "{json}");
+        assert!(old.matches(&m.state()), "the order is not part of what must match");
+    }
+
+    /// The shard counts whose shards are residue classes of the grouped
+    /// positions: prefix products of the radices.
+    fn chain(m: &Mixture) -> Vec<u64> {
+        let mut out = vec![1];
+        for &b in &m.radices {
+            out.push(out.last().unwrap() * b);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        /// For random weights, batch lengths and steps: the global batch holds
+        /// the grouped batch's rows (the same counts and, per source, the same
+        /// records); shards of every divisor tile it; and
+        /// every shard count in the radices' chain, which is every power of
+        /// two dividing the batch, gives each shard each source's share of its
+        /// rows rounded down or up.
+        #[test]
+        fn every_chain_shard_holds_each_share_rounded(
+            raw in proptest::collection::vec(1u32..1000, 1..7),
+            batch_factor in 1u64..40,
+            twos in 0u32..7,
+            step in 0u64..1_000_000,
+        ) {
+            let batch = batch_factor << twos;
+            let weights: Vec<f64> = raw.iter().map(|&w| f64::from(w)).collect();
+            let lengths = vec![1000u64; weights.len()];
+            let Ok(m) = Mixture::new(Mode::Iid, &lengths, &weights, batch, 7) else {
+                return Ok(()); // a source under one row per batch
+            };
+            let b = batch as usize;
+            let (mut src, mut idx) = (vec![0; b], vec![0; b]);
+            m.fill_shard(step, Shard::ALL, &mut src, &mut idx).unwrap();
+            let grouped = m.clone().with_order(RowOrder::Grouped);
+            let (mut gsrc, mut gidx) = (vec![0; b], vec![0; b]);
+            grouped.fill_shard(step, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
+            let global = shard_counts(&grouped, step, Shard::ALL);
+            for k in 0..weights.len() as u32 {
+                let of = |s: &[u32], i: &[u64]| {
+                    let mut v: Vec<u64> = s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect();
+                    v.sort_unstable();
+                    v
+                };
+                proptest::prop_assert_eq!(of(&src, &idx), of(&gsrc, &gidx));
+            }
+            let chain = chain(&m);
+            for n in (1..=batch).filter(|n| batch % n == 0) {
+                let per = b / n as usize;
+                for j in 0..n as u32 {
+                    let shard = Shard::new(j, n as u32).unwrap();
+                    let (mut s, mut i) = (vec![0; per], vec![0; per]);
+                    m.fill_shard(step, shard, &mut s, &mut i).unwrap();
+                    let at = j as usize * per;
+                    proptest::prop_assert_eq!(&s[..], &src[at..at + per]);
+                    proptest::prop_assert_eq!(&i[..], &idx[at..at + per]);
+                    if chain.contains(&n) {
+                        let counts = shard_counts(&m, step, shard);
+                        for k in 0..weights.len() {
+                            let exact = global[k] as f64 / n as f64;
+                            let c = counts[k] as f64;
+                            proptest::prop_assert!(
+                                c == exact.floor() || c == exact.ceil(),
+                                "batch {} shard {}/{} source {}: {} rows for {}", batch, j, n, k, c, exact
+                            );
+                        }
+                    }
+                }
+            }
+            proptest::prop_assert!(chain.contains(&(1u64 << batch.trailing_zeros())));
         }
     }
 
@@ -633,7 +992,9 @@ mod tests {
     #[test]
     fn cyclic_sources_cover_their_records_once_per_cycle() {
         let lengths = [120u64, 37, 53];
-        let m = Mixture::new(Mode::Cyclic, &lengths, &[1.0, 1.0, 1.0], 24, 4).unwrap();
+        // Grouped, so that a source's records of a step are in stream order;
+        // interleaving moves them between rows only (the property test above).
+        let m = Mixture::new(Mode::Cyclic, &lengths, &[1.0, 1.0, 1.0], 24, 4).unwrap().with_order(RowOrder::Grouped);
         let mut drawn: Vec<Vec<u64>> = vec![vec![]; 3];
         let (mut s, mut i) = (vec![0; 24], vec![0; 24]);
         for t in 0..40 {
