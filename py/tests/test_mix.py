@@ -119,6 +119,27 @@ def test_eight_ranks_each_hold_every_share_of_their_32_rows(tmp_path):
         np.testing.assert_array_equal(np.concatenate([r[t][1] for r in ranks]), whole[t][1])
 
 
+def test_a_state_saved_before_interleaving_resumes_grouped(sources):
+    """States saved before rows were interleaved have no "order": their runs
+    go on with rows source by source, the batches they were saved with."""
+    m = zring.mix(sources, [3, 2, 1])
+    with zring.DataLoader(m, batch_size=B, mode=2, seed=9) as dl:
+        _run(dl, 2)
+        state = dl.state()
+    assert state["mixture"]["order"] == "Interleaved"
+    with zring.DataLoader(m, state=state) as dl:
+        interleaved = _run(dl, 3)
+    assert any(np.any(np.diff(src) < 0) for _, src, _, _ in interleaved)
+    del state["mixture"]["order"]
+    with zring.DataLoader(m, state=state) as dl:
+        grouped = _run(dl, 3)
+        assert dl.state()["mixture"]["order"] == "Grouped"
+    for (_, gs, gi, _), (_, s, i, _) in zip(grouped, interleaved):
+        assert np.all(np.diff(gs) >= 0), "source by source"
+        for k in range(3):
+            assert sorted(gi[gs == k]) == sorted(i[s == k]), "the same records, in other rows"
+
+
 def test_bad_mixtures_are_value_errors(sources, tmp_path):
     for weights, match in (([1, 2], "2 weights for 3 sources"), ([1, 0, 1], "positive"),
                            ([1, -1, 1], "positive"), ([1, float("nan"), 1], "positive")):
