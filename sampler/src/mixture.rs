@@ -41,9 +41,12 @@
 //! the tests. (No order independent of the counts can hold every divisor's
 //! shards to a row: at 12 rows, a shard of 4 rows and one of 3 share 2
 //! rows, where two residue classes, mod 3 and mod 4, share one.) The global
-//! batch and each source's records are those of the grouped
-//! order; only their rows move, and `row -> g` is a few digit operations,
-//! so a next use by a shard costs what it did.
+//! batch and each source's records are those of the grouped order, and a
+//! source's rows take its stream positions in row order, so a shard's rows
+//! of a source are a contiguous stretch of its stream (one read, and a
+//! packed source's tokens in one stretch); counting a source's rows before
+//! a given row takes `O(sum of the radices)` digit operations, so a next
+//! use by a shard costs about what it did.
 //!
 //! Runs saved before the rows were interleaved resume grouped: their
 //! [`MixtureState`] has no `order` and reads as [`RowOrder::Grouped`], and a
@@ -383,10 +386,14 @@ impl Mixture {
     /// record are tried for one that lands in the shard's rows.
     ///
     /// Each draw tried costs a few allocations of the rows (`O(sources)`
-    /// each): measured 0.8–1.0 ms a step of 1,024 rows over 100 sources, and
-    /// 1.1–1.3 ms for one shard of 8 (128 rows, about 8 draws tried per row),
-    /// against 2–25 µs for the rows alone. A loader asks only while a store
-    /// reads around the page cache, where the step's reads take longer.
+    /// each). Measured (dev build, shared machine): a step of 1,024 rows over
+    /// 100 sources 1.5–2.6 ms whole, 6–7 ms for one shard of 8 (each draw
+    /// lands in the shard's interleaved rows 1 time in 8, where grouped rows
+    /// gave a shard whole sources and a hit at the first try: 0.6–1.4 ms);
+    /// 3 sources, one shard of 8 of 4,096 rows: 4.4–6 ms (0.15 ms grouped);
+    /// against 2–190 µs for the rows alone. A loader asks only while a
+    /// store reads around the page cache, where the step's reads take
+    /// longer.
     pub fn fill_shard_with_next_use(
         &self,
         step: u64,
@@ -462,9 +469,11 @@ impl Mixture {
     }
 
     /// Rows `rows` of an interleaved step: each row's grouped position
-    /// (module docs) names its source and stream position. Each source's
-    /// stream is read once over the span of positions the rows touch, at
-    /// most the source's rows of the step.
+    /// (module docs) names its source; a source's rows take its stream
+    /// positions in row order, so the rows' ranks among the source's rows
+    /// of the step, counted from the first row of the range, name them. A
+    /// contiguous range of rows holds a contiguous range of each source's
+    /// stream, read in one call per source.
     #[allow(clippy::too_many_arguments)]
     fn fill_interleaved(
         &self,
@@ -478,7 +487,8 @@ impl Mixture {
         order: &mut Vec<(f64, usize)>,
     ) {
         let s = self.weights.len();
-        let mut span = vec![(u64::MAX, 0u64); s];
+        let before: Vec<u64> = (0..s).map(|k| self.rows_of_source_before(layout, k, rows.start)).collect();
+        let mut taken = vec![0u64; s];
         for (o, r) in rows.clone().enumerate() {
             let g = self.grouped_position(r);
             // The last source starting at or before g holds it: sources with
@@ -486,33 +496,76 @@ impl Mixture {
             let k = layout.row.partition_point(|&at| at <= g) - 1;
             // Lossless: at most 2^32 sources fit in memory as weights.
             sources[o] = k as u32;
-            indices[o] = g;
-            span[k] = (span[k].0.min(g), span[k].1.max(g + 1));
+            indices[o] = taken[k];
+            taken[k] += 1;
         }
-        let mut scratch = Vec::new();
-        for (k, &(a, z)) in span.iter().enumerate() {
-            if a >= z {
-                continue;
+        // Each source's stretch of its stream, one after another in `read`.
+        let mut at = Vec::with_capacity(s);
+        let mut total = 0;
+        for &n in &taken {
+            at.push(total);
+            // Lossless: at most the rows of the range, a usize.
+            total += n as usize;
+        }
+        let mut read = vec![0; total];
+        for k in 0..s {
+            if taken[k] > 0 {
+                self.streams[k].fill(layout.start[k] + before[k], &mut read[at[k]..at[k] + taken[k] as usize]);
             }
-            // Lossless: the span is within the batch, at most MAX_BATCH.
-            scratch.resize((z - a) as usize, 0);
-            let first = layout.start[k] + (a - layout.row[k]);
-            self.streams[k].fill(first, &mut scratch);
-            for (o, (&src, x)) in sources.iter().zip(indices.iter_mut()).enumerate() {
-                if src as usize != k {
-                    continue;
+        }
+        for (o, (&k, x)) in sources.iter().zip(indices.iter_mut()).enumerate() {
+            let k = k as usize;
+            let rank = *x;
+            *x = read[at[k] + rank as usize];
+            if let Some(next) = next.as_deref_mut() {
+                next[o] = self.next_use(k, step, layout.start[k] + before[k] + rank, *x, shard, order);
+            }
+        }
+    }
+
+    /// How many of source `k`'s rows of the step laid out by `layout` lie
+    /// in rows `0 .. r`.
+    fn rows_of_source_before(&self, layout: &Layout, k: usize, r: u64) -> u64 {
+        let g = layout.row[k];
+        self.grouped_below_in_rows_below(g + layout.count[k], r) - self.grouped_below_in_rows_below(g, r)
+    }
+
+    /// How many grouped positions `g < b` sit in rows below `r`. Interleaved,
+    /// row `row_of(g)` compares with `r` digit by digit, `g`'s least
+    /// significant digit against `r`'s most significant: `g` is below when,
+    /// for some `i`, its first `i - 1` digits are `r`'s and its `i`-th is
+    /// smaller, which fixes `g mod (b_1 ... b_i)` to one of `r_i` residues,
+    /// each counted in closed form. `O(sum of the radices)`.
+    fn grouped_below_in_rows_below(&self, b: u64, r: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => b.min(r),
+            RowOrder::Interleaved => {
+                if r >= self.batch_size {
+                    return b;
                 }
-                let at = first + (*x - a);
-                *x = scratch[(*x - a) as usize];
-                if let Some(next) = next.as_deref_mut() {
-                    next[o] = self.next_use(k, step, at, *x, shard, order);
+                // Positions below b congruent to w modulo m.
+                let congruent = |w: u64, m: u64| if w >= b { 0 } else { (b - w - 1) / m + 1 };
+                let (mut count, mut fixed, mut modulus, mut scale, mut rest) = (0, 0, 1, self.batch_size, r);
+                for &radix in &self.radices {
+                    scale /= radix;
+                    let digit = rest / scale;
+                    rest %= scale;
+                    let next = modulus * radix;
+                    for t in 0..digit {
+                        count += congruent(fixed + modulus * t, next);
+                    }
+                    fixed += modulus * digit;
+                    modulus = next;
                 }
+                count
             }
         }
     }
 
     /// The row of grouped position `g` (module docs): `g` itself when
-    /// grouped, else `g`'s digits reversed.
+    /// grouped, else `g`'s digits reversed. The fill counts rows instead
+    /// ([`Mixture::grouped_below_in_rows_below`]); tests check the two agree.
+    #[cfg(test)]
     fn row_of(&self, g: u64) -> u64 {
         match self.order {
             RowOrder::Grouped => g,
@@ -532,12 +585,20 @@ impl Mixture {
         match self.order {
             RowOrder::Grouped => r,
             RowOrder::Interleaved => {
-                let (mut x, mut g) = (r, 0);
-                for &b in self.radices.iter().rev() {
-                    g = g * b + x % b;
+                // B = 2^a q, q odd: the twos are the radices of the first a
+                // digits, so row r = bitreverse_a(g mod 2^a) q + (the odd
+                // digits of g / 2^a, reversed); undone here with one bit
+                // reversal and a loop over the odd radices only.
+                let twos = self.radices.iter().take_while(|&&b| b == 2).count() as u32;
+                let odd = self.batch_size >> twos;
+                let (high, low) = (r / odd, r % odd);
+                let bits = if twos == 0 { 0 } else { high.reverse_bits() >> (64 - twos) };
+                let (mut x, mut rest) = (low, 0);
+                for &b in self.radices[twos as usize..].iter().rev() {
+                    rest = rest * b + x % b;
                     x /= b;
                 }
-                g
+                bits | (rest << twos)
             }
         }
     }
@@ -565,8 +626,11 @@ impl Mixture {
                 return Some(t);
             }
             let layout = self.layout(t, order)?;
-            let row = self.row_of(layout.row[k] + (q - layout.start[k]));
-            if (lo as u64..hi as u64).contains(&row) {
+            // The source's rows of `shard` hold its positions from this many
+            // of its rows of the step on (rows in stream order).
+            let (from, to) =
+                (self.rows_of_source_before(&layout, k, lo as u64), self.rows_of_source_before(&layout, k, hi as u64));
+            if (from..to).contains(&(q - layout.start[k])) {
                 return Some(t);
             }
         }
@@ -597,7 +661,8 @@ fn prime_factors(mut n: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut p = 2;
     while p * p <= n {
-        while n % p == 0 {
+        // Not `is_multiple_of`: the workspace supports Rust 1.80.
+        while (n / p) * p == n {
             out.push(p);
             n /= p;
         }
@@ -729,16 +794,15 @@ mod tests {
                 total[k] += counts[k];
                 assert!((total[k] as f64 - share * (t + 1) as f64).abs() < 1.0, "remainders carry over");
             }
-            // Grouped, the same records come source by source.
+            // Grouped, the same records come source by source, each source's
+            // in the same (stream) order.
             let grouped = m.clone().with_order(RowOrder::Grouped);
             let (mut gsrc, mut gidx) = (vec![0; 24], vec![0; 24]);
             grouped.fill_shard(t, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
             assert!(gsrc.windows(2).all(|w| w[0] <= w[1]), "grouped rows come source by source");
             for k in 0..3u32 {
                 let of = |s: &[u32], i: &[u64]| {
-                    let mut v: Vec<u64> = s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect();
-                    v.sort_unstable();
-                    v
+                    s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect::<Vec<_>>()
                 };
                 assert_eq!(of(&src, &idx), of(&gsrc, &gidx), "step {t} source {k}");
             }
@@ -801,6 +865,16 @@ mod tests {
             }
         }
         assert_eq!(prime_factors(360), vec![2, 2, 2, 3, 3, 5]);
+        // Counting rows below r agrees with reversing every position.
+        for b in [12u64, 256, 360, 97] {
+            let m = Mixture::new(Mode::Iid, &[10], &[1.0], b, 0).unwrap();
+            for end in 0..=b {
+                for r in 0..=b {
+                    let want = (0..end).filter(|&g| m.row_of(g) < r).count() as u64;
+                    assert_eq!(m.grouped_below_in_rows_below(end, r), want, "batch {b}, g < {end}, rows < {r}");
+                }
+            }
+        }
         assert_eq!(prime_factors(1), Vec::<u64>::new());
         assert_eq!(prime_factors(4_294_967_291), vec![4_294_967_291]);
     }
@@ -832,7 +906,7 @@ mod tests {
 
         /// For random weights, batch lengths and steps: the global batch holds
         /// the grouped batch's rows (the same counts and, per source, the same
-        /// records); shards of every divisor tile it; and
+        /// records in the same order); shards of every divisor tile it; and
         /// every shard count in the radices' chain, which is every power of
         /// two dividing the batch, gives each shard each source's share of its
         /// rows rounded down or up.
@@ -857,11 +931,7 @@ mod tests {
             grouped.fill_shard(step, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
             let global = shard_counts(&grouped, step, Shard::ALL);
             for k in 0..weights.len() as u32 {
-                let of = |s: &[u32], i: &[u64]| {
-                    let mut v: Vec<u64> = s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect();
-                    v.sort_unstable();
-                    v
-                };
+                let of = |s: &[u32], i: &[u64]| s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect::<Vec<_>>();
                 proptest::prop_assert_eq!(of(&src, &idx), of(&gsrc, &gidx));
             }
             let chain = chain(&m);
@@ -992,9 +1062,7 @@ mod tests {
     #[test]
     fn cyclic_sources_cover_their_records_once_per_cycle() {
         let lengths = [120u64, 37, 53];
-        // Grouped, so that a source's records of a step are in stream order;
-        // interleaving moves them between rows only (the property test above).
-        let m = Mixture::new(Mode::Cyclic, &lengths, &[1.0, 1.0, 1.0], 24, 4).unwrap().with_order(RowOrder::Grouped);
+        let m = Mixture::new(Mode::Cyclic, &lengths, &[1.0, 1.0, 1.0], 24, 4).unwrap();
         let mut drawn: Vec<Vec<u64>> = vec![vec![]; 3];
         let (mut s, mut i) = (vec![0; 24], vec![0; 24]);
         for t in 0..40 {
