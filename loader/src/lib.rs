@@ -66,9 +66,10 @@
 //!   and are gathered at the same indices, so their records line up.
 //! * [`MixSource`] is one source of a weighted mixture
 //!   ([`Loader::new_mixture`]): each step's rows come from the sources in
-//!   exact proportions (`zring_sampler::Mixture`), source by source, each
-//!   run of rows gathered from its source straight into the batch buffers;
-//!   [`Batch::sources`] names each row's source.
+//!   exact proportions (`zring_sampler::Mixture`), interleaved so that each
+//!   shard holds each source's share; each source's rows are gathered in
+//!   one call and moved to their rows; [`Batch::sources`] names each row's
+//!   source.
 //! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
 //!   depth (in steps, and in bytes: `ahead_bytes`), thread count and start
 //!   step; [`LoaderState`] is the serde-able

@@ -448,7 +448,8 @@ impl Loader {
     /// A loader over a weighted mixture of sources: every global batch of
     /// `config.batch_size` rows holds each source's share of the rows, rounded
     /// so that the running totals are exact (see `zring_sampler::Mixture`),
-    /// gathered source by source into the same batch buffers, with the same
+    /// each source's rows gathered in one call per stream (then moved to their
+    /// interleaved rows) into the same batch buffers, with the same
     /// pipeline, hints, state and errors as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
     /// index (into that source) in [`Batch::indices`].
     ///
@@ -921,9 +922,9 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
         None
     };
     // Each source's rows are gathered in one call per stream. A mixture's
-    // rows are interleaved (`zring_sampler::RowOrder`): they are read grouped
-    // by source into a spare buffer and copied to their rows after, one more
-    // copy of the step's bytes in exchange for one gather per source.
+    // rows are interleaved (`zring_sampler::RowOrder`): each source's call
+    // then puts its records straight into their rows' slots
+    // ([`Source::gather_at`]).
     let grouping = match &sources {
         Some(rows) => plan::Grouping::new(rows),
         None => plan::Grouping::single(indices.len()),
@@ -934,6 +935,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
         grouping.order.as_ref().zip(hints.as_deref()).map(|(o, h)| o.iter().map(|&r| h[r]).collect());
     let ghints: Option<&[Option<u64>]> = grouped_hints.as_deref().or(hints.as_deref());
     let runs = &grouping.runs;
+    let mut starts = Vec::new();
     let mut columns = Vec::with_capacity(ctx.streams.len());
     for (stream, wants) in ctx.streams.iter().zip(&wants) {
         let gather_err = |k: usize| {
@@ -957,95 +959,85 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                let mut spare = grouping.order.as_ref().map(|_| stream.data.take(bytes));
-                let dst_all: &mut [u8] = spare.as_deref_mut().unwrap_or(&mut data);
                 for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
-                    let dst = &mut dst_all[rows.start * record_bytes..rows.end * record_bytes];
                     let idx = &gidx[rows.clone()];
-                    match ghints.filter(|_| wants[k]) {
-                        Some(next) => source.gather_hinted(idx, dst, &next[rows]),
-                        None => source.gather(idx, dst),
+                    let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    match &grouping.order {
+                        None => {
+                            let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
+                            match next {
+                                Some(next) => source.gather_hinted(idx, dst, next),
+                                None => source.gather(idx, dst),
+                            }
+                        }
+                        Some(order) => {
+                            starts.clear();
+                            starts.extend(order[rows].iter().map(|&r| (r * record_bytes) as u64));
+                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                        }
                     }
                     .map_err(gather_err(k))?;
-                }
-                if let (Some(order), Some(spare)) = (&grouping.order, &spare) {
-                    for (slot, &row) in order.iter().enumerate() {
-                        data[row * record_bytes..][..record_bytes]
-                            .copy_from_slice(&spare[slot * record_bytes..][..record_bytes]);
-                    }
                 }
                 Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
-                // Grouped offsets: where each grouped slot's record goes in
-                // the spare buffer (the batch's own offsets when not
-                // interleaved).
-                let mut goffsets = stream.offsets.take(indices.len() + 1);
-                let (first, lengths) = goffsets.split_at_mut(1);
-                first[0] = 0;
+                // Lengths in grouped order (one call per source), then put in
+                // row order: the batch's offsets.
+                let mut glens = vec![0u64; indices.len()];
                 for (k, rows) in runs {
                     *current = Some(Arc::clone(&stream.labels[*k]));
-                    views[*k].lengths(&gidx[rows.clone()], &mut lengths[rows.clone()]).map_err(gather_err(*k))?;
+                    views[*k].lengths(&gidx[rows.clone()], &mut glens[rows.clone()]).map_err(gather_err(*k))?;
                 }
-                let mut offsets = match &grouping.order {
-                    None => None,
+                let mut offsets = stream.offsets.take(indices.len() + 1);
+                offsets[0] = 0;
+                match &grouping.order {
+                    None => offsets[1..].copy_from_slice(&glens),
                     Some(order) => {
-                        let mut offsets = stream.offsets.take(indices.len() + 1);
-                        offsets[0] = 0;
                         for (slot, &row) in order.iter().enumerate() {
-                            offsets[row + 1] = lengths[slot];
+                            offsets[row + 1] = glens[slot];
                         }
-                        Some(offsets)
                     }
-                };
-                let total = prefix_sum(lengths)
-                    .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
-                if let Some(offsets) = offsets.as_deref_mut() {
-                    // The same lengths in another order: the same total.
-                    prefix_sum(&mut offsets[1..]);
                 }
+                let total = prefix_sum(&mut offsets[1..])
+                    .ok_or_else(|| too_large(glens.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
-                let mut spare = grouping.order.as_ref().map(|_| stream.data.take(bytes));
-                let dst_all: &mut [u8] = spare.as_deref_mut().unwrap_or(&mut data);
                 let mut rebased = Vec::new();
                 for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
-                    // Lossless: the offsets are at most `bytes`, a usize.
-                    let (a, z) = (goffsets[rows.start] as usize, goffsets[rows.end] as usize);
-                    let dst = &mut dst_all[a..z];
                     let idx = &gidx[rows.clone()];
-                    // A source sees offsets from the start of its run.
-                    let offs = if a == 0 {
-                        &goffsets[rows.start..=rows.end]
-                    } else {
-                        rebased.clear();
-                        rebased.extend(goffsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
-                        &rebased[..]
-                    };
-                    match ghints.filter(|_| wants[k]) {
-                        Some(next) => source.gather_var_hinted(idx, dst, offs, &next[rows]),
-                        None => source.gather_var(idx, dst, offs),
+                    let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    match &grouping.order {
+                        None => {
+                            // Lossless: the offsets are at most `bytes`, a usize.
+                            let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
+                            let dst = &mut data[a..z];
+                            // A source sees offsets from the start of its run.
+                            let offs = if a == 0 {
+                                &offsets[rows.start..=rows.end]
+                            } else {
+                                rebased.clear();
+                                rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
+                                &rebased[..]
+                            };
+                            match next {
+                                Some(next) => source.gather_var_hinted(idx, dst, offs, next),
+                                None => source.gather_var(idx, dst, offs),
+                            }
+                        }
+                        Some(order) => {
+                            starts.clear();
+                            starts.extend(order[rows].iter().map(|&r| offsets[r]));
+                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                        }
                     }
                     .map_err(gather_err(k))?;
                 }
-                let offsets = match (offsets, &grouping.order, &spare) {
-                    (Some(offsets), Some(order), Some(spare)) => {
-                        for (slot, &row) in order.iter().enumerate() {
-                            // Lossless: offsets are at most `bytes`.
-                            let (a, z) = (goffsets[slot] as usize, goffsets[slot + 1] as usize);
-                            let at = offsets[row] as usize;
-                            data[at..at + (z - a)].copy_from_slice(&spare[a..z]);
-                        }
-                        offsets
-                    }
-                    _ => goffsets,
-                };
                 Column { name: Arc::clone(&stream.name), data, offsets: Some(offsets) }
             }
         };

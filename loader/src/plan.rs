@@ -4,8 +4,8 @@
 //! A plan answers for a step and this loader's shard: the index of each row,
 //! the source it comes from (always 0 for one set of streams), and, when a
 //! store asks, when each row's record is drawn next by this shard. Rows of a
-//! mixture come source by source, so a step is a few contiguous runs, one per
-//! source with rows in the shard, and each run is one gather of that source.
+//! mixture are interleaved; [`Grouping`] sorts them back by source, so each
+//! source's rows are one gather.
 
 use zring_sampler::{Error as SamplerError, Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
 

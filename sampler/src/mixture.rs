@@ -661,8 +661,7 @@ fn prime_factors(mut n: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut p = 2;
     while p * p <= n {
-        // Not `is_multiple_of`: the workspace supports Rust 1.80.
-        while (n / p) * p == n {
+        while n.is_multiple_of(p) {
             out.push(p);
             n /= p;
         }
