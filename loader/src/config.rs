@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
 
+use crate::pack::Pack;
 use crate::source::Fingerprint;
 
 /// The largest accepted [`LoaderConfig::depth`]. Each step in flight holds a
@@ -75,6 +76,11 @@ pub struct LoaderConfig {
     /// `expect_length` set (a state of a single-source loader), it must not
     /// be a mixture. [`LoaderConfig::from_state`] sets it.
     pub expect_mixture: Option<MixtureState>,
+    /// When set, the loader must pack its documents this way
+    /// ([`Loader::new_packed`](crate::Loader::new_packed)); when `None` with
+    /// `expect_length` set, it must not pack. [`LoaderConfig::from_state`]
+    /// sets it.
+    pub expect_pack: Option<Pack>,
 }
 
 impl LoaderConfig {
@@ -95,6 +101,7 @@ impl LoaderConfig {
             origin: 0,
             expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
+            expect_pack: None,
         }
     }
 
@@ -113,6 +120,7 @@ impl LoaderConfig {
             origin: state.sampler.origin,
             expect_fingerprints: state.fingerprints.clone(),
             expect_mixture: state.mixture.clone(),
+            expect_pack: state.pack,
             ..LoaderConfig::new(state.sampler.batch_size)
         }
     }
@@ -141,6 +149,13 @@ pub struct LoaderState {
     /// existed reads as empty and resumes as before.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub fingerprints: BTreeMap<String, Fingerprint>,
+    /// How a packed loader cuts its documents into rows (`None`, and absent
+    /// from the serialised form, for a loader of records). The sampler's
+    /// `mode` and `seed` are then those of the document order, and its
+    /// `length` is [`PACKED_ROWS`](crate::PACKED_ROWS), the rows of the
+    /// packed stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pack: Option<Pack>,
 }
 
 impl LoaderState {

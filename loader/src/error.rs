@@ -124,6 +124,27 @@ pub enum Error {
         want: String,
     },
 
+    /// A packed source could not be set up: its records are not ragged,
+    /// not whole tokens, or hold no tokens at all.
+    #[error("cannot pack stream {stream:?}: {source}")]
+    Pack {
+        /// The stream (`"<source>/tokens"` in a mixture).
+        stream: String,
+        /// What is wrong with it.
+        source: SourceError,
+    },
+
+    /// A saved [`LoaderState`](crate::LoaderState) was made with other
+    /// packing (sequence length, mode, pad or token size), or for a packed
+    /// loader when this one is not, or the other way round.
+    #[error("the state was saved for {saved} but the loader is {loader}; resume with the packing it was saved with")]
+    PackMismatch {
+        /// What the state describes.
+        saved: String,
+        /// What the loader was given.
+        loader: String,
+    },
+
     /// The sampler rejected its parameters (batch size, shard, weights, ...).
     #[error("sampler: {0}")]
     Sampler(#[from] zring_sampler::Error),

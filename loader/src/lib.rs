@@ -70,6 +70,13 @@
 //!   shard holds each source's share; each source's rows are gathered in
 //!   one call and moved to their rows; [`Batch::sources`] names each row's
 //!   source.
+//! * [`Loader::new_packed`] and [`Loader::new_packed_mixture`] read ragged
+//!   sources of token documents as rows of `seq_len` tokens ([`Pack`],
+//!   module `pack`): each batch has the columns `tokens`, `segment_ids` and
+//!   `positions`, made by the workers from the documents of the loader's
+//!   sampling order, concatenated and cut ([`PackMode::Concat`]) or packed
+//!   first-fit ([`PackMode::FirstFit`]). Rows are found by number, so a
+//!   packed run seeks, shards and resumes like any other.
 //! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
 //!   depth (in steps, and in bytes: `ahead_bytes`), thread count and start
 //!   step; [`LoaderState`] is the serde-able
@@ -116,6 +123,7 @@ mod config;
 mod error;
 mod loader;
 mod lookahead;
+mod pack;
 mod plan;
 mod pool;
 mod source;
@@ -126,6 +134,7 @@ pub use batch::{Batch, Column};
 pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
+pub use pack::{Pack, PackMode, FIRST_FIT_WINDOW, PACKED_ROWS};
 pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};

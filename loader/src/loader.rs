@@ -89,6 +89,7 @@ use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
+use crate::pack::{self, Pack, PackColumn, Packer};
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
 use crate::source::{Fingerprint, Layout, Source};
@@ -188,6 +189,17 @@ struct Ctx {
     sources: Option<Arc<Pool<u32>>>,
     /// Next-use hints, one per index, for steps some stream wants them for.
     hints: Arc<Pool<Option<u64>>>,
+    /// A packed loader's packing (`None` for a loader of records).
+    pack: Option<Packing>,
+}
+
+/// A packed loader's packing: the documents' sampling mode (the plan walks
+/// rows in order) and one packer per source, whose three columns are the
+/// streams.
+struct Packing {
+    mode: Mode,
+    pack: Pack,
+    packers: Vec<Arc<Packer>>,
 }
 
 impl Ctx {
@@ -399,6 +411,7 @@ impl Loader {
         if let Some(saved) = &config.expect_mixture {
             return Err(Error::MixtureMismatch { saved: describe(saved), loader: "one set of streams".to_owned() });
         }
+        refuse_pack_state(&config)?;
         check_config(&config)?;
         let sampler = |length| {
             Sampler::from_state(&SamplerState {
@@ -442,7 +455,7 @@ impl Loader {
             _ => Plan::Single(sampler(length)?),
         };
         let fingerprints = Fingerprints { before: config.expect_fingerprints.clone(), now };
-        Loader::start(plan, vec![streams], config, fingerprints)
+        Loader::start(plan, vec![streams], config, fingerprints, None)
     }
 
     /// A loader over a weighted mixture of sources: every global batch of
@@ -491,6 +504,7 @@ impl Loader {
             let why = "a mixture resumes only over sources of the lengths it was saved with".to_owned();
             return Err(Error::CannotGrow { stream, saved, now, why });
         }
+        refuse_pack_state(&config)?;
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
         let mut mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
         // A saved run goes on in its own row order: one saved before rows
@@ -520,7 +534,129 @@ impl Loader {
             })
             .collect();
         let fingerprints = Fingerprints { before: BTreeMap::new(), now };
-        Loader::start(Plan::Mixture(mixture), by_source, config, fingerprints)
+        Loader::start(Plan::Mixture(mixture), by_source, config, fingerprints, None)
+    }
+
+    /// A loader of packed token rows over `source`, a ragged source whose
+    /// records are documents of little-endian tokens of `pack.token_bytes`:
+    /// each batch has the columns `tokens` (`seq_len` tokens a row),
+    /// `segment_ids` and `positions` (little-endian `i32`, `seq_len` a row),
+    /// see [`PackMode`](crate::PackMode) for what a row holds. The documents
+    /// come in the order of `config.mode` and `config.seed` (a sampler of
+    /// batch 1 over the documents); the rows of a step are the next
+    /// `batch_size` rows of the packed stream, a shard's a contiguous slice
+    /// of them, and [`Batch::indices`] their numbers in the stream.
+    ///
+    /// Building reads the lengths of every document once (the first cycle's
+    /// index). Errors: those of [`Loader::new`], [`Error::InvalidConfig`] for
+    /// a `pack` out of range, [`Error::Pack`] for a source that is not
+    /// ragged, holds records that are not whole tokens, or no tokens,
+    /// [`Error::PackMismatch`] for a state saved with other packing, and
+    /// [`Error::CannotGrow`] for a source that grew since the state was
+    /// saved.
+    pub fn new_packed(source: Arc<dyn Source>, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
+        Loader::packed(vec![(1.0, source)], false, pack, config)
+    }
+
+    /// A loader of packed token rows over a weighted mixture of sources, as
+    /// [`Loader::new_packed`] for each: every row is `seq_len` tokens of one
+    /// source, so the weights count tokens; each source's rows per batch are
+    /// those of [`Loader::new_mixture`] over the sources' row streams, and
+    /// [`Batch::sources`] names each row's source. Source `k` orders its
+    /// documents with seed `config.seed + k`.
+    pub fn new_packed_mixture(
+        sources: Vec<(f64, Arc<dyn Source>)>,
+        pack: Pack,
+        config: LoaderConfig,
+    ) -> Result<Loader, Error> {
+        if sources.is_empty() {
+            return Err(zring_sampler::Error::NoSources.into());
+        }
+        Loader::packed(sources, true, pack, config)
+    }
+
+    fn packed(
+        sources: Vec<(f64, Arc<dyn Source>)>,
+        mixture: bool,
+        pack: Pack,
+        config: LoaderConfig,
+    ) -> Result<Loader, Error> {
+        if let Some((field, value, expected)) = pack.check() {
+            return Err(Error::InvalidConfig { field, value, expected });
+        }
+        check_config(&config)?;
+        let show = |p: &Pack| {
+            format!("rows of {} tokens ({:?}, pad {}, {}-byte tokens)", p.seq_len, p.mode, p.pad_id, p.token_bytes)
+        };
+        match (&config.expect_pack, config.expect_length) {
+            (Some(saved), _) if *saved != pack => {
+                return Err(Error::PackMismatch { saved: show(saved), loader: show(&pack) });
+            }
+            (None, Some(_)) => {
+                return Err(Error::PackMismatch { saved: "records, not packed rows".to_owned(), loader: show(&pack) });
+            }
+            _ => {}
+        }
+        let label = |k: usize| if mixture { format!("{k}/tokens") } else { "tokens".to_owned() };
+        let mut packers = Vec::with_capacity(sources.len());
+        let mut by_source = Vec::with_capacity(sources.len());
+        let mut weights = Vec::with_capacity(sources.len());
+        for (k, (weight, source)) in sources.into_iter().enumerate() {
+            let seed = config.seed.wrapping_add(k as u64);
+            let packer = Packer::new(source, pack, config.mode, seed)
+                .map_err(|source| Error::Pack { stream: label(k), source })?;
+            let packer = Arc::new(packer);
+            let streams: Vec<Stream> = PackColumn::all(&packer)
+                .into_iter()
+                .zip(pack::COLUMNS)
+                .map(|(column, name)| Stream::new(name, Arc::new(column) as Arc<dyn Source>))
+                .collect();
+            packers.push(packer);
+            by_source.push(streams);
+            weights.push(weight);
+        }
+        let labelled: Vec<(String, &dyn Source)> =
+            by_source.iter().enumerate().map(|(k, streams)| (label(k), &*streams[0].source)).collect();
+        let (now, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
+        if let Some(stream) = grown.into_iter().next() {
+            let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
+            let why = "a packed run resumes only over the documents it was saved with".to_owned();
+            return Err(Error::CannotGrow { stream, saved, now, why });
+        }
+        let plan = if mixture {
+            let lengths = vec![pack::PACKED_ROWS; weights.len()];
+            let mut m = Mixture::new(Mode::Sequential, &lengths, &weights, config.batch_size, config.seed)?;
+            if let Some(saved) = &config.expect_mixture {
+                m = m.with_order(saved.order);
+            }
+            match &config.expect_mixture {
+                Some(saved) if !saved.matches(&m.state()) => {
+                    return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&m.state()) });
+                }
+                None if config.expect_length.is_some() => {
+                    let loader = describe(&m.state());
+                    return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader });
+                }
+                _ => {}
+            }
+            Plan::Mixture(m)
+        } else {
+            if let Some(saved) = &config.expect_mixture {
+                let loader = "one packed source".to_owned();
+                return Err(Error::MixtureMismatch { saved: describe(saved), loader });
+            }
+            Plan::Single(Sampler::from_state(&SamplerState {
+                mode: Mode::Sequential,
+                seed: config.seed,
+                step: config.start_step,
+                length: pack::PACKED_ROWS,
+                batch_size: config.batch_size,
+                origin: 0,
+            })?)
+        };
+        let fingerprints = Fingerprints { before: BTreeMap::new(), now };
+        let packing = Packing { mode: config.mode, pack, packers };
+        Loader::start(plan, by_source, config, fingerprints, Some(packing))
     }
 
     /// Starts the workers over `plan`; `sources[k]` are source `k`'s streams,
@@ -530,6 +666,7 @@ impl Loader {
         sources: Vec<Vec<Stream>>,
         config: LoaderConfig,
         fingerprints: Fingerprints,
+        pack: Option<Packing>,
     ) -> Result<Loader, Error> {
         let shard_len = plan.shard_len(config.shard)?;
         let mixture = matches!(plan, Plan::Mixture(_));
@@ -600,6 +737,7 @@ impl Loader {
                 sources: mixture.then(|| Pool::new(retain, prefill, shard_len)),
                 // Filled on first use: most stores never want hints.
                 hints: Pool::new(retain, 0, 0),
+                pack,
             },
             state: Mutex::new(State {
                 shutdown: false,
@@ -736,10 +874,13 @@ impl Loader {
     /// loader's transform threads) saves the step its caller reached.
     pub fn state_at(&self, step: u64) -> LoaderState {
         let ctx = &self.shared.ctx;
-        let (sampler, mixture) = ctx.plan.state(step);
+        let (mut sampler, mixture) = ctx.plan.state(step);
+        if let Some(p) = &ctx.pack {
+            sampler.mode = p.mode;
+        }
         let f = &self.fingerprints;
         let fingerprints = if ctx.plan.before_growth(step) { f.before.clone() } else { f.now.clone() };
-        LoaderState { sampler, shard: ctx.shard, mixture, fingerprints }
+        LoaderState { sampler, shard: ctx.shard, mixture, fingerprints, pack: ctx.pack.as_ref().map(|p| p.pack) }
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -931,6 +1072,30 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     };
     let grouped_indices: Option<Vec<u64>> = grouping.order.as_ref().map(|o| o.iter().map(|&r| indices[r]).collect());
     let gidx: &[u64] = grouped_indices.as_deref().unwrap_or(&indices);
+    if let Some(packing) = &ctx.pack {
+        let columns = match &grouping.order {
+            None => pack_step(ctx, packing, step, &indices, &grouping.runs, current)?,
+            Some(order) => {
+                // Packed grouped by source (each source's rows of the shard
+                // are one stretch of its row stream), then each row moved to
+                // its interleaved place.
+                let grouped = pack_step(ctx, packing, step, gidx, &grouping.runs, current)?;
+                grouped
+                    .into_iter()
+                    .zip(&ctx.streams)
+                    .map(|(column, stream)| {
+                        let width = column.data.len() / indices.len().max(1);
+                        let mut data = stream.data.take(column.data.len());
+                        for (slot, &row) in order.iter().enumerate() {
+                            data[row * width..][..width].copy_from_slice(&column.data[slot * width..][..width]);
+                        }
+                        Column { name: column.name, data, offsets: None }
+                    })
+                    .collect()
+            }
+        };
+        return Ok(Batch { step, indices, sources, columns });
+    }
     let grouped_hints: Option<Vec<Option<u64>>> =
         grouping.order.as_ref().zip(hints.as_deref()).map(|(o, h)| o.iter().map(|&r| h[r]).collect());
     let ghints: Option<&[Option<u64>]> = grouped_hints.as_deref().or(hints.as_deref());
@@ -1045,6 +1210,53 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     }
     *current = None;
     Ok(Batch { step, indices, sources, columns })
+}
+
+/// A loader of records refuses a state saved by a packed loader.
+fn refuse_pack_state(config: &LoaderConfig) -> Result<(), Error> {
+    match &config.expect_pack {
+        Some(p) => Err(Error::PackMismatch {
+            saved: format!("rows of {} packed tokens", p.seq_len),
+            loader: "a loader of records".to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A packed step: the three columns of the rows in `indices`, each run of
+/// one source's rows filled by its packer in one call.
+fn pack_step(
+    ctx: &Ctx,
+    packing: &Packing,
+    step: u64,
+    indices: &[u64],
+    runs: &[(usize, std::ops::Range<usize>)],
+    current: &mut Option<Arc<str>>,
+) -> Result<Vec<Column>, Error> {
+    let widths = packing.pack.row_bytes();
+    let mut data: Vec<_> = ctx.streams.iter().zip(widths).map(|(s, w)| s.data.take(indices.len() * w)).collect();
+    for (k, rows) in runs {
+        let label = &ctx.streams[0].labels[*k];
+        *current = Some(Arc::clone(label));
+        let [tok, seg, pos] = &mut data[..] else { unreachable!("a packed loader has three streams") };
+        let bufs = [
+            &mut tok[rows.start * widths[0]..rows.end * widths[0]],
+            &mut seg[rows.start * widths[1]..rows.end * widths[1]],
+            &mut pos[rows.start * widths[2]..rows.end * widths[2]],
+        ];
+        packing.packers[*k].fill(&indices[rows.clone()], bufs).map_err(|source| Error::Gather {
+            step,
+            stream: label.to_string(),
+            source,
+        })?;
+    }
+    *current = None;
+    Ok(ctx
+        .streams
+        .iter()
+        .zip(data)
+        .map(|(s, data)| Column { name: Arc::clone(&s.name), data, offsets: None })
+        .collect())
 }
 
 /// Turns lengths into end offsets in place; `None` if the total overflows.

@@ -103,6 +103,8 @@ pub fn loader(err: zring_loader::Error) -> PyErr {
         | L::StreamChanged { .. }
         | L::CannotGrow { .. }
         | L::MixtureMismatch { .. }
+        | L::PackMismatch { .. }
+        | L::Pack { .. }
         | L::SourceStreams { .. }
         | L::Sampler(_)
         | L::Closed => PyValueError::new_err(msg),

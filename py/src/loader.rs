@@ -15,7 +15,9 @@ use numpy::PyArray1;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
-use zring_loader::{Loader, LoaderConfig, LoaderState, MixSource, PooledBuf, Shard, StoreSource, Stream};
+use zring_loader::{
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PooledBuf, Shard, Source, StoreSource, Stream,
+};
 
 use crate::convert::{from_json, to_py};
 use crate::error;
@@ -144,8 +146,14 @@ impl PyLoader {
     /// given), and a `batch_size`, `mode` or `seed` given with it must
     /// equal the state's. Without a state, `batch_size` is required and
     /// `mode` and `seed` default to 1 and 42.
+    ///
+    /// With `pack=(seq_len, "concat" | "first_fit", pad_bits, token_bytes)`,
+    /// a loader of packed token rows: each source is one ragged stream of
+    /// token documents (a list of one tuple; a list of such lists with
+    /// `weights`), and batches have the fixed columns `tokens`,
+    /// `segment_ids` and `positions`.
     #[new]
-    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None))]
+    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -158,6 +166,7 @@ impl PyLoader {
         threads: usize,
         state: Option<&str>,
         weights: Option<Vec<f64>>,
+        pack: Option<(u64, String, u64, u64)>,
     ) -> PyResult<Self> {
         let sources = match &weights {
             None => vec![stream_list(streams, "")?],
@@ -216,6 +225,35 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
+        if let Some((seq_len, how, pad_id, token_bytes)) = pack {
+            let mode = match how.as_str() {
+                "concat" => PackMode::Concat,
+                "first_fit" => PackMode::FirstFit,
+                other => {
+                    return Err(PyValueError::new_err(format!(
+                        "pack mode must be \"concat\" or \"first_fit\", got {other:?}"
+                    )))
+                }
+            };
+            let pack = Pack { seq_len, mode, pad_id, token_bytes };
+            let mut docs: Vec<(f64, Arc<dyn Source>)> = Vec::with_capacity(sources.len());
+            let given = weights.clone().unwrap_or_else(|| vec![1.0]);
+            for (k, (w, streams)) in given.into_iter().zip(sources).enumerate() {
+                let [stream] = <[Stream; 1]>::try_from(streams).map_err(|s| {
+                    PyValueError::new_err(format!("packed source {k} must be one stream of documents, got {}", s.len()))
+                })?;
+                docs.push((w, stream.source));
+            }
+            let loader = match weights {
+                None => {
+                    let (_, source) = docs.pop().ok_or_else(|| PyValueError::new_err("no source to pack"))?;
+                    py.detach(|| Loader::new_packed(source, pack, config))
+                }
+                Some(_) => py.detach(|| Loader::new_packed_mixture(docs, pack, config)),
+            }
+            .map_err(error::loader)?;
+            return Ok(PyLoader { inner: Mutex::new(Some(loader)), pid: std::process::id() });
+        }
         let loader = match weights {
             None => {
                 let list = sources.into_iter().next().unwrap_or_default();

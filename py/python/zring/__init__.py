@@ -5,7 +5,8 @@ A drop-in for loaderx 0.7.3 (``import zring as loaderx``): the same
 ``Zrecord`` API, on a Rust engine. Extras: exact resume (``DataLoader(...,
 state=...)``, ``DataLoader.state()``), sharding, ``stats()``, ``verify()``,
 a typed exception hierarchy under :class:`ZringError`, importers from
-Parquet, folders of files and WebDataset shards (:func:`convert`), and the
+Parquet, folders of files and WebDataset shards (:func:`convert`), packed
+token rows for language models (:func:`pack`), and the
 ``zring`` command.
 """
 
@@ -25,6 +26,7 @@ from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
+from ._pack import Packed, pack
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 
@@ -38,6 +40,7 @@ __all__ = [
     "LockedError",
     "Mixture",
     "NotAStoreError",
+    "Packed",
     "PoisonedError",
     "StaleError",
     "RaggedDataset",
@@ -50,6 +53,7 @@ __all__ = [
     "convert",
     "import_loaderx",
     "mix",
+    "pack",
     "pad",
     "write_dataset",
     "write_ragged",

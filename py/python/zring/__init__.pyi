@@ -74,11 +74,45 @@ class Mixture:
     def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The state in the loader's form; ValueError if saved for another mixture."""
 
-def mix(sources: Sequence[Mapping[str, Union[Dataset, RaggedDataset]]], weights: Sequence[float]) -> Mixture:
+def mix(
+    sources: Sequence[Union[Mapping[str, Union[Dataset, RaggedDataset]], Dataset, RaggedDataset]],
+    weights: Sequence[float],
+) -> Mixture:
     """A weighted mixture for DataLoader: each source's rows so far are its
     share rounded down or up (largest remainder, carried over), so a batch
     holds its share rounded, or one row further; each source is drawn by its
-    own sampler; last_sources/last_indices name each row; state()/state= resume."""
+    own sampler; last_sources/last_indices name each row; state()/state= resume.
+    A bare dataset is the stream dict {"tokens": ds} (a mixture for pack)."""
+
+class Packed:
+    """Packed token rows (from pack); pass it to DataLoader."""
+    datasets: list[RaggedDataset]
+    mixture: Optional[Mixture]
+    dtype: np.dtype[Any]
+    seq_len: int
+    mode: str
+    pad_id: int
+    def spec(self) -> tuple[int, str, int, int]:
+        """The pack= argument of the Rust loader."""
+
+def pack(
+    source: Union[RaggedDataset, Mixture],
+    seq_len: int,
+    *,
+    mode: str = "concat",
+    pad_id: int = 0,
+) -> Packed:
+    """Rows of seq_len tokens from a RaggedDataset of 1-D token documents (or a
+    mix of them) for DataLoader: each batch is {"tokens": (B, seq_len) store
+    dtype, "segment_ids": int32 (1, 2, ... per document piece, 0 = padding),
+    "positions": int32 (offset in the document)}. mode="concat": documents
+    in the sampler's order back to back, cut every seq_len tokens, nothing
+    padded; mode="first_fit": each window of 1,024 documents placed first-fit
+    into rows padded with pad_id, longer documents cut into pieces of seq_len
+    (none dropped). Rows are a pure function of (seed, step): state()/state=,
+    shard= as usual; a mixture's weights count tokens. ValueError for
+    seq_len < 1, an unknown mode, records that are not 1-D integers or a
+    pad_id outside the dtype; TypeError for a fixed-size Dataset."""
 
 def convert(
     src: _Path,
@@ -177,9 +211,11 @@ class DataLoader:
     once, with batches still returned in step order.
     """
 
-    streams: Union[dict[str, Union[Dataset, RaggedDataset]], Mixture]
+    streams: Union[dict[str, Union[Dataset, RaggedDataset]], Mixture, Packed]
     #: The mixture read, or None for a stream dict.
     mixture: Optional[Mixture]
+    #: The packed source read (zring.pack), or None.
+    packed: Optional[Packed]
     transform: Callable[[dict[str, Any]], Any]
     last_indices: Optional[npt.NDArray[np.uint64]]
     last_step: Optional[int]
@@ -187,7 +223,7 @@ class DataLoader:
     last_sources: Optional[npt.NDArray[np.int64]]
     def __init__(
         self,
-        streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture],
+        streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
         num_workers: int = 4,
         batch_size: Optional[int] = None,
         prefetch_size: int = 4,

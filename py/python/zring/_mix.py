@@ -56,8 +56,10 @@ class Mixture:
     """Stream dicts and their weights; pass it to :class:`zring.DataLoader`
     in place of a stream dict. Made by :func:`mix`."""
 
-    def __init__(self, sources: Sequence[Mapping[str, Dataset | RaggedDataset]], weights: Sequence[float]):
-        self.sources = [dict(s) for s in sources]
+    def __init__(self, sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | RaggedDataset],
+                 weights: Sequence[float]):
+        # A bare dataset is a source of one stream, "tokens" (for zring.pack).
+        self.sources = [{"tokens": s} if isinstance(s, (Dataset, RaggedDataset)) else dict(s) for s in sources]
         if not self.sources:
             raise ValueError("a mixture needs at least one source")
         try:
@@ -131,8 +133,11 @@ class Mixture:
         return out
 
 
-def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset]], weights: Sequence[float]) -> Mixture:
+def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | RaggedDataset],
+        weights: Sequence[float]) -> Mixture:
     """A weighted mixture of stream dicts for :class:`zring.DataLoader` (module docs).
+    A bare dataset counts as the stream dict ``{"tokens": ds}``; a mixture of
+    RaggedDatasets of token documents is what :func:`zring.pack` takes.
 
     Raises:
         ValueError: No sources, weights that are not positive or do not

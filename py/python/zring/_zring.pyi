@@ -141,11 +141,15 @@ class Loader:
         threads: int = 4,
         state: Optional[str] = None,
         weights: Optional[list[float]] = None,
+        pack: Optional[tuple[int, str, int, int]] = None,
     ) -> None:
         """With weights, a mixture: streams is one list of streams per source.
         Without state, batch_size is required (mode defaults to 1, seed to
         42); with it, a batch_size, mode or seed that differs from the
-        state's raises ValueError."""
+        state's raises ValueError. With pack=(seq_len, "concat" |
+        "first_fit", pad_bits, token_bytes), packed token rows: each source is
+        one ragged stream of documents, and batches have the columns tokens,
+        segment_ids and positions."""
     def next(
         self,
     ) -> tuple[

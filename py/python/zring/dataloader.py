@@ -53,6 +53,7 @@ import numpy as np
 
 from . import _util, _zring
 from ._mix import Mixture
+from ._pack import Packed, _views as _packed_views
 from .dataset import Dataset, RaggedDataset
 
 
@@ -322,7 +323,13 @@ class DataLoader(_util.Closeable):
                 holds each source's share of the rows (rounded down or up,
                 or one row further; exact over the run), gathered by
                 the same Rust workers (see :mod:`zring._mix`), and
-                :attr:`last_sources` names each row's source.
+                :attr:`last_sources` names each row's source. Or a
+                :func:`zring.pack` source of packed token rows: then every
+                batch is ``{"tokens", "segment_ids", "positions"}``, each
+                ``(B, seq_len)``, packed by the same Rust workers from the
+                documents in this loader's ``mode`` and ``seed`` (see
+                :mod:`zring._pack`), and :attr:`last_indices` holds the rows'
+                numbers in the packed stream.
             num_workers: Gather threads (>= 1). While ``min(num_workers,
                 prefetch_size)`` is below the core count each gather also
                 uses zring's decode pool; from there on each thread gathers
@@ -375,16 +382,17 @@ class DataLoader(_util.Closeable):
         """
         self._loader = None
         self._pool: _TransformPool | None = None
+        packed = streams if isinstance(streams, Packed) else None
         mixture = streams if isinstance(streams, Mixture) else None
-        if mixture is None and not isinstance(streams, Mapping):
+        if packed is None and mixture is None and not isinstance(streams, Mapping):
             # dict() of a Dataset fails deep inside with a message about
             # sequence elements, which says nothing about what to pass.
             raise TypeError(
                 f"DataLoader takes a dict of named streams, such as DataLoader({{\"x\": ds}}, ...), or a "
                 f"zring.mix(...) mixture; got a {type(streams).__name__}"
             )
-        self.streams = streams if mixture is not None else dict(streams)
-        if mixture is None and not self.streams:
+        self.streams = streams if mixture is not None or packed is not None else dict(streams)
+        if mixture is None and packed is None and not self.streams:
             raise ValueError("need at least one stream")
         if not callable(transform):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
@@ -419,7 +427,16 @@ class DataLoader(_util.Closeable):
                     )
             return out
 
-        if mixture is not None:
+        if packed is not None:
+            # The packed source's state carries its own mixture and packing,
+            # which the Rust loader checks.
+            mixture = packed.mixture
+            one = len(packed.datasets) == 1 and mixture is None
+            specs = [("tokens", handle("tokens", ds), None) for ds in packed.datasets] if one else [
+                [("tokens", handle(f"{k}/tokens", ds), None)] for k, ds in enumerate(packed.datasets)]
+            self._views = _packed_views(packed)
+            weights = None if mixture is None else list(mixture.given_weights)
+        elif mixture is not None:
             specs: list[Any] = [specs_of({n: src[n] for n in mixture.names}, f"{k}/")
                                 for k, src in enumerate(mixture.sources)]
             self._views = [(name, mixture.sources[0][name]) for name in mixture.names]
@@ -430,7 +447,7 @@ class DataLoader(_util.Closeable):
             specs = specs_of(self.streams, "")
             self._views = list(self.streams.items())
             weights = None
-        if mixture is None:
+        if mixture is None and packed is None:
             lengths = {name: len(ds) for name, ds in self.streams.items()}
             if len(set(lengths.values())) != 1:
                 raise ValueError(f"all streams must have the same length, got {lengths}")
@@ -459,8 +476,10 @@ class DataLoader(_util.Closeable):
             threads=threads,
             state=None if state is None else json.dumps(dict(state)),
             weights=weights,
+            pack=None if packed is None else packed.spec(),
         )
         self.mixture = mixture
+        self.packed = packed
         self.last_indices: np.ndarray | None = None
         self.last_sources: np.ndarray | None = None
         self.last_step: int | None = None

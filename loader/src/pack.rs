@@ -1,0 +1,697 @@
+//! Packed token rows: the documents of a ragged source of tokens, in the
+//! order of a document sampler, cut and packed into rows of `seq_len` tokens
+//! ([`Loader::new_packed`](crate::Loader::new_packed)).
+//!
+//! # The row stream
+//!
+//! A packer sees its documents as one endless stream of *positions*:
+//! position `p` reads document `order(p)`, where `order` is a
+//! [`Sampler`] of batch 1 over the documents in the loader's mode and seed,
+//! and *cycle* `c` is positions `c·n .. (c+1)·n` (`n` documents). Rows are
+//! numbered `0, 1, 2, …` along that stream; the loader asks for rows by
+//! number (a sequential sampler over [`PACKED_ROWS`] rows, or a mixture of
+//! such streams), so sharding, mixtures and resume are the loader's own.
+//!
+//! * [`PackMode::Concat`]: the documents of the stream back to back, cut
+//!   every `seq_len` tokens: row `g` is tokens `g·L .. (g+1)·L`. Nothing is
+//!   padded; a document cut at a row's end goes on in the next row with its
+//!   positions going on.
+//! * [`PackMode::FirstFit`]: the stream is cut into windows of
+//!   [`FIRST_FIT_WINDOW`] positions (a cycle's last window is shorter).
+//!   A window's documents, longer ones split into pieces of `L` tokens and a
+//!   shorter last piece, are placed in order, each piece in the first row
+//!   with room for it (a new row when none has); rows are padded. The rows
+//!   of window 0 of cycle 0 come first, then window 1, and so on.
+//!
+//! # Seeking, and what is kept
+//!
+//! Row `g` is found without replaying the stream. Each cycle has an index,
+//! built lazily by one pass over its documents' lengths (the store's record
+//! table; no token is read): for concat, the tokens before every
+//! [`MARK_EVERY`]-th position; for first fit, the rows before every window
+//! (counting a window's rows packs its lengths). A row is then a binary
+//! search in the index and a scan of at most `MARK_EVERY` lengths, or one
+//! window's packing (the last [`WINDOWS_KEPT`] windows are kept).
+//!
+//! Where the cycles begin (in tokens or rows) is a running sum over cycles.
+//! In concat mode over a mode whose every cycle is a permutation of the
+//! documents (sequential, cyclic) each cycle holds the same tokens, so cycle
+//! `c` begins at `c·T` and seeking costs one index. Otherwise (first fit,
+//! where the rows of a cycle depend on its order, and concat over iid
+//! draws or any other mode) the cycles' totals are summed as the run
+//! reaches them, one lengths pass per cycle, and kept as 8 bytes per cycle
+//! passed; a run resumed in cycle `c` makes the `c` passes once, when its
+//! first step is gathered.
+//!
+//! Memory: each kept cycle index is `8·⌈n / MARK_EVERY⌉` bytes (concat) or
+//! `8·⌈n / FIRST_FIT_WINDOW⌉` bytes (first fit), at most [`CYCLES_KEPT`] of
+//! them; a kept first-fit window is 32 bytes per piece. Nothing grows with
+//! the steps taken except those 8 bytes per cycle, and the state is the
+//! loader's usual few integers.
+//!
+//! # Copying tokens
+//!
+//! A run of whole documents that sits contiguously in the batch (all but
+//! the first and last document of a concat stretch; a first-fit row's whole
+//! documents, which are placed first in it) is gathered by the store
+//! straight into the batch buffer, in one ragged gather per run. A piece of
+//! a document (the ends of a concat stretch, the pieces of a long document
+//! in first fit) is gathered whole into a scratch buffer and its slice
+//! copied: per step, a concat stretch copies at most two documents twice.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use serde::{Deserialize, Serialize};
+use zring_sampler::{Mode, Sampler};
+
+use crate::source::{Fingerprint, Layout, Source, SourceError};
+
+/// The rows of one packed stream are numbered `0 .. PACKED_ROWS`; the
+/// loader's row sampler walks them in order, so a run would have to take
+/// `2^62` rows before it wrapped.
+pub const PACKED_ROWS: u64 = 1 << 62;
+
+/// Positions per mark of a cycle's concat index: a row's start is found by
+/// a binary search over the marks and a scan of at most this many lengths.
+pub const MARK_EVERY: u64 = 64;
+
+/// Positions (documents) per first-fit window.
+pub const FIRST_FIT_WINDOW: u64 = 1024;
+
+/// Cycle indices kept: enough for the steps in flight to straddle a cycle's
+/// end.
+pub const CYCLES_KEPT: usize = 4;
+
+/// First-fit windows kept, packed.
+pub const WINDOWS_KEPT: usize = 8;
+
+/// How documents become rows (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PackMode {
+    /// Documents back to back, cut every `seq_len` tokens; nothing padded.
+    Concat,
+    /// Whole documents (pieces of `seq_len` for longer ones) placed first-fit
+    /// into padded rows, window by window.
+    FirstFit,
+}
+
+/// What a packed loader makes of its sources' documents; a saved
+/// [`LoaderState`](crate::LoaderState) carries it, and a resume must give
+/// the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Pack {
+    /// Tokens per row.
+    pub seq_len: u64,
+    /// Concat or first fit.
+    pub mode: PackMode,
+    /// The token written into padding (first fit), as the bits of one
+    /// little-endian token of `token_bytes`.
+    pub pad_id: u64,
+    /// The size of one token in bytes: 1, 2, 4 or 8.
+    pub token_bytes: u64,
+}
+
+impl Pack {
+    /// Bytes of one row of each column: tokens, segment ids, positions.
+    pub fn row_bytes(&self) -> [usize; 3] {
+        // Lossless after `check`: seq_len * token_bytes fits a usize.
+        let l = self.seq_len as usize;
+        [l * self.token_bytes as usize, l * 4, l * 4]
+    }
+
+    /// `Some((field, value, expected))` for the first field out of range.
+    pub(crate) fn check(&self) -> Option<(&'static str, u64, &'static str)> {
+        if self.seq_len == 0 || self.seq_len > i32::MAX as u64 {
+            return Some(("seq_len", self.seq_len, "1 ..= 2^31 - 1"));
+        }
+        if ![1, 2, 4, 8].contains(&self.token_bytes) {
+            return Some(("token_bytes", self.token_bytes, "1, 2, 4 or 8"));
+        }
+        if self.token_bytes < 8 && self.pad_id >> (8 * self.token_bytes) != 0 {
+            return Some(("pad_id", self.pad_id, "a value of the token type"));
+        }
+        None
+    }
+}
+
+/// The names of a packed batch's columns, in order.
+pub const COLUMNS: [&str; 3] = ["tokens", "segment_ids", "positions"];
+
+/// One piece of a document placed in a batch: tokens `start .. start + len`
+/// of `doc` (of `doc_len` tokens), at token `dst` of the batch's rows.
+#[derive(Clone, Copy, Debug)]
+struct Piece {
+    doc: u64,
+    doc_len: u64,
+    start: u64,
+    len: u64,
+    dst: u64,
+}
+
+impl Piece {
+    fn whole(&self) -> bool {
+        self.start == 0 && self.len == self.doc_len
+    }
+}
+
+/// One cycle's index (module docs): `marks[j]` the tokens (concat) or rows
+/// (first fit) before mark `j`, `total` those of the whole cycle.
+struct CycleIndex {
+    marks: Vec<u64>,
+    total: u64,
+}
+
+/// One first-fit window, packed: row `r` is `pieces[ends[r-1]..ends[r]]`
+/// (`dst` counted from the row's start).
+struct Window {
+    pieces: Vec<Piece>,
+    ends: Vec<usize>,
+}
+
+struct Cycles {
+    /// `starts[c]`: the tokens or rows before cycle `c`, for the cycles
+    /// summed so far (module docs); unused when every cycle is alike.
+    starts: Vec<u64>,
+    recent: VecDeque<(u64, Arc<CycleIndex>)>,
+}
+
+/// One source's packing: its document order, and the indices that make a
+/// row's documents quick to find.
+pub(crate) struct Packer {
+    source: Arc<dyn Source>,
+    pack: Pack,
+    docs: u64,
+    order: Sampler,
+    /// Tokens per cycle, in concat mode over a mode whose cycles are all
+    /// permutations of the documents.
+    uniform: Option<u64>,
+    cycles: Mutex<Cycles>,
+    windows: Mutex<VecDeque<(u64, Arc<Window>)>>,
+}
+
+/// Whether every cycle of `mode` (batch 1) draws each document exactly once.
+/// Only a shortcut for seeking: a mode not named here takes the general path.
+fn cycles_are_permutations(mode: Mode) -> bool {
+    matches!(mode, Mode::Sequential | Mode::Cyclic)
+}
+
+fn err(msg: String) -> SourceError {
+    msg.into()
+}
+
+impl Packer {
+    /// A packer over `source` (a ragged source of tokens) in `mode` from
+    /// `seed`. Reads the lengths of the first cycle (to find its tokens).
+    pub(crate) fn new(source: Arc<dyn Source>, pack: Pack, mode: Mode, seed: u64) -> Result<Packer, SourceError> {
+        if source.layout() != Layout::Ragged {
+            return Err(err("a packed source must be ragged: one record per document of tokens".into()));
+        }
+        let docs = source.len();
+        let order = Sampler::new(mode, docs, 1, seed)?;
+        let mut packer = Packer {
+            source,
+            pack,
+            docs,
+            order,
+            uniform: None,
+            cycles: Mutex::new(Cycles { starts: vec![0], recent: VecDeque::new() }),
+            windows: Mutex::new(VecDeque::new()),
+        };
+        let first = packer.cycle(0, &*Arc::clone(&packer.source))?;
+        if first.total == 0 {
+            let what = if pack.mode == PackMode::Concat { "tokens" } else { "rows" };
+            return Err(err(format!("the packed source's {docs} documents hold no {what}: nothing to pack")));
+        }
+        if pack.mode == PackMode::Concat && cycles_are_permutations(mode) {
+            packer.uniform = Some(first.total);
+        }
+        Ok(packer)
+    }
+
+    fn doc_at(&self, p: u64) -> Result<u64, SourceError> {
+        let mut one = [0u64];
+        self.order.fill(p, &mut one)?;
+        Ok(one[0])
+    }
+
+    /// The documents at positions `first..first + docs.len()` and their
+    /// lengths in tokens.
+    fn docs_at(&self, src: &dyn Source, first: u64, docs: &mut [u64], lens: &mut [u64]) -> Result<(), SourceError> {
+        for (k, d) in docs.iter_mut().enumerate() {
+            *d = self.doc_at(first + k as u64)?;
+        }
+        src.lengths(docs, lens)?;
+        let tb = self.pack.token_bytes;
+        for (d, l) in docs.iter().zip(lens.iter_mut()) {
+            if *l % tb != 0 {
+                return Err(err(format!("record {d} holds {l} bytes, not a whole number of {tb}-byte tokens")));
+            }
+            *l /= tb;
+            if *l > i32::MAX as u64 {
+                return Err(err(format!("document {d} has {l} tokens; positions are int32, at most 2^31 - 1")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Cycle `c`'s index, built on first use.
+    fn cycle(&self, c: u64, src: &dyn Source) -> Result<Arc<CycleIndex>, SourceError> {
+        {
+            let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, idx)) = cycles.recent.iter().find(|(k, _)| *k == c) {
+                return Ok(Arc::clone(idx));
+            }
+        }
+        let idx = Arc::new(self.build_cycle(c, src)?);
+        let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+        if !cycles.recent.iter().any(|(k, _)| *k == c) {
+            if cycles.recent.len() == CYCLES_KEPT {
+                cycles.recent.pop_front();
+            }
+            cycles.recent.push_back((c, Arc::clone(&idx)));
+        }
+        Ok(idx)
+    }
+
+    fn build_cycle(&self, c: u64, src: &dyn Source) -> Result<CycleIndex, SourceError> {
+        let n = self.docs;
+        let base = c.checked_mul(n).ok_or_else(|| err(format!("cycle {c} is past the end of the position stream")))?;
+        let step = match self.pack.mode {
+            PackMode::Concat => MARK_EVERY,
+            PackMode::FirstFit => FIRST_FIT_WINDOW,
+        };
+        let mut marks = Vec::with_capacity(n.div_ceil(step) as usize);
+        let mut total = 0u64;
+        let mut docs = Vec::new();
+        let mut lens = Vec::new();
+        let mut at = 0;
+        while at < n {
+            let take = step.min(n - at) as usize;
+            docs.resize(take, 0);
+            lens.resize(take, 0);
+            self.docs_at(src, base + at, &mut docs, &mut lens)?;
+            marks.push(total);
+            let add = match self.pack.mode {
+                PackMode::Concat => lens.iter().sum::<u64>(),
+                PackMode::FirstFit => first_fit(&docs, &lens, self.pack.seq_len).ends.len() as u64,
+            };
+            total = total.checked_add(add).ok_or_else(|| err("a cycle holds over 2^64 tokens".into()))?;
+            at += take as u64;
+        }
+        Ok(CycleIndex { marks, total })
+    }
+
+    /// The cycle holding unit `u` (token or row of the stream), `u`'s
+    /// offset in it and its index.
+    fn locate(&self, u: u64, src: &dyn Source) -> Result<(u64, u64, Arc<CycleIndex>), SourceError> {
+        if let Some(t) = self.uniform {
+            let c = u / t;
+            return Ok((c, u % t, self.cycle(c, src)?));
+        }
+        loop {
+            let (known, last) = {
+                let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+                let last = *cycles.starts.last().expect("starts begins with 0");
+                if last > u {
+                    let c = cycles.starts.partition_point(|&s| s <= u) - 1;
+                    let start = cycles.starts[c];
+                    drop(cycles);
+                    let c = c as u64;
+                    return Ok((c, u - start, self.cycle(c, src)?));
+                }
+                (cycles.starts.len() as u64 - 1, last)
+            };
+            let total = self.cycle(known, src)?.total;
+            let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+            // Another worker may have summed this cycle meanwhile.
+            if cycles.starts.len() as u64 == known + 1 {
+                cycles.starts.push(last.saturating_add(total));
+            }
+        }
+    }
+
+    fn window(&self, c: u64, j: u64, src: &dyn Source) -> Result<Arc<Window>, SourceError> {
+        let per_cycle = self.docs.div_ceil(FIRST_FIT_WINDOW);
+        let key = c.saturating_mul(per_cycle).saturating_add(j);
+        {
+            let kept = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some((_, w)) = kept.iter().find(|(k, _)| *k == key) {
+                return Ok(Arc::clone(w));
+            }
+        }
+        let first = j * FIRST_FIT_WINDOW;
+        let take = FIRST_FIT_WINDOW.min(self.docs - first) as usize;
+        let (mut docs, mut lens) = (vec![0; take], vec![0; take]);
+        self.docs_at(src, c * self.docs + first, &mut docs, &mut lens)?;
+        let w = Arc::new(first_fit(&docs, &lens, self.pack.seq_len));
+        let mut kept = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
+        if !kept.iter().any(|(k, _)| *k == key) {
+            if kept.len() == WINDOWS_KEPT {
+                kept.pop_front();
+            }
+            kept.push_back((key, Arc::clone(&w)));
+        }
+        Ok(w)
+    }
+
+    /// Fills the rows `rows` (numbers in this packer's row stream) into the
+    /// three column buffers, row `i` at `i`'s place in each.
+    pub(crate) fn fill(&self, rows: &[u64], bufs: [&mut [u8]; 3]) -> Result<(), SourceError> {
+        let view = self.source.view()?;
+        let src: &dyn Source = view.as_deref().unwrap_or(&*self.source);
+        let l = self.pack.seq_len;
+        let [tok, seg, pos] = bufs;
+        let mut pieces = Vec::new();
+        match self.pack.mode {
+            PackMode::Concat => {
+                // Stretches of consecutive rows are one stretch of tokens.
+                let mut i = 0;
+                while i < rows.len() {
+                    let mut k = i + 1;
+                    while k < rows.len() && rows[k] == rows[k - 1].wrapping_add(1) {
+                        k += 1;
+                    }
+                    self.concat_pieces(rows[i], (k - i) as u64, i as u64 * l, src, &mut pieces)?;
+                    i = k;
+                }
+            }
+            PackMode::FirstFit => {
+                for (i, &g) in rows.iter().enumerate() {
+                    let (c, o, idx) = self.locate(g, src)?;
+                    let j = idx.marks.partition_point(|&m| m <= o) - 1;
+                    let w = self.window(c, j as u64, src)?;
+                    let r = (o - idx.marks[j]) as usize;
+                    let from = if r == 0 { 0 } else { w.ends[r - 1] };
+                    let row0 = i as u64 * l;
+                    pieces.extend(w.pieces[from..w.ends[r]].iter().map(|p| Piece { dst: row0 + p.dst, ..*p }));
+                }
+            }
+        }
+        self.write_layout(&pieces, rows.len() as u64, seg, pos, tok);
+        self.copy_tokens(&pieces, src, tok)
+    }
+
+    /// The pieces of rows `g0 .. g0 + count`, the first token at `dst`.
+    fn concat_pieces(
+        &self,
+        g0: u64,
+        count: u64,
+        dst: u64,
+        src: &dyn Source,
+        out: &mut Vec<Piece>,
+    ) -> Result<(), SourceError> {
+        let l = self.pack.seq_len;
+        let overflow = || err(format!("row {g0} is past 2^64 tokens"));
+        let t0 = g0.checked_mul(l).ok_or_else(overflow)?;
+        let (c, o, idx) = self.locate(t0, src)?;
+        let j = idx.marks.partition_point(|&m| m <= o) - 1;
+        let mut acc = idx.marks[j];
+        let mut p = c * self.docs + j as u64 * MARK_EVERY;
+        let (mut docs, mut lens) = (vec![0u64; MARK_EVERY as usize], vec![0u64; MARK_EVERY as usize]);
+        let mut k = docs.len();
+        let mut next = |p: u64, k: &mut usize| -> Result<(u64, u64), SourceError> {
+            if *k == docs.len() {
+                self.docs_at(src, p, &mut docs, &mut lens)?;
+                *k = 0;
+            }
+            *k += 1;
+            Ok((docs[*k - 1], lens[*k - 1]))
+        };
+        // The document holding token `o` of the cycle, and `o`'s offset in it.
+        let (mut doc, mut len) = next(p, &mut k)?;
+        while acc + len <= o {
+            acc += len;
+            p += 1;
+            (doc, len) = next(p, &mut k)?;
+        }
+        let mut start = o - acc;
+        let mut at = dst;
+        let end = dst + count * l;
+        loop {
+            let take = (len - start).min(end - at);
+            if take > 0 {
+                out.push(Piece { doc, doc_len: len, start, len: take, dst: at });
+            }
+            at += take;
+            if at == end {
+                return Ok(());
+            }
+            p += 1;
+            start = 0;
+            (doc, len) = next(p, &mut k)?;
+        }
+    }
+
+    /// Segment ids and positions of `rows` rows from their pieces (sorted
+    /// by `dst`); padding: segment 0, position 0.
+    fn write_layout(&self, pieces: &[Piece], rows: u64, seg: &mut [u8], pos: &mut [u8], tok: &mut [u8]) {
+        let l = self.pack.seq_len;
+        let tb = self.pack.token_bytes as usize;
+        let pad = &self.pack.pad_id.to_le_bytes()[..tb];
+        let mut filled = 0u64;
+        let mut row = u64::MAX;
+        let mut id = 0i32;
+        let put_pad = |from: u64, to: u64, seg: &mut [u8], pos: &mut [u8], tok: &mut [u8]| {
+            let (a, z) = (from as usize, to as usize);
+            seg[a * 4..z * 4].fill(0);
+            pos[a * 4..z * 4].fill(0);
+            for t in tok[a * tb..z * tb].chunks_exact_mut(tb) {
+                t.copy_from_slice(pad);
+            }
+        };
+        for p in pieces {
+            if p.dst > filled {
+                put_pad(filled, p.dst, seg, pos, tok);
+            }
+            let mut d = p.dst;
+            let end = p.dst + p.len;
+            while d < end {
+                let r = d / l;
+                let e = end.min((r + 1) * l);
+                if r != row {
+                    row = r;
+                    id = 0;
+                }
+                id += 1;
+                let first = p.start + (d - p.dst);
+                let (a, z) = (d as usize, e as usize);
+                for (k, s) in seg[a * 4..z * 4].chunks_exact_mut(4).enumerate() {
+                    s.copy_from_slice(&id.to_le_bytes());
+                    // Lossless: document lengths are checked to fit an i32.
+                    let at = (first + k as u64) as i32;
+                    pos[(a + k) * 4..(a + k + 1) * 4].copy_from_slice(&at.to_le_bytes());
+                }
+                d = e;
+            }
+            filled = end;
+        }
+        if filled < rows * l {
+            put_pad(filled, rows * l, seg, pos, tok);
+        }
+    }
+
+    /// Copies the tokens of `pieces` into `tok`: runs of whole documents
+    /// straight from the store, pieces of documents through a scratch buffer.
+    fn copy_tokens(&self, pieces: &[Piece], src: &dyn Source, tok: &mut [u8]) -> Result<(), SourceError> {
+        let tb = self.pack.token_bytes;
+        let mut docs = Vec::new();
+        let mut offsets = Vec::new();
+        let mut i = 0;
+        while i < pieces.len() {
+            if !pieces[i].whole() {
+                i += 1;
+                continue;
+            }
+            let mut k = i + 1;
+            while k < pieces.len() && pieces[k].whole() && pieces[k].dst == pieces[k - 1].dst + pieces[k - 1].len {
+                k += 1;
+            }
+            docs.clear();
+            offsets.clear();
+            offsets.push(0);
+            for p in &pieces[i..k] {
+                docs.push(p.doc);
+                offsets.push(offsets.last().copied().unwrap_or(0) + p.len * tb);
+            }
+            let a = (pieces[i].dst * tb) as usize;
+            let z = a + *offsets.last().unwrap_or(&0) as usize;
+            src.gather_var(&docs, &mut tok[a..z], &offsets)?;
+            i = k;
+        }
+        // Pieces of documents: each such document gathered once per step.
+        let mut at: HashMap<u64, u64> = HashMap::new();
+        docs.clear();
+        offsets.clear();
+        offsets.push(0);
+        for p in pieces.iter().filter(|p| !p.whole()) {
+            if let std::collections::hash_map::Entry::Vacant(e) = at.entry(p.doc) {
+                let o = *offsets.last().unwrap_or(&0);
+                e.insert(o);
+                docs.push(p.doc);
+                offsets.push(o + p.doc_len * tb);
+            }
+        }
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let mut scratch = vec![0u8; *offsets.last().unwrap_or(&0) as usize];
+        src.gather_var(&docs, &mut scratch, &offsets)?;
+        for p in pieces.iter().filter(|p| !p.whole()) {
+            let from = (at[&p.doc] + p.start * tb) as usize;
+            let n = (p.len * tb) as usize;
+            let d = (p.dst * tb) as usize;
+            tok[d..d + n].copy_from_slice(&scratch[from..from + n]);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn source(&self) -> &Arc<dyn Source> {
+        &self.source
+    }
+}
+
+/// First fit of the documents `docs` (of `lens` tokens) into rows of `l`
+/// tokens: each document in pieces of at most `l` tokens, each piece into
+/// the first row with room. A row's whole documents come first in it, so
+/// they can be gathered in one call.
+fn first_fit(docs: &[u64], lens: &[u64], l: u64) -> Window {
+    let pieces_total: u64 = lens.iter().map(|&n| n.div_ceil(l)).sum();
+    let leaves = (pieces_total as usize).max(1).next_power_of_two();
+    // A max tree of the room left in each row; rows not opened yet have room
+    // `l`, and are to the right of every opened one, so the leftmost row
+    // with room is the first-fit choice, a new row when no opened one fits.
+    let mut tree = vec![l; 2 * leaves];
+    let mut bins: Vec<Vec<Piece>> = Vec::new();
+    for (&doc, &n) in docs.iter().zip(lens) {
+        let mut start = 0;
+        while start < n {
+            let len = (n - start).min(l);
+            let mut node = 1;
+            while node < leaves {
+                node = if tree[2 * node] >= len { 2 * node } else { 2 * node + 1 };
+            }
+            let row = node - leaves;
+            if row == bins.len() {
+                bins.push(Vec::new());
+            }
+            let used = l - tree[node];
+            bins[row].push(Piece { doc, doc_len: n, start, len, dst: used });
+            tree[node] -= len;
+            while node > 1 {
+                node /= 2;
+                tree[node] = tree[2 * node].max(tree[2 * node + 1]);
+            }
+            start += len;
+        }
+    }
+    let mut pieces = Vec::with_capacity(pieces_total as usize);
+    let mut ends = Vec::with_capacity(bins.len());
+    for mut bin in bins {
+        bin.sort_by_key(|p| !p.whole());
+        let mut at = 0;
+        for p in &mut bin {
+            p.dst = at;
+            at += p.len;
+        }
+        pieces.extend(bin);
+        ends.push(pieces.len());
+    }
+    Window { pieces, ends }
+}
+
+/// One column of a packed source as a [`Source`] of fixed rows: the stream
+/// the loader is built over. The loader fills all three columns of a step
+/// with one call to the packer; `gather` here packs on its own (for a
+/// caller that reads a column alone).
+pub(crate) struct PackColumn {
+    pub(crate) packer: Arc<Packer>,
+    column: usize,
+}
+
+impl PackColumn {
+    pub(crate) fn all(packer: &Arc<Packer>) -> [PackColumn; 3] {
+        [0, 1, 2].map(|column| PackColumn { packer: Arc::clone(packer), column })
+    }
+}
+
+impl Source for PackColumn {
+    fn len(&self) -> u64 {
+        PACKED_ROWS
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Fixed { record_bytes: self.packer.pack.row_bytes()[self.column] }
+    }
+
+    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+        let n = indices.len();
+        let [a, b, c] = self.packer.pack.row_bytes();
+        let mut bufs = [vec![0u8; n * a], vec![0u8; n * b], vec![0u8; n * c]];
+        let [x, y, z] = &mut bufs;
+        self.packer.fill(indices, [x, y, z])?;
+        dst.copy_from_slice(&bufs[self.column]);
+        Ok(())
+    }
+
+    fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
+        Err("a packed column has fixed rows".into())
+    }
+
+    fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
+        Err("a packed column has fixed rows".into())
+    }
+
+    /// The tokens column carries the documents' fingerprint.
+    fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
+        if self.column == 0 {
+            self.packer.source().fingerprint()
+        } else {
+            Ok(None)
+        }
+    }
+
+    fn extends(&self, earlier: Fingerprint) -> Result<bool, SourceError> {
+        if self.column == 0 {
+            self.packer.source().extends(earlier)
+        } else {
+            Ok(false)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_fit_places_each_piece_in_the_first_row_with_room() {
+        let w = first_fit(&[0, 1, 2, 3], &[6, 3, 5, 2], 8);
+        let rows: Vec<Vec<(u64, u64, u64)>> = (0..w.ends.len())
+            .map(|r| {
+                let from = if r == 0 { 0 } else { w.ends[r - 1] };
+                w.pieces[from..w.ends[r]].iter().map(|p| (p.doc, p.start, p.len)).collect()
+            })
+            .collect();
+        // 6 opens row 0, 3 opens row 1, 5 fits row 1, 2 fits row 0.
+        assert_eq!(rows, vec![vec![(0, 0, 6), (3, 0, 2)], vec![(1, 0, 3), (2, 0, 5)]]);
+    }
+
+    #[test]
+    fn first_fit_cuts_long_documents_into_rows() {
+        let w = first_fit(&[7], &[20], 8);
+        let got: Vec<(u64, u64)> = w.pieces.iter().map(|p| (p.start, p.len)).collect();
+        assert_eq!(got, vec![(0, 8), (8, 8), (16, 4)]);
+        assert_eq!(w.ends, vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn pack_checks_its_fields() {
+        let ok = Pack { seq_len: 4, mode: PackMode::Concat, pad_id: 255, token_bytes: 1 };
+        assert_eq!(ok.check(), None);
+        assert_eq!(Pack { seq_len: 0, ..ok }.check().map(|c| c.0), Some("seq_len"));
+        assert_eq!(Pack { token_bytes: 3, ..ok }.check().map(|c| c.0), Some("token_bytes"));
+        assert_eq!(Pack { pad_id: 256, ..ok }.check().map(|c| c.0), Some("pad_id"));
+    }
+}

@@ -1,0 +1,159 @@
+"""zring.pack: a RaggedDataset of token documents (or a mixture of them) read
+as rows of seq_len tokens with segment ids and positions, packed in the Rust
+loader; rows are a pure function of the step, so resume and shards hold."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import zring
+
+
+def _lengths(n: int, lo: int, hi: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(lo, hi + 1, size=n)
+
+
+def _write(path, lengths, base: int = 0, dtype=np.int32) -> zring.RaggedDataset:
+    """Token j of document d is base + d * 10_000 + j."""
+    docs = [(base + d * 10_000 + np.arange(n)).astype(dtype) for d, n in enumerate(lengths)]
+    zring.write_ragged(str(path), docs, codec="raw")
+    return zring.RaggedDataset(str(path))
+
+
+def _segments(batch: dict, base: int = 0) -> list[list[tuple[int, int, int]]]:
+    """Per row, its segments as (document, first position, tokens), checking
+    that each is consecutive tokens of one document and padding is pad."""
+    tok, seg, pos = batch["tokens"], batch["segment_ids"], batch["positions"]
+    assert seg.dtype == np.int32 and pos.dtype == np.int32 and tok.shape == seg.shape == pos.shape
+    rows = []
+    for t, s, p in zip(tok, seg, pos):
+        real = s > 0
+        assert np.all(t[~real] == -1) and np.all(p[~real] == 0)
+        assert np.array_equal(t[real], base + (t[real] - base) // 10_000 * 10_000 + p[real])
+        out = []
+        ids = s[real]
+        assert ids[0] == 1 and np.all(np.diff(ids) >= 0) and np.all(np.diff(ids) <= 1)
+        for i in range(1, int(ids.max()) + 1):
+            where = np.flatnonzero(s == i)
+            assert np.all(np.diff(where) == 1) and np.all(np.diff(p[where]) == 1)
+            d = int((t[where[0]] - base) // 10_000)
+            assert np.all((t[where] - base) // 10_000 == d)
+            out.append((d, int(p[where[0]]), where.size))
+        rows.append(out)
+    return rows
+
+
+def test_concat_cycle_rebuilds_every_document_once(tmp_path):
+    lengths = _lengths(400, 1, 120, 0)
+    ds = _write(tmp_path / "d", lengths)
+    L, B = 64, 8
+    total = int(lengths.sum())
+    with zring.DataLoader(zring.pack(ds, L), batch_size=B, mode=2, seed=5) as dl:
+        batches = [next(dl) for _ in range(total // (L * B) + 2)]
+    assert batches[0]["tokens"].shape == (B, L) and batches[0]["tokens"].dtype == np.int32
+    seg = np.concatenate([b["segment_ids"] for b in batches])
+    assert np.all(seg > 0), "nothing padded"
+    tok = np.concatenate([b["tokens"].reshape(-1) for b in batches])[:total]
+    pos = np.concatenate([b["positions"].reshape(-1) for b in batches])[:total]
+    doc = tok // 10_000
+    assert np.array_equal(tok, doc * 10_000 + pos)
+    counts = np.bincount(doc, minlength=len(lengths))
+    assert np.array_equal(counts, lengths), "every document exactly once, whole"
+    starts = np.flatnonzero(pos == 0)
+    assert len(starts) == len(lengths) and len(set(doc[starts])) == len(lengths)
+
+
+def test_first_fit_rows_hold_whole_documents(tmp_path):
+    lengths = _lengths(2000, 50, 4000, 1)
+    ds = _write(tmp_path / "d", lengths)
+    L = 1024
+    real = allt = 0
+    with zring.DataLoader(zring.pack(ds, L, mode="first_fit", pad_id=-1), batch_size=32, mode=2) as dl:
+        for _ in range(60):
+            b = next(dl)
+            real += int((b["segment_ids"] > 0).sum())
+            allt += b["segment_ids"].size
+            for row in _segments(b):
+                for d, first, n in row:
+                    if lengths[d] <= L:
+                        assert (first, n) == (0, lengths[d]), "a document that fits is whole"
+                    else:
+                        assert first % L == 0 and n == min(L, lengths[d] - first)
+    assert real / allt >= 0.9, real / allt
+
+
+@pytest.mark.parametrize("how", ["concat", "first_fit"])
+def test_resume_after_seven_steps(tmp_path, how):
+    ds = _write(tmp_path / "d", _lengths(800, 5, 600, 2))
+    packed = zring.pack(ds, 128, mode=how, pad_id=-1)
+    with zring.DataLoader(packed, batch_size=8, mode=2, seed=9) as dl:
+        want = [next(dl) for _ in range(10)]
+    with zring.DataLoader(packed, batch_size=8, mode=2, seed=9) as dl:
+        for _ in range(7):
+            next(dl)
+        state = dl.state()
+    assert state["pack"]["seq_len"] == 128 and state["pack"]["mode"] == how
+    with zring.DataLoader(packed, state=state) as dl:
+        for w in want[7:]:
+            got = next(dl)
+            for k in ("tokens", "segment_ids", "positions"):
+                assert np.array_equal(got[k], w[k])
+    with pytest.raises(ValueError, match="packing"):
+        zring.DataLoader(zring.pack(ds, 64, mode=how), state=state)
+
+
+def test_two_shards_concatenate_to_the_global_batch(tmp_path):
+    ds = _write(tmp_path / "d", _lengths(500, 5, 400, 3))
+    packed = zring.pack(ds, 96, mode="first_fit", pad_id=-1)
+    with zring.DataLoader(packed, batch_size=8, mode=2) as dl:
+        want = [next(dl) for _ in range(4)]
+    halves = []
+    for k in range(2):
+        with zring.DataLoader(packed, batch_size=8, mode=2, shard=(k, 2)) as dl:
+            halves.append([next(dl) for _ in range(4)])
+    for s in range(4):
+        for key in ("tokens", "segment_ids", "positions"):
+            assert np.array_equal(np.concatenate([halves[0][s][key], halves[1][s][key]]), want[s][key])
+
+
+def test_packed_mixture_token_shares(tmp_path):
+    a = _write(tmp_path / "a", _lengths(300, 20, 900, 4))
+    b = _write(tmp_path / "b", _lengths(900, 5, 200, 5), base=1 << 29)
+    L = 128
+    tokens = np.zeros(2)
+    with zring.DataLoader(zring.pack(zring.mix([a, b], [0.7, 0.3]), L), batch_size=20, mode=2) as dl:
+        for _ in range(50):
+            batch = next(dl)
+            src = dl.last_sources
+            assert src is not None and src.shape == (20,)
+            for k in (0, 1):
+                rows = batch["tokens"][src == k]
+                assert np.all((rows >= (1 << 29)) == (k == 1)), "each row from its own source"
+                tokens[k] += (batch["segment_ids"][src == k] > 0).sum()
+    assert abs(tokens[0] / tokens.sum() - 0.7) <= 0.02
+
+
+def test_bad_arguments(tmp_path):
+    ds = _write(tmp_path / "d", [3, 4, 5])
+    with pytest.raises(ValueError, match="seq_len must be at least 1"):
+        zring.pack(ds, 0)
+    with pytest.raises(ValueError, match="concat"):
+        zring.pack(ds, 8, mode="best_fit")
+    with pytest.raises(ValueError, match="pad_id"):
+        zring.pack(ds, 8, pad_id=2**40)
+    zring.write_dataset(str(tmp_path / "f"), np.zeros((4, 3), np.int32))
+    with pytest.raises(TypeError, match="fixed-size records"):
+        zring.pack(zring.Dataset(str(tmp_path / "f")), 8)
+    zring.write_ragged(str(tmp_path / "r2"), [np.zeros((2, 3), np.int32)])
+    with pytest.raises(ValueError, match="1-D records"):
+        zring.pack(zring.RaggedDataset(str(tmp_path / "r2")), 8)
+    zring.write_ragged(str(tmp_path / "fl"), [np.zeros(3, np.float32)])
+    with pytest.raises(ValueError, match="integer tokens"):
+        zring.pack(zring.RaggedDataset(str(tmp_path / "fl")), 8)
+    with pytest.raises(TypeError, match="RaggedDataset"):
+        zring.pack({"tokens": ds}, 8)
+    # Tokens of another dtype on the same records: the Rust loader says so.
+    u8 = _write(tmp_path / "u8", [3, 4], dtype=np.uint8)
+    with zring.DataLoader(zring.pack(u8, 2), batch_size=2, mode=0) as dl:
+        assert next(dl)["tokens"].dtype == np.uint8
