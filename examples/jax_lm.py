@@ -97,7 +97,8 @@ def init_params(key: Any) -> dict[str, Any]:
 
     keys = iter(jax.random.split(key, 2 + 4 * LAYERS))
     normal = lambda shape, scale: jax.random.normal(next(keys), shape) * scale  # noqa: E731
-    params: dict[str, Any] = {"embed": normal((VOCAB, DIM), 0.02), "out_norm": jnp.ones(DIM)}
+    params: dict[str, Any] = {"embed": normal((VOCAB, DIM), 1.0), "unembed": normal((DIM, VOCAB), DIM ** -0.5),
+                              "out_norm": jnp.ones(DIM)}
     for i in range(LAYERS):
         params[f"l{i}"] = {
             "norm1": jnp.ones(DIM), "norm2": jnp.ones(DIM),
@@ -128,7 +129,7 @@ def logits_fn(params: dict[str, Any], tokens: Any, segments: Any, positions: Any
     import jax.numpy as jnp
 
     b, n = tokens.shape
-    x = params["embed"][tokens] + _sinusoid(positions)
+    x = params["embed"][tokens] + 0.1 * _sinusoid(positions)
     # Causal, and only within the token's own segment (packed documents
     # must not see each other; padding, segment 0, sees nothing real).
     causal = jnp.tril(jnp.ones((n, n), bool))
@@ -143,7 +144,7 @@ def logits_fn(params: dict[str, Any], tokens: Any, segments: Any, positions: Any
         y = (jax.nn.softmax(att, axis=-1) @ v).transpose(0, 2, 1, 3).reshape(b, n, DIM)
         x = x + y @ p["proj"]
         x = x + jax.nn.gelu(_norm(x, p["norm2"]) @ p["up"]) @ p["down"]
-    return _norm(x, params["out_norm"]) @ params["embed"].T
+    return _norm(x, params["out_norm"]) @ params["unembed"]
 
 
 def loss_fn(params: dict[str, Any], batch: dict[str, Any]) -> Any:

@@ -277,6 +277,38 @@ def test_global_loader_reads_a_mixture_and_resumes_it(tmp_path):
         np.testing.assert_array_equal(next(dl)["y"], want[4][8:])
 
 
+def test_global_loader_reads_a_packed_mixture_and_resumes_it(tmp_path):
+    """A zring.pack source: global tokens, segment_ids and positions of
+    (B, seq_len), the rows a DataLoader over it delivers; its checkpoint
+    carries the packed loader's state and resumes exactly."""
+    _need_devices(4)
+    docs = []
+    for k, n in enumerate((300, 200, 120)):
+        zring.write_ragged(tmp_path / f"d{k}", [np.full(int(i % 37) + 3, 1000 * k + i % 1000, np.int32)
+                                                 for i in range(n)])
+        docs.append(zring.RaggedDataset(tmp_path / f"d{k}"))
+    packed = zring.pack(zring.mix(docs, MIX_WEIGHTS), 24)
+    with zring.DataLoader(packed, batch_size=B, mode=MODE, seed=SEED, num_workers=1) as dl:
+        want = [dict(next(dl)) for _ in range(6)]
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("data",)), P("data"))
+    with zjax.global_loader(packed, B, sharding, mode=MODE, seed=SEED, num_workers=1) as g:
+        for step in range(3):
+            batch = next(g)
+            assert sorted(batch) == ["positions", "segment_ids", "tokens"]
+            for key in batch:
+                assert batch[key].shape == (B, 24) and batch[key].sharding == sharding
+                np.testing.assert_array_equal(np.asarray(batch[key]), want[step][key])
+        state = json.loads(json.dumps(g.state()))
+    assert state["step"] == 3 and "loader" in state
+    with zjax.global_loader(packed, B, sharding, state=state, num_workers=1) as g:
+        for step in range(3, 6):
+            batch = next(g)
+            for key in batch:
+                np.testing.assert_array_equal(np.asarray(batch[key]), want[step][key])
+    with pytest.raises(zjax.StateMismatchError, match="packed source"):
+        zjax.global_loader(_write_mix(tmp_path / "m"), B, sharding, state=state)
+
+
 def test_global_loader_says_how_to_feed_ragged_stores(tmp_path):
     zring.write_ragged(tmp_path / "r", [np.arange(i % 5, dtype=np.int32) for i in range(40)])
     sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), P("data"))

@@ -21,7 +21,7 @@ def _example():
 
 def test_two_processes_train_on_a_packed_mixture_and_resume_exactly(tmp_path):
     mod = _example()
-    reports = mod.run(processes=2, steps=24, batch_size=8, seq_len=32, docs=150, workdir=tmp_path, quiet=True)
+    reports = mod.run(processes=2, steps=24, batch_size=16, seq_len=32, docs=150, workdir=tmp_path, quiet=True)
     assert [r["process"] for r in reports] == [0, 1]
     for r in reports:
         assert len(r["losses"]) == 24

@@ -49,7 +49,7 @@ def test_every_batch_holds_each_share_and_the_run_is_exact(sources):
         assert counts[0] == 12 and set(counts[1:]) <= {4, 5, 6, 7, 8}, counts
         total += counts
         assert np.all(np.abs(total - share * (t + 1)) < 1), "the remainders carry over"
-        # rows are the records named, source by source
+        # rows are the records named
         np.testing.assert_array_equal(batch["x"], idx * 10 + src)
         values, splits = batch["r"]
         for row in (0, B - 1):
@@ -134,6 +134,27 @@ def test_a_state_saved_before_interleaving_resumes_grouped(sources):
         assert np.all(np.diff(gs) >= 0), "source by source"
         for k in range(3):
             np.testing.assert_array_equal(gi[gs == k], i[s == k])  # the same records, in other rows
+
+
+def test_eight_ranks_of_a_packed_mixture_each_hold_every_share(tmp_path):
+    """Rows of a packed mixture are allocated by the same mixture: each of 8
+    ranks' 32 rows of every step hold 0.7/0.2/0.1 of them within a row."""
+    docs = []
+    for k in range(3):
+        zring.write_ragged(tmp_path / f"d{k}", [np.arange(int(i % 50) + 5, dtype=np.int32) + k
+                                                 for i in range(400)])
+        docs.append(zring.RaggedDataset(tmp_path / f"d{k}"))
+    packed = zring.pack(zring.mix(docs, [0.7, 0.2, 0.1]), 16)
+    share = np.array([0.7, 0.2, 0.1]) * 32
+    with zring.DataLoader(packed, batch_size=256, mode=2, seed=1) as dl:
+        whole = [(next(dl)["tokens"], dl.last_sources.copy()) for _ in range(20)]
+    for rank in range(8):
+        with zring.DataLoader(packed, batch_size=256, mode=2, seed=1, shard=(rank, 8)) as dl:
+            for t in range(20):
+                tokens = next(dl)["tokens"]
+                counts = np.bincount(dl.last_sources, minlength=3)
+                assert np.all(np.abs(counts - share) <= 1), (t, rank, counts)
+                np.testing.assert_array_equal(tokens, whole[t][0][32 * rank:32 * (rank + 1)])
 
 
 def test_bad_mixtures_are_value_errors(sources, tmp_path):
