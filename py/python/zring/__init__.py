@@ -11,6 +11,7 @@ token rows for language models (:func:`pack`), and the
 """
 
 from ._zring import (
+    __version__,
     ChecksumError,
     CorruptError,
     LockedError,
@@ -29,8 +30,6 @@ from ._mix import Mixture, mix
 from ._pack import Packed, pack
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ChecksumError",

@@ -25,7 +25,7 @@ class Sampler:
         SEQUENTIAL = 0
         #: Uniform with replacement.
         IID = 1
-        #: Without replacement: a fresh permutation per cycle.
+        #: A fresh permutation per cycle (without replacement).
         CYCLIC = 2
 
     def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42):

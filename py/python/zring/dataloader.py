@@ -478,10 +478,16 @@ class DataLoader(_util.Closeable):
             weights=weights,
             pack=None if packed is None else packed.spec(),
         )
+        #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture
         self.packed = packed
+        #: The record indices of the batch last returned (each row's index in
+        #: its own source for a mixture); None before the first batch.
         self.last_indices: np.ndarray | None = None
+        #: For a mixture, each row's source (its position in the list given
+        #: to :func:`zring.mix`) in the batch last returned; else None.
         self.last_sources: np.ndarray | None = None
+        #: The step number of the batch last returned; None before the first.
         self.last_step: int | None = None
         if transform is not _identity and workers > 0:
             first = int(self._loader.state()["sampler"]["step"])
