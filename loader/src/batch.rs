@@ -54,7 +54,8 @@ pub struct Batch {
     /// The record indices of this shard's slice of the step (for a mixture,
     /// each into its row's source).
     pub indices: Pooled<u64>,
-    /// For a mixture, the source of each row (rows come source by source);
+    /// For a mixture, the source of each row (rows interleaved, see
+    /// `zring_sampler::RowOrder`);
     /// `None` for a loader over one set of streams.
     pub sources: Option<Pooled<u32>>,
     /// One column per stream.

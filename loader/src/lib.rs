@@ -66,9 +66,10 @@
 //!   and are gathered at the same indices, so their records line up.
 //! * [`MixSource`] is one source of a weighted mixture
 //!   ([`Loader::new_mixture`]): each step's rows come from the sources in
-//!   exact proportions (`zring_sampler::Mixture`), source by source, each
-//!   run of rows gathered from its source straight into the batch buffers;
-//!   [`Batch::sources`] names each row's source.
+//!   exact proportions (`zring_sampler::Mixture`), interleaved so that each
+//!   shard holds each source's share; each source's rows are gathered in
+//!   one call and moved to their rows; [`Batch::sources`] names each row's
+//!   source.
 //! * [`Loader::new_packed`] and [`Loader::new_packed_mixture`] read ragged
 //!   sources of token documents as rows of `seq_len` tokens ([`Pack`],
 //!   module `pack`): each batch has the columns `tokens`, `segment_ids` and
@@ -138,4 +139,4 @@ pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
-pub use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
+pub use zring_sampler::{MixtureState, Mode, RowOrder, SamplerState, Shard};

@@ -461,7 +461,8 @@ impl Loader {
     /// A loader over a weighted mixture of sources: every global batch of
     /// `config.batch_size` rows holds each source's share of the rows, rounded
     /// so that the running totals are exact (see `zring_sampler::Mixture`),
-    /// gathered source by source into the same batch buffers, with the same
+    /// each source's rows gathered in one call per stream (then moved to their
+    /// interleaved rows) into the same batch buffers, with the same
     /// pipeline, hints, state and errors as [`Loader::new`]. Each row's source is in [`Batch::sources`]; its
     /// index (into that source) in [`Batch::indices`].
     ///
@@ -505,7 +506,12 @@ impl Loader {
         }
         refuse_pack_state(&config)?;
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
-        let mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
+        let mut mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
+        // A saved run goes on in its own row order: one saved before rows
+        // were interleaved keeps its grouped batches.
+        if let Some(saved) = &config.expect_mixture {
+            mixture = mixture.with_order(saved.order);
+        }
         let mine = mixture.state();
         match (&config.expect_mixture, config.expect_length) {
             (Some(saved), _) if !saved.matches(&mine) => {
@@ -619,7 +625,10 @@ impl Loader {
         }
         let plan = if mixture {
             let lengths = vec![pack::PACKED_ROWS; weights.len()];
-            let m = Mixture::new(Mode::Sequential, &lengths, &weights, config.batch_size, config.seed)?;
+            let mut m = Mixture::new(Mode::Sequential, &lengths, &weights, config.batch_size, config.seed)?;
+            if let Some(saved) = &config.expect_mixture {
+                m = m.with_order(saved.order);
+            }
             match &config.expect_mixture {
                 Some(saved) if !saved.matches(&m.state()) => {
                     return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&m.state()) });
@@ -1023,9 +1032,8 @@ fn fan_out_for(threads: usize, depth: usize, cores: usize) -> bool {
 /// Gathers every stream of `step`. `current` names the stream being gathered,
 /// so a panic in a source can be attributed to it.
 ///
-/// A mixture's rows come source by source: each stream is gathered as one
-/// call per run of rows of one source, straight into the run's part of the
-/// stream's buffer.
+/// A mixture's rows are gathered with one call per source and stream
+/// (below).
 fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<Batch, Error> {
     // Asked once per step: a store's read policy may change while it runs.
     let mut wants = Vec::with_capacity(ctx.streams.len());
@@ -1054,14 +1062,45 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
         ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
         None
     };
-    let runs: Vec<(usize, std::ops::Range<usize>)> = match &sources {
-        Some(rows) => plan::runs(rows).collect(),
-        None => vec![(0, 0..indices.len())],
+    // Each source's rows are gathered in one call per stream. A mixture's
+    // rows are interleaved (`zring_sampler::RowOrder`): each source's call
+    // then puts its records straight into their rows' slots
+    // ([`Source::gather_at`]).
+    let grouping = match &sources {
+        Some(rows) => plan::Grouping::new(rows),
+        None => plan::Grouping::single(indices.len()),
     };
+    let grouped_indices: Option<Vec<u64>> = grouping.order.as_ref().map(|o| o.iter().map(|&r| indices[r]).collect());
+    let gidx: &[u64] = grouped_indices.as_deref().unwrap_or(&indices);
     if let Some(packing) = &ctx.pack {
-        let columns = pack_step(ctx, packing, step, &indices, &runs, current)?;
+        let columns = match &grouping.order {
+            None => pack_step(ctx, packing, step, &indices, &grouping.runs, current)?,
+            Some(order) => {
+                // Packed grouped by source (each source's rows of the shard
+                // are one stretch of its row stream), then each row moved to
+                // its interleaved place.
+                let grouped = pack_step(ctx, packing, step, gidx, &grouping.runs, current)?;
+                grouped
+                    .into_iter()
+                    .zip(&ctx.streams)
+                    .map(|(column, stream)| {
+                        let width = column.data.len() / indices.len().max(1);
+                        let mut data = stream.data.take(column.data.len());
+                        for (slot, &row) in order.iter().enumerate() {
+                            data[row * width..][..width].copy_from_slice(&column.data[slot * width..][..width]);
+                        }
+                        Column { name: column.name, data, offsets: None }
+                    })
+                    .collect()
+            }
+        };
         return Ok(Batch { step, indices, sources, columns });
     }
+    let grouped_hints: Option<Vec<Option<u64>>> =
+        grouping.order.as_ref().zip(hints.as_deref()).map(|(o, h)| o.iter().map(|&r| h[r]).collect());
+    let ghints: Option<&[Option<u64>]> = grouped_hints.as_deref().or(hints.as_deref());
+    let runs = &grouping.runs;
+    let mut starts = Vec::new();
     let mut columns = Vec::with_capacity(ctx.streams.len());
     for (stream, wants) in ctx.streams.iter().zip(&wants) {
         let gather_err = |k: usize| {
@@ -1085,52 +1124,82 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     .checked_mul(record_bytes)
                     .ok_or_else(|| too_large(indices.len() as u128 * record_bytes as u128))?;
                 let mut data = stream.data.take(bytes);
-                for (k, rows) in &runs {
+                for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
-                    let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
-                    let idx = &indices[rows.clone()];
-                    match hints.as_deref().filter(|_| wants[k]) {
-                        Some(next) => source.gather_hinted(idx, dst, &next[rows]),
-                        None => source.gather(idx, dst),
+                    let idx = &gidx[rows.clone()];
+                    let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    match &grouping.order {
+                        None => {
+                            let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
+                            match next {
+                                Some(next) => source.gather_hinted(idx, dst, next),
+                                None => source.gather(idx, dst),
+                            }
+                        }
+                        Some(order) => {
+                            starts.clear();
+                            starts.extend(order[rows].iter().map(|&r| (r * record_bytes) as u64));
+                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                        }
                     }
                     .map_err(gather_err(k))?;
                 }
                 Column { name: Arc::clone(&stream.name), data, offsets: None }
             }
             Layout::Ragged => {
-                let mut offsets = stream.offsets.take(indices.len() + 1);
-                let (first, lengths) = offsets.split_at_mut(1);
-                first[0] = 0;
-                for (k, rows) in &runs {
+                // Lengths in grouped order (one call per source), then put in
+                // row order: the batch's offsets.
+                let mut glens = vec![0u64; indices.len()];
+                for (k, rows) in runs {
                     *current = Some(Arc::clone(&stream.labels[*k]));
-                    views[*k].lengths(&indices[rows.clone()], &mut lengths[rows.clone()]).map_err(gather_err(*k))?;
+                    views[*k].lengths(&gidx[rows.clone()], &mut glens[rows.clone()]).map_err(gather_err(*k))?;
                 }
-                let total = prefix_sum(lengths)
-                    .ok_or_else(|| too_large(lengths.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
+                let mut offsets = stream.offsets.take(indices.len() + 1);
+                offsets[0] = 0;
+                match &grouping.order {
+                    None => offsets[1..].copy_from_slice(&glens),
+                    Some(order) => {
+                        for (slot, &row) in order.iter().enumerate() {
+                            offsets[row + 1] = glens[slot];
+                        }
+                    }
+                }
+                let total = prefix_sum(&mut offsets[1..])
+                    .ok_or_else(|| too_large(glens.iter().map(|&l| u128::from(l)).sum::<u128>()))?;
                 let bytes = usize::try_from(total).map_err(|_| too_large(u128::from(total)))?;
                 let mut data = stream.data.take(bytes);
                 let mut rebased = Vec::new();
-                for (k, rows) in &runs {
+                for (k, rows) in runs {
                     let (k, rows) = (*k, rows.clone());
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
-                    // Lossless: the offsets are at most `bytes`, a usize.
-                    let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
-                    let dst = &mut data[a..z];
-                    let idx = &indices[rows.clone()];
-                    // A source sees offsets from the start of its run.
-                    let offs = if a == 0 {
-                        &offsets[rows.start..=rows.end]
-                    } else {
-                        rebased.clear();
-                        rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
-                        &rebased[..]
-                    };
-                    match hints.as_deref().filter(|_| wants[k]) {
-                        Some(next) => source.gather_var_hinted(idx, dst, offs, &next[rows]),
-                        None => source.gather_var(idx, dst, offs),
+                    let idx = &gidx[rows.clone()];
+                    let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    match &grouping.order {
+                        None => {
+                            // Lossless: the offsets are at most `bytes`, a usize.
+                            let (a, z) = (offsets[rows.start] as usize, offsets[rows.end] as usize);
+                            let dst = &mut data[a..z];
+                            // A source sees offsets from the start of its run.
+                            let offs = if a == 0 {
+                                &offsets[rows.start..=rows.end]
+                            } else {
+                                rebased.clear();
+                                rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
+                                &rebased[..]
+                            };
+                            match next {
+                                Some(next) => source.gather_var_hinted(idx, dst, offs, next),
+                                None => source.gather_var(idx, dst, offs),
+                            }
+                        }
+                        Some(order) => {
+                            starts.clear();
+                            starts.extend(order[rows].iter().map(|&r| offsets[r]));
+                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                        }
                     }
                     .map_err(gather_err(k))?;
                 }

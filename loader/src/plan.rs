@@ -4,8 +4,8 @@
 //! A plan answers for a step and this loader's shard: the index of each row,
 //! the source it comes from (always 0 for one set of streams), and, when a
 //! store asks, when each row's record is drawn next by this shard. Rows of a
-//! mixture come source by source, so a step is a few contiguous runs, one per
-//! source with rows in the shard, and each run is one gather of that source.
+//! mixture are interleaved; [`Grouping`] sorts them back by source, so each
+//! source's rows are one gather.
 
 use zring_sampler::{Error as SamplerError, Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
 
@@ -127,9 +127,50 @@ fn single_state(s: &Sampler, step: u64) -> SamplerState {
     SamplerState { step, ..s.state() }
 }
 
-/// The runs of equal sources in `sources` (rows come source by source):
-/// `(source, rows)` in order.
-pub(crate) fn runs(sources: &[u32]) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
+/// How a step's rows are read: grouped by source, one run of slots per
+/// source, and where each slot's row is.
+pub(crate) struct Grouping {
+    /// `(source, slots)` in order, each source once at most.
+    pub runs: Vec<(usize, std::ops::Range<usize>)>,
+    /// The row of each grouped slot; `None` when the rows already come
+    /// source by source (slot `i` is row `i`).
+    pub order: Option<Vec<usize>>,
+}
+
+impl Grouping {
+    /// All `rows` from source 0.
+    pub fn single(rows: usize) -> Grouping {
+        Grouping { runs: vec![(0, 0..rows)], order: None }
+    }
+
+    /// The grouping of rows drawn from `sources` (one per row): a stable
+    /// counting sort by source.
+    pub fn new(sources: &[u32]) -> Grouping {
+        let grouped = runs(sources).collect::<Vec<_>>();
+        let mut seen = std::collections::HashSet::with_capacity(grouped.len());
+        if grouped.iter().all(|(k, _)| seen.insert(*k)) {
+            return Grouping { runs: grouped, order: None };
+        }
+        let count = sources.iter().map(|&k| k as usize + 1).max().unwrap_or(0);
+        let mut starts = vec![0usize; count + 1];
+        for &k in sources {
+            starts[k as usize + 1] += 1;
+        }
+        for k in 0..count {
+            starts[k + 1] += starts[k];
+        }
+        let runs = (0..count).filter(|&k| starts[k + 1] > starts[k]).map(|k| (k, starts[k]..starts[k + 1])).collect();
+        let mut order = vec![0; sources.len()];
+        for (row, &k) in sources.iter().enumerate() {
+            order[starts[k as usize]] = row;
+            starts[k as usize] += 1;
+        }
+        Grouping { runs, order: Some(order) }
+    }
+}
+
+/// The runs of equal sources in `sources`: `(source, rows)` in order.
+fn runs(sources: &[u32]) -> impl Iterator<Item = (usize, std::ops::Range<usize>)> + '_ {
     let mut at = 0;
     std::iter::from_fn(move || {
         let &first = sources.get(at)?;
@@ -143,6 +184,16 @@ pub(crate) fn runs(sources: &[u32]) -> impl Iterator<Item = (usize, std::ops::Ra
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn interleaved_rows_group_by_source_in_row_order() {
+        let g = Grouping::new(&[2, 0, 2, 1, 0]);
+        assert_eq!(g.runs, vec![(0, 0..2), (1, 2..3), (2, 3..5)]);
+        assert_eq!(g.order, Some(vec![1, 4, 3, 0, 2]));
+        let g = Grouping::new(&[3, 3, 1]);
+        assert_eq!(g.runs, vec![(3, 0..2), (1, 2..3)]);
+        assert_eq!(g.order, None, "already one run per source");
+    }
 
     #[test]
     fn runs_split_rows_by_source() {

@@ -129,4 +129,62 @@ pub trait Source: Send + Sync + 'static {
         let _ = next;
         self.gather_var(indices, dst, offsets)
     }
+
+    /// Copies record `indices[i]` into its slot at `dst[starts[i]..]`:
+    /// `record_bytes` long for a [`Layout::Fixed`] source (a shorter record
+    /// zero-padded, as [`Source::gather`] pads), the record's own length
+    /// ([`Source::lengths`]) for a [`Layout::Ragged`] one. Slots lie inside
+    /// `dst` and do not overlap; `next` is empty or one hint per index, as
+    /// for [`Source::gather_hinted`] (called only for a source that wants
+    /// hints). The loader puts a mixture's interleaved rows in place with
+    /// it, one call per source. Default: gathers into a scratch buffer and
+    /// copies each record to its slot.
+    fn gather_at(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        starts: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        if starts.len() != indices.len() {
+            return Err(format!("gather_at: {} starts for {} records", starts.len(), indices.len()).into());
+        }
+        let (scratch, ends) = match self.layout() {
+            Layout::Fixed { record_bytes } => {
+                let mut scratch = vec![0u8; indices.len() * record_bytes];
+                match next {
+                    [] => self.gather(indices, &mut scratch)?,
+                    next => self.gather_hinted(indices, &mut scratch, next)?,
+                }
+                let ends = (1..=indices.len()).map(|i| (i * record_bytes) as u64).collect::<Vec<_>>();
+                (scratch, ends)
+            }
+            Layout::Ragged => {
+                let mut offsets = vec![0u64; indices.len() + 1];
+                self.lengths(indices, &mut offsets[1..])?;
+                for i in 1..offsets.len() {
+                    offsets[i] += offsets[i - 1];
+                }
+                let total = usize::try_from(offsets[indices.len()]).map_err(|_| "gather_at: records too large")?;
+                let mut scratch = vec![0u8; total];
+                match next {
+                    [] => self.gather_var(indices, &mut scratch, &offsets)?,
+                    next => self.gather_var_hinted(indices, &mut scratch, &offsets, next)?,
+                }
+                (scratch, offsets[1..].to_vec())
+            }
+        };
+        let mut from = 0;
+        for (&start, &end) in starts.iter().zip(&ends) {
+            // Lossless: within the scratch buffer, a usize.
+            let record = &scratch[from..end as usize];
+            let slot =
+                usize::try_from(start).ok().and_then(|s| dst.get_mut(s..s.checked_add(record.len())?)).ok_or_else(
+                    || format!("gather_at: a slot at {start} of {} bytes is outside the buffer", record.len()),
+                )?;
+            slot.copy_from_slice(record);
+            from = end as usize;
+        }
+        Ok(())
+    }
 }

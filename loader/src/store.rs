@@ -109,6 +109,16 @@ impl Source for StoreSource {
         self.store.wants_hints()
     }
 
+    fn gather_at(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        starts: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        self.now().gather_at(indices, dst, starts, next)
+    }
+
     fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
         self.now().gather_hinted(indices, dst, next)
     }
@@ -175,6 +185,48 @@ impl Source for StoreView {
         let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
         Ok(self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?)
     }
+
+    /// The store reads into arbitrary slots (its ragged gather takes one
+    /// start per record): no scratch copy. A fixed slot is checked to hold
+    /// its record and zero-padded after it, as [`Source::gather`] pads.
+    fn gather_at(
+        &self,
+        indices: &[u64],
+        dst: &mut [u8],
+        starts: &[u64],
+        next: &[Option<u64>],
+    ) -> Result<(), SourceError> {
+        if starts.len() != indices.len() {
+            return Err(format!("gather_at: {} starts for {} records", starts.len(), indices.len()).into());
+        }
+        let Layout::Fixed { record_bytes } = self.layout else {
+            return Ok(self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?);
+        };
+        let mut lens = vec![0u64; indices.len()];
+        self.view.lengths(indices, &mut lens)?;
+        if let Some((k, &len)) = lens.iter().enumerate().find(|(_, &len)| len > record_bytes as u64) {
+            return Err(Box::new(zring_engine::Error::RecordSize {
+                record: indices[k],
+                len,
+                slot: record_bytes as u64,
+            }));
+        }
+        for &start in starts {
+            // The slots must hold whole records, whatever their lengths.
+            if start.checked_add(record_bytes as u64).is_none_or(|end| end > dst.len() as u64) {
+                return Err(
+                    format!("gather_at: a slot at {start} of {record_bytes} bytes is outside the buffer").into()
+                );
+            }
+        }
+        self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?;
+        for (&start, &len) in starts.iter().zip(&lens) {
+            // Lossless: checked inside dst above.
+            let (a, z) = ((start + len) as usize, start as usize + record_bytes);
+            dst[a..z].fill(0);
+        }
+        Ok(())
+    }
 }
 
 /// The loader's hints in the store's terms: a later step, or later than any
@@ -236,6 +288,47 @@ mod tests {
                 assert!(source.downcast_ref::<zring_engine::Error>().is_some(), "{source}");
             }
             other => panic!("expected Gather, got {other:?}"),
+        }
+    }
+
+    /// A mixture's rows are interleaved, so each source puts its records
+    /// straight into their rows' slots: the same bytes as a gather, padding
+    /// included, in a buffer whose other bytes were dirty (a pool's).
+    #[test]
+    fn gathers_at_slots_match_gathers_and_pad_fixed_slots() {
+        let (_dir, store) = store(60);
+        let indices = [5u64, 17, 0, 33, 8];
+        let rows = [4usize, 0, 7, 2, 5];
+        let fixed = StoreSource::fixed(Arc::clone(&store), 9);
+        let mut dst = vec![0xAA; 8 * 9];
+        let starts: Vec<u64> = rows.iter().map(|&r| (r * 9) as u64).collect();
+        fixed.gather_at(&indices, &mut dst, &starts, &[]).unwrap();
+        for (&i, &r) in indices.iter().zip(&rows) {
+            let want = record(i as usize);
+            assert_eq!(&dst[r * 9..][..want.len()], &want[..]);
+            assert!(dst[r * 9 + want.len()..(r + 1) * 9].iter().all(|&x| x == 0), "row {r} padded");
+        }
+        assert!(dst[9..18].iter().all(|&x| x == 0xAA), "rows not asked for are left alone");
+        let small = StoreSource::fixed(Arc::clone(&store), 4);
+        let err = small.gather_at(&[8], &mut [0; 8], &[0], &[]).unwrap_err();
+        assert!(matches!(err.downcast_ref::<zring_engine::Error>(), Some(zring_engine::Error::RecordSize { .. })));
+        assert!(fixed.gather_at(&[1], &mut [0; 8], &[0], &[]).is_err(), "a slot past the buffer");
+
+        let ragged = StoreSource::ragged(Arc::clone(&store));
+        let lens: Vec<usize> = indices.iter().map(|&i| record(i as usize).len()).collect();
+        // Slots in row order: row r's record starts after the records of lower rows.
+        let mut by_row: Vec<(usize, usize)> = rows.iter().copied().zip(0..).collect();
+        by_row.sort_unstable();
+        let mut starts = vec![0u64; indices.len()];
+        let mut at = 0;
+        for &(_, k) in &by_row {
+            starts[k] = at;
+            at += lens[k] as u64;
+        }
+        let mut dst = vec![0xAA; at as usize];
+        ragged.gather_at(&indices, &mut dst, &starts, &[]).unwrap();
+        for (k, &i) in indices.iter().enumerate() {
+            assert_eq!(&dst[starts[k] as usize..][..lens[k]], &record(i as usize)[..]);
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use common::{fixed_record, ragged_record, with_timeout, Faults, MemSource, Probe, DEADLOCK};
 use zring_loader::{Batch, Error, Layout, Loader, LoaderConfig, LoaderState, MixSource, Mode, Shard, Source, Stream};
-use zring_sampler::Mixture;
+use zring_sampler::{Mixture, RowOrder};
 
 /// Source `k` of a mixture: the common test records from `k * 1_000_000`
 /// on, so rows from different sources differ; hinted gathers are recorded.
@@ -103,6 +103,31 @@ fn a_resumed_mixture_continues_mid_cycle_and_its_state_names_the_mixture() {
     assert!(!serde_json::to_string(&plain).unwrap().contains("mixture"), "a plain state has no mixture key");
     let err = Loader::new_mixture(sources(&[200, 10], &[0.5, 0.5]), LoaderConfig::from_state(&plain)).unwrap_err();
     assert!(matches!(err, Error::MixtureMismatch { .. }), "{err}");
+}
+
+/// Rows of a mixture are interleaved so that each shard holds each source's
+/// share; a run saved before that (its state has no `order`) must resume
+/// with the grouped batches it was saved with, not silently change them.
+#[test]
+fn a_state_saved_before_interleaving_resumes_grouped() {
+    let mut loader = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), config(Mode::Cyclic, 24)).unwrap();
+    for _ in 0..3 {
+        loader.next().unwrap();
+    }
+    let mut json = serde_json::to_value(loader.state()).unwrap();
+    assert_eq!(json["mixture"]["order"], "Interleaved");
+    json["mixture"].as_object_mut().unwrap().remove("order");
+    let old: LoaderState = serde_json::from_value(json).unwrap();
+    let grouped = Mixture::new(Mode::Cyclic, &LENGTHS, &WEIGHTS, 24, 3).unwrap().with_order(RowOrder::Grouped);
+    for shard in [Shard::ALL, Shard::new(1, 3).unwrap()] {
+        let cfg = LoaderConfig { shard, ..LoaderConfig::from_state(&old) };
+        let mut resumed = Loader::new_mixture(sources(&LENGTHS, &WEIGHTS), cfg).unwrap();
+        for _ in 0..5 {
+            let b = resumed.next().unwrap();
+            assert_planned(&grouped, shard, &b);
+        }
+        assert_eq!(resumed.state().mixture.unwrap().order, RowOrder::Grouped, "and saves grouped again");
+    }
 }
 
 #[test]

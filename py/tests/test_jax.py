@@ -46,6 +46,25 @@ def _write(root: Path, n: int = N) -> dict[str, zring.Dataset]:
     return {"x": zring.Dataset(root / "x"), "y": zring.Dataset(root / "y")}
 
 
+MIX_LENGTHS, MIX_WEIGHTS = (300, 200, 120), (0.5, 0.3, 0.2)
+
+
+def _write_mix(root: Path) -> "zring.Mixture":
+    """Three sources whose y[i] = 100_000 * k + i names source k's record i."""
+    sources = []
+    for k, n in enumerate(MIX_LENGTHS):
+        i = np.arange(n)
+        zring.write_dataset(root / f"m{k}x", np.stack([i, i + 0.5], axis=1).astype(np.float32) + k)
+        zring.write_dataset(root / f"m{k}y", (100_000 * k + i).astype(np.int32))
+        sources.append({"x": zring.Dataset(root / f"m{k}x"), "y": zring.Dataset(root / f"m{k}y")})
+    return zring.mix(sources, MIX_WEIGHTS)
+
+
+def _mix_expected(mix: "zring.Mixture", steps: int) -> list[np.ndarray]:
+    with zring.DataLoader(mix, batch_size=B, mode=MODE, seed=SEED, num_workers=1) as dl:
+        return [np.asarray(next(dl)["y"]).astype(np.int64) for _ in range(steps)]
+
+
 @pytest.fixture
 def streams(tmp_path):
     s = _write(tmp_path)
@@ -229,6 +248,76 @@ def test_global_loader_single_process(streams):
         zjax.global_loader(streams, B, sharding, process_index=1, process_count=4)
 
 
+def test_global_loader_reads_a_mixture_and_resumes_it(tmp_path):
+    """global_loader took only stream dicts (`'Mixture' object is not
+    iterable`). Over a mixture its global batches are the DataLoader's, each
+    device's rows hold each source's share of its 4 rows (16 rows, weights
+    0.5/0.3/0.2: 2, 1.2 and 0.8 rows) within a row, and its checkpoint
+    resumes exactly."""
+    _need_devices(4)
+    mix = _write_mix(tmp_path)
+    want = _mix_expected(mix, 8)
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("data",)), P("data"))
+    with zjax.global_loader(mix, B, sharding, mode=MODE, seed=SEED, num_workers=1) as g:
+        for step in range(4):
+            batch = next(g)
+            assert batch["x"].shape == (B, 2) and batch["y"].sharding == sharding
+            y = np.asarray(batch["y"])
+            np.testing.assert_array_equal(y, want[step])
+            np.testing.assert_array_equal(np.asarray(batch["x"])[:, 0], (y % 100_000 + y // 100_000).astype(np.float32))
+            for shard in batch["y"].addressable_shards:
+                counts = np.bincount(np.asarray(shard.data) // 100_000, minlength=3)
+                assert np.all(np.abs(counts - np.array(MIX_WEIGHTS) * 4) <= 1), counts
+        state = json.loads(json.dumps(g.state()))
+    assert state["step"] == 4 and state["mixture"]["order"] == "Interleaved"
+    with zjax.global_loader(mix, B, sharding, state=state, num_workers=1) as g:
+        for step in range(4, 8):
+            np.testing.assert_array_equal(np.asarray(next(g)["y"]), want[step])
+    with zjax.restore_loader(mix, state, shard=(1, 2), num_workers=1) as dl:
+        np.testing.assert_array_equal(next(dl)["y"], want[4][8:])
+
+
+def test_global_loader_reads_a_packed_mixture_and_resumes_it(tmp_path):
+    """A zring.pack source: global tokens, segment_ids and positions of
+    (B, seq_len), the rows a DataLoader over it delivers; its checkpoint
+    carries the packed loader's state and resumes exactly."""
+    _need_devices(4)
+    docs = []
+    for k, n in enumerate((300, 200, 120)):
+        zring.write_ragged(tmp_path / f"d{k}", [np.full(int(i % 37) + 3, 1000 * k + i % 1000, np.int32)
+                                                 for i in range(n)])
+        docs.append(zring.RaggedDataset(tmp_path / f"d{k}"))
+    packed = zring.pack(zring.mix(docs, MIX_WEIGHTS), 24)
+    with zring.DataLoader(packed, batch_size=B, mode=MODE, seed=SEED, num_workers=1) as dl:
+        want = [dict(next(dl)) for _ in range(6)]
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:4]), ("data",)), P("data"))
+    with zjax.global_loader(packed, B, sharding, mode=MODE, seed=SEED, num_workers=1) as g:
+        for step in range(3):
+            batch = next(g)
+            assert sorted(batch) == ["positions", "segment_ids", "tokens"]
+            for key in batch:
+                assert batch[key].shape == (B, 24) and batch[key].sharding == sharding
+                np.testing.assert_array_equal(np.asarray(batch[key]), want[step][key])
+        state = json.loads(json.dumps(g.state()))
+    assert state["step"] == 3 and "loader" in state
+    with zjax.global_loader(packed, B, sharding, state=state, num_workers=1) as g:
+        for step in range(3, 6):
+            batch = next(g)
+            for key in batch:
+                np.testing.assert_array_equal(np.asarray(batch[key]), want[step][key])
+    with pytest.raises(zjax.StateMismatchError, match="packed source"):
+        zjax.global_loader(_write_mix(tmp_path / "m"), B, sharding, state=state)
+
+
+def test_global_loader_says_how_to_feed_ragged_stores(tmp_path):
+    zring.write_ragged(tmp_path / "r", [np.arange(i % 5, dtype=np.int32) for i in range(40)])
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), P("data"))
+    with pytest.raises(TypeError, match=r"zring.pack\(ds, seq_len\)"):
+        zjax.global_loader({"r": zring.RaggedDataset(tmp_path / "r")}, 4, sharding)
+    with pytest.raises(TypeError, match="a zring.mix"):
+        zjax.global_loader([1, 2], 4, sharding)
+
+
 # --------------------------------------------------------------------------
 # Real multi-process runs
 # --------------------------------------------------------------------------
@@ -284,18 +373,24 @@ def _worker(port: str, nproc: str, pid: str, data: str, out: str, state_arg: str
         layouts["interleaved"] = NamedSharding(Mesh(devs.reshape(4, 2).T.reshape(-1), ("data",)), P("data"))
         # The batch split in two over 'data'; processes 0, 1 hold one half, 2, 3 the other.
         layouts["replicated"] = NamedSharding(Mesh(devs.reshape(2, 4), ("data", "model")), P("data"))
-    state = json.loads(state_arg) if state_arg else None
-    steps = STEPS_AFTER if state is not None else STEPS_BEFORE + STEPS_AFTER
+    # The same contiguous layout over a mixture of three sources.
+    layouts["mixture"] = layouts["contiguous"]
+    sources = [{"x": zring.Dataset(Path(data) / f"m{k}x"), "y": zring.Dataset(Path(data) / f"m{k}y")}
+               for k in range(len(MIX_LENGTHS))]
+    mix = zring.mix(sources, MIX_WEIGHTS)
+    states = json.loads(state_arg) if state_arg else None
+    steps = STEPS_AFTER if states is not None else STEPS_BEFORE + STEPS_AFTER
     report: dict = {"process_index": jax.process_index(), "layouts": {}}
     for name, sharding in layouts.items():
-        g = zjax.global_loader(streams, B, sharding, mode=None if state else MODE, seed=None if state else SEED,
-                               state=state if name == "contiguous" else None, num_workers=1)
+        state = states.get(name) if states else None
+        g = zjax.global_loader(mix if name == "mixture" else streams, B, sharding, mode=None if states else MODE,
+                               seed=None if states else SEED, state=state, num_workers=1)
         rec = {"ranges": g.plan.ranges, "full_batch": g.full_batch, "steps": []}
         for k in range(steps):
-            if name == "contiguous" and state is None and k == STEPS_BEFORE:
+            if name in ("contiguous", "mixture") and states is None and k == STEPS_BEFORE:
                 rec["state"] = g.state()
             batch = next(g)
-            assert batch["x"].shape == (B, 3) and not batch["x"].is_fully_addressable
+            assert batch["x"].shape[0] == B and not batch["x"].is_fully_addressable
             rec["steps"].append([
                 (s.index[0].indices(B)[:2], np.asarray(s.data), np.asarray(batch["y"].addressable_shards[j].data))
                 for j, s in enumerate(batch["x"].addressable_shards)
@@ -337,6 +432,7 @@ def multiprocess(tmp_path_factory):
     root = tmp_path_factory.mktemp("multiprocess")
     for ds in _write(root / "data").values():
         ds.close()
+    _write_mix(root / "data")
     four = _launch(4, root / "data", root)
     return root, four
 
@@ -376,12 +472,47 @@ def test_state_saved_on_four_processes_resumes_on_two(multiprocess):
     states = [r["layouts"]["contiguous"]["state"] for r in four]
     assert all(s == states[0] for s in states), "every process must save the same state"
     assert states[0]["step"] == STEPS_BEFORE
-    two = _launch(2, root / "data", root, state=states[0])
+    two = _launch(2, root / "data", root, state={"contiguous": states[0]})
     assert [r["layouts"]["contiguous"]["ranges"] for r in two] == [[(0, 8)], [(8, 16)]]
     for k in range(STEPS_AFTER):
         after = _check_step(two, "contiguous", k, STEPS_BEFORE + k, exclusive=True)
         before = _check_step(four, "contiguous", STEPS_BEFORE + k, STEPS_BEFORE + k, exclusive=True)
         np.testing.assert_array_equal(after, before)
+
+
+def _mix_step(reports: list[dict], k: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Step ``k`` of the mixture layout: the global y, and each process's rows."""
+    got = np.full(B, -1, dtype=np.int64)
+    per_process = []
+    for r in reports:
+        mine = []
+        for (a, b), _, y in r["layouts"]["mixture"]["steps"][k]:
+            got[a:b] = y
+            mine.append(y)
+        per_process.append(np.concatenate(mine))
+    return got, per_process
+
+
+def test_processes_of_a_mixture_each_hold_every_share_and_resume_on_two(multiprocess):
+    """Four processes over a 0.5/0.3/0.2 mixture: together the global batch a
+    single DataLoader delivers, each process's 4 rows within a row of each
+    share (grouped rows gave process 0 only source 0); the state saved on
+    four resumes on two with the same batches."""
+    root, four = multiprocess
+    mix = _write_mix(root / "check")
+    want = _mix_expected(mix, STEPS_BEFORE + STEPS_AFTER)
+    for k in range(STEPS_BEFORE + STEPS_AFTER):
+        got, per_process = _mix_step(four, k)
+        np.testing.assert_array_equal(got, want[k])
+        for rows in per_process:
+            counts = np.bincount(rows // 100_000, minlength=3)
+            assert np.all(np.abs(counts - np.array(MIX_WEIGHTS) * 4) <= 1), (k, counts)
+    states = [r["layouts"]["mixture"]["state"] for r in four]
+    assert all(s == states[0] for s in states) and states[0]["mixture"]["order"] == "Interleaved"
+    two = _launch(2, root / "data", root, state={"mixture": states[0]})
+    for k in range(STEPS_AFTER):
+        got, _ = _mix_step(two, k)
+        np.testing.assert_array_equal(got, want[STEPS_BEFORE + k])
 
 
 if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "worker":

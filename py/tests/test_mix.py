@@ -49,7 +49,7 @@ def test_every_batch_holds_each_share_and_the_run_is_exact(sources):
         assert counts[0] == 12 and set(counts[1:]) <= {4, 5, 6, 7, 8}, counts
         total += counts
         assert np.all(np.abs(total - share * (t + 1)) < 1), "the remainders carry over"
-        # rows are the records named, source by source
+        # rows are the records named
         np.testing.assert_array_equal(batch["x"], idx * 10 + src)
         values, splits = batch["r"]
         for row in (0, B - 1):
@@ -87,6 +87,74 @@ def test_resume_is_exact_and_shards_make_the_global_batch(sources):
     for t in range(4):
         np.testing.assert_array_equal(np.concatenate([p[t][3]["x"] for p in parts]), ref[t][3]["x"])
         np.testing.assert_array_equal(np.concatenate([p[t][1] for p in parts]), ref[t][1])
+
+
+def test_eight_ranks_each_hold_every_share_of_their_32_rows(tmp_path):
+    """At 256 rows over 8 ranks, rows grouped by source gave rank 0 only
+    source 0 and rank 7 [0, 6, 26]; each rank now holds 0.7/0.2/0.1 of its
+    32 rows (22.4, 6.4, 3.2) within a row on every step, and the ranks'
+    rows concatenate to the global batch."""
+    srcs = []
+    for k, n in enumerate((5000, 3000, 2000)):
+        zring.write_dataset(tmp_path / f"x{k}", np.arange(n, dtype=np.int64) * 10 + k)
+        srcs.append({"x": zring.Dataset(tmp_path / f"x{k}")})
+    m = zring.mix(srcs, [0.7, 0.2, 0.1])
+    steps = 40
+    with zring.DataLoader(m, batch_size=256, mode=2, seed=3) as dl:
+        whole = _run(dl, steps)
+    ranks = []
+    for rank in range(8):
+        with zring.DataLoader(m, batch_size=256, mode=2, seed=3, shard=(rank, 8)) as dl:
+            ranks.append(_run(dl, steps))
+    share = np.array([0.7, 0.2, 0.1]) * 32
+    for t in range(steps):
+        for rank in range(8):
+            counts = np.bincount(ranks[rank][t][1], minlength=3)
+            assert np.all(np.abs(counts - share) <= 1), (t, rank, counts)
+        np.testing.assert_array_equal(np.concatenate([r[t][3]["x"] for r in ranks]), whole[t][3]["x"])
+        np.testing.assert_array_equal(np.concatenate([r[t][1] for r in ranks]), whole[t][1])
+
+
+def test_a_state_saved_before_interleaving_resumes_grouped(sources):
+    """States saved before rows were interleaved have no "order": their runs
+    go on with rows source by source, the batches they were saved with."""
+    m = zring.mix(sources, [3, 2, 1])
+    with zring.DataLoader(m, batch_size=B, mode=2, seed=9) as dl:
+        _run(dl, 2)
+        state = dl.state()
+    assert state["mixture"]["order"] == "Interleaved"
+    with zring.DataLoader(m, state=state) as dl:
+        interleaved = _run(dl, 3)
+    assert any(np.any(np.diff(src) < 0) for _, src, _, _ in interleaved)
+    del state["mixture"]["order"]
+    with zring.DataLoader(m, state=state) as dl:
+        grouped = _run(dl, 3)
+        assert dl.state()["mixture"]["order"] == "Grouped"
+    for (_, gs, gi, _), (_, s, i, _) in zip(grouped, interleaved):
+        assert np.all(np.diff(gs) >= 0), "source by source"
+        for k in range(3):
+            np.testing.assert_array_equal(gi[gs == k], i[s == k])  # the same records, in other rows
+
+
+def test_eight_ranks_of_a_packed_mixture_each_hold_every_share(tmp_path):
+    """Rows of a packed mixture are allocated by the same mixture: each of 8
+    ranks' 32 rows of every step hold 0.7/0.2/0.1 of them within a row."""
+    docs = []
+    for k in range(3):
+        zring.write_ragged(tmp_path / f"d{k}", [np.arange(int(i % 50) + 5, dtype=np.int32) + k
+                                                 for i in range(400)])
+        docs.append(zring.RaggedDataset(tmp_path / f"d{k}"))
+    packed = zring.pack(zring.mix(docs, [0.7, 0.2, 0.1]), 16)
+    share = np.array([0.7, 0.2, 0.1]) * 32
+    with zring.DataLoader(packed, batch_size=256, mode=2, seed=1) as dl:
+        whole = [(next(dl)["tokens"], dl.last_sources.copy()) for _ in range(20)]
+    for rank in range(8):
+        with zring.DataLoader(packed, batch_size=256, mode=2, seed=1, shard=(rank, 8)) as dl:
+            for t in range(20):
+                tokens = next(dl)["tokens"]
+                counts = np.bincount(dl.last_sources, minlength=3)
+                assert np.all(np.abs(counts - share) <= 1), (t, rank, counts)
+                np.testing.assert_array_equal(tokens, whole[t][0][32 * rank:32 * (rank + 1)])
 
 
 def test_bad_mixtures_are_value_errors(sources, tmp_path):

@@ -62,6 +62,8 @@
 //! - [`Mixture`] draws each global batch from several sources with fixed
 //!   weights, exact over the run (largest-remainder rounding of each source's
 //!   share of the rows so far), every source reading its own index stream;
+//!   its rows are interleaved ([`RowOrder`]) so that every shard of a
+//!   power-of-two count holds each source's share of its rows within a row;
 //!   [`MixtureState`] is what a resumed mixture run must find again.
 //! - [`Shard`] names one consumer's contiguous slice of the global batch.
 //! - [`SamplerState`] is what to save; it serialises with serde.
@@ -106,7 +108,7 @@ mod sampler;
 mod shard;
 
 pub use error::Error;
-pub use mixture::{Mixture, MixtureState, STREAM_BLOCK};
+pub use mixture::{Mixture, MixtureState, RowOrder, STREAM_BLOCK};
 pub use sampler::{Mode, Sampler, SamplerState, MAX_BATCH};
 pub use shard::Shard;
 

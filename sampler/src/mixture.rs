@@ -14,7 +14,43 @@
 //! difference. Rounding each batch as well would make a step's composition
 //! depend on the steps before it, where now it is a function of the step
 //! alone (seeking is free, below) and the batches are those of earlier
-//! checkpoints. Rows come source by source (source 0's first).
+//! checkpoints.
+//!
+//! # Each shard holds each source's share
+//!
+//! A step's rows are interleaved, not grouped by source, so that a shard
+//! (a contiguous slice of the global batch) holds each source's share of
+//! its own rows. Lay the step's rows out source by source (source 0's
+//! first): *grouped position* `g`, source `s` at `[G_s, G_s + c_s)`. Write
+//! `g` in the mixed radix of the batch length's prime factors, twos first,
+//! then the odd primes in ascending order (`B = b_1 b_2 ... b_k`, least
+//! significant digit `d_1` in radix `b_1`), and put it at the row whose
+//! digits are the same read the other way round: row
+//! `d_1 (B / b_1) + d_2 (B / (b_1 b_2)) + ... + d_k`. Then, for a shard
+//! count `n = b_1 ... b_i`, shard `j`'s rows are those whose first `i` digits
+//! spell `j`, which are the grouped positions `g` with `g mod n` fixed: an
+//! arithmetic progression of step `n`, of which source `s`'s interval of
+//! `c_s` positions holds `floor(c_s / n)` or `ceil(c_s / n)`. So every
+//! shard's rows of source `s` are its share `c_s m / B` of the shard's `m`
+//! rows rounded down or up, on every step, for every power of two that
+//! divides `B` (8 ranks of 256 rows: 0.7/0.2/0.1 gives every rank 22 or 23,
+//! 6 or 7, and 3 or 4 rows of its 32) and for `2^a` times any prefix of the
+//! odd factors (`2^a` the largest power of two in `B`). Other divisors (3
+//! shards of 384 rows) get looser shares, a shard being a union of such
+//! progressions: up to 3 rows from its share at 384 rows over 3 shards in
+//! the tests. (No order independent of the counts can hold every divisor's
+//! shards to a row: at 12 rows, a shard of 4 rows and one of 3 share 2
+//! rows, where two residue classes, mod 3 and mod 4, share one.) The global
+//! batch and each source's records are those of the grouped order, and a
+//! source's rows take its stream positions in row order, so a shard's rows
+//! of a source are a contiguous stretch of its stream (one read, and a
+//! packed source's tokens in one stretch); counting a source's rows before
+//! a given row takes `O(sum of the radices)` digit operations, so a next
+//! use by a shard costs about what it did.
+//!
+//! Runs saved before the rows were interleaved resume grouped: their
+//! [`MixtureState`] has no `order` and reads as [`RowOrder::Grouped`], and a
+//! loader resuming it keeps that order (the same batches as before).
 //!
 //! Each source reads its own *stream* of indices: a [`Sampler`] in the
 //! mixture's mode over the source's records, seeded from the mixture's seed
@@ -58,20 +94,40 @@ pub const STREAM_BLOCK: u64 = 4096;
 /// looks at for one that lands in the shard's rows.
 const NEXT_USE_TRIES: u32 = 64;
 
+/// How a step's rows are ordered (module docs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum RowOrder {
+    /// Source by source, source 0's first: the order of runs saved before
+    /// rows were interleaved (a [`MixtureState`] without an `order` reads as
+    /// this). A shard then gets whichever sources its slice covers.
+    #[default]
+    Grouped,
+    /// Interleaved by digit reversal, so that each shard holds each
+    /// source's share of its rows: what [`Mixture::new`] builds.
+    Interleaved,
+}
+
 /// What a saved mixture run must find again: the weights (normalised) and
-/// every source's length. Serialised next to a loader's sampler state.
+/// every source's length, and the order its rows came in. Serialised next
+/// to a loader's sampler state.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct MixtureState {
     /// The normalised weights, one per source.
     pub weights: Vec<f64>,
     /// The number of records of each source.
     pub lengths: Vec<u64>,
+    /// The order of each step's rows; [`RowOrder::Grouped`] when absent (a
+    /// state saved before rows were interleaved).
+    #[serde(default)]
+    pub order: RowOrder,
 }
 
 impl MixtureState {
     /// Whether `other` describes the same mixture: equal lengths, weights
     /// equal up to NumPy's `allclose` tolerances (a state written as JSON
-    /// text by another program keeps them only to its printed digits).
+    /// text by another program keeps them only to its printed digits). The
+    /// row order is not compared: a resumed run takes the saved one
+    /// ([`Mixture::with_order`]).
     pub fn matches(&self, other: &MixtureState) -> bool {
         self.lengths == other.lengths
             && self.weights.len() == other.weights.len()
@@ -142,6 +198,10 @@ pub struct Mixture {
     weights: Vec<f64>,
     lengths: Vec<u64>,
     streams: Vec<SourceStream>,
+    order: RowOrder,
+    /// The batch length's prime factors, twos first, then the odd ones
+    /// ascending: the radices of the digit reversal (module docs).
+    radices: Vec<u64>,
 }
 
 /// Where each source's rows of one step are: its first stream position and
@@ -191,7 +251,30 @@ impl Mixture {
             .enumerate()
             .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k)))
             .collect::<Result<_, _>>()?;
-        Ok(Mixture { mode, seed, batch_size, weights, lengths: lengths.to_vec(), streams })
+        let radices = prime_factors(batch_size);
+        Ok(Mixture {
+            mode,
+            seed,
+            batch_size,
+            weights,
+            lengths: lengths.to_vec(),
+            streams,
+            order: RowOrder::Interleaved,
+            radices,
+        })
+    }
+
+    /// The same mixture with its rows in `order`: a run resumed from a
+    /// [`MixtureState`] takes the state's order, so a run saved grouped goes
+    /// on grouped.
+    pub fn with_order(mut self, order: RowOrder) -> Mixture {
+        self.order = order;
+        self
+    }
+
+    /// The order of each step's rows.
+    pub fn order(&self) -> RowOrder {
+        self.order
     }
 
     /// The sampling mode of every source's stream.
@@ -227,7 +310,7 @@ impl Mixture {
 
     /// What a resumed run must find again.
     pub fn state(&self) -> MixtureState {
-        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone() }
+        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone(), order: self.order }
     }
 
     /// The length of `shard`'s slice of each global batch, or
@@ -290,8 +373,8 @@ impl Mixture {
 
     /// Writes `shard`'s rows of the global batch of `step`: `sources[r]` the
     /// source of row `r`, `indices[r]` its record in that source. Both must
-    /// hold exactly [`shard_len`](Mixture::shard_len) entries. Rows come
-    /// source by source.
+    /// hold exactly [`shard_len`](Mixture::shard_len) entries. Rows come in
+    /// the mixture's [`RowOrder`].
     pub fn fill_shard(&self, step: u64, shard: Shard, sources: &mut [u32], indices: &mut [u64]) -> Result<(), Error> {
         self.fill(step, shard, sources, indices, None)
     }
@@ -303,10 +386,14 @@ impl Mixture {
     /// record are tried for one that lands in the shard's rows.
     ///
     /// Each draw tried costs a few allocations of the rows (`O(sources)`
-    /// each): measured 0.8–1.0 ms a step of 1,024 rows over 100 sources, and
-    /// 1.1–1.3 ms for one shard of 8 (128 rows, about 8 draws tried per row),
-    /// against 2–25 µs for the rows alone. A loader asks only while a store
-    /// reads around the page cache, where the step's reads take longer.
+    /// each). Measured (dev build, shared machine): a step of 1,024 rows over
+    /// 100 sources 1.5–2.6 ms whole, 6–7 ms for one shard of 8 (each draw
+    /// lands in the shard's interleaved rows 1 time in 8, where grouped rows
+    /// gave a shard whole sources and a hit at the first try: 0.6–1.4 ms);
+    /// 3 sources, one shard of 8 of 4,096 rows: 4.4–6 ms (0.15 ms grouped);
+    /// against 2–190 µs for the rows alone. A loader asks only while a
+    /// store reads around the page cache, where the step's reads take
+    /// longer.
     pub fn fill_shard_with_next_use(
         &self,
         step: u64,
@@ -324,7 +411,7 @@ impl Mixture {
         shard: Shard,
         sources: &mut [u32],
         indices: &mut [u64],
-        mut next: Option<&mut [Option<u64>]>,
+        next: Option<&mut [Option<u64>]>,
     ) -> Result<(), Error> {
         let (lo, hi) = shard.range(self.batch_len())?;
         for len in [sources.len(), indices.len()].into_iter().chain(next.as_ref().map(|n| n.len())) {
@@ -338,6 +425,29 @@ impl Mixture {
             return Err(Error::BatchTooLarge { batch: u64::MAX, max: MAX_BATCH });
         };
         let (lo, hi) = (lo as u64, hi as u64);
+        match self.order {
+            RowOrder::Grouped => self.fill_grouped(step, &layout, shard, lo..hi, sources, indices, next, &mut order),
+            RowOrder::Interleaved => {
+                self.fill_interleaved(step, &layout, shard, lo..hi, sources, indices, next, &mut order)
+            }
+        }
+        Ok(())
+    }
+
+    /// Rows `rows` of a grouped step: a few runs, one per source.
+    #[allow(clippy::too_many_arguments)]
+    fn fill_grouped(
+        &self,
+        step: u64,
+        layout: &Layout,
+        shard: Shard,
+        rows: std::ops::Range<u64>,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        mut next: Option<&mut [Option<u64>]>,
+        order: &mut Vec<(f64, usize)>,
+    ) {
+        let (lo, hi) = (rows.start, rows.end);
         for k in 0..self.weights.len() {
             let (row, count) = (layout.row[k], layout.count[k]);
             let (a, z) = (row.max(lo), (row + count).min(hi));
@@ -352,11 +462,145 @@ impl Mixture {
             if let Some(next) = next.as_deref_mut() {
                 for (j, o) in span.clone().enumerate() {
                     let at = first + j as u64;
-                    next[o] = self.next_use(k, step, at, indices[o], shard, &mut order);
+                    next[o] = self.next_use(k, step, at, indices[o], shard, order);
                 }
             }
         }
-        Ok(())
+    }
+
+    /// Rows `rows` of an interleaved step: each row's grouped position
+    /// (module docs) names its source; a source's rows take its stream
+    /// positions in row order, so the rows' ranks among the source's rows
+    /// of the step, counted from the first row of the range, name them. A
+    /// contiguous range of rows holds a contiguous range of each source's
+    /// stream, read in one call per source.
+    #[allow(clippy::too_many_arguments)]
+    fn fill_interleaved(
+        &self,
+        step: u64,
+        layout: &Layout,
+        shard: Shard,
+        rows: std::ops::Range<u64>,
+        sources: &mut [u32],
+        indices: &mut [u64],
+        mut next: Option<&mut [Option<u64>]>,
+        order: &mut Vec<(f64, usize)>,
+    ) {
+        let s = self.weights.len();
+        let before: Vec<u64> = (0..s).map(|k| self.rows_of_source_before(layout, k, rows.start)).collect();
+        let mut taken = vec![0u64; s];
+        for (o, r) in rows.clone().enumerate() {
+            let g = self.grouped_position(r);
+            // The last source starting at or before g holds it: sources with
+            // no rows this step start where the next one does.
+            let k = layout.row.partition_point(|&at| at <= g) - 1;
+            // Lossless: at most 2^32 sources fit in memory as weights.
+            sources[o] = k as u32;
+            indices[o] = taken[k];
+            taken[k] += 1;
+        }
+        // Each source's stretch of its stream, one after another in `read`.
+        let mut at = Vec::with_capacity(s);
+        let mut total = 0;
+        for &n in &taken {
+            at.push(total);
+            // Lossless: at most the rows of the range, a usize.
+            total += n as usize;
+        }
+        let mut read = vec![0; total];
+        for k in 0..s {
+            if taken[k] > 0 {
+                self.streams[k].fill(layout.start[k] + before[k], &mut read[at[k]..at[k] + taken[k] as usize]);
+            }
+        }
+        for (o, (&k, x)) in sources.iter().zip(indices.iter_mut()).enumerate() {
+            let k = k as usize;
+            let rank = *x;
+            *x = read[at[k] + rank as usize];
+            if let Some(next) = next.as_deref_mut() {
+                next[o] = self.next_use(k, step, layout.start[k] + before[k] + rank, *x, shard, order);
+            }
+        }
+    }
+
+    /// How many of source `k`'s rows of the step laid out by `layout` lie
+    /// in rows `0 .. r`.
+    fn rows_of_source_before(&self, layout: &Layout, k: usize, r: u64) -> u64 {
+        let g = layout.row[k];
+        self.grouped_below_in_rows_below(g + layout.count[k], r) - self.grouped_below_in_rows_below(g, r)
+    }
+
+    /// How many grouped positions `g < b` sit in rows below `r`. Interleaved,
+    /// row `row_of(g)` compares with `r` digit by digit, `g`'s least
+    /// significant digit against `r`'s most significant: `g` is below when,
+    /// for some `i`, its first `i - 1` digits are `r`'s and its `i`-th is
+    /// smaller, which fixes `g mod (b_1 ... b_i)` to one of `r_i` residues,
+    /// each counted in closed form. `O(sum of the radices)`.
+    fn grouped_below_in_rows_below(&self, b: u64, r: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => b.min(r),
+            RowOrder::Interleaved => {
+                if r >= self.batch_size {
+                    return b;
+                }
+                // Positions below b congruent to w modulo m.
+                let congruent = |w: u64, m: u64| if w >= b { 0 } else { (b - w - 1) / m + 1 };
+                let (mut count, mut fixed, mut modulus, mut scale, mut rest) = (0, 0, 1, self.batch_size, r);
+                for &radix in &self.radices {
+                    scale /= radix;
+                    let digit = rest / scale;
+                    rest %= scale;
+                    let next = modulus * radix;
+                    for t in 0..digit {
+                        count += congruent(fixed + modulus * t, next);
+                    }
+                    fixed += modulus * digit;
+                    modulus = next;
+                }
+                count
+            }
+        }
+    }
+
+    /// The row of grouped position `g` (module docs): `g` itself when
+    /// grouped, else `g`'s digits reversed. The fill counts rows instead
+    /// ([`Mixture::grouped_below_in_rows_below`]); tests check the two agree.
+    #[cfg(test)]
+    fn row_of(&self, g: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => g,
+            RowOrder::Interleaved => {
+                let (mut x, mut r) = (g, 0);
+                for &b in &self.radices {
+                    r = r * b + x % b;
+                    x /= b;
+                }
+                r
+            }
+        }
+    }
+
+    /// The grouped position of row `r`, the inverse of [`Mixture::row_of`].
+    fn grouped_position(&self, r: u64) -> u64 {
+        match self.order {
+            RowOrder::Grouped => r,
+            RowOrder::Interleaved => {
+                // B = 2^a q, q odd: the twos are the radices of the first a
+                // digits, so row r = bitreverse_a(g mod 2^a) q + (the odd
+                // digits of g / 2^a, reversed); undone here with one bit
+                // reversal and a loop over the odd radices only.
+                let twos = self.radices.iter().take_while(|&&b| b == 2).count() as u32;
+                let odd = self.batch_size >> twos;
+                let (high, low) = (r / odd, r % odd);
+                let bits = if twos == 0 { 0 } else { high.reverse_bits() >> (64 - twos) };
+                let (mut x, mut rest) = (low, 0);
+                for &b in self.radices[twos as usize..].iter().rev() {
+                    rest = rest * b + x % b;
+                    x /= b;
+                }
+                bits | (rest << twos)
+            }
+        }
     }
 
     /// The first step after `step` (which draws position `p` of source `k`'s
@@ -382,8 +626,11 @@ impl Mixture {
                 return Some(t);
             }
             let layout = self.layout(t, order)?;
-            let row = layout.row[k] + (q - layout.start[k]);
-            if (lo as u64..hi as u64).contains(&row) {
+            // The source's rows of `shard` hold its positions from this many
+            // of its rows of the step on (rows in stream order).
+            let (from, to) =
+                (self.rows_of_source_before(&layout, k, lo as u64), self.rows_of_source_before(&layout, k, hi as u64));
+            if (from..to).contains(&(q - layout.start[k])) {
                 return Some(t);
             }
         }
@@ -406,6 +653,24 @@ impl Mixture {
         }
         Some(t)
     }
+}
+
+/// The prime factors of `n` in ascending order, with multiplicity (empty
+/// for 1). Trial division: `n <= MAX_BATCH`, so at most 2^16 divisors tried.
+fn prime_factors(mut n: u64) -> Vec<u64> {
+    let mut out = Vec::new();
+    let mut p = 2;
+    while p * p <= n {
+        while n.is_multiple_of(p) {
+            out.push(p);
+            n /= p;
+        }
+        p += 1;
+    }
+    if n > 1 {
+        out.push(n);
+    }
+    out
 }
 
 /// Source `k`'s seed: `(seed * 1_000_003 + k) mod 2^62`.
@@ -528,7 +793,170 @@ mod tests {
                 total[k] += counts[k];
                 assert!((total[k] as f64 - share * (t + 1) as f64).abs() < 1.0, "remainders carry over");
             }
-            assert!(src.windows(2).all(|w| w[0] <= w[1]), "rows come source by source");
+            // Grouped, the same records come source by source, each source's
+            // in the same (stream) order.
+            let grouped = m.clone().with_order(RowOrder::Grouped);
+            let (mut gsrc, mut gidx) = (vec![0; 24], vec![0; 24]);
+            grouped.fill_shard(t, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
+            assert!(gsrc.windows(2).all(|w| w[0] <= w[1]), "grouped rows come source by source");
+            for k in 0..3u32 {
+                let of = |s: &[u32], i: &[u64]| {
+                    s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect::<Vec<_>>()
+                };
+                assert_eq!(of(&src, &idx), of(&gsrc, &gidx), "step {t} source {k}");
+            }
+        }
+    }
+
+    /// Counts of each source in `shard`'s rows of `step`.
+    fn shard_counts(m: &Mixture, step: u64, shard: Shard) -> Vec<u64> {
+        let per = m.shard_len(shard).unwrap();
+        let (mut s, mut i) = (vec![0; per], vec![0; per]);
+        m.fill_shard(step, shard, &mut s, &mut i).unwrap();
+        let mut counts = vec![0; m.weights().len()];
+        for k in s {
+            counts[k as usize] += 1;
+        }
+        counts
+    }
+
+    /// The bug: at 256 rows over 8 ranks, a grouped 0.7/0.2/0.1 mixture gave
+    /// rank 0 only source 0 on every step and rank 7 `[0, 6, 26]`, so each
+    /// rank's loss saw another distribution. Interleaved, every rank's step
+    /// holds each source's share of its 32 rows (22.4, 6.4, 3.2) within a row,
+    /// on every step.
+    #[test]
+    fn eight_ranks_of_256_rows_each_hold_every_share_within_a_row() {
+        let weights = [0.7, 0.2, 0.1];
+        let m = Mixture::new(Mode::Cyclic, &[1_000_000, 500_000, 200_000], &weights, 256, 11).unwrap();
+        let mut seen = [[0u64; 33]; 3];
+        for t in 0..2000 {
+            let global = shard_counts(&m, t, Shard::ALL);
+            for rank in 0..8 {
+                let counts = shard_counts(&m, t, Shard::new(rank, 8).unwrap());
+                for k in 0..3 {
+                    let share = weights[k] * 32.0;
+                    let c = counts[k] as f64;
+                    assert!((c - share).abs() <= 1.0, "step {t} rank {rank} source {k}: {c} rows for {share}");
+                    // And the share of the step's own rows, rounded down or up.
+                    let exact = global[k] as f64 / 8.0;
+                    assert!(c == exact.floor() || c == exact.ceil(), "step {t} rank {rank} source {k}");
+                    seen[k][counts[k] as usize] += 1;
+                }
+            }
+        }
+        assert!(seen[0][22] > 0 && seen[0][23] > 0 && seen[2][3] > 0 && seen[2][4] > 0, "{seen:?}");
+        // Grouped, as runs saved before interleaving resume: rank 0 all source 0.
+        let grouped = m.clone().with_order(RowOrder::Grouped);
+        assert_eq!(shard_counts(&grouped, 0, Shard::new(0, 8).unwrap()), vec![32, 0, 0]);
+    }
+
+    #[test]
+    fn digit_reversal_is_a_bijection_and_its_inverse() {
+        for b in [1u64, 2, 12, 24, 97, 256, 360, 384, 1000] {
+            let m = Mixture::new(Mode::Iid, &[10], &[1.0], b, 0).unwrap();
+            let mut hit = vec![false; b as usize];
+            for g in 0..b {
+                let r = m.row_of(g);
+                assert!(r < b && !hit[r as usize], "batch {b}: {g} -> {r}");
+                hit[r as usize] = true;
+                assert_eq!(m.grouped_position(r), g);
+            }
+        }
+        assert_eq!(prime_factors(360), vec![2, 2, 2, 3, 3, 5]);
+        // Counting rows below r agrees with reversing every position.
+        for b in [12u64, 256, 360, 97] {
+            let m = Mixture::new(Mode::Iid, &[10], &[1.0], b, 0).unwrap();
+            for end in 0..=b {
+                for r in 0..=b {
+                    let want = (0..end).filter(|&g| m.row_of(g) < r).count() as u64;
+                    assert_eq!(m.grouped_below_in_rows_below(end, r), want, "batch {b}, g < {end}, rows < {r}");
+                }
+            }
+        }
+        assert_eq!(prime_factors(1), Vec::<u64>::new());
+        assert_eq!(prime_factors(4_294_967_291), vec![4_294_967_291]);
+    }
+
+    /// A saved state without `order` (written before rows were interleaved)
+    /// reads as grouped; a new one says interleaved.
+    #[test]
+    fn states_name_their_order_and_old_ones_read_grouped() {
+        let old: MixtureState = serde_json::from_str(r#"{"weights": [0.5, 0.5], "lengths": [3, 4]}"#).unwrap();
+        assert_eq!(old.order, RowOrder::Grouped);
+        let m = Mixture::new(Mode::Iid, &[3, 4], &[1.0, 1.0], 8, 0).unwrap();
+        let json = serde_json::to_string(&m.state()).unwrap();
+        assert!(json.contains(r#""order":"Interleaved""#), "{json}");
+        assert!(old.matches(&m.state()), "the order is not part of what must match");
+    }
+
+    /// The shard counts whose shards are residue classes of the grouped
+    /// positions: prefix products of the radices.
+    fn chain(m: &Mixture) -> Vec<u64> {
+        let mut out = vec![1];
+        for &b in &m.radices {
+            out.push(out.last().unwrap() * b);
+        }
+        out
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(200))]
+
+        /// For random weights, batch lengths and steps: the global batch holds
+        /// the grouped batch's rows (the same counts and, per source, the same
+        /// records in the same order); shards of every divisor tile it; and
+        /// every shard count in the radices' chain, which is every power of
+        /// two dividing the batch, gives each shard each source's share of its
+        /// rows rounded down or up.
+        #[test]
+        fn every_chain_shard_holds_each_share_rounded(
+            raw in proptest::collection::vec(1u32..1000, 1..7),
+            batch_factor in 1u64..40,
+            twos in 0u32..7,
+            step in 0u64..1_000_000,
+        ) {
+            let batch = batch_factor << twos;
+            let weights: Vec<f64> = raw.iter().map(|&w| f64::from(w)).collect();
+            let lengths = vec![1000u64; weights.len()];
+            let Ok(m) = Mixture::new(Mode::Iid, &lengths, &weights, batch, 7) else {
+                return Ok(()); // a source under one row per batch
+            };
+            let b = batch as usize;
+            let (mut src, mut idx) = (vec![0; b], vec![0; b]);
+            m.fill_shard(step, Shard::ALL, &mut src, &mut idx).unwrap();
+            let grouped = m.clone().with_order(RowOrder::Grouped);
+            let (mut gsrc, mut gidx) = (vec![0; b], vec![0; b]);
+            grouped.fill_shard(step, Shard::ALL, &mut gsrc, &mut gidx).unwrap();
+            let global = shard_counts(&grouped, step, Shard::ALL);
+            for k in 0..weights.len() as u32 {
+                let of = |s: &[u32], i: &[u64]| s.iter().zip(i).filter(|(&x, _)| x == k).map(|(_, &i)| i).collect::<Vec<_>>();
+                proptest::prop_assert_eq!(of(&src, &idx), of(&gsrc, &gidx));
+            }
+            let chain = chain(&m);
+            for n in (1..=batch).filter(|n| batch % n == 0) {
+                let per = b / n as usize;
+                for j in 0..n as u32 {
+                    let shard = Shard::new(j, n as u32).unwrap();
+                    let (mut s, mut i) = (vec![0; per], vec![0; per]);
+                    m.fill_shard(step, shard, &mut s, &mut i).unwrap();
+                    let at = j as usize * per;
+                    proptest::prop_assert_eq!(&s[..], &src[at..at + per]);
+                    proptest::prop_assert_eq!(&i[..], &idx[at..at + per]);
+                    if chain.contains(&n) {
+                        let counts = shard_counts(&m, step, shard);
+                        for k in 0..weights.len() {
+                            let exact = global[k] as f64 / n as f64;
+                            let c = counts[k] as f64;
+                            proptest::prop_assert!(
+                                c == exact.floor() || c == exact.ceil(),
+                                "batch {} shard {}/{} source {}: {} rows for {}", batch, j, n, k, c, exact
+                            );
+                        }
+                    }
+                }
+            }
+            proptest::prop_assert!(chain.contains(&(1u64 << batch.trailing_zeros())));
         }
     }
 

@@ -49,6 +49,10 @@ What each source becomes:
   ``DST/<extension>.zr`` (a :class:`RaggedDataset` of uint8), record ``i`` of
   every store belonging to sample ``i``; the keys are kept in each store's
   names. A sample lacking an extension others have is an error naming it.
+* A Megatron-LM indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``, named by
+  its prefix or either file): one record per document in ``DST``, a
+  :class:`RaggedDataset` of the token dtype, byte for byte
+  (:mod:`zring._megatron`).
 * A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
   (:func:`zring.import_loaderx`), as before.
 
@@ -70,7 +74,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import _schema
+from . import _megatron, _schema
 from ._zrecord import WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
@@ -747,7 +751,7 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
 # --------------------------------------------------------------------------
 
 #: The kinds of source :func:`convert` reads.
-KINDS = ("parquet", "arrow", "folder", "tar", "npy", "loaderx")
+KINDS = ("parquet", "arrow", "folder", "tar", "npy", "loaderx", "megatron")
 
 
 def _hf_folders(src: Path) -> list[Path]:
@@ -762,6 +766,11 @@ def _hf_folders(src: Path) -> list[Path]:
 
 
 def _kind(src: Path) -> str:
+    if _megatron.paths(src) is not None:
+        return "megatron"
+    half = _megatron.describe(src)
+    if half:
+        raise ValueError(half)
     if src.is_file():
         suffix = src.suffix.lower()
         if suffix == ".npy":
@@ -815,10 +824,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         src: A ``.parquet`` file or a directory of them, a HuggingFace
             ``save_to_disk`` folder or ``.arrow`` (Arrow IPC) files, a folder
             of files, a ``.tar`` shard or a directory of them, a ``.npy``
-            file, or a loaderx store. ``kind`` overrides the guess
-            (``"parquet"``, ``"arrow"``, ``"folder"``, ``"tar"``, ``"npy"``,
-            ``"loaderx"``).
-        dst: The store (``.npy``, loaderx, folder) or the directory of stores
+            file, a loaderx store, or a Megatron-LM indexed dataset (its
+            prefix, or its ``.idx`` or ``.bin`` file). ``kind`` overrides the
+            guess (``"parquet"``, ``"arrow"``, ``"folder"``, ``"tar"``,
+            ``"npy"``, ``"loaderx"``, ``"megatron"``).
+        dst: The store (``.npy``, loaderx, folder, Megatron) or the directory of stores
             (Parquet and Arrow: one per column; tar: one per extension) to
             create.
         columns: Parquet or Arrow columns to convert (default: all).
@@ -867,4 +877,6 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress)
         if kind == "folder":
             return _convert_folder(src, where, extensions, codec, int(block_bytes), progress)
+        if kind == "megatron":
+            return _megatron.convert(src, where, codec, int(block_bytes), progress, _Sink, _progress)
         return _convert_tar(src, where, codec, int(block_bytes), progress)

@@ -17,10 +17,18 @@ Each source draws from its own stream of indices in the loader's mode (a
 sampler seeded from the loader's seed and the source's position): its rows
 at step ``t`` are the next positions of that stream, so in cyclic mode each
 source covers its records once per its own cycle, whatever the other sources
-do. Rows of a batch come source by source (source 0's first);
-``last_sources`` and ``last_indices`` say which source and record each row
-is. ``shard=(k, n)`` delivers rows ``k * B / n`` up to ``(k + 1) * B / n`` of
-every global batch, and reads only those.
+do. Rows of a batch are interleaved so that every shard holds each source's
+share of its own rows: ``shard=(k, n)`` delivers rows ``k * B / n`` up to
+``(k + 1) * B / n`` of every global batch (and reads only those), and for
+every ``n`` that is a power of two dividing ``B`` (more precisely, a prefix
+product of ``B``'s prime factors taken twos first) each source's rows in
+each shard are its share ``c_s / n`` of the shard's ``B / n`` rows (``c_s`` its rows
+of the global batch) rounded down or up: at 256 rows over 8 ranks, a
+0.7/0.2/0.1 mixture gives every rank 22 or 23, 6 or 7, and 3 or 4 of its 32
+rows on every step. ``last_sources`` and ``last_indices`` say which source
+and record each row is. A state saved before rows were interleaved (its
+``"mixture"`` has no ``"order"``) resumes with its rows grouped source by
+source, as they were saved.
 
 The plan of each step and the gathers run in the Rust loader
 (``zring_sampler::Mixture``, ``zring_loader::Loader::new_mixture``): on its

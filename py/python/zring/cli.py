@@ -205,7 +205,9 @@ def _parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
-                                       "WebDataset tar shards (one store per extension) into zring stores")
+                                       "WebDataset tar shards (one store per extension), or a Megatron-LM .bin/.idx "
+                                       "dataset (SRC its prefix or either file; one record per document) into zring "
+                                       "stores")
     s.add_argument("src")
     s.add_argument("dst")
     s.add_argument("--codec", default="zstd", choices=("zstd", "raw"))

@@ -12,7 +12,9 @@ Overview
 * :func:`global_loader` builds, in every process of a multi-process JAX
   run, global :class:`jax.Array` batches laid out by a
   :class:`jax.sharding.Sharding`; each process reads only the rows its own
-  devices hold.
+  devices hold. It reads a dict of fixed-shape Datasets, a
+  :func:`zring.mix` mixture of them, or a :func:`zring.pack` packed source
+  (global ``tokens``, ``segment_ids`` and ``positions`` arrays).
 * :func:`process_rows` is the planning step on its own: which rows of the
   global batch a set of devices needs.
 * Checkpoints: :meth:`DevicePrefetch.state` and :meth:`GlobalLoader.state`
@@ -115,7 +117,23 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
     return out
 
 
-def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset], sampler_state: Mapping[str, Any]) -> dict[str, Any]:
+def _is_packed(streams: Any) -> bool:
+    """Whether ``streams`` is a :func:`zring.pack` packed source: not a
+    stream dict nor a mixture, and rows of ``seq_len`` tokens."""
+    return not isinstance(streams, (Mapping, Mixture)) and hasattr(streams, "seq_len")
+
+
+#: The arrays of a packed source's batch.
+PACKED_KEYS = ("tokens", "segment_ids", "positions")
+
+
+def _packed_keys(streams: Any) -> tuple[str, ...]:
+    return tuple(getattr(streams, "names", PACKED_KEYS))
+
+
+def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | Any,
+                     sampler_state: Mapping[str, Any],
+                     loader_state: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The checkpoint dict for ``streams`` at the sampler state ``sampler_state``.
 
     ``sampler_state`` is a :meth:`zring.Sampler.state` dict (or the
@@ -126,21 +144,42 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset], sampler_sta
          "global_batch_size": 64, "length": 20000,
          "fingerprint": {"x": {"records": 20000, "sha256": "..."}, ...}}
 
+    A mixture's adds ``"mixture"``: its weights, source lengths and row
+    order (``"Interleaved"`` for a new run; a run resumed from a state saved
+    before rows were interleaved goes on ``"Grouped"``, as the
+    ``loader_state`` it came from says). A packed source's adds
+    ``"loader"``: the :meth:`zring.DataLoader.state` (``loader_state``,
+    without its shard) at ``sampler_state``'s step, which the loader checks
+    itself on resume, and its ``"fingerprint"`` is the loader's.
+
     It holds no shard and no process count: every process of a run saves
     the same dict, and it resumes on any shard count dividing the batch.
     """
     mode = sampler_state["mode"]
-    extra = {}
+    extra: dict[str, Any] = {}
+    if _is_packed(streams):
+        if loader_state is None:
+            raise TypeError("a packed source's checkpoint needs the DataLoader's state (loader_state=)")
+        saved = {k: v for k, v in loader_state.items() if k != "shard"}
+        saved["sampler"] = dict(sampler_state)
+        extra["loader"] = saved
+        fp: Any = dict(loader_state.get("fingerprints", {}))
+    else:
+        fp = fingerprint(streams)
     if isinstance(streams, Mixture):
-        extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths)}
+        order = "Interleaved"
+        if loader_state is not None and isinstance(loader_state.get("mixture"), Mapping):
+            order = loader_state["mixture"].get("order", "Grouped")
+        extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths),
+                            "order": order}
     return {
         "format": STATE_FORMAT,
         "mode": _MODE_NUMBERS[mode] if isinstance(mode, str) else int(mode),
         "seed": int(sampler_state["seed"]),
         "step": int(sampler_state["step"]),
         "global_batch_size": int(sampler_state["batch_size"]),
-        "length": int(sampler_state["length"]),
-        "fingerprint": fingerprint(streams),
+        "length": int(sampler_state.get("length", 0)),
+        "fingerprint": fp,
         **extra,
     }
 
@@ -158,6 +197,13 @@ def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> 
         raise StateMismatchError(f"not a zring.jax loader state: missing {missing}{hint}")
     if state["format"] != STATE_FORMAT:
         raise StateMismatchError(f"loader state format {state['format']!r} is not supported (expected {STATE_FORMAT})")
+    if _is_packed(streams):
+        # The loader checks its own state (fingerprints, lengths) on resume.
+        if not isinstance(state.get("loader"), Mapping):
+            raise StateMismatchError("the checkpoint was not saved from a packed source (it has no 'loader' state)")
+        return dict(state)
+    if "loader" in state:
+        raise StateMismatchError("the checkpoint was saved from a packed source; resume it over zring.pack(...)")
     have = fingerprint(streams)
     saved = dict(state["fingerprint"])
     if have != saved:
@@ -188,6 +234,8 @@ def _sampler_state(state: Mapping[str, Any]) -> dict[str, Any]:
 def _loader_state(state: Mapping[str, Any], shard: tuple[int, int] | None) -> dict[str, Any]:
     """A :meth:`zring.DataLoader.state` dict that resumes the checkpoint ``state``."""
     index, count = shard if shard is not None else (0, 1)
+    if "loader" in state:
+        return {**state["loader"], "shard": {"index": int(index), "count": int(count)}}
     out = {"sampler": _sampler_state(state), "shard": {"index": int(index), "count": int(count)}}
     if "mixture" in state:
         out["mixture"] = state["mixture"]
@@ -269,10 +317,11 @@ class DevicePrefetch:
         """
         if not (hasattr(self.loader, "state") and hasattr(self.loader, "streams")):
             raise TypeError(f"state() needs a zring.DataLoader underneath, not a {type(self.loader).__name__}")
-        sampler = dict(self.loader.state()["sampler"])
+        full = self.loader.state()
+        sampler = dict(full["sampler"])
         if self._queue and self._queue[0][0] is not None:
             sampler["step"] = int(self._queue[0][0])
-        return checkpoint_state(self.loader.streams, sampler)
+        return checkpoint_state(self.loader.streams, sampler, full)
 
     def close(self) -> None:
         """Drop the batches held ahead and close the loader (if it has ``close``)."""
@@ -370,17 +419,32 @@ def process_rows(sharding: Any, global_shape: Sequence[int], devices: Iterable[A
 
 def _stream_shape(ds: Dataset | RaggedDataset) -> tuple[int, ...]:
     if isinstance(ds, RaggedDataset):
-        raise TypeError(f"global_loader reads fixed-shape Dataset streams; {ds.path} is ragged (pad it first)")
+        raise TypeError(f"global_loader reads fixed-shape Dataset streams; {ds.path} is ragged: pack its "
+                        f"documents into rows (zring.pack(ds, seq_len)) or pad it first")
     if not isinstance(ds, Dataset):
         raise TypeError(f"streams must be zring Dataset objects, got {type(ds).__name__}")
     return ds.shape
+
+
+def _item_shapes(streams: Any) -> dict[str, tuple[int, ...]]:
+    """Each batch array's shape after the batch axis."""
+    if _is_packed(streams):
+        return {k: (int(streams.seq_len),) for k in _packed_keys(streams)}
+    if isinstance(streams, Mixture):
+        return {n: _stream_shape(streams.sources[0][n]) for n in streams.names}
+    if not isinstance(streams, Mapping):
+        raise TypeError(f"global_loader reads a dict of zring Datasets, a zring.mix(...) mixture or a "
+                        f"zring.pack(...) packed source; got a {type(streams).__name__}")
+    return {n: _stream_shape(ds) for n, ds in streams.items()}
 
 
 class GlobalLoader:
     """Iterator of global batches for one process of a (multi-process) JAX run.
 
     Yields ``{name: jax.Array}`` with shape ``(global_batch_size, *shape)``
-    and the stream's sharding. Build it with :func:`global_loader`.
+    and the stream's sharding (a packed source's names are ``tokens``,
+    ``segment_ids`` and ``positions``, each ``(global_batch_size,
+    seq_len)``). Build it with :func:`global_loader`.
 
     Attributes:
         plans: ``{name: RowPlan}`` for this process.
@@ -390,12 +454,14 @@ class GlobalLoader:
             step reads the whole global batch and keeps ``plan.positions``.
     """
 
-    def __init__(self, streams: Mapping[str, Dataset], global_batch_size: int, sharding: Any, *,
+    def __init__(self, streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                  mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                  process_index: int | None = None, process_count: int | None = None,
                  prefetch: int = 2, **loader_kwargs: Any):
-        self.streams = dict(streams)
-        if not self.streams:
+        packed = _is_packed(streams)
+        item_shapes = _item_shapes(streams)
+        self.streams = streams if packed or isinstance(streams, Mixture) else dict(streams)
+        if not item_shapes:
             raise ValueError("need at least one stream")
         self.process_index = jax.process_index() if process_index is None else int(process_index)
         self.process_count = jax.process_count() if process_count is None else int(process_count)
@@ -413,9 +479,12 @@ class GlobalLoader:
         B = int(global_batch_size)
         if B < 1:
             raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
-        length = len(next(iter(self.streams.values())))
-        if length < B:
-            raise ValueError(f"the streams hold {length} records, fewer than one global batch of {B}")
+        if isinstance(self.streams, Mapping):
+            length = len(next(iter(self.streams.values())))
+            if length < B:
+                raise ValueError(f"the streams hold {length} records, fewer than one global batch of {B}")
+        elif isinstance(self.streams, Mixture):
+            length = sum(self.streams.lengths)
         if state is not None:
             state = _check_state(state, self.streams)
             if int(state["global_batch_size"]) != B:
@@ -424,14 +493,14 @@ class GlobalLoader:
             for key, given in (("mode", mode), ("seed", seed)):
                 if given is not None and int(given) != int(state[key]):
                     raise StateMismatchError(f"the checkpoint has {key}={state[key]}, this run asks for {key}={given}")
-        else:
+        elif not packed:
             sampler = Sampler(length, B, 1 if mode is None else int(mode), 42 if seed is None else int(seed)).state()
             state = checkpoint_state(self.streams, sampler)
         self.global_batch_size = B
-        self.shardings = ({n: sharding[n] for n in self.streams} if isinstance(sharding, Mapping)
-                          else {n: sharding for n in self.streams})
-        self.global_shapes = {n: (B, *_stream_shape(ds)) for n, ds in self.streams.items()}
-        self.plans = {n: process_rows(self.shardings[n], self.global_shapes[n]) for n in self.streams}
+        self.shardings = ({n: sharding[n] for n in item_shapes} if isinstance(sharding, Mapping)
+                          else {n: sharding for n in item_shapes})
+        self.global_shapes = {n: (B, *shape) for n, shape in item_shapes.items()}
+        self.plans = {n: process_rows(self.shardings[n], self.global_shapes[n]) for n in item_shapes}
         if any(len(p) == 0 for p in self.plans.values()):
             raise ValueError(f"process {self.process_index} holds no device of the sharding; "
                              "only processes in the mesh take part in global_loader")
@@ -444,7 +513,12 @@ class GlobalLoader:
         delivered = B if self.full_batch else len(self.plan)
         self._take = {n: (None if np.array_equal(p.positions, np.arange(first, first + delivered))
                           else p.positions - first) for n, p in self.plans.items()}
-        self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
+        if state is None:
+            # A new packed run: the loader's own defaults for what is not given.
+            self.loader = DataLoader(self.streams, batch_size=B, mode=1 if mode is None else int(mode),
+                                     seed=42 if seed is None else int(seed), shard=shard, **loader_kwargs)
+        else:
+            self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
 
     def _build(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -465,6 +539,12 @@ class GlobalLoader:
     def last_indices(self) -> np.ndarray | None:
         """Record indices the underlying loader last read (may run ahead of the consumer)."""
         return self.loader.last_indices
+
+    @property
+    def last_sources(self) -> np.ndarray | None:
+        """A mixture's source of each row the underlying loader last read (may
+        run ahead of the consumer), else None."""
+        return getattr(self.loader, "last_sources", None)
 
     def state(self) -> dict[str, Any]:
         """Checkpoint dict at the consumer's position; the same in every process."""
@@ -523,7 +603,7 @@ def _keep(batch: Any, sharding: Any) -> Any:
     return batch
 
 
-def global_loader(streams: Mapping[str, Dataset], global_batch_size: int, sharding: Any, *,
+def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                   mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                   process_index: int | None = None, process_count: int | None = None,
                   prefetch: int = 2, **loader_kwargs: Any) -> GlobalLoader:
@@ -538,6 +618,16 @@ def global_loader(streams: Mapping[str, Dataset], global_batch_size: int, shardi
     ``zring.Sampler(len, global_batch_size, mode, seed).batch(k)`` in order,
     whatever the number of processes.
 
+    ``streams`` may also be a :func:`zring.mix` mixture: the global batch is
+    the one ``zring.DataLoader(mixture, batch_size=global_batch_size)``
+    delivers, whose rows are interleaved so that every process's rows hold
+    each source's share (within a row, for process counts that are powers
+    of two dividing the batch; see :mod:`zring._mix`); or a
+    :func:`zring.pack` packed source: the global arrays are its
+    ``tokens``, ``segment_ids`` and ``positions``, each
+    ``(global_batch_size, seq_len)``, and the checkpoint carries the
+    packed loader's own state.
+
     How rows are read: :func:`process_rows` lists the row blocks this
     process's devices hold (``sharding.addressable_devices_indices_map``).
     When they form one contiguous range that is a shard of the global batch
@@ -549,7 +639,8 @@ def global_loader(streams: Mapping[str, Dataset], global_batch_size: int, shardi
     over several processes are read by each of them (identically).
 
     Args:
-        streams: Fixed-shape zring Datasets of one length.
+        streams: Fixed-shape zring Datasets of one length, a mixture of
+            such dicts, or a packed source.
         global_batch_size: Rows per step across all processes.
         sharding: A Sharding, or ``{name: Sharding}``.
         mode, seed: Sampler mode and seed (defaults 1 and 42, or the

@@ -5,7 +5,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 import numpy as np
 import numpy.typing as npt
 
-from . import DataLoader, Dataset, RaggedDataset
+from . import DataLoader, Dataset, Mixture, RaggedDataset
 
 STATE_FORMAT: int
 
@@ -15,13 +15,18 @@ class StateMismatchError(ValueError):
 def fingerprint(streams: Mapping[str, Union[Dataset, RaggedDataset]]) -> dict[str, Any]:
     """Record count and schema hash of each stream."""
 
+PACKED_KEYS: tuple[str, ...]
+
 def checkpoint_state(
-    streams: Mapping[str, Union[Dataset, RaggedDataset]], sampler_state: Mapping[str, Any]
+    streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Any],
+    sampler_state: Mapping[str, Any],
+    loader_state: Optional[Mapping[str, Any]] = None,
 ) -> dict[str, Any]:
-    """The JSON-able checkpoint dict for a sampler state."""
+    """The JSON-able checkpoint dict for a sampler state (a mixture's with its
+    row order; a packed source's with the DataLoader's own state)."""
 
 def restore_loader(
-    streams: Mapping[str, Union[Dataset, RaggedDataset]],
+    streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Any],
     state: Mapping[str, Any],
     *,
     shard: Optional[tuple[int, int]] = None,
@@ -72,7 +77,7 @@ def process_rows(sharding: Any, global_shape: Sequence[int], devices: Optional[I
 class GlobalLoader:
     """Iterator of global batches for one process of a JAX run."""
 
-    streams: dict[str, Dataset]
+    streams: Union[dict[str, Dataset], Mixture, Any]
     process_index: int
     process_count: int
     global_batch_size: int
@@ -84,7 +89,7 @@ class GlobalLoader:
     loader: DataLoader
     def __init__(
         self,
-        streams: Mapping[str, Dataset],
+        streams: Union[Mapping[str, Dataset], Mixture, Any],
         global_batch_size: int,
         sharding: Any,
         *,
@@ -100,6 +105,8 @@ class GlobalLoader:
     def __next__(self) -> dict[str, Any]: ...
     @property
     def last_indices(self) -> Optional[npt.NDArray[np.uint64]]: ...
+    @property
+    def last_sources(self) -> Optional[npt.NDArray[np.uint32]]: ...
     def state(self) -> dict[str, Any]:
         """Checkpoint dict at the consumer's position."""
     def close(self) -> None:
@@ -108,7 +115,7 @@ class GlobalLoader:
     def __exit__(self, *exc: object) -> None: ...
 
 def global_loader(
-    streams: Mapping[str, Dataset],
+    streams: Union[Mapping[str, Dataset], Mixture, Any],
     global_batch_size: int,
     sharding: Any,
     *,
@@ -120,4 +127,5 @@ def global_loader(
     prefetch: int = 2,
     **loader_kwargs: Any,
 ) -> GlobalLoader:
-    """Global jax.Array batches for this process of a multi-process run."""
+    """Global jax.Array batches for this process of a multi-process run, over
+    stream dicts, zring.mix mixtures or zring.pack packed sources."""

@@ -1,0 +1,162 @@
+"""Where token corpora live: Megatron-LM indexed datasets (.bin + .idx) and
+HuggingFace tokenized Parquet convert into ragged token stores exactly, one
+record per document, in the corpus's own dtype."""
+
+import struct
+
+import numpy as np
+import pytest
+
+import zring
+from zring import cli
+
+HEADER = b"MMIDIDX\x00\x00"
+CODES = {np.uint8: 1, np.int8: 2, np.int16: 3, np.int32: 4, np.int64: 5, np.float64: 6, np.float32: 7,
+         np.uint16: 8}
+
+
+def write_megatron(prefix, documents, dtype, *, gap=0, modes=False):
+    """A dataset written from the format's description (zring._megatron's
+    docs), independently of megatron-core: `documents` is a list of lists of
+    sequences; `gap` bytes of junk between sequences exercise pointers that
+    are not back to back."""
+    dtype = np.dtype(dtype)
+    lengths, pointers, doc_index = [], [], [0]
+    with open(f"{prefix}.bin", "wb") as f:
+        for doc in documents:
+            for seq in doc:
+                pointers.append(f.tell())
+                lengths.append(len(seq))
+                f.write(np.asarray(seq, dtype).tobytes())
+                f.write(b"\xee" * gap)
+            doc_index.append(len(lengths))
+    with open(f"{prefix}.idx", "wb") as f:
+        f.write(HEADER + struct.pack("<QB", 1, CODES[dtype.type]))
+        f.write(struct.pack("<QQ", len(lengths), len(doc_index)))
+        f.write(np.asarray(lengths, "<i4").tobytes() + np.asarray(pointers, "<i8").tobytes())
+        f.write(np.asarray(doc_index, "<i8").tobytes())
+        if modes:
+            f.write(np.zeros(len(lengths), np.int8).tobytes())
+
+
+def corpus(rng, n, dtype, high):
+    """`n` documents of 1-3 sequences of 0-300 tokens each (some empty)."""
+    return [[rng.integers(0, high, size=int(rng.integers(0, 300)), dtype=dtype) for _ in range(int(rng.integers(1, 4)))]
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("dtype,high,gap", [(np.uint16, 65536, 0), (np.int32, 2**31 - 1, 0), (np.int32, 1000, 6)])
+def test_megatron_documents_convert_byte_exact(tmp_path, dtype, high, gap):
+    rng = np.random.default_rng(int(high) + gap)
+    docs = corpus(rng, 700, dtype, high)
+    docs[3] = []  # a document of no sequences
+    write_megatron(tmp_path / "web_text_document", docs, dtype, gap=gap)
+    # Small blocks: documents are appended a few at a time.
+    counts = zring.convert(tmp_path / "web_text_document", tmp_path / "web", block_bytes=4096)
+    assert counts == {"": 700}
+    with zring.RaggedDataset(tmp_path / "web") as d:
+        assert d.dtype == np.dtype(dtype) and len(d) == 700
+        for i, doc in enumerate(docs):
+            want = np.concatenate(doc) if doc else np.zeros(0, dtype)
+            got = d[i]
+            assert got.dtype == np.dtype(dtype) and got.tobytes() == want.astype(dtype).tobytes(), f"document {i}"
+
+
+def test_the_cli_converts_a_megatron_prefix_or_its_idx_file(tmp_path, capsys):
+    docs = corpus(np.random.default_rng(1), 50, np.uint16, 65536)
+    write_megatron(tmp_path / "code", docs, np.uint16)
+    assert cli.main(["convert", str(tmp_path / "code.idx"), str(tmp_path / "a")]) == 0
+    assert cli.main(["convert", str(tmp_path / "code"), str(tmp_path / "b"), "--kind", "megatron"]) == 0
+    for out in ("a", "b"):
+        with zring.RaggedDataset(tmp_path / out) as d:
+            assert len(d) == 50
+            np.testing.assert_array_equal(d[49], np.concatenate(docs[49]))
+    assert cli.main(["convert", str(tmp_path / "code"), str(tmp_path / "b")]) == 1
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_bad_megatron_files_are_errors_naming_the_file(tmp_path, capsys):
+    docs = corpus(np.random.default_rng(2), 20, np.int32, 100)
+    write_megatron(tmp_path / "ok", docs, np.int32)
+    idx = (tmp_path / "ok.idx").read_bytes()
+    cases = {
+        "truncated": (idx[:-5], "truncated or not a Megatron index"),
+        "header": (b"NOTMEGA!!" + idx[9:], "is not a Megatron index"),
+        "version": (idx[:9] + struct.pack("<Q", 2) + idx[17:], "version 2"),
+        "dtype": (idx[:17] + bytes([9]) + idx[18:], "dtype code 9"),
+    }
+    for name, (data, match) in cases.items():
+        (tmp_path / f"{name}.bin").write_bytes((tmp_path / "ok.bin").read_bytes())
+        (tmp_path / f"{name}.idx").write_bytes(data)
+        with pytest.raises(ValueError, match=match) as e:
+            zring.convert(tmp_path / name, tmp_path / f"out-{name}")
+        assert f"{name}.idx" in str(e.value)
+        assert not (tmp_path / f"out-{name}").exists(), "nothing is left behind"
+    # The .bin is shorter than the index says.
+    (tmp_path / "short.idx").write_bytes(idx)
+    (tmp_path / "short.bin").write_bytes((tmp_path / "ok.bin").read_bytes()[:-4])
+    with pytest.raises(ValueError, match="short.idx: sequence .* of the .bin file"):
+        zring.convert(tmp_path / "short", tmp_path / "out-short")
+    write_megatron(tmp_path / "mm", docs, np.int32, modes=True)
+    with pytest.raises(ValueError, match="multimodal"):
+        zring.convert(tmp_path / "mm", tmp_path / "out-mm")
+    (tmp_path / "half.idx").write_bytes(idx)
+    assert cli.main(["convert", str(tmp_path / "half.idx"), str(tmp_path / "out-half")]) == 1
+    err = capsys.readouterr().err
+    assert "half.bin is missing" in err and "=" not in err.split("missing")[0].split("half")[0]
+
+
+def test_megatron_core_reader_agrees_byte_for_byte(tmp_path):
+    """Files written by megatron-core's own IndexedDatasetBuilder, read back by
+    its IndexedDataset, against zring's records."""
+    torch = pytest.importorskip("torch")
+    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
+    rng = np.random.default_rng(3)
+    for dtype in (np.uint16, np.int32):
+        prefix = str(tmp_path / f"mc_{np.dtype(dtype).name}")
+        builder = indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
+        docs = corpus(rng, 300, dtype, 60000)
+        for doc in docs:
+            for seq in doc:
+                builder.add_item(torch.from_numpy(seq.astype(np.int64)))
+            builder.end_document()
+        builder.finalize(f"{prefix}.idx")
+        theirs = indexed.IndexedDataset(prefix)
+        assert len(theirs.document_indices) - 1 == 300
+        zring.convert(prefix, tmp_path / f"z_{np.dtype(dtype).name}")
+        with zring.RaggedDataset(tmp_path / f"z_{np.dtype(dtype).name}") as d:
+            assert len(d) == 300 and d.dtype == np.dtype(dtype)
+            for k in range(300):
+                a, b = int(theirs.document_indices[k]), int(theirs.document_indices[k + 1])
+                parts = [np.asarray(theirs[i]) for i in range(a, b)]
+                want = np.concatenate(parts) if parts else np.zeros(0, dtype)
+                assert want.dtype == np.dtype(dtype)
+                assert d[k].tobytes() == want.tobytes(), f"{dtype} document {k}"
+
+
+def test_huggingface_tokenized_parquet_keeps_dtypes_and_values(tmp_path):
+    """Tokenized Parquet (list<int> columns, as HuggingFace datasets write
+    input_ids) converts to ragged stores of the list's element type, every
+    value exact, including each type's extremes and empty lists."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    rng = np.random.default_rng(4)
+    n = 600
+    cols, want = {}, {}
+    for name, dtype, typ in (("u16", np.uint16, pa.list_(pa.uint16())), ("i32", np.int32, pa.list_(pa.int32())),
+                             ("i64", np.int64, pa.large_list(pa.int64())), ("u32", np.uint32, pa.list_(pa.uint32()))):
+        info = np.iinfo(dtype)
+        rows = [rng.integers(info.min, info.max, size=int(rng.integers(0, 50)), dtype=dtype, endpoint=True)
+                for _ in range(n)]
+        rows[1] = np.array([info.min, info.max], dtype)
+        rows[2] = np.zeros(0, dtype)
+        cols[name] = pa.array(rows, type=typ)
+        want[name] = (dtype, rows)
+    pq.write_table(pa.table(cols), tmp_path / "tok.parquet", row_group_size=128)
+    zring.convert(tmp_path / "tok.parquet", tmp_path / "tok")
+    for name, (dtype, rows) in want.items():
+        with zring.RaggedDataset(tmp_path / "tok" / f"{name}.zr") as d:
+            assert d.dtype == np.dtype(dtype), name
+            assert len(d) == n
+            for i, row in enumerate(rows):
+                assert d[i].dtype == np.dtype(dtype) and d[i].tobytes() == row.tobytes(), f"{name} row {i}"
