@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
+use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, Shard};
 
 use crate::source::Fingerprint;
 
@@ -75,6 +75,12 @@ pub struct LoaderConfig {
     /// `expect_length` set (a state of a single-source loader), it must not
     /// be a mixture. [`LoaderConfig::from_state`] sets it.
     pub expect_mixture: Option<MixtureState>,
+    /// Mode 3's block shape; `None` lets the loader choose it from its
+    /// first stream ([`Source::block_shape`](crate::Source::block_shape):
+    /// for a store, a block of at least 1 MiB of records and a window of a
+    /// quarter of its record cache). Ignored in the other modes and in
+    /// mixtures, whose sources take [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
+    pub blocks: Option<Blocks>,
 }
 
 impl LoaderConfig {
@@ -95,6 +101,7 @@ impl LoaderConfig {
             origin: 0,
             expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
+            blocks: None,
         }
     }
 
@@ -113,6 +120,7 @@ impl LoaderConfig {
             origin: state.sampler.origin,
             expect_fingerprints: state.fingerprints.clone(),
             expect_mixture: state.mixture.clone(),
+            blocks: state.sampler.blocks,
             ..LoaderConfig::new(state.sampler.batch_size)
         }
     }

@@ -129,4 +129,4 @@ pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
-pub use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
+pub use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, Shard};
