@@ -80,6 +80,7 @@ pub struct LoaderConfig {
     /// for a store, a block of at least 1 MiB of records and a window of a
     /// quarter of its record cache). Ignored in the other modes and in
     /// mixtures, whose sources take [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
+    /// A field of 0 is chosen as for `None`.
     pub blocks: Option<Blocks>,
 }
 

@@ -117,6 +117,7 @@ mod loader;
 mod lookahead;
 mod plan;
 mod pool;
+mod prefetch;
 mod source;
 mod stats;
 mod store;
