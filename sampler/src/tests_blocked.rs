@@ -141,3 +141,20 @@ fn a_zero_shape_is_an_error_and_other_modes_have_no_windows() {
     assert_eq!(cyclic.state().blocks, None);
     assert_eq!(Sampler::new(Mode::Blocked, 10, 2, 0).unwrap().blocks(), Some(Blocks::DEFAULT));
 }
+
+#[test]
+fn a_mixture_in_mode_3_reads_each_source_once_per_cycle() {
+    // Half of each batch of 24 from each source: 12 rows of source 0 per
+    // step, so 10 steps are one cycle of its 120 records.
+    let m = crate::Mixture::new(Mode::Blocked, &[120, 37], &[0.5, 0.5], 24, 3).unwrap();
+    let mut rows = Vec::new();
+    for step in 0..10 {
+        let mut sources = vec![0u32; 24];
+        let mut indices = vec![0u64; 24];
+        m.fill_shard(step, Shard::ALL, &mut sources, &mut indices).unwrap();
+        rows.extend(sources.iter().zip(&indices).filter(|(s, _)| **s == 0).map(|(_, &i)| i));
+    }
+    assert_eq!(rows.len(), 120);
+    rows.sort_unstable();
+    assert_eq!(rows, (0..120).collect::<Vec<u64>>());
+}
