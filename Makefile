@@ -1,7 +1,8 @@
 # The two commands of the README:
 #   make demo   build, write a sample dataset, stream it through the loader,
 #               print throughput and a latency histogram
-#   make test   every test: Rust, Python, and a short run of each fuzz target
+#   make test   every test: Rust, Python, the API reference, the examples, and a
+#               short run of each fuzz target
 # Both install what they need (Rust crates through cargo, a project-local
 # virtual environment with maturin, numpy, pytest and the test peers).
 
@@ -11,7 +12,7 @@ PY    := $(VENV)/bin/python
 PIP   := $(VENV)/bin/pip
 FUZZ_SECONDS ?= 15
 
-.PHONY: demo test bench venv develop develop-release develop-bench rust-test py-test fuzz lint doc clean
+.PHONY: demo test bench venv develop develop-release develop-bench rust-test py-test fuzz lint doc docs clean
 
 $(VENV)/.ok: py/requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -24,10 +25,10 @@ venv: $(VENV)/.ok
 # The package, built in the test profile (the workspace's dev profile is
 # optimised; one profile keeps CI to one build of every crate).
 develop: venv
-	cd py && ../$(VENV)/bin/maturin develop --quiet
+	$(VENV)/bin/maturin develop --quiet
 
 develop-release: venv
-	cd py && ../$(VENV)/bin/maturin develop --release --quiet
+	$(VENV)/bin/maturin develop --release --quiet
 
 demo: develop-release
 	$(PY) scripts/demo.py
@@ -38,6 +39,11 @@ lint:
 
 doc:
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --exclude zring-py
+
+# The Python API reference, built from the docstrings with warnings as errors;
+# open docs/_build/html/index.html.
+docs: develop
+	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # The reliability suites (zring-tests) run on their own so their counts
 # (kills, crash states, fault points) reach the log.
@@ -56,7 +62,7 @@ py-test: develop
 fuzz:
 	bash fuzz/run.sh $(FUZZ_SECONDS)
 
-test: lint rust-test doc py-test fuzz
+test: lint rust-test doc docs py-test fuzz
 	cargo bench --workspace --no-run --profile dev
 	@echo "make test: all suites passed"
 
@@ -64,13 +70,13 @@ test: lint rust-test doc py-test fuzz
 # The peers compare.py measures against are installed here, not in `make test`.
 # The benchmarks' build: release, with the ceilings (the `bench` feature).
 develop-bench: venv
-	cd py && ../$(VENV)/bin/maturin develop --release --features bench --quiet
+	$(VENV)/bin/maturin develop --release --features bench --quiet
 
 bench: develop-bench
 	$(PIP) install --quiet lmdb h5py zarr tensorstore blosc2 array-record grain pylance matplotlib
 	ZRING_BENCH_COLD_GIB=$${ZRING_BENCH_COLD_GIB:-5} cargo bench -p zring-benches
-	$(PY) benches/compare.py --readme
-	$(PY) benches/budget.py --readme
+	$(PY) benches/compare.py
+	$(PY) benches/budget.py
 	$(PY) benches/host.py
 
 clean:

@@ -28,14 +28,14 @@ The cgroups are removed at the end, also on errors and on SIGTERM/SIGINT.
 Usage (as root, in the project venv, with zring built by
 ``maturin develop --release``):
 
-    python benches/budget.py [--quick] [--gib N] [--secs S] [--data DIR] [--out DIR] [--readme]
+    python benches/budget.py [--quick] [--gib N] [--secs S] [--data DIR] [--out DIR]
                              [--ratios R,R,...] [--kinds gather,loader,loader_iid]
 
 The stores (raw codec, 12 KiB records of random bytes, one zring and one
 loaderx) go to $ZRING_BENCH_DIR/budget (default ``bench-data/budget``; never
 /tmp, which may be memory) and are reused when present and complete. Tables go
-to stdout and ``bench-results/budget.md``; ``--readme`` also replaces the
-README's budget section. Without root or a memory cgroup controller the script
+to stdout and ``bench-results/budget.md`` (the README's results table links
+there). Without root or a memory cgroup controller the script
 says so and exits 0 without measuring.
 """
 
@@ -553,11 +553,6 @@ def diag_table(results: dict) -> str:
     return "\n".join(lines)
 
 
-def update_readme(readme: Path, text: str) -> None:
-    """Replaces the README's budget section with ``text``."""
-    common.update_readme(readme, text, "budget")
-
-
 # --------------------------------------------------------------------------
 # main
 # --------------------------------------------------------------------------
@@ -569,7 +564,6 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=2.0, help="store size in GiB (default 2)")
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/budget)")
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
-    ap.add_argument("--readme", action="store_true", help="also replace the README's budget section")
     ap.add_argument("--ratios", default=None, help="dataset/budget ratios to run (default 0.5,1.5,3,10)")
     ap.add_argument("--kinds", default=None, help=f"measurements to run (default {','.join(KINDS)})")
     args = ap.parse_args()
@@ -673,11 +667,6 @@ def main() -> None:
     print(full)
     common.write_result(args.out / "budget.md", full)
     print(f"  wrote {shown(args.out / 'budget.md')}", file=sys.stderr)
-    if args.readme:
-        update_readme(REPO / "README.md", summary + "\n\nEvery run's details (disk reads per delivered byte, the "
-                      "cgroup's peak, anonymous and page-cache memory): "
-                      "[bench-results/budget.md](bench-results/budget.md).")
-        print("  updated README.md", file=sys.stderr)
 
 
 if __name__ == "__main__":

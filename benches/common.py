@@ -1,5 +1,5 @@
 """What the Python benchmarks share: notes, the fio disk ceiling, machine and
-version lines, the README section writer, and memory cgroups.
+version lines, the report writer, and memory cgroups.
 
 Only the standard library at module level: a measuring child of budget.py or
 host.py joins its cgroup before it imports NumPy or zring, so that all of
@@ -124,19 +124,6 @@ def write_result(path: Path, text: str) -> None:
         if KEEP in old:
             kept = "\n" + KEEP + old.split(KEEP, 1)[1]
     path.write_text(text.rstrip("\n") + "\n" + kept)
-
-
-def update_readme(readme: Path, text: str, section: str) -> None:
-    """Replaces the text between the README's ``section`` markers with ``text``
-    (headings moved down a level to sit under the README's "Benchmarks")."""
-    begin, end = f"<!-- {section}:begin -->", f"<!-- {section}:end -->"
-    body = readme.read_text()
-    if begin not in body or end not in body:
-        raise SystemExit(f"{readme} has no {begin} ... {end} section to replace")
-    demoted = "\n".join("#" + line if line.startswith("#") else line for line in text.splitlines())
-    head, rest = body.split(begin, 1)
-    _, tail = rest.split(end, 1)
-    readme.write_text(f"{head}{begin}\n{demoted}\n{end}{tail}")
 
 
 class Cgroups:

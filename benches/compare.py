@@ -21,7 +21,8 @@ Data goes to $ZRING_BENCH_DIR/compare (default ``bench-data/compare`` in the
 repository; never /tmp, which may be memory) and is reused between runs: a
 store built by an earlier run keeps the write time measured when it was built
 (delete the directory to measure writes again).
-Tables go to ``bench-results/compare.md`` and plots to ``bench-results/*.png``.
+Tables go to ``bench-results/compare.md`` (``bench-results/cores.md`` for a run of
+``--only e`` alone) and plots to ``bench-results/*.png``.
 A peer that is not installed or fails is skipped with a note in the tables.
 """
 
@@ -1155,8 +1156,6 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/compare)")
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
     ap.add_argument("--only", default="abcde", help="sections to run, e.g. 'bd'")
-    ap.add_argument("--readme", action="store_true",
-                    help="also replace the README's benchmark section (between its compare markers)")
     args = ap.parse_args()
     mode = "quick" if args.quick else "full"
     data = args.data or Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "compare"
@@ -1213,14 +1212,9 @@ def main() -> None:
               f"{'' if args.cold_gib is None else f' --cold-gib {args.cold_gib:g}'}"
               f"{'' if args.only == ap.get_default('only') else f' --only {args.only}'}`.\n")
     text = "\n".join(md)
-    common.write_result(args.out / "compare.md", text)
-    if args.readme:
-        update_readme(REPO / "README.md", text)
+    # Section (e) alone has its own page, so that it does not replace the peers' tables.
+    common.write_result(args.out / ("cores.md" if set(args.only) == {"e"} else "compare.md"), text)
     print(text)
-
-
-def update_readme(readme: Path, text: str) -> None:
-    common.update_readme(readme, text, "compare")
 
 
 if __name__ == "__main__":

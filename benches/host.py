@@ -17,7 +17,7 @@ MiB/s (second half of the run), the slowest single ``next()`` of any rank, and
 OOM kills. Needs root (cgroups, drop_caches); the data lives in
 ``$ZRING_BENCH_DIR/host`` (never /tmp).
 
-    python benches/host.py --gib 6 --secs 20 --readme
+    python benches/host.py --gib 6 --secs 20
 """
 
 # Only the standard library at module level (a child joins its cgroup first).
@@ -219,7 +219,6 @@ def main() -> None:
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)), help="budget/dataset ratios")
     ap.add_argument("--columns", default=",".join(COLUMNS))
     ap.add_argument("--out", type=Path, default=REPO / "bench-results")
-    ap.add_argument("--readme", action="store_true")
     args = ap.parse_args()
     if os.geteuid() != 0:
         print("host.py: skipped: it sets memory cgroup limits and drops the page cache, which needs root",

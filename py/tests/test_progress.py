@@ -45,3 +45,16 @@ def test_no_progress_bar_off_a_tty(tmp_path):
     with open(tmp_path / "err.txt", "wb") as f:
         _run(tmp_path, f.fileno())
     assert (tmp_path / "err.txt").read_bytes() == b""
+
+
+def test_asked_for_progress_without_tqdm_warns(tmp_path, monkeypatch):
+    """tqdm is a dependency, but where it is missing all the same an explicit
+    progress=True says so instead of drawing nothing (it used to be silent);
+    the store is written either way."""
+    import numpy as np
+    import zring
+
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # import tqdm raises ImportError
+    with pytest.warns(UserWarning, match="tqdm"):
+        zring.write_dataset(tmp_path / "d", np.zeros((100, 4), np.uint8), progress=True)
+    assert len(zring.Dataset(tmp_path / "d")) == 100

@@ -10,6 +10,7 @@ Parquet, folders of files and WebDataset shards (:func:`convert`), and the
 """
 
 from ._zring import (
+    __version__,
     ChecksumError,
     CorruptError,
     LockedError,
@@ -27,8 +28,6 @@ from ._convert import convert
 from ._mix import Mixture, mix
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
-
-__version__ = "0.1.0"
 
 __all__ = [
     "ChecksumError",

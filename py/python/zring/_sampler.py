@@ -25,7 +25,7 @@ class Sampler:
         SEQUENTIAL = 0
         #: Uniform with replacement.
         IID = 1
-        #: Without replacement: a fresh permutation per cycle.
+        #: A fresh permutation per cycle (without replacement).
         CYCLIC = 2
         #: Without replacement, a window of blocks of consecutive indices
         #: at a time (reads large blocks; see ``block_records``).

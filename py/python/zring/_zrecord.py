@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -345,7 +346,11 @@ class Zrecord(_util.Closeable):
 
 
 def _progress(total: int, desc: str, progress: bool | None):
-    """A tqdm bar when asked for (or, by default, when stderr is a terminal)."""
+    """A tqdm bar when asked for (or, by default, when stderr is a terminal).
+
+    tqdm is a dependency of zring; should it be missing all the same, an
+    explicit ``progress=True`` warns instead of drawing nothing silently."""
+    asked = bool(progress)
     if progress is None:
         try:
             progress = sys.stderr is not None and sys.stderr.isatty()
@@ -356,6 +361,9 @@ def _progress(total: int, desc: str, progress: bool | None):
     try:
         from tqdm import tqdm
     except ImportError:
+        if asked:
+            warnings.warn("progress=True needs tqdm, which is not installed (pip install tqdm): "
+                          "writing without a progress bar", stacklevel=2)
         return None
     # A terminal that reports a 0x0 size (a fresh pty, some containers) makes
     # tqdm hide the bar (no room for it); assume a classic 80x24 there.

@@ -476,9 +476,15 @@ class DataLoader(_util.Closeable):
             block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
             window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
         )
+        #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture
+        #: The record indices of the batch last returned (each row's index in
+        #: its own source for a mixture); None before the first batch.
         self.last_indices: np.ndarray | None = None
+        #: For a mixture, each row's source (its position in the list given
+        #: to :func:`zring.mix`) in the batch last returned; else None.
         self.last_sources: np.ndarray | None = None
+        #: The step number of the batch last returned; None before the first.
         self.last_step: int | None = None
         if transform is not _identity and workers > 0:
             first = int(self._loader.state()["sampler"]["step"])

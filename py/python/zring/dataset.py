@@ -117,7 +117,7 @@ class Dataset(_Base):
         ``ZRING_CACHE_BYTES``, else the cgroup memory limit less what every
         process in the cgroup uses (split evenly among zring processes for
         their record caches), else ``MemAvailable``. It decides the read
-        policy (see the README).
+        policy (see docs/internals.md, "Reads").
 
         The dataset reads the store as it was when opened, whatever other
         handles or processes append, delete or compact; a store replaced
@@ -131,8 +131,11 @@ class Dataset(_Base):
         """
         self._store = None
         self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes)
+        #: The dtype of a sample.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
+        #: The shape of one sample (a batch is ``(n, *shape)``).
         self.shape: tuple[int, ...] = tuple(int(d) for d in schema["shape"])
+        #: The codec the store was written with (``raw``, ``zstd`` or ``zstd_dict``).
         self.codec: str = schema.get("codec", "zstd")
         self._itemsize = int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
 
@@ -215,8 +218,11 @@ class RaggedDataset(_Base):
         """
         self._store = None
         self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes)
+        #: The dtype of the values.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
+        #: The shape of one row of a record (a record is ``(rows, *item_shape)``).
         self.item_shape: tuple[int, ...] = tuple(int(d) for d in schema["item_shape"])
+        #: The codec the store was written with (``raw``, ``zstd`` or ``zstd_dict``).
         self.codec: str = schema.get("codec", "zstd")
         self._row_bytes = int(np.prod(self.item_shape, dtype=np.int64)) * self.dtype.itemsize
 
