@@ -184,7 +184,12 @@ fn read_runs(
         match e.kind {
             ReqErrorKind::Eof { got } => corrupted(
                 format!("chunk {}", run.chunk.0),
-                format!("{} ends {got} bytes into the read at {}, before record bytes end at {}", path.display(), span(run).0, run.end),
+                format!(
+                    "{} ends {got} bytes into the read at {}, before record bytes end at {}",
+                    path.display(),
+                    span(run).0,
+                    run.end
+                ),
             ),
             ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
         }
