@@ -21,13 +21,21 @@ from memory.
 The figures are whole-run MiB/s (every batch, the first one's table faults
 included) and their ratio to the same round's fio.
 
+With ``--mode 3`` each round instead measures, page cache dropped before
+each: fio's random 1 MiB O_DIRECT reads at queue depth 32 on the largest
+chunk file (the disk's large-read rate), the DataLoader in mode 2 and the
+DataLoader in mode 3 (blocked: each window of 1 MiB blocks read whole into
+the record cache), both batch 256, ``--workers`` workers, one pass at most.
+
 The quick check a developer runs after changing the read path:
 
     python benches/cold.py --quick        # a 1 GiB store, one round, ~20 s
+    python benches/cold.py --quick --mode 3
 
 The full run (the figures in bench-results/cold.md):
 
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536
+    python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3
 
 As root (drop_caches, cgroups), in the project venv with zring built by
 ``make develop-bench``. Data goes to $ZRING_BENCH_DIR/cold (default
@@ -79,7 +87,7 @@ def child(spec: dict) -> None:
             get(rng.integers(0, n, size=BATCH, dtype=np.int64))
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0)
     else:
-        dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=2, seed=spec["seed"],
+        dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=spec.get("mode", 2), seed=spec["seed"],
                               num_workers=spec["workers"], prefetch_size=spec.get("prefetch", 4))
 
         def step() -> None:
@@ -107,6 +115,12 @@ def child(spec: dict) -> None:
         "majflt_first": faults[0] if faults else None,
         "policy": str(stats.get("read_policy", stats.get("policy", ""))),
     }
+    if spec["kind"] == "loader":
+        sampler = dl.state()["sampler"]
+        res["blocks"] = sampler.get("blocks")
+        reads = dl.stats().get("reads") or {}
+        res["reads"] = {k: v for k, v in (next(iter(reads.values()), {}) or {}).items()
+                        if k in ("policy", "hit_rate", "bytes_read", "bytes_from_cache", "cache_capacity")}
     print("RESULT " + json.dumps(res, default=str), flush=True)
     sys.stdout.flush()
     os._exit(0)
@@ -141,6 +155,8 @@ def main() -> None:
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_size (default 4)")
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each zring process")
     ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
+    ap.add_argument("--mode", type=int, choices=(2, 3), default=2,
+                    help="3: fio 1 MiB QD32 against the DataLoader in modes 2 and 3 (default 2: the runs above)")
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
     ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
                                                             "--quick prints only)")
@@ -167,6 +183,9 @@ def main() -> None:
     store = paths["zring"]
     env = budget.child_env(args.direct)
     limit = args.cgroup_mib * MIB if args.cgroup_mib else None
+    if args.mode == 3:
+        blocked(args, cgs, store, n, rounds, secs, env, limit, data)
+        return
     rows = []
     seq = 0
     for r in range(rounds):
@@ -221,7 +240,94 @@ def main() -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     if not args.quick or args.out:
-        common.write_result(args.out or REPO / "bench-results" / "cold.md", text)
+        write_cold(args.out or REPO / "bench-results" / "cold.md", text, mode3=False)
+
+
+MODE3_BEGIN, MODE3_END = "<!-- mode3:begin -->", "<!-- mode3:end -->"
+
+
+def write_cold(path: Path, text: str, mode3: bool) -> None:
+    """Writes the mode 2 report (``mode3=False``) or the mode 3 section of
+    ``path``, keeping the other and everything below the kept-line marker."""
+    old = path.read_text() if path.exists() else ""
+    head = old.split(common.KEEP, 1)[0]
+    section = ""
+    if MODE3_BEGIN in head and MODE3_END in head:
+        before, rest = head.split(MODE3_BEGIN, 1)
+        section, after = rest.split(MODE3_END, 1)
+        head = before + after
+    if mode3:
+        section = "\n" + text.strip("\n") + "\n"
+    else:
+        head = text
+    body = head.rstrip("\n") + "\n"
+    if section:
+        body += f"\n{MODE3_BEGIN}{section}{MODE3_END}\n"
+    common.write_result(path, body)
+
+
+def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, rounds: int, secs: float,
+            env: dict, limit: int | None, data: Path) -> None:
+    """``--mode 3``: fio 1 MiB QD32, the DataLoader in mode 2, in mode 3; interleaved."""
+    rows = []
+    seq = 0
+    for r in range(rounds):
+        drop_caches()
+        fio = fio_randread(store, secs, 32, "1m")
+        row: dict = {"fio": fio["mib_s"] if fio else None}
+        for mode in (2, 3):
+            seq += 1
+            spec = {"kind": "loader", "mode": mode, "path": str(store), "secs": secs, "seed": 100 + r,
+                    "workers": args.workers, "prefetch": args.prefetch}
+            row[mode] = measure(cgs, seq, spec, limit, env)
+        rows.append(row)
+        m2, m3 = row[2] or {}, row[3] or {}
+        print(f"  round {r + 1}: fio 1 MiB QD32 {row['fio'] or 0:.0f} MiB/s, mode 2 {m2.get('mib_s', 0):.0f}, "
+              f"mode 3 {m3.get('mib_s', 0):.0f} ({m3.get('reads')})", file=sys.stderr, flush=True)
+
+    def med(xs: list[float]) -> float:
+        return statistics.median(xs) if xs else float("nan")
+
+    def shown_range(xs: list[float]) -> str:
+        return f"**{med(xs):.2f}**" + (f" ({min(xs):.2f}–{max(xs):.2f})" if len(xs) > 1 else "")
+
+    ok = [row for row in rows if row[2] and row[3] and row["fio"]]
+    speedup = [row[3]["mib_s"] / row[2]["mib_s"] for row in ok]
+    of_fio3 = [row[3]["mib_s"] / row["fio"] for row in ok]
+    of_fio2 = [row[2]["mib_s"] / row["fio"] for row in ok]
+    shape = next((row[3].get("blocks") for row in rows if row[3]), None)
+    lines = [
+        f"## Mode 3 (blocked) against mode 2 and fio 1 MiB, cold, interleaved ({rounds} rounds of {secs:g} s)",
+        "",
+        f"Machine: {common.machine(data)}. Versions: {common.versions(('numpy', 'zring'))}.",
+        "",
+        f"Store: {n} × 12 KiB random records, codec raw, {n * RECORD / (1 << 30):.2f} GiB. "
+        f"Each measurement in a fresh process"
+        f"{', in a ' + str(args.cgroup_mib) + ' MiB memory cgroup' if limit else ''}, page cache dropped before it. "
+        f"DataLoader: batch 256, {args.workers} workers, prefetch {args.prefetch}, one pass at most. "
+        f"Mode 3's shape (chosen by default from the record size and the record cache): {shape}. "
+        f"fio: random 1 MiB O_DIRECT reads at queue depth 32 (io_uring) on the largest chunk file.",
+        "",
+        "| measurement | MiB/s (median) | ÷ fio 1 MiB QD32 (range) | p50 / p99 ms per batch |",
+        "|---|---:|---:|---:|",
+        f"| fio 1 MiB random, QD32 | {med([row['fio'] for row in rows if row['fio']]):.0f} | 1.00 | |",
+    ]
+    for mode, ratios in ((2, of_fio2), (3, of_fio3)):
+        xs = [row[mode] for row in rows if row[mode]]
+        lines.append(f"| DataLoader mode {mode} | {med([x['mib_s'] for x in xs]):.0f} | {shown_range(ratios)} | "
+                     f"{med([x['p50_ms'] for x in xs]):.1f} / {med([x['p99_ms'] for x in xs]):.1f} |")
+    lines += ["", f"Mode 3 ÷ mode 2, per round: {shown_range(speedup)}.",
+              "", "Per round: " + "; ".join(
+                  f"fio {row['fio'] or 0:.0f}, mode 2 {(row[2] or {}).get('mib_s', 0):.0f}, "
+                  f"mode 3 {(row[3] or {}).get('mib_s', 0):.0f} MiB/s" for row in rows) + ".",
+              "", f"Mode 3 reads (last round): {rows[-1][3].get('reads') if rows[-1][3] else None}."]
+    argv = " ".join(sys.argv[1:])
+    lines += ["", f"Command: `python benches/cold.py{(' ' + argv) if argv else ''}`. Data: {shown(store)}."]
+    lines += [f"- note: {x}" for x in notes]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if not args.quick or args.out:
+        write_cold(args.out or REPO / "bench-results" / "cold.md", text, mode3=True)
 
 
 if __name__ == "__main__":

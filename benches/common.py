@@ -51,10 +51,10 @@ def shown(p: Path) -> str:
         return "$ZRING_BENCH_DIR/" + Path(p).name if os.environ.get("ZRING_BENCH_DIR") else Path(p).name
 
 
-def fio_randread(store: Path, secs: float, depth: int = 32) -> dict | None:
-    """The disk's ceiling for random 12 KiB reads: fio with io_uring and
-    O_DIRECT at queue depth ``depth`` on the store's largest chunk file, for
-    ``secs`` seconds. The caller empties the page cache first if it wants.
+def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> dict | None:
+    """The disk's ceiling for random reads of ``bs`` (12 KiB by default):
+    fio with io_uring and O_DIRECT at queue depth ``depth`` on the store's
+    largest chunk file, for ``secs`` seconds. The caller empties the page cache first if it wants.
     ``None`` (with a note) when fio is missing or fails."""
     if shutil.which("fio") is None:
         note("fio not installed (apt-get install -y fio): no disk ceiling")
@@ -65,7 +65,7 @@ def fio_randread(store: Path, secs: float, depth: int = 32) -> dict | None:
         return None
     target = chunks[-1]
     cmd = ["fio", "--name=ceiling", f"--filename={target}", "--ioengine=io_uring", "--direct=1", "--rw=randread",
-           "--bs=12k", f"--iodepth={depth}", "--readonly", f"--runtime={secs:g}", "--time_based",
+           f"--bs={bs}", f"--iodepth={depth}", "--readonly", f"--runtime={secs:g}", "--time_based",
            "--output-format=json"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=secs + 60).stdout

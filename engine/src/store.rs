@@ -636,6 +636,18 @@ impl View {
         crate::read::gather::lengths(&self.snap, indices, out)
     }
 
+    /// Loads the records of `ranges` (index ranges, best in index order)
+    /// ahead of the gathers that will draw them, each run of records lying
+    /// back to back in a chunk file as one large read: into the record cache
+    /// (ranked by `next`, one hint per record counting through the ranges,
+    /// or none) when the store reads with O_DIRECT behind one, into the page
+    /// cache (`POSIX_FADV_WILLNEED`) when it reads buffered; nothing when the
+    /// read mode was forced. A loader in the sampler's blocked mode calls it
+    /// a window ahead (engine/DESIGN.md, "Block reads").
+    pub fn prefetch(&self, ranges: &[std::ops::Range<u64>], next: &[NextUse]) -> Result<()> {
+        crate::read::blocks::prefetch(&self.store, &self.snap, ranges, next)
+    }
+
     /// [`Store::gather_hinted`] from these records (an empty `next` gives no
     /// hints).
     pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {

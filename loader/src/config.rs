@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{MixtureState, Mode, SamplerState, Shard};
+use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, Shard};
 
 use crate::pack::Pack;
 use crate::source::Fingerprint;
@@ -81,6 +81,13 @@ pub struct LoaderConfig {
     /// `expect_length` set, it must not pack. [`LoaderConfig::from_state`]
     /// sets it.
     pub expect_pack: Option<Pack>,
+    /// Mode 3's block shape; `None` lets the loader choose it from its
+    /// first stream ([`Source::block_shape`](crate::Source::block_shape):
+    /// for a store, a block of at least 1 MiB of records and a window of a
+    /// quarter of its record cache). Ignored in the other modes and in
+    /// mixtures, whose sources take [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
+    /// A field of 0 is chosen as for `None`.
+    pub blocks: Option<Blocks>,
 }
 
 impl LoaderConfig {
@@ -102,6 +109,7 @@ impl LoaderConfig {
             expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
             expect_pack: None,
+            blocks: None,
         }
     }
 
@@ -121,6 +129,7 @@ impl LoaderConfig {
             expect_fingerprints: state.fingerprints.clone(),
             expect_mixture: state.mixture.clone(),
             expect_pack: state.pack,
+            blocks: state.sampler.blocks,
             ..LoaderConfig::new(state.sampler.batch_size)
         }
     }

@@ -83,7 +83,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
+use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
 
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
@@ -150,10 +150,10 @@ fn retain_for(depth: usize) -> usize {
 }
 
 /// A stream as the workers see it: its layout read once, its pools.
-struct StreamCtx {
+pub(crate) struct StreamCtx {
     name: Arc<str>,
     /// One per mixture source (one for a loader over one set of streams).
-    sources: Vec<Arc<dyn Source>>,
+    pub(crate) sources: Vec<Arc<dyn Source>>,
     /// What errors call the stream of each source: its name, or
     /// `"<source>/<name>"` in a mixture.
     labels: Vec<Arc<str>>,
@@ -164,7 +164,7 @@ struct StreamCtx {
 }
 
 /// What every worker reads and nothing changes after construction.
-struct Ctx {
+pub(crate) struct Ctx {
     plan: Plan,
     shard: Shard,
     shard_len: usize,
@@ -183,7 +183,7 @@ struct Ctx {
     /// Whether a worker's gathers may hand work to the store's decode pool:
     /// only while fewer gathers run at once than there are cores.
     fan_out: bool,
-    streams: Vec<StreamCtx>,
+    pub(crate) streams: Vec<StreamCtx>,
     indices: Arc<Pool<u64>>,
     /// The source of each row, for a mixture (`None` otherwise).
     sources: Option<Arc<Pool<u32>>>,
@@ -223,11 +223,15 @@ impl Ctx {
 }
 
 /// The part of the pipeline under the lock.
-struct State {
+pub(crate) struct State {
     /// Set by close(), Drop and poisoning; workers exit when they see it.
-    shutdown: bool,
+    pub(crate) shutdown: bool,
     /// The next step a worker will claim.
-    next_claim: u64,
+    pub(crate) next_claim: u64,
+    /// Mode 3 with a prefetch thread running: workers claim only steps
+    /// below `loaded_until`, whose windows are loaded ([`crate::prefetch`]).
+    pub(crate) prefetching: bool,
+    pub(crate) loaded_until: u64,
     /// The step the consumer's next `next()` returns.
     next_deliver: u64,
     /// Finished steps: slot `k` holds step `next_deliver + k`. Always `depth`
@@ -243,11 +247,12 @@ struct State {
     idle: u64,
 }
 
-struct Shared {
-    ctx: Ctx,
+pub(crate) struct Shared {
+    pub(crate) ctx: Ctx,
     state: Mutex<State>,
-    /// Workers wait here for the window to open or for shutdown.
-    work: Condvar,
+    /// Workers (and the prefetch thread) wait here for the window to open
+    /// or for shutdown.
+    pub(crate) work: Condvar,
     /// The consumer waits here for slot 0, a dead worker or shutdown.
     ready: Condvar,
 }
@@ -255,7 +260,7 @@ struct Shared {
 impl Shared {
     /// The state, even if a thread panicked while holding the lock: every
     /// update leaves it consistent, and a dead worker is reported separately.
-    fn lock(&self) -> MutexGuard<'_, State> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -413,8 +418,29 @@ impl Loader {
         }
         refuse_pack_state(&config)?;
         check_config(&config)?;
+        // Mode 3's shape: the configuration's (a saved state's), else what
+        // the first stream reads best.
+        let blocks = match config.mode {
+            Mode::Blocked => {
+                let chosen = || streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
+                match config.blocks {
+                    Some(b) if b.block_records > 0 && b.window_blocks > 0 => Some(b),
+                    // A field of 0 is chosen as for no shape.
+                    Some(b) => {
+                        let c = chosen();
+                        Some(Blocks {
+                            block_records: if b.block_records > 0 { b.block_records } else { c.block_records },
+                            window_blocks: if b.window_blocks > 0 { b.window_blocks } else { c.window_blocks },
+                        })
+                    }
+                    None => Some(chosen()),
+                }
+            }
+            _ => None,
+        };
         let sampler = |length| {
             Sampler::from_state(&SamplerState {
+                blocks,
                 mode: config.mode,
                 seed: config.seed,
                 step: config.start_step,
@@ -652,6 +678,7 @@ impl Loader {
                 length: pack::PACKED_ROWS,
                 batch_size: config.batch_size,
                 origin: 0,
+                blocks: None,
             })?)
         };
         let fingerprints = Fingerprints { before: BTreeMap::new(), now };
@@ -716,6 +743,11 @@ impl Loader {
 
         let mut slots = VecDeque::with_capacity(config.depth);
         slots.resize_with(config.depth, || None);
+        // Mode 3 over one set of streams: a thread loads each window ahead.
+        let blocked = match &plan {
+            Plan::Single(s) if s.state().mode == Mode::Blocked => Some(s.clone()),
+            _ => None,
+        };
         let lookahead = match plan.mode() {
             // Workers run at most `depth + threads` steps apart.
             Mode::Iid => Some(Lookahead::new(&plan, config.shard, (config.depth + config.threads) as u64)?),
@@ -742,6 +774,8 @@ impl Loader {
             state: Mutex::new(State {
                 shutdown: false,
                 next_claim: config.start_step,
+                prefetching: blocked.is_some(),
+                loaded_until: config.start_step,
                 next_deliver: config.start_step,
                 slots,
                 died: None,
@@ -768,6 +802,22 @@ impl Loader {
                         let _ = handle.join();
                     }
                     return Err(Error::Spawn(e));
+                }
+            }
+        }
+
+        if let Some(sampler) = blocked {
+            let prefetch_shared = Arc::clone(&shared);
+            let (shard, start) = (config.shard, config.start_step);
+            let spawned = thread::Builder::new()
+                .name("zring-prefetch".to_owned())
+                .spawn(move || crate::prefetch::run(&prefetch_shared, &sampler, shard, start));
+            match spawned {
+                Ok(handle) => workers.push(handle),
+                // Without the thread the gathers read record by record.
+                Err(_) => {
+                    shared.lock().prefetching = false;
+                    shared.work.notify_all();
                 }
             }
         }
@@ -961,7 +1011,8 @@ fn worker(shared: &Shared) {
                     return;
                 }
                 let window_end = state.next_deliver.saturating_add(shared.ctx.window(state.ragged_step_max));
-                if state.next_claim < window_end {
+                let loaded = !state.prefetching || state.next_claim < state.loaded_until;
+                if state.next_claim < window_end && loaded {
                     let step = state.next_claim;
                     state.next_claim += 1;
                     break step;

@@ -103,6 +103,7 @@ impl Plan {
                     length: m.total_length(),
                     batch_size: m.batch_len() as u64,
                     origin: 0,
+                    blocks: None,
                 };
                 (state, Some(m.state()))
             }

@@ -187,4 +187,25 @@ pub trait Source: Send + Sync + 'static {
         }
         Ok(())
     }
+
+    /// The block shape this source reads best in mode 3: blocks of
+    /// consecutive records that are one large read, windows that fit the
+    /// memory it caches records in. Asked once, of the first stream, when a
+    /// mode-3 loader is built without a shape. Default `None`:
+    /// [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
+    fn block_shape(&self) -> Option<zring_sampler::Blocks> {
+        None
+    }
+
+    /// Mode 3: the records of `blocks` (ranges of consecutive indices, in
+    /// index order) are about to be drawn; `next[k]` is when the `k`-th
+    /// record of them, counting through the ranges, is needed (as in
+    /// [`Source::gather_hinted`]). A source may read each range in large
+    /// reads into memory so that the gathers of those steps find them
+    /// there. Called by one loader thread, one window ahead of the gathers.
+    /// Default: nothing.
+    fn prefetch(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> Result<(), SourceError> {
+        let _ = (blocks, next);
+        Ok(())
+    }
 }

@@ -152,8 +152,13 @@ impl PyLoader {
     /// token documents (a list of one tuple; a list of such lists with
     /// `weights`), and batches have the fixed columns `tokens`,
     /// `segment_ids` and `positions`.
+    ///
+    /// `block_records` and `window_blocks` set mode 3's block shape (each
+    /// left out is chosen from the first stream: a block of at least 1 MiB
+    /// of records, a window of a quarter of its record cache); a state
+    /// fixes them.
     #[new]
-    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None))]
+    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -167,7 +172,13 @@ impl PyLoader {
         state: Option<&str>,
         weights: Option<Vec<f64>>,
         pack: Option<(u64, String, u64, u64)>,
+        block_records: Option<u64>,
+        window_blocks: Option<u64>,
     ) -> PyResult<Self> {
+        if block_records == Some(0) || window_blocks == Some(0) {
+            let what = if block_records == Some(0) { "block_records" } else { "window_blocks" };
+            return Err(PyValueError::new_err(format!("{what} must be at least 1, got 0")));
+        }
         let sources = match &weights {
             None => vec![stream_list(streams, "")?],
             Some(weights) => {
@@ -220,6 +231,18 @@ impl PyLoader {
                 c
             }
         };
+        if block_records.is_some() || window_blocks.is_some() {
+            if state.is_some() {
+                return Err(PyValueError::new_err(
+                    "block_records and window_blocks conflict with a state, which fixes the block shape: leave them out",
+                ));
+            }
+            // A 0 asks the loader to choose that field.
+            config.blocks = Some(zring_loader::Blocks {
+                block_records: block_records.unwrap_or(0),
+                window_blocks: window_blocks.unwrap_or(0),
+            });
+        }
         if let Some((index, count)) = shard {
             config.shard = Shard::new(index, count).map_err(error::sampler)?;
         }

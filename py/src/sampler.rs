@@ -2,12 +2,12 @@
 
 use numpy::PyArray1;
 use pyo3::prelude::*;
-use zring_sampler::{Mode, Sampler, SamplerState};
+use zring_sampler::{Blocks, Mode, Sampler, SamplerState};
 
 use crate::convert::{from_json, to_py};
 use crate::error;
 
-/// Parses a mode number (0 sequential, 1 iid, 2 cyclic).
+/// Parses a mode number (0 sequential, 1 iid, 2 cyclic, 3 blocked).
 pub fn mode(mode: u64) -> PyResult<Mode> {
     let m = u8::try_from(mode).unwrap_or(u8::MAX);
     Mode::from_u8(m).map_err(error::sampler)
@@ -22,11 +22,25 @@ pub struct PySampler {
 #[pymethods]
 impl PySampler {
     /// Batches of `batch_size` indices over `[0, length)`; mode 0
-    /// sequential, 1 iid (with replacement), 2 cyclic (without).
+    /// sequential, 1 iid (with replacement), 2 cyclic (without), 3 blocked
+    /// (without, a window of `window_blocks` blocks of `block_records`
+    /// consecutive indices at a time; 64 and 256 when left out).
     #[new]
-    #[pyo3(signature = (length, batch_size, mode = 1, seed = 42))]
-    fn new(length: u64, batch_size: u64, mode: u64, seed: u64) -> PyResult<Self> {
-        let inner = Sampler::new(self::mode(mode)?, length, batch_size, seed).map_err(error::sampler)?;
+    #[pyo3(signature = (length, batch_size, mode = 1, seed = 42, block_records = None, window_blocks = None))]
+    fn new(
+        length: u64,
+        batch_size: u64,
+        mode: u64,
+        seed: u64,
+        block_records: Option<u64>,
+        window_blocks: Option<u64>,
+    ) -> PyResult<Self> {
+        let blocks = Blocks {
+            block_records: block_records.unwrap_or(Blocks::DEFAULT.block_records),
+            window_blocks: window_blocks.unwrap_or(Blocks::DEFAULT.window_blocks),
+        };
+        let inner =
+            Sampler::with_blocks(self::mode(mode)?, length, batch_size, seed, Some(blocks)).map_err(error::sampler)?;
         Ok(PySampler { inner })
     }
 

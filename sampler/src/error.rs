@@ -50,8 +50,15 @@ pub enum Error {
     },
 
     /// A mode number other than 0 (sequential), 1 (iid) or 2 (cyclic).
-    #[error("mode {0} is not a sampler mode: use 0 (sequential), 1 (iid) or 2 (cyclic)")]
+    #[error("mode {0} is not a sampler mode: use 0 (sequential), 1 (iid), 2 (cyclic) or 3 (blocked)")]
     BadMode(u8),
+
+    /// Mode 3 was given a block shape with a 0 in it.
+    #[error("{what} is 0: mode 3 needs blocks of at least one record and windows of at least one block")]
+    ZeroBlocks {
+        /// The field that is 0: `block_records` or `window_blocks`.
+        what: &'static str,
+    },
 
     /// A mixture was given no sources.
     #[error("a mixture needs at least one source")]

@@ -247,9 +247,8 @@ impl Permutation {
         }
     }
 
-    /// The image of `x`, for `x < n`; the result is `< n`. The sampler uses
-    /// [`Permutation::fill`]; tests check single images with this.
-    #[cfg(test)]
+    /// The image of `x`, for `x < n`; the result is `< n`. Batches use
+    /// [`Permutation::fill`]; single images (a block's place) use this.
     pub(crate) fn apply(&self, x: u64) -> u64 {
         debug_assert!(x <= self.last);
         if self.half_bits >= FEW_ROUNDS_MIN_HALF_BITS {

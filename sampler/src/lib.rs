@@ -59,6 +59,17 @@
 //!     does not divide `length`, the last `length mod B` indices of each
 //!     cycle's permutation are skipped; since the permutation changes every
 //!     cycle, different indices are skipped each time.
+//!   - [`Mode::Blocked`] (mode 3) draws without replacement too, but
+//!     locally: the index space is cut into blocks of
+//!     [`Blocks::block_records`] consecutive indices, each cycle puts the
+//!     blocks in a fresh keyed order and cuts it into windows of
+//!     [`Blocks::window_blocks`] blocks, and the cycle's positions visit
+//!     one window's records (in a keyed order of their own) before the
+//!     next's. A batch is a uniform draw from one window (two at a window's
+//!     end), so a store that reads each block whole, once per cycle, as its
+//!     window opens ([`Sampler::window`]) serves every batch from memory.
+//!     Cycles, the dropped remainder and [`Sampler::next_use`] are as in
+//!     cyclic mode; the block shape is part of [`SamplerState`].
 //! - [`Mixture`] draws each global batch from several sources with fixed
 //!   weights, exact over the run (largest-remainder rounding of each source's
 //!   share of the rows so far), every source reading its own index stream;
@@ -100,6 +111,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod blocked;
 mod error;
 mod feistel;
 mod mixture;
@@ -107,6 +119,7 @@ mod random;
 mod sampler;
 mod shard;
 
+pub use blocked::{Blocks, Window};
 pub use error::Error;
 pub use mixture::{Mixture, MixtureState, RowOrder, STREAM_BLOCK};
 pub use sampler::{Mode, Sampler, SamplerState, MAX_BATCH};
@@ -114,3 +127,5 @@ pub use shard::Shard;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_blocked;

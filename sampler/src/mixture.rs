@@ -149,8 +149,8 @@ impl SourceStream {
         // Cyclic streams are the same however they are cut into steps (module
         // docs); whole cycles per step compute each cycle's keys once.
         let block = match mode {
-            Mode::Cyclic if length <= MAX_BATCH => length,
-            Mode::Cyclic => 1,
+            Mode::Cyclic | Mode::Blocked if length <= MAX_BATCH => length,
+            Mode::Cyclic | Mode::Blocked => 1,
             _ => STREAM_BLOCK.min(length),
         };
         Ok(SourceStream { sampler: Sampler::new(mode, length, block, seed)?, block, length })
@@ -181,7 +181,7 @@ impl SourceStream {
             // Position `q` reads `q mod n`: every n positions.
             Mode::Sequential => p.checked_add(k.checked_mul(n)?),
             // One draw per cycle, at the cycle's inverse position.
-            Mode::Cyclic => {
+            Mode::Cyclic | Mode::Blocked => {
                 let c = cycle.checked_add(k)?;
                 c.checked_mul(n)?.checked_add(self.sampler.cycle_position(c, index)?)
             }

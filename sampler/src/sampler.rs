@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::feistel::Domain;
+use crate::blocked::{self, Blocks, CycleOrder, Layout, Window};
+use crate::feistel::{Domain, Permutation};
 use crate::random::{mix64, Lemire, GOLDEN, SLOT_GAMMA};
 use crate::{Error, Shard};
 
@@ -30,6 +31,7 @@ const NEXT_USE_CYCLES: u64 = 64;
 /// derived from different keys, so they share no structure.
 const IID_KEY: u64 = 0x5A17_1D00_0000_0001;
 const CYCLIC_KEY: u64 = 0x5A17_C7C1_0000_0002;
+const BLOCKED_KEY: u64 = 0x5A17_B10C_0000_0005;
 
 /// How indices are drawn. The numbering matches loaderx's `Sampler.Mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -44,16 +46,23 @@ pub enum Mode {
     /// Without replacement: each cycle is a fresh random permutation of
     /// `[0, length)`, cut into full batches.
     Cyclic = 2,
+    /// Without replacement, a window of blocks at a time: each cycle visits
+    /// every index once, drawing each batch from the records of a window of
+    /// [`Blocks::window_blocks`] blocks of [`Blocks::block_records`]
+    /// consecutive indices, the windows walking a fresh random order of the
+    /// blocks (see the crate docs).
+    Blocked = 3,
 }
 
 impl Mode {
-    /// The mode with number `v` (0 sequential, 1 iid, 2 cyclic), or
+    /// The mode with number `v` (0 sequential, 1 iid, 2 cyclic, 3 blocked), or
     /// [`Error::BadMode`].
     pub fn from_u8(v: u8) -> Result<Mode, Error> {
         match v {
             0 => Ok(Mode::Sequential),
             1 => Ok(Mode::Iid),
             2 => Ok(Mode::Cyclic),
+            3 => Ok(Mode::Blocked),
             _ => Err(Error::BadMode(v)),
         }
     }
@@ -82,6 +91,10 @@ pub struct SamplerState {
     /// serialised form when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub origin: u64,
+    /// Mode 3's block shape (absent in the other modes; absent in mode 3
+    /// means [`Blocks::DEFAULT`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Blocks>,
 }
 
 fn is_zero(v: &u64) -> bool {
@@ -106,6 +119,36 @@ enum Kernel {
         /// `length / batch_len`: full batches in one cycle.
         steps_per_cycle: u64,
     },
+    Blocked {
+        /// The key of this seed's sequence of per-cycle orders.
+        key: u64,
+        /// Blocks and windows over `length`.
+        layout: Layout,
+        /// `length / batch_len`: full batches in one cycle.
+        steps_per_cycle: u64,
+    },
+}
+
+/// One cycle's order in a mode without replacement.
+enum Order {
+    Cyclic(Permutation),
+    Blocked(CycleOrder),
+}
+
+impl Order {
+    fn invert(&self, index: u64) -> u64 {
+        match self {
+            Order::Cyclic(p) => p.invert(index),
+            Order::Blocked(o) => o.position(index),
+        }
+    }
+
+    fn fill(&self, first: u64, out: &mut [u64]) {
+        match self {
+            Order::Cyclic(p) => p.fill(first, out),
+            Order::Blocked(o) => o.fill(first, out),
+        }
+    }
 }
 
 /// A seekable, shardable stream of index batches over `[0, length)`.
@@ -124,6 +167,8 @@ pub struct Sampler {
     batch_len: usize,
     /// [`SamplerState::origin`].
     origin: u64,
+    /// [`SamplerState::blocks`].
+    blocks: Option<Blocks>,
     kernel: Kernel,
 }
 
@@ -135,6 +180,23 @@ impl Sampler {
     /// [`Error::ZeroBatch`] for `batch_size == 0`, [`Error::BatchTooLarge`]
     /// when `min(batch_size, length)` exceeds [`MAX_BATCH`].
     pub fn new(mode: Mode, length: u64, batch_size: u64, seed: u64) -> Result<Sampler, Error> {
+        Sampler::with_blocks(mode, length, batch_size, seed, None)
+    }
+
+    /// [`Sampler::new`] with mode 3's block shape (`None`: [`Blocks::DEFAULT`];
+    /// ignored in the other modes). A shape larger than the index space is
+    /// cut to it (blocks of at most `length` records, windows of at most
+    /// every block); the state keeps the shape as given.
+    ///
+    /// Errors: those of [`Sampler::new`], and [`Error::ZeroBlocks`] for a
+    /// shape with a 0.
+    pub fn with_blocks(
+        mode: Mode,
+        length: u64,
+        batch_size: u64,
+        seed: u64,
+        blocks: Option<Blocks>,
+    ) -> Result<Sampler, Error> {
         if length == 0 {
             return Err(Error::EmptyIndexSpace);
         }
@@ -145,8 +207,22 @@ impl Sampler {
         if batch > MAX_BATCH {
             return Err(Error::BatchTooLarge { batch, max: MAX_BATCH });
         }
+        let blocks = (mode == Mode::Blocked).then(|| blocks.unwrap_or(Blocks::DEFAULT));
+        if let Some(shape) = blocks {
+            if shape.block_records == 0 {
+                return Err(Error::ZeroBlocks { what: "block_records" });
+            }
+            if shape.window_blocks == 0 {
+                return Err(Error::ZeroBlocks { what: "window_blocks" });
+            }
+        }
         let kernel = match mode {
             Mode::Sequential => Kernel::Sequential,
+            Mode::Blocked => Kernel::Blocked {
+                key: mix64(seed ^ BLOCKED_KEY),
+                layout: Layout::new(length, blocks.unwrap_or(Blocks::DEFAULT)),
+                steps_per_cycle: length / batch,
+            },
             Mode::Iid => Kernel::Iid { key: mix64(seed ^ IID_KEY), lemire: Lemire::new(length, 64) },
             Mode::Cyclic => Kernel::Cyclic {
                 key: mix64(seed ^ CYCLIC_KEY),
@@ -163,6 +239,7 @@ impl Sampler {
             // Lossless: batch <= MAX_BATCH <= isize::MAX.
             batch_len: batch as usize,
             origin: 0,
+            blocks,
             kernel,
         })
     }
@@ -183,7 +260,7 @@ impl Sampler {
     ///
     /// Errors: those of [`Sampler::new`].
     pub fn grown(&self, length: u64, origin: u64) -> Result<Sampler, Error> {
-        let mut next = Sampler::new(self.mode, length, self.batch_size, self.seed)?;
+        let mut next = Sampler::with_blocks(self.mode, length, self.batch_size, self.seed, self.blocks)?;
         next.origin = origin;
         next.step = self.step.max(origin);
         Ok(next)
@@ -208,7 +285,7 @@ impl Sampler {
                 let pass_end = pos.div_ceil(n) * n;
                 pass_end.div_ceil(u128::from(b))
             }
-            Kernel::Iid { .. } | Kernel::Cyclic { .. } => {
+            Kernel::Iid { .. } | Kernel::Cyclic { .. } | Kernel::Blocked { .. } => {
                 let per_cycle = u128::from(self.length / b);
                 u128::from(rel).div_ceil(per_cycle) * per_cycle
             }
@@ -413,7 +490,7 @@ impl Sampler {
                         .and_then(|p| first_step.checked_add(p / b));
                 }
             }
-            Kernel::Cyclic { key, domain, steps_per_cycle } => {
+            Kernel::Cyclic { steps_per_cycle, .. } | Kernel::Blocked { steps_per_cycle, .. } => {
                 // Cycle `c` runs steps `c * S .. (c + 1) * S` and reads
                 // position `q < S * B` of its permutation at step
                 // `c * S + q / B`; positions `>= S * B` are left out. Each
@@ -438,7 +515,7 @@ impl Sampler {
                     if open == 0 {
                         break;
                     }
-                    let perm = domain.permutation(cycle_key(key, origin, cycle));
+                    let perm = self.order(cycle);
                     // Lossless: cycle <= u64::MAX / S. Past u64::MAX the
                     // cycle starts at no step.
                     let Some(cycle_start) = origin.checked_add(cycle * steps_per_cycle) else {
@@ -476,13 +553,14 @@ impl Sampler {
             length: self.length,
             batch_size: self.batch_size,
             origin: self.origin,
+            blocks: self.blocks,
         }
     }
 
     /// Rebuilds a sampler from a saved state; fails like [`Sampler::new`] on
     /// a state that no sampler could have produced.
     pub fn from_state(state: &SamplerState) -> Result<Sampler, Error> {
-        let mut sampler = Sampler::new(state.mode, state.length, state.batch_size, state.seed)?;
+        let mut sampler = Sampler::with_blocks(state.mode, state.length, state.batch_size, state.seed, state.blocks)?;
         sampler.step = state.step;
         sampler.origin = state.origin;
         Ok(sampler)
@@ -523,28 +601,81 @@ impl Sampler {
                     };
                 }
             }
-            Kernel::Cyclic { key, domain, steps_per_cycle } => {
+            Kernel::Cyclic { steps_per_cycle, .. } => {
                 // A cycle holds `steps_per_cycle` whole batches, so a batch
                 // never straddles two cycles: the cycle and its round keys are
                 // computed once per call.
                 let rel = step.wrapping_sub(self.origin);
                 let cycle = rel / steps_per_cycle;
                 let first = (rel % steps_per_cycle) * b + start;
-                let perm = domain.permutation(cycle_key(key, self.origin, cycle));
-                perm.fill(first, out);
+                self.order(cycle).fill(first, out);
+            }
+            Kernel::Blocked { steps_per_cycle, .. } => {
+                // As cyclic: a batch never straddles two cycles.
+                let rel = step.wrapping_sub(self.origin);
+                let cycle = rel / steps_per_cycle;
+                let first = (rel % steps_per_cycle) * b + start;
+                self.order(cycle).fill(first, out);
             }
         }
+    }
+
+    /// Cycle `cycle`'s order (counted from the origin); cyclic and blocked
+    /// modes only.
+    fn order(&self, cycle: u64) -> Order {
+        match self.kernel {
+            Kernel::Cyclic { key, domain, .. } => Order::Cyclic(domain.permutation(cycle_key(key, self.origin, cycle))),
+            Kernel::Blocked { key, layout, .. } => Order::Blocked(layout.cycle(cycle_key(key, self.origin, cycle))),
+            Kernel::Sequential | Kernel::Iid { .. } => unreachable!("only modes without replacement have cycle orders"),
+        }
+    }
+
+    /// Mode 3's block shape as given (`None` in the other modes).
+    pub fn blocks(&self) -> Option<Blocks> {
+        self.blocks
+    }
+
+    /// Mode 3 only (`None` otherwise, or past the last step): the window
+    /// that the first index of `step`'s global batch is drawn from, with the
+    /// steps that draw from it and its blocks' index ranges. A reader loads
+    /// a window's blocks (each one read of consecutive records) before the
+    /// steps of [`Window::steps`] gather, and [`Sampler::next_window`] names
+    /// the one to load after it.
+    pub fn window(&self, step: u64) -> Option<Window> {
+        let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
+            return None;
+        };
+        let b = self.batch_len as u64;
+        let rel = step.checked_sub(self.origin)?;
+        let cycle = rel / steps_per_cycle;
+        let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        let w = blocked::window_of_position(&order, (rel % steps_per_cycle) * b);
+        blocked::window(&order, self.origin, cycle, w, steps_per_cycle, b)
+    }
+
+    /// The window after `window` (the next of its cycle that any step draws
+    /// from, else the first of the next cycle); `None` past the last step.
+    pub fn next_window(&self, window: &Window) -> Option<Window> {
+        let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
+            return None;
+        };
+        let b = self.batch_len as u64;
+        let (cycle, w) = window.at;
+        let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        let (cycle, w) = blocked::next_at(&order, cycle, w, steps_per_cycle, b);
+        let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        blocked::window(&order, self.origin, cycle, w, steps_per_cycle, b)
     }
 }
 
 impl Sampler {
-    /// Cyclic mode only (`None` otherwise): the position in cycle `cycle`'s
+    /// Cyclic and blocked modes only (`None` otherwise): the position in cycle `cycle`'s
     /// permutation at which `index` is drawn (positions past the cycle's
     /// full batches are left out, see the crate docs).
     pub(crate) fn cycle_position(&self, cycle: u64, index: u64) -> Option<u64> {
         match self.kernel {
-            Kernel::Cyclic { key, domain, .. } if index < self.length => {
-                Some(domain.permutation(cycle_key(key, self.origin, cycle)).invert(index))
+            Kernel::Cyclic { .. } | Kernel::Blocked { .. } if index < self.length => {
+                Some(self.order(cycle).invert(index))
             }
             _ => None,
         }

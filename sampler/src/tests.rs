@@ -354,7 +354,7 @@ fn errors_carry_their_numbers() {
             Err(Error::BufferLength { expected: 2, got: 4 })
         );
     }
-    assert_eq!(Mode::from_u8(3), Err(Error::BadMode(3)));
+    assert_eq!(Mode::from_u8(4), Err(Error::BadMode(4)));
     assert_eq!(Mode::from_u8(2), Ok(Mode::Cyclic));
     assert_eq!(Mode::from_u8(Mode::Iid as u8), Ok(Mode::Iid));
     let too_big = MAX_BATCH + 1;
@@ -365,7 +365,7 @@ fn errors_carry_their_numbers() {
     // A huge batch size over a small store is fine: the batch is the store.
     assert_eq!(sampler(Mode::Iid, 10, u64::MAX, 0).batch_len(), 10);
     // A state no sampler could have produced is refused.
-    let bad = SamplerState { mode: Mode::Cyclic, seed: 0, step: 0, length: 0, batch_size: 1, origin: 0 };
+    let bad = SamplerState { mode: Mode::Cyclic, seed: 0, step: 0, length: 0, batch_size: 1, origin: 0, blocks: None };
     assert_eq!(Sampler::from_state(&bad).unwrap_err(), Error::EmptyIndexSpace);
     // Messages name the numbers.
     let msg = Error::ShardDoesNotDivide { batch: 10, count: 3 }.to_string();

@@ -5,6 +5,7 @@
 //! caches ([`cache`]) and the host's rank registry ([`ranks`]), and the pins
 //! that keep a snapshot's files for its readers ([`pins`]).
 
+pub(crate) mod blocks;
 pub(crate) mod budget;
 pub(crate) mod cache;
 pub(crate) mod gather;

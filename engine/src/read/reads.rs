@@ -54,7 +54,8 @@ pub struct ReadStats {
     /// `(cache_hits + page_cache_hits) / records`: the records that needed no I/O.
     pub hit_rate: f64,
     /// Stored bytes read through the I/O backend (from disk, or from the page
-    /// cache by a buffered system call).
+    /// cache by a buffered system call), by gathers and by block reads ahead
+    /// of them (`View::prefetch`).
     pub bytes_read: u64,
     /// Stored bytes served by the record cache.
     pub bytes_from_cache: u64,
@@ -227,6 +228,17 @@ impl Reads {
         if let (Some(key), Some(cache)) = (self.key(e), self.cache()) {
             cache.insert(key, stored, next);
         }
+    }
+
+    /// Counts stored bytes read ahead into the record cache
+    /// ([`crate::read::blocks`]): read from disk, gathered later as hits.
+    pub fn count_prefetched(&self, bytes: u64) {
+        self.c.bytes_read.fetch_add(bytes, Relaxed);
+    }
+
+    /// Whether the read mode was forced (builder or `ZRING_DIRECT`).
+    pub fn forced(&self) -> bool {
+        self.forced.is_some()
     }
 
     /// Whether lookups are worth making (direct mode with a cache; never for

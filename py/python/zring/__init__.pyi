@@ -238,6 +238,8 @@ class DataLoader:
         shard: Optional[tuple[int, int]] = None,
         transform_workers: Optional[int] = None,
         cache_bytes: Optional[int] = None,
+        block_records: Optional[int] = None,
+        window_blocks: Optional[int] = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> "DataLoader": ...
@@ -310,7 +312,16 @@ class Sampler:
         SEQUENTIAL: int
         IID: int
         CYCLIC: int
-    def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42) -> None: ...
+    def __init__(
+        self,
+        length: int,
+        batch_size: int,
+        mode: int,
+        seed: int = 42,
+        *,
+        block_records: Optional[int] = None,
+        window_blocks: Optional[int] = None,
+    ) -> None: ...
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Sampler":
         """Rebuild from state()."""

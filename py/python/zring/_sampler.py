@@ -27,13 +27,25 @@ class Sampler:
         IID = 1
         #: A fresh permutation per cycle (without replacement).
         CYCLIC = 2
+        #: Without replacement, a window of blocks of consecutive indices
+        #: at a time (reads large blocks; see ``block_records``).
+        BLOCKED = 3
 
-    def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42):
-        """Raises ValueError for length 0, batch_size 0, an unknown mode or a negative seed."""
-        for name, value in (("length", length), ("batch_size", batch_size), ("mode", mode), ("seed", seed)):
+    def __init__(self, length: int, batch_size: int, mode: int, seed: int = 42, *,
+                 block_records: int | None = None, window_blocks: int | None = None):
+        """Mode 3 draws each batch from a window of ``window_blocks`` blocks
+        of ``block_records`` consecutive indices (default 64 and 256); the
+        other modes ignore them.
+
+        Raises ValueError for length 0, batch_size 0, an unknown mode, a
+        negative seed or a block shape with a 0."""
+        for name, value in (("length", length), ("batch_size", batch_size), ("mode", mode), ("seed", seed),
+                            ("block_records", block_records or 1), ("window_blocks", window_blocks or 1)):
             if int(value) < 0:
                 raise ValueError(f"{name} must be non-negative, got {value}")
-        self._inner = _zring.Sampler(int(length), int(batch_size), int(mode), int(seed))
+        self._inner = _zring.Sampler(int(length), int(batch_size), int(mode), int(seed),
+                                     None if block_records is None else int(block_records),
+                                     None if window_blocks is None else int(window_blocks))
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Sampler":

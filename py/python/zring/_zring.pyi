@@ -127,7 +127,15 @@ class Store:
 class Sampler:
     """Seekable index batches over [0, length)."""
 
-    def __init__(self, length: int, batch_size: int, mode: int = 1, seed: int = 42) -> None: ...
+    def __init__(
+        self,
+        length: int,
+        batch_size: int,
+        mode: int = 1,
+        seed: int = 42,
+        block_records: Optional[int] = None,
+        window_blocks: Optional[int] = None,
+    ) -> None: ...
     @staticmethod
     def from_state_json(text: str) -> "Sampler":
         """Rebuild from the JSON text of state()."""
@@ -165,6 +173,8 @@ class Loader:
         state: Optional[str] = None,
         weights: Optional[list[float]] = None,
         pack: Optional[tuple[int, str, int, int]] = None,
+        block_records: Optional[int] = None,
+        window_blocks: Optional[int] = None,
     ) -> None:
         """With weights, a mixture: streams is one list of streams per source.
         Without state, batch_size is required (mode defaults to 1, seed to

@@ -314,7 +314,8 @@ class DataLoader(_util.Closeable):
                  seed: int | None = None,
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
-                 transform_workers: int | None = None, cache_bytes: int | None = None):
+                 transform_workers: int | None = None, cache_bytes: int | None = None,
+                 block_records: int | None = None, window_blocks: int | None = None):
         """Start gathering.
 
         Args:
@@ -340,7 +341,20 @@ class DataLoader(_util.Closeable):
                 more steps may be transformed (or being transformed) and
                 waiting for the consumer.
             mode: 0 sequential, 1 iid (with replacement), 2 cyclic
-                (without); default 1.
+                (without), 3 blocked (without, and local: each batch is
+                drawn from a window of blocks of consecutive records, the
+                windows walking a fresh random order of the blocks each
+                cycle; a store reads each block as one large read when its
+                window opens, so a dataset far larger than memory is read
+                cold at the disk's large-read rate); default 1.
+            block_records: Mode 3: consecutive records per block. Default:
+                the fewest whose bytes reach 1 MiB (one large read).
+            window_blocks: Mode 3: blocks per window. Default: a quarter
+                of the first stream's record cache (of its memory budget
+                when it reads buffered) in blocks, so the window drawn from
+                and the next one, loading, fit in it. Larger windows mix
+                batches better (bench-results/randomness.md). A state fixes
+                both.
             seed: Sampler seed; default 42.
             transform: Applied to each batch dict, on the transform workers
                 (or on the consumer thread, see ``transform_workers``). It
@@ -477,6 +491,8 @@ class DataLoader(_util.Closeable):
             state=None if state is None else json.dumps(dict(state)),
             weights=weights,
             pack=None if packed is None else packed.spec(),
+            block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
+            window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
         )
         #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture

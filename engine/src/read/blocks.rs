@@ -1,0 +1,197 @@
+//! Block reads: a window of consecutive records loaded in large reads before
+//! the gathers that draw from it.
+//!
+//! A loader in the sampler's blocked mode knows which blocks of consecutive
+//! records its next steps draw from (a window of them). Read record by
+//! record, a window costs one small random read per record; read here, it
+//! costs one read per run of records that lie back to back in one chunk
+//! file (a run is cut at [`MAX_SPAN`] bytes), issued together at the depth
+//! the I/O backend allows. With a record cache (O_DIRECT reads) each
+//! record's stored bytes go into the cache, ranked by the next use the
+//! caller gives, and the gathers find them there; their checksums are
+//! checked then, as for every cached record. Buffered stores are asked to
+//! read the runs ahead into the page cache (`POSIX_FADV_WILLNEED`), where
+//! the gathers copy them from the chunk mappings. A store read with a
+//! forced mode and no cache reads nothing ahead: the gathers then measure
+//! exactly the mode they name.
+
+use std::ops::Range;
+use std::os::fd::AsFd;
+
+use crate::error::{corrupted, Error, Result};
+use crate::format::names::chunk_name;
+use crate::format::record::{ChunkId, Entry};
+use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
+use crate::read::cache::NextUse;
+use crate::read::gather::Snapshot;
+use crate::store::Store;
+
+/// The longest single read: one run of back-to-back records is cut here.
+/// Large enough that a disk streams at its sequential rate (fio on the
+/// development machine: 1 MiB random reads at queue depth 32 reach 0.76 of
+/// 4 MiB ones), small enough that a window is many reads in flight at once.
+pub(crate) const MAX_SPAN: u64 = 4 << 20;
+
+/// Reads at most this many bytes into scratch at once (then the next batch
+/// of runs): bounds the memory a window's load takes beside the cache.
+const BATCH_BYTES: u64 = 64 << 20;
+
+/// A run of records to read as one: entries `first..first + count` of the
+/// list, bytes `offset..end` of `chunk`.
+struct Run {
+    chunk: ChunkId,
+    offset: u64,
+    end: u64,
+    records: Range<usize>,
+}
+
+/// Loads the records of `ranges` (index ranges) ahead of the gathers that
+/// will draw them; `next` holds one hint per record, counting through the
+/// ranges in order (empty: none). Records already cached are only
+/// re-ranked.
+pub(crate) fn prefetch(s: &Store, snap: &Snapshot, ranges: &[Range<u64>], next: &[NextUse]) -> Result<()> {
+    let _gate = crate::fork::enter();
+    let count: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
+    if !next.is_empty() && next.len() as u64 != count {
+        return Err(Error::InvalidArgument(format!("prefetch: {count} records but {} next-use hints", next.len())));
+    }
+    let caching = s.reads.caching();
+    if !caching && s.reads.forced() {
+        return Ok(());
+    }
+    let mut wanted: Vec<(u64, Entry, NextUse)> = Vec::with_capacity(count as usize);
+    let mut k = 0;
+    for r in ranges {
+        for index in r.clone() {
+            let e = snap.entry(index)?;
+            let hint = next.get(k).copied().unwrap_or(NextUse::Unknown);
+            k += 1;
+            // Records inside a checksummed block (small fixed records of a
+            // sealed table) are read with their block by the gathers.
+            if e.is_part() || e.stored_len == 0 {
+                continue;
+            }
+            if caching && s.reads.lookup(&e, hint).is_some() {
+                continue;
+            }
+            wanted.push((index, e, hint));
+        }
+    }
+    let runs = runs(&wanted);
+    if !caching {
+        return advise(snap, &runs);
+    }
+    let mut scratch = AlignedBuf::new();
+    let mut at = 0;
+    while at < runs.len() {
+        let mut bytes = 0;
+        let mut end = at;
+        while end < runs.len() && (end == at || bytes + span(&runs[end]).1 <= BATCH_BYTES) {
+            bytes += span(&runs[end]).1;
+            end += 1;
+        }
+        read_runs(s, snap, &runs[at..end], &wanted, &mut scratch)?;
+        s.reads.count_prefetched(runs[at..end].iter().map(|r| r.end - r.offset).sum());
+        at = end;
+    }
+    Ok(())
+}
+
+/// Cuts `wanted` (in index order) into runs of records back to back in one
+/// chunk, each at most [`MAX_SPAN`] bytes (a larger record is a run alone).
+fn runs(wanted: &[(u64, Entry, NextUse)]) -> Vec<Run> {
+    let mut out: Vec<Run> = Vec::new();
+    for (k, (_, e, _)) in wanted.iter().enumerate() {
+        if let Some(last) = out.last_mut() {
+            if last.chunk == e.chunk && last.end == e.offset && e.end() - last.offset <= MAX_SPAN {
+                last.end = e.end();
+                last.records.end = k + 1;
+                continue;
+            }
+        }
+        out.push(Run { chunk: e.chunk, offset: e.offset, end: e.end(), records: k..k + 1 });
+    }
+    out
+}
+
+/// The ALIGN-aligned file span around a run: its start and length.
+fn span(run: &Run) -> (u64, u64) {
+    let start = run.offset / ALIGN as u64 * ALIGN as u64;
+    let end = run.end.div_ceil(ALIGN as u64) * ALIGN as u64;
+    (start, end - start)
+}
+
+/// Buffered stores: asks the kernel to read the runs into the page cache.
+fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
+    for run in runs {
+        let chunk = snap.chunk(run.chunk).expect("entry checked against chunks");
+        let file = chunk.file.buffered()?;
+        // Advice only: a file system that ignores it costs the gathers
+        // their own reads, never wrong bytes.
+        let len = std::num::NonZeroU64::new(run.end - run.offset);
+        let _ = rustix::fs::fadvise(file.as_fd(), run.offset, len, rustix::fs::Advice::WillNeed);
+    }
+    Ok(())
+}
+
+/// Reads `runs` in one batch (O_DIRECT where the chunk allows) and offers
+/// each record to the record cache.
+fn read_runs(
+    s: &Store,
+    snap: &Snapshot,
+    runs: &[Run],
+    wanted: &[(u64, Entry, NextUse)],
+    scratch: &mut AlignedBuf,
+) -> Result<()> {
+    let mut files = std::collections::HashMap::new();
+    for run in runs {
+        if let std::collections::hash_map::Entry::Vacant(v) = files.entry(run.chunk) {
+            let chunk = snap.chunk(run.chunk).expect("entry checked against chunks");
+            let direct = if chunk.direct { chunk.file.direct()? } else { None };
+            v.insert(match direct {
+                Some(f) => f,
+                None => chunk.file.buffered()?,
+            });
+        }
+    }
+    let total: u64 = runs.iter().map(|r| span(r).1).sum();
+    // Lossless: at most BATCH_BYTES plus one run of at most a record.
+    let mut rest: &mut [u8] = scratch.get(total as usize);
+    let mut reads = Vec::with_capacity(runs.len());
+    for run in runs {
+        let (start, len) = span(run);
+        let (buf, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
+        rest = tail;
+        let need = (run.end - start) as usize;
+        reads.push(uring::ReadBuf { fd: files[&run.chunk].as_fd(), offset: start, buf, need });
+    }
+    let r = uring::read_batch(
+        s.backend,
+        reads,
+        &mut |i, buf| {
+            let run = &runs[i];
+            let start = span(run).0;
+            for (_, e, hint) in &wanted[run.records.clone()] {
+                let at = (e.offset - start) as usize;
+                s.reads.offer(e, &buf[at..at + e.stored_len as usize], *hint);
+            }
+        },
+        &mut || {},
+    );
+    r.map_err(|e| {
+        let run = &runs[e.req.min(runs.len().saturating_sub(1))];
+        let path = s.dir.join(chunk_name(snap.table.format, run.chunk));
+        match e.kind {
+            ReqErrorKind::Eof { got } => corrupted(
+                format!("chunk {}", run.chunk.0),
+                format!(
+                    "{} ends {got} bytes into the read at {}, before record bytes end at {}",
+                    path.display(),
+                    span(run).0,
+                    run.end
+                ),
+            ),
+            ReqErrorKind::Os(source) => Error::Io { op: "read", path, source },
+        }
+    })
+}

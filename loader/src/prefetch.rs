@@ -1,0 +1,89 @@
+//! Mode 3: the thread that loads each window of blocks before its steps are
+//! gathered.
+//!
+//! The sampler's blocked mode draws every batch from a window of blocks of
+//! consecutive records ([`Sampler::window`]). One thread per loader walks
+//! the windows in order and asks every stream's source to load the next
+//! window ([`Source::prefetch`](crate::Source::prefetch): a store reads each
+//! block as one large read into its record cache), at most one window ahead
+//! of the steps claimed: window `w + 1` loads once a step of window `w` is
+//! claimed, so the memory held is about two windows. Workers claim a step
+//! only once every window it draws from is loaded
+//! ([`State::loaded_until`](crate::loader::State)), so no record is read
+//! twice, once small by a gather and once whole by its block. The thread
+//! stops (and the workers stop waiting for it) on shutdown, past the last
+//! step, or when a source's prefetch fails: the gathers then read what they
+//! need themselves and report any real error with its step.
+
+use zring_sampler::{Sampler, Shard};
+
+use crate::loader::Shared;
+
+/// Clears `prefetching` however the thread ends, so no worker waits for a
+/// window that will never load.
+struct Done<'a>(&'a Shared);
+
+impl Drop for Done<'_> {
+    fn drop(&mut self) {
+        self.0.lock().prefetching = false;
+        self.0.work.notify_all();
+    }
+}
+
+/// The prefetch thread's body: loads the windows from the one holding
+/// `start`'s first draw on.
+pub(crate) fn run(shared: &Shared, sampler: &Sampler, shard: Shard, start: u64) {
+    let _done = Done(shared);
+    let mut window = sampler.window(start);
+    let mut previous_start: Option<u64> = None;
+    while let Some(w) = window {
+        {
+            let mut state = shared.lock();
+            loop {
+                if state.shutdown {
+                    return;
+                }
+                if previous_start.is_none_or(|p| state.next_claim >= p) {
+                    break;
+                }
+                state = shared.work.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+            }
+        }
+        let indices: Vec<u64> = w.records.iter().flat_map(Clone::clone).collect();
+        let mut next = vec![None; indices.len()];
+        // When each record is drawn in the window's steps; the first step
+        // (0 included) is asked for as the step after the one before it.
+        let after = w.steps.start.checked_sub(1);
+        match after {
+            Some(after) => {
+                if sampler.fill_next_use(after, &indices, &mut next).is_err() {
+                    return;
+                }
+            }
+            None => {
+                let first = sampler.batch(0);
+                for (n, i) in next.iter_mut().zip(&indices) {
+                    *n = if first.contains(i) { Some(0) } else { sampler.next_use(*i, 0) };
+                }
+            }
+        }
+        // A shard's record is needed by this loader only if drawn in its
+        // slots; the block is read whole either way, and the others' records
+        // rank as needed at their step (the cache keeps them no longer than
+        // this window's).
+        let _ = shard;
+        for stream in &shared.ctx.streams {
+            for source in &stream.sources {
+                if source.prefetch(&w.records, &next).is_err() {
+                    return;
+                }
+            }
+        }
+        let mut state = shared.lock();
+        state.loaded_until = state.loaded_until.max(w.complete);
+        drop(state);
+        shared.work.notify_all();
+        previous_start = Some(w.steps.start);
+        window = sampler.next_window(&w);
+    }
+}
