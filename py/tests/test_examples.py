@@ -24,10 +24,9 @@ RUNS = {
     "lm_mixture.py": ([], None),
     "ranks.py": ([], None),
     "torch_loop.py": ([], "torch"),
-    "jax_lm.py": ([], "jax"),
 }
 # Examples that another test module already runs.
-ELSEWHERE = {"jax_train.py": "test_jax.py"}
+ELSEWHERE = {"jax_train.py": "test_jax.py", "jax_lm.py": "test_jax_lm.py"}
 
 
 @pytest.mark.parametrize("name", sorted(RUNS))
