@@ -622,7 +622,7 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
     the one ``zring.DataLoader(mixture, batch_size=global_batch_size)``
     delivers, whose rows are interleaved so that every process's rows hold
     each source's share (within a row, for process counts that are powers
-    of two dividing the batch; see :mod:`zring._mix`); or a
+    of two dividing the batch; see :func:`zring.mix`); or a
     :func:`zring.pack` packed source: the global arrays are its
     ``tokens``, ``segment_ids`` and ``positions``, each
     ``(global_batch_size, seq_len)``, and the checkpoint carries the
