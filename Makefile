@@ -43,7 +43,7 @@ doc:
 # The Python API reference, built from the docstrings with warnings as errors;
 # open docs/_build/html/index.html.
 docs: develop
-	$(PY) -m sphinx -W --keep-going -q -b html docs docs/_build/html
+	$(PY) -m sphinx -W --keep-going -q -E -b html docs docs/_build/html
 
 # The reliability suites (zring-tests) run on their own so their counts
 # (kills, crash states, fault points) reach the log.

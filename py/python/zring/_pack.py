@@ -90,7 +90,8 @@ def _documents(ds: Any, what: str) -> RaggedDataset:
 
 class Packed:
     """A source of packed token rows; pass it to :class:`zring.DataLoader` in
-    place of a stream dict. Made by :func:`pack` (see :mod:`zring._pack`)."""
+    place of a stream dict. Made by :func:`zring.pack`, whose docstring says
+    how the rows are built."""
 
     def __init__(self, source: RaggedDataset | Mixture, seq_len: int, mode: str, pad_id: int):
         if not _util.is_int(seq_len):
