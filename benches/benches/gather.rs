@@ -92,7 +92,8 @@ fn store_row(cfg: &Cfg, name: &str, dir: &Path, backend: BackendKind, direct: bo
     let st = store.stats().expect("stats");
     let note = if direct && !st.direct { "O_DIRECT refused by the file system: buffered" } else { "" };
     let n = store.len();
-    run(cfg, name, n, len, batch, |idx, dst| store.gather(idx, dst, len).expect("gather")).with_note(note)
+    run(cfg, name, n, len, batch, |idx, dst| store.gather(&zring_engine::Gather::fixed(idx, len), dst).expect("gather"))
+        .with_note(note)
 }
 
 /// A flat file of the same records, for npy-style fancy indexing.
@@ -321,7 +322,9 @@ fn table_cold(cfg: &Cfg, gib: f64) -> Report {
                 let store = open(dir, backend, direct);
                 let mode = if store.stats().expect("stats").direct { "O_DIRECT" } else { "buffered" };
                 let name = format!("zring {} {} {mode}, cold", codec.name(), backend.name());
-                let row = cold_rounds(&name, count, rounds, |idx, dst| store.gather(idx, dst, RECORD).expect("gather"));
+                let row = cold_rounds(&name, count, rounds, |idx, dst| {
+                    store.gather(&zring_engine::Gather::fixed(idx, RECORD), dst).expect("gather")
+                });
                 rep.push(row);
             }
         }

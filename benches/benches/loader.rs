@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use zring_benches::{bench_dir, check_gathered, ensure_store, machine, publish, warm, Recorder, Report, Row};
 use zring_engine::{Codec, Store};
-use zring_loader::{Layout, Loader, LoaderConfig, Mode, Source, SourceError, Stream};
+use zring_loader::{Layout, Loader, LoaderConfig, Mode, Request, Slots, Source, SourceError, Stream};
 use zring_sampler::Sampler;
 
 /// Data record bytes and label record bytes.
@@ -54,13 +54,12 @@ impl Source for StoreSource {
     fn layout(&self) -> Layout {
         Layout::Fixed { record_bytes: self.len }
     }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        Ok(self.store.gather(indices, dst, self.len)?)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        let Slots::Packed = req.slots else { return Err("packed slots only".into()) };
+        let gather = zring_engine::Gather::fixed(req.indices, self.len).fan_out(req.fan_out);
+        Ok(self.store.gather(&gather, dst)?)
     }
     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
-        Err("fixed layout".into())
-    }
-    fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
         Err("fixed layout".into())
     }
 }
@@ -85,8 +84,8 @@ fn sync_row(name: &str, data: &Path, label: &Path, steps: u64, work: Duration) -
         }
         let t = Instant::now();
         sampler.fill(step, &mut idx).expect("fill");
-        data.gather(&idx, &mut d, DATA).expect("gather data");
-        label.gather(&idx, &mut l, LABEL).expect("gather label");
+        data.gather(&zring_engine::Gather::fixed(&idx, DATA), &mut d).expect("gather data");
+        label.gather(&zring_engine::Gather::fixed(&idx, LABEL), &mut l).expect("gather label");
         if step >= WARMUP {
             rec.record(t.elapsed(), STEP_BYTES, BATCH);
         } else if step == 0 {

@@ -54,7 +54,7 @@ fn main() {
         let mut dst = vec![0u8; RECORDS * 12288];
         let t = Instant::now();
         for _ in 0..5 {
-            store.gather(&idx, &mut dst, 12288).unwrap();
+            store.gather(&zring_engine::Gather::fixed(&idx, 12288), &mut dst).unwrap();
         }
         let read = 5.0 * logical as f64 / (1 << 20) as f64 / t.elapsed().as_secs_f64();
         println!(

@@ -62,7 +62,7 @@ fn main() {
         .collect();
     let t = Instant::now();
     for r in 0..rounds {
-        s.gather(&batches[r % batches.len()], &mut dst, LEN).unwrap();
+        s.gather(&zring_engine::Gather::fixed(&batches[r % batches.len()], LEN), &mut dst).unwrap();
     }
     let secs = t.elapsed().as_secs_f64();
     println!(

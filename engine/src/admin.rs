@@ -9,7 +9,7 @@ use crate::format::codec::{Codec, Dict};
 use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
 use crate::io::fs::write_atomic;
-use crate::read::gather::Item;
+use crate::read::gather::{carve, Want};
 use crate::store::Store;
 use crate::write::append::{Block, Meta};
 
@@ -128,20 +128,8 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
             end += 1;
         }
         let mut buf = vec![0u8; bytes as usize];
-        let mut rest: &mut [u8] = &mut buf;
-        let mut items = Vec::with_capacity(entries.len());
-        for (k, e) in entries.iter().enumerate() {
-            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.stored_len as usize);
-            rest = tail;
-            items.push(Item {
-                index: start + k as u64,
-                entry: *e,
-                dst: slot,
-                keep_stored: true,
-                next: crate::read::cache::NextUse::Unknown,
-            });
-        }
-        crate::read::gather::read_items(&from, &snap, items)?;
+        let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::stored(i, *e)));
+        crate::read::gather::read_items(&from, &snap, items, true)?;
         verify_imported(&buf, &entries, start, snap.dict.as_deref(), src.as_ref())?;
         let records = entries
             .iter()
@@ -220,21 +208,11 @@ pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
         let entries = (start..end).map(|i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
         let total: usize = entries.iter().map(|e| e.logical_len as usize).sum();
         buf.resize(total, 0);
-        let mut rest: &mut [u8] = &mut buf;
-        let mut items = Vec::with_capacity(entries.len());
-        for (k, e) in entries.iter().enumerate() {
-            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.logical_len as usize);
-            rest = tail;
-            items.push(Item {
-                index: start + k as u64,
-                entry: *e,
-                dst: slot,
-                keep_stored: false,
-                next: crate::read::cache::NextUse::Unknown,
-            });
+        for e in &entries {
             rep.stored_bytes += u64::from(e.own_len());
             rep.logical_bytes += u64::from(e.logical_len);
         }
+        let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::logical(i, *e)));
         crate::read::gather::read_items_by_block(s, &snap, items)?;
         rep.records += end - start;
         start = end;

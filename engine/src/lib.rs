@@ -65,7 +65,7 @@
 //! let first = store.append(&[b"hello".as_slice(), b"world".as_slice()], None).unwrap();
 //! store.sync().unwrap();
 //! let mut dst = [0u8; 10];
-//! store.gather(&[first + 1, first], &mut dst, 5).unwrap();
+//! store.gather(&zring_engine::Gather::fixed(&[first + 1, first], 5), &mut dst).unwrap();
 //! assert_eq!(&dst, b"worldhello");
 //! ```
 #![deny(unsafe_code)]
@@ -93,9 +93,9 @@ pub use format::record::ChunkId;
 pub use format::table::Format;
 pub use io::fault;
 pub use io::uring::BackendKind;
-pub use pool::{set_thread_fan_out, thread_fan_out};
 pub use read::cache::NextUse;
 pub use read::reads::ReadStats;
+pub use read::request::{Gather, Slots};
 pub use store::{Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
 pub use write::builder::{StagedStore, Staging};
 pub use write::compact::CompactReport;

@@ -47,26 +47,6 @@ pub(crate) fn get() -> Arc<ThreadPool> {
     }
 }
 
-thread_local! {
-    static FAN_OUT: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
-}
-
-/// Sets whether gathers called from the current thread share their reads and
-/// decoding with the decode pool (the default) or do all of it on this thread.
-///
-/// A caller that already runs as many gathers at once as there are cores (a
-/// loader's workers, say) gains nothing from the pool: handing work to it only
-/// puts more threads than cores on the decoding, which measurably slows it.
-pub fn set_thread_fan_out(on: bool) {
-    FAN_OUT.with(|f| f.set(on));
-}
-
-/// Whether gathers called from the current thread use the decode pool (see
-/// [`set_thread_fan_out`]).
-pub fn thread_fan_out() -> bool {
-    FAN_OUT.with(std::cell::Cell::get)
-}
-
 #[cfg(test)]
 thread_local! {
     /// Groups of reads this thread handed to the pool (tests only).
@@ -75,11 +55,11 @@ thread_local! {
 
 #[cfg(test)]
 mod tests {
-    use super::{set_thread_fan_out, HANDED_OFF};
-    use crate::{Codec, Store};
+    use super::HANDED_OFF;
+    use crate::{Codec, Gather, Store};
 
     #[test]
-    fn a_thread_without_fan_out_gathers_alone_and_gets_the_same_bytes() {
+    fn a_gather_without_fan_out_gathers_alone_and_gets_the_same_bytes() {
         let dir = tempfile::tempdir().unwrap();
         // Raw records, so the batch's stored bytes (1 MiB) are well past the
         // size from which a gather splits.
@@ -94,16 +74,13 @@ mod tests {
 
         let mut shared = vec![0u8; expected.len()];
         let before = handed_off();
-        store.gather(&indices, &mut shared, 16_384).unwrap();
+        store.gather(&Gather::fixed(&indices, 16_384), &mut shared).unwrap();
         assert!(handed_off() > before, "a 1 MiB gather hands work to the pool by default");
         assert_eq!(shared, expected);
 
-        set_thread_fan_out(false);
         let mut alone = vec![0u8; expected.len()];
         let before = handed_off();
-        let result = store.gather(&indices, &mut alone, 16_384);
-        set_thread_fan_out(true);
-        result.unwrap();
+        store.gather(&Gather::fixed(&indices, 16_384).fan_out(false), &mut alone).unwrap();
         assert_eq!(handed_off(), before, "no work handed to the pool with fan-out off");
         assert_eq!(alone, expected);
     }

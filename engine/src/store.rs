@@ -21,6 +21,7 @@ use crate::format::table::Format;
 use crate::io::uring::BackendKind;
 use crate::read::cache::NextUse;
 use crate::read::reads::{ReadStats, Reads};
+use crate::read::request::Gather;
 use crate::write::Writer;
 
 /// zstd level of plain `zstd` records unless the builder says otherwise.
@@ -360,7 +361,7 @@ impl Store {
         View { store: Arc::clone(self), snap: self.snapshot() }
     }
 
-    /// Whether next-use hints ([`Store::gather_hinted`]) reach a record cache
+    /// Whether next-use hints ([`Gather::next`]) reach a record cache
     /// now: the store reads with O_DIRECT behind a record cache of some size.
     /// Cheap (two relaxed loads); a loader asks once per step.
     pub fn wants_hints(&self) -> bool {
@@ -428,34 +429,13 @@ impl Store {
         crate::read::gather::record_len(self, index)
     }
 
-    /// Reads records `indices` into `dst`, record `k` at `dst[k * stride..]`.
-    /// A record shorter than `stride` leaves the rest of its slot zeroed.
+    /// Reads the records `req` names into `dst`, each into its slot
+    /// ([`Gather`]).
     ///
-    /// Every index and entry is checked before anything is written to `dst`.
-    pub fn gather(&self, indices: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-        crate::read::gather::gather(self, indices, dst, stride)
-    }
-
-    /// [`Store::gather`], telling the record cache when each record is
-    /// needed next (`next[k]` for `indices[k]`; an empty `next` says nothing):
-    /// when the cache is full it keeps the records needed soonest, and drops
-    /// those not needed again this cycle first. A data loader knows this from
-    /// its sampler. Without a record cache (buffered reads) the hints are
-    /// ignored.
-    pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_hinted(self, &self.snapshot(), indices, dst, stride, next)
-    }
-
-    /// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
-    /// where `len_k` is its logical length ([`Store::lengths`]). Slots must lie
-    /// inside `dst` and must not overlap.
-    pub fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
-        crate::read::gather::gather_var(self, indices, dst, offsets)
-    }
-
-    /// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`].
-    pub fn gather_var_hinted(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64], next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_var_hinted(self, &self.snapshot(), indices, dst, offsets, next)
+    /// Every index, entry and slot is checked before anything is written to
+    /// `dst`.
+    pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+        crate::read::gather::gather(self, &self.snapshot(), req, dst)
     }
 
     /// Appends records, compressing them with `codec` (the store's default
@@ -648,16 +628,9 @@ impl View {
         crate::read::blocks::prefetch(&self.store, &self.snap, ranges, next)
     }
 
-    /// [`Store::gather_hinted`] from these records (an empty `next` gives no
-    /// hints).
-    pub fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], stride: usize, next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_hinted(&self.store, &self.snap, indices, dst, stride, next)
-    }
-
-    /// [`Store::gather_var_hinted`] from these records (an empty `next`
-    /// gives no hints).
-    pub fn gather_var_hinted(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64], next: &[NextUse]) -> Result<()> {
-        crate::read::gather::gather_var_hinted(&self.store, &self.snap, indices, dst, offsets, next)
+    /// [`Store::gather`] from these records.
+    pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+        crate::read::gather::gather(&self.store, &self.snap, req, dst)
     }
 }
 

@@ -63,7 +63,7 @@ fn limited(dir: &Path, n: u64) {
                     })
                     .collect();
                 let mut dst = vec![0u8; idx.len() * 8];
-                store.gather(&idx, &mut dst, 8).unwrap();
+                store.gather(&zring_engine::Gather::fixed(&idx, 8), &mut dst).unwrap();
                 for (k, &i) in idx.iter().enumerate() {
                     assert_eq!(dst[k * 8..k * 8 + 8], record(i), "record {i} ({backend:?}, direct {direct})");
                 }
@@ -74,7 +74,7 @@ fn limited(dir: &Path, n: u64) {
             for start in (0..n).step_by(4096) {
                 let idx: Vec<u64> = (start..n.min(start + 4096)).collect();
                 let mut dst = vec![0u8; idx.len() * 8];
-                store.gather(&idx, &mut dst, 8).unwrap();
+                store.gather(&zring_engine::Gather::fixed(&idx, 8), &mut dst).unwrap();
                 for (k, &i) in idx.iter().enumerate() {
                     assert_eq!(dst[k * 8..k * 8 + 8], record(i), "record {i} ({backend:?}, direct {direct})");
                 }

@@ -21,7 +21,7 @@ fn rec(i: u64) -> Vec<u8> {
 
 fn check(store: &Store, idx: &[u64]) -> bool {
     let mut dst = vec![0u8; idx.len() * LEN];
-    store.gather(idx, &mut dst, LEN).is_ok()
+    store.gather(&zring_engine::Gather::fixed(idx, LEN), &mut dst).is_ok()
         && idx.iter().enumerate().all(|(k, &i)| dst[k * LEN..(k + 1) * LEN] == rec(i))
 }
 

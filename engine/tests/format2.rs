@@ -35,14 +35,14 @@ fn read_all(s: &Store) -> Vec<Vec<u8>> {
     let one: Vec<Vec<u8>> = (0..n)
         .map(|i| {
             let mut b = vec![0u8; lens[i as usize] as usize];
-            s.gather(&[i], &mut b, lens[i as usize] as usize).unwrap();
+            s.gather(&zring_engine::Gather::fixed(&[i], lens[i as usize] as usize), &mut b).unwrap();
             b
         })
         .collect();
     let stride = lens.iter().copied().max().unwrap_or(0) as usize;
     let order: Vec<u64> = (0..n).map(|k| (k * 7919) % n.max(1)).collect();
     let mut batch = vec![0u8; stride * order.len()];
-    s.gather(&order, &mut batch, stride).unwrap();
+    s.gather(&zring_engine::Gather::fixed(&order, stride), &mut batch).unwrap();
     for (k, &i) in order.iter().enumerate() {
         let slot = &batch[k * stride..(k + 1) * stride];
         let len = lens[i as usize] as usize;
@@ -56,7 +56,7 @@ fn read_all(s: &Store) -> Vec<Vec<u8>> {
         at += lens[i as usize];
     }
     let mut ragged = vec![0u8; at as usize];
-    s.gather_var(&order, &mut ragged, &offsets).unwrap();
+    s.gather(&zring_engine::Gather::ragged(&order, &offsets), &mut ragged).unwrap();
     for (k, &i) in order.iter().enumerate() {
         let o = offsets[k] as usize;
         assert_eq!(&ragged[o..o + one[i as usize].len()], &one[i as usize][..], "record {i} in a ragged batch");
@@ -336,7 +336,7 @@ fn damage_to_a_sealed_page_or_block_names_the_file() {
                 let mut seen = 0;
                 for i in 0..s.len() {
                     let mut b = vec![0u8; 64];
-                    if let Err(e) = s.gather(&[i], &mut b, 64) {
+                    if let Err(e) = s.gather(&zring_engine::Gather::fixed(&[i], 64), &mut b) {
                         let Error::Corrupted { what, detail } = &e else { panic!("{e:?}") };
                         assert!(what.ends_with(&*table.file_name().unwrap().to_string_lossy()), "{e}");
                         assert!(detail.contains(&format!("table page {p}")), "{e}");

@@ -32,7 +32,7 @@ fn read_all(s: &Store) -> Vec<Vec<u8>> {
     (0..s.len())
         .map(|i| {
             let mut b = vec![0u8; RECORD];
-            s.gather(&[i], &mut b, RECORD).unwrap();
+            s.gather(&zring_engine::Gather::fixed(&[i], RECORD), &mut b).unwrap();
             b
         })
         .collect()

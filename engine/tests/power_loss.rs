@@ -37,7 +37,7 @@ fn ids(s: &Store) -> Result<Vec<u64>, Error> {
     for i in 0..s.len() {
         let n = s.record_len(i)? as usize;
         let mut b = vec![0u8; n];
-        s.gather(&[i], &mut b, n)?;
+        s.gather(&zring_engine::Gather::fixed(&[i], n), &mut b)?;
         let id = u64::from_le_bytes(b[..8].try_into().unwrap());
         assert_eq!(b, rec(id, n - 8), "record {i} is torn");
         out.push(id);

@@ -61,7 +61,7 @@ fn store_and_reader(dir: &Path, backend: BackendKind) -> Store {
 /// Gathers `indices` and checks every record's bytes.
 fn check(store: &Store, indices: &[u64]) {
     let mut out = vec![0u8; indices.len() * REC];
-    store.gather(indices, &mut out, REC).unwrap();
+    store.gather(&zring_engine::Gather::fixed(indices, REC), &mut out).unwrap();
     for (k, &i) in indices.iter().enumerate() {
         assert!(out[k * REC..(k + 1) * REC] == record(i), "record {i} read back wrong");
     }
@@ -69,7 +69,9 @@ fn check(store: &Store, indices: &[u64]) {
 
 fn gather_err(store: &Store, indices: &[u64]) -> Error {
     let mut out = vec![0u8; indices.len() * REC];
-    store.gather(indices, &mut out, REC).expect_err("a gather over a shrunk file succeeded")
+    store
+        .gather(&zring_engine::Gather::fixed(indices, REC), &mut out)
+        .expect_err("a gather over a shrunk file succeeded")
 }
 
 fn only_file(dir: &Path, prefix: &str) -> PathBuf {
@@ -160,7 +162,7 @@ fn a_chunk_cut_under_a_reader_with_the_record_cache_is_an_error_past_the_cut() {
         assert_chunk_error(&gather_err(&reader, &all), &chunk);
         for i in 0..N {
             let mut out = vec![0u8; REC];
-            match reader.gather(&[i], &mut out, REC) {
+            match reader.gather(&zring_engine::Gather::fixed(&[i], REC), &mut out) {
                 Ok(()) => assert!(out == record(i), "{backend:?}: record {i} read back wrong"),
                 Err(e) => {
                     assert!(i >= N / 2, "{backend:?}: record {i} before the cut failed: {e}");

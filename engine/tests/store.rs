@@ -70,7 +70,7 @@ fn every_codec_round_trips_from_one_byte_to_eight_mib() {
             assert_eq!(store.len(), sizes.len() as u64);
             for (i, r) in recs.iter().enumerate() {
                 let mut out = vec![0u8; r.len()];
-                store.gather(&[i as u64], &mut out, r.len()).unwrap();
+                store.gather(&zring_engine::Gather::fixed(&[i as u64], r.len()), &mut out).unwrap();
                 assert_eq!(&out, r, "{backend:?} {codec:?} record {i} of {} bytes", r.len());
             }
             // All at once, ragged, in a scrambled order.
@@ -83,7 +83,7 @@ fn every_codec_round_trips_from_one_byte_to_eight_mib() {
             }
             let total = (offsets[order.len() - 1] + lens[order.len() - 1]) as usize;
             let mut dst = vec![0u8; total];
-            store.gather_var(&order, &mut dst, &offsets).unwrap();
+            store.gather(&zring_engine::Gather::ragged(&order, &offsets), &mut dst).unwrap();
             for (k, &i) in order.iter().enumerate() {
                 let at = offsets[k] as usize;
                 assert_eq!(&dst[at..at + lens[k] as usize], &recs[i as usize][..]);
@@ -105,7 +105,7 @@ fn a_batch_of_fixed_records_gathers_into_strided_slots() {
     let idx: Vec<u64> = (0..1000).map(|k| (k * 7919) % n).collect();
     // A stride wider than the record leaves zeros after it.
     let mut dst = vec![0xffu8; idx.len() * 304];
-    store.gather(&idx, &mut dst, 304).unwrap();
+    store.gather(&zring_engine::Gather::fixed(&idx, 304), &mut dst).unwrap();
     for (k, &i) in idx.iter().enumerate() {
         assert_eq!(&dst[k * 304..k * 304 + 300], &record(i, 300)[..]);
         assert_eq!(&dst[k * 304 + 300..k * 304 + 304], &[0, 0, 0, 0]);
@@ -118,18 +118,18 @@ fn bad_arguments_are_errors_and_leave_the_destination_alone() {
     let store = Store::builder(dir.path()).create().unwrap();
     store.append(&[&record(0, 10), &record(1, 10)], None).unwrap();
     let mut dst = vec![7u8; 30];
-    let e = store.gather(&[0, 1, 2], &mut dst, 10).unwrap_err();
+    let e = store.gather(&zring_engine::Gather::fixed(&[0, 1, 2], 10), &mut dst).unwrap_err();
     assert!(matches!(e, Error::IndexOutOfRange { index: 2, len: 2 }), "{e}");
     assert!(dst.iter().all(|&b| b == 7), "nothing may be written on bad input");
-    let e = store.gather(&[0], &mut dst, 10).unwrap_err();
+    let e = store.gather(&zring_engine::Gather::fixed(&[0], 10), &mut dst).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "{e}");
     let mut small = vec![0u8; 8];
-    let e = store.gather(&[0], &mut small, 8).unwrap_err();
+    let e = store.gather(&zring_engine::Gather::fixed(&[0], 8), &mut small).unwrap_err();
     assert!(matches!(e, Error::RecordSize { record: 0, len: 10, slot: 8 }), "{e}");
     let mut d = vec![0u8; 15];
-    let e = store.gather_var(&[0, 1], &mut d, &[0, 5]).unwrap_err();
+    let e = store.gather(&zring_engine::Gather::ragged(&[0, 1], &[0, 5]), &mut d).unwrap_err();
     assert!(matches!(e, Error::InvalidArgument(_)), "overlapping slots: {e}");
-    let e = store.gather_var(&[0, 1], &mut d, &[0, 10]).unwrap_err();
+    let e = store.gather(&zring_engine::Gather::ragged(&[0, 1], &[0, 10]), &mut d).unwrap_err();
     assert!(matches!(e, Error::RecordSize { .. }), "slot past the end: {e}");
     assert!(matches!(store.delete(&[5]), Err(Error::IndexOutOfRange { index: 5, len: 2 })));
     assert_eq!(store.len(), 2);
@@ -156,7 +156,7 @@ fn delete_moves_the_tail_into_holes_and_compact_reclaims_space() {
             for (k, &id) in model.iter().enumerate() {
                 let r = &recs[id as usize];
                 let mut out = vec![0u8; r.len()];
-                s.gather(&[k as u64], &mut out, r.len()).unwrap();
+                s.gather(&zring_engine::Gather::fixed(&[k as u64], r.len()), &mut out).unwrap();
                 assert_eq!(&out, r, "index {k} should hold record {id}");
             }
         };
@@ -221,7 +221,7 @@ fn delete_agrees_with_swap_last_on_every_table_format() {
                 for (k, &id) in model.iter().enumerate() {
                     let r = &recs[id as usize];
                     let mut out = vec![0u8; r.len()];
-                    store.gather(&[k as u64], &mut out, r.len()).unwrap();
+                    store.gather(&zring_engine::Gather::fixed(&[k as u64], r.len()), &mut out).unwrap();
                     assert_eq!(&out, r, "{codec:?} format {format} round {round}: index {k} should hold record {id}");
                 }
             }
@@ -318,7 +318,7 @@ fn loaderx_layout_stores_are_read_in_place_and_imported() {
     for s in [&lx, &native] {
         for (i, r) in recs.iter().enumerate() {
             let mut out = vec![0u8; r.len()];
-            s.gather(&[i as u64], &mut out, r.len()).unwrap();
+            s.gather(&zring_engine::Gather::fixed(&[i as u64], r.len()), &mut out).unwrap();
             assert_eq!(&out, r);
         }
     }

@@ -1,7 +1,7 @@
 //! A [`View`] is one snapshot: the lengths a ragged batch is sized by and
 //! the records then gathered come from the same records, whatever a writer
 //! does in between. (Sizing by `Store::lengths` and then calling
-//! `Store::gather_var` takes two snapshots: a delete between them moves
+//! a ragged `Store::gather` takes two snapshots: a delete between them moves
 //! another record into the slot, whose length differs.)
 
 use std::sync::Arc;
@@ -38,11 +38,11 @@ fn a_view_reads_the_records_it_was_taken_of_across_a_delete_and_compaction() {
     let total: u64 = lengths.iter().sum();
     let mut dst = vec![0u8; total as usize];
     let offsets = [0, lengths[0], lengths[0] + lengths[1]];
-    view.gather_var_hinted(&indices, &mut dst, &offsets, &[]).unwrap();
+    view.gather(&zring_engine::Gather::ragged(&indices, &offsets), &mut dst).unwrap();
     let want: Vec<u8> = indices.iter().flat_map(|&i| rec(i)).collect();
     assert_eq!(dst, want);
     let mut fixed = vec![0u8; 3 * 29];
-    view.gather_hinted(&indices, &mut fixed, 29, &[]).unwrap();
+    view.gather(&zring_engine::Gather::fixed(&indices, 29), &mut fixed).unwrap();
     assert_eq!(&fixed[..10], &rec(0)[..]);
     assert_eq!(view.len(), 20);
     assert_eq!(view.fingerprint().unwrap(), before);

@@ -141,7 +141,7 @@ fn check(store: &Store, model: &[Vec<u8>], after: &str) {
     for (k, m) in model.iter().enumerate() {
         assert_eq!(lens[k], m.len() as u64, "length of record {k} after {after}");
         let o = offsets[k] as usize;
-        store.gather_var(&[k as u64], &mut dst[o..o + m.len()], &[0]).expect("gather");
+        store.gather(&zring_engine::Gather::ragged(&[k as u64], &[0]), &mut dst[o..o + m.len()]).expect("gather");
         assert_eq!(&dst[o..o + m.len()], &m[..], "record {k} after {after}");
     }
 }
@@ -152,7 +152,7 @@ fn contents(store: &Store) -> Records {
         .map(|i| {
             let n = store.record_len(i).expect("record length") as usize;
             let mut b = vec![0u8; n];
-            store.gather(&[i], &mut b, n).expect("gather");
+            store.gather(&zring_engine::Gather::fixed(&[i], n), &mut b).expect("gather");
             b
         })
         .collect()

@@ -124,7 +124,7 @@ pub fn read_everything(dir: &Path) -> Option<Vec<Vec<u8>>> {
     let mut all_ok = true;
     for (&i, &l) in idx.iter().zip(&lens) {
         let mut dst = vec![0u8; l as usize];
-        match store.gather(&[i], &mut dst, l as usize) {
+        match store.gather(&zring_engine::Gather::fixed(&[i], l as usize), &mut dst) {
             Ok(()) => out.push(dst),
             Err(_) => all_ok = false,
         }
@@ -136,7 +136,7 @@ pub fn read_everything(dir: &Path) -> Option<Vec<Vec<u8>>> {
         at += l;
     }
     let mut dst = vec![0u8; at as usize];
-    let ragged = store.gather_var(&idx, &mut dst, &offsets);
+    let ragged = store.gather(&zring_engine::Gather::ragged(&idx, &offsets), &mut dst);
     // verify decodes every record, even empty ones (a gather with stride 0
     // reads nothing, so it cannot vouch for them).
     let verified = if store.len() <= 256 { store.verify().map(drop) } else { Ok(()) };

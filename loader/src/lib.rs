@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use std::sync::Arc;
-//! use zring_loader::{Layout, Loader, LoaderConfig, Source, SourceError, Stream};
+//! use zring_loader::{Layout, Loader, LoaderConfig, Request, Source, SourceError, Stream};
 //!
 //! /// Record `i` is the 4 little-endian bytes of `i`.
 //! struct Numbers(u64);
@@ -20,16 +20,13 @@
 //! impl Source for Numbers {
 //!     fn len(&self) -> u64 { self.0 }
 //!     fn layout(&self) -> Layout { Layout::Fixed { record_bytes: 4 } }
-//!     fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-//!         for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(4)) {
+//!     fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+//!         for (&i, out) in req.indices.iter().zip(req.slots(self, dst)?) {
 //!             out.copy_from_slice(&u32::try_from(i)?.to_le_bytes());
 //!         }
 //!         Ok(())
 //!     }
 //!     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
-//!         Err("fixed layout".into())
-//!     }
-//!     fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
 //!         Err("fixed layout".into())
 //!     }
 //! }
@@ -137,7 +134,7 @@ pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pack::{Pack, PackMode, FIRST_FIT_WINDOW, PACKED_ROWS};
 pub use pool::{Pooled, PooledBuf};
-pub use source::{Fingerprint, Layout, Source, SourceError};
+pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
 pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, Shard};

@@ -92,7 +92,7 @@ use crate::lookahead::Lookahead;
 use crate::pack::{self, Pack, PackColumn, Packer};
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
-use crate::source::{Fingerprint, Layout, Source};
+use crate::source::{Fingerprint, Layout, Request, Source};
 use crate::stats::{self, GatherStats, LoaderStats};
 
 /// One named input of a loader. Every stream is gathered at the same indices,
@@ -1002,7 +1002,6 @@ impl Drop for DeathWatch<'_> {
 
 fn worker(shared: &Shared) {
     let _watch = DeathWatch(shared);
-    zring_engine::set_thread_fan_out(shared.ctx.fan_out);
     loop {
         let step = {
             let mut state = shared.lock();
@@ -1116,7 +1115,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     // Each source's rows are gathered in one call per stream. A mixture's
     // rows are interleaved (`zring_sampler::RowOrder`): each source's call
     // then puts its records straight into their rows' slots
-    // ([`Source::gather_at`]).
+    // ([`Slots::At`](crate::Slots::At)).
     let grouping = match &sources {
         Some(rows) => plan::Grouping::new(rows),
         None => plan::Grouping::single(indices.len()),
@@ -1181,18 +1180,16 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     let source = views[k];
                     let idx = &gidx[rows.clone()];
                     let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    let next = next.unwrap_or(&[]);
                     match &grouping.order {
                         None => {
                             let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
-                            match next {
-                                Some(next) => source.gather_hinted(idx, dst, next),
-                                None => source.gather(idx, dst),
-                            }
+                            source.gather(&Request::packed(idx).hints(next).fan_out(ctx.fan_out), dst)
                         }
                         Some(order) => {
                             starts.clear();
                             starts.extend(order[rows].iter().map(|&r| (r * record_bytes) as u64));
-                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                            source.gather(&Request::at(idx, &starts).hints(next).fan_out(ctx.fan_out), &mut data)
                         }
                     }
                     .map_err(gather_err(k))?;
@@ -1227,7 +1224,7 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     *current = Some(Arc::clone(&stream.labels[k]));
                     let source = views[k];
                     let idx = &gidx[rows.clone()];
-                    let next = ghints.filter(|_| wants[k]).map(|h| &h[rows.clone()]);
+                    let next = ghints.filter(|_| wants[k]).map_or(&[][..], |h| &h[rows.clone()]);
                     match &grouping.order {
                         None => {
                             // Lossless: the offsets are at most `bytes`, a usize.
@@ -1241,15 +1238,12 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                                 rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
                                 &rebased[..]
                             };
-                            match next {
-                                Some(next) => source.gather_var_hinted(idx, dst, offs, next),
-                                None => source.gather_var(idx, dst, offs),
-                            }
+                            source.gather(&Request::ragged(idx, offs).hints(next).fan_out(ctx.fan_out), dst)
                         }
                         Some(order) => {
                             starts.clear();
                             starts.extend(order[rows].iter().map(|&r| offsets[r]));
-                            source.gather_at(idx, &mut data, &starts, next.unwrap_or(&[]))
+                            source.gather(&Request::at(idx, &starts).hints(next).fan_out(ctx.fan_out), &mut data)
                         }
                     }
                     .map_err(gather_err(k))?;
@@ -1295,7 +1289,7 @@ fn pack_step(
             &mut seg[rows.start * widths[1]..rows.end * widths[1]],
             &mut pos[rows.start * widths[2]..rows.end * widths[2]],
         ];
-        packing.packers[*k].fill(&indices[rows.clone()], bufs).map_err(|source| Error::Gather {
+        packing.packers[*k].fill(&indices[rows.clone()], bufs, ctx.fan_out).map_err(|source| Error::Gather {
             step,
             stream: label.to_string(),
             source,

@@ -66,7 +66,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use zring_sampler::{Mode, Sampler, MAX_BATCH};
 
-use crate::source::{Fingerprint, Layout, Source, SourceError};
+use crate::source::{Fingerprint, Layout, Request, Source, SourceError};
 
 /// The rows of one packed stream are numbered `0 .. PACKED_ROWS`; the
 /// loader's row sampler walks them in order, so a run would have to take
@@ -373,8 +373,9 @@ impl Packer {
     }
 
     /// Fills the rows `rows` (numbers in this packer's row stream) into the
-    /// three column buffers, row `i` at `i`'s place in each.
-    pub(crate) fn fill(&self, rows: &[u64], bufs: [&mut [u8]; 3]) -> Result<(), SourceError> {
+    /// three column buffers, row `i` at `i`'s place in each; the documents'
+    /// gathers fan out as `fan_out` says ([`Request::fan_out`]).
+    pub(crate) fn fill(&self, rows: &[u64], bufs: [&mut [u8]; 3], fan_out: bool) -> Result<(), SourceError> {
         let view = self.source.view()?;
         let src: &dyn Source = view.as_deref().unwrap_or(&*self.source);
         let l = self.pack.seq_len;
@@ -406,7 +407,7 @@ impl Packer {
             }
         }
         self.write_layout(&pieces, rows.len() as u64, seg, pos, tok);
-        self.copy_tokens(&pieces, src, tok)
+        self.copy_tokens(&pieces, src, tok, fan_out)
     }
 
     /// The pieces of rows `g0 .. g0 + count`, the first token at `dst`.
@@ -512,7 +513,13 @@ impl Packer {
 
     /// Copies the tokens of `pieces` into `tok`: runs of whole documents
     /// straight from the store, pieces of documents through a scratch buffer.
-    fn copy_tokens(&self, pieces: &[Piece], src: &dyn Source, tok: &mut [u8]) -> Result<(), SourceError> {
+    fn copy_tokens(
+        &self,
+        pieces: &[Piece],
+        src: &dyn Source,
+        tok: &mut [u8],
+        fan_out: bool,
+    ) -> Result<(), SourceError> {
         let tb = self.pack.token_bytes;
         let mut docs = Vec::new();
         let mut offsets = Vec::new();
@@ -535,7 +542,7 @@ impl Packer {
             }
             let a = (pieces[i].dst * tb) as usize;
             let z = a + *offsets.last().unwrap_or(&0) as usize;
-            src.gather_var(&docs, &mut tok[a..z], &offsets)?;
+            src.gather(&Request::ragged(&docs, &offsets).fan_out(fan_out), &mut tok[a..z])?;
             i = k;
         }
         // Pieces of documents: each such document gathered once per step.
@@ -555,7 +562,7 @@ impl Packer {
             return Ok(());
         }
         let mut scratch = vec![0u8; *offsets.last().unwrap_or(&0) as usize];
-        src.gather_var(&docs, &mut scratch, &offsets)?;
+        src.gather(&Request::ragged(&docs, &offsets).fan_out(fan_out), &mut scratch)?;
         for p in pieces.iter().filter(|p| !p.whole()) {
             let from = (at[&p.doc] + p.start * tb) as usize;
             let n = (p.len * tb) as usize;
@@ -643,21 +650,20 @@ impl Source for PackColumn {
         Layout::Fixed { record_bytes: self.packer.pack.row_bytes()[self.column] }
     }
 
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        let n = indices.len();
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        let n = req.indices.len();
         let [a, b, c] = self.packer.pack.row_bytes();
         let mut bufs = [vec![0u8; n * a], vec![0u8; n * b], vec![0u8; n * c]];
         let [x, y, z] = &mut bufs;
-        self.packer.fill(indices, [x, y, z])?;
-        dst.copy_from_slice(&bufs[self.column]);
+        self.packer.fill(req.indices, [x, y, z], req.fan_out)?;
+        let width = self.packer.pack.row_bytes()[self.column];
+        for (slot, row) in req.slots(self, dst)?.into_iter().zip(bufs[self.column].chunks_exact(width.max(1))) {
+            slot.copy_from_slice(row);
+        }
         Ok(())
     }
 
     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
-        Err("a packed column has fixed rows".into())
-    }
-
-    fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
         Err("a packed column has fixed rows".into())
     }
 

@@ -7,10 +7,10 @@
 //!
 //! A source that caches records may also want to know the future: the
 //! loader's sampler knows at which step every record is needed next, and
-//! passes it along ([`Source::wants_hints`], [`Source::gather_hinted`]) in its
-//! own terms, a step number or nothing per record; [`crate::StoreSource`]
-//! turns that into the store's `zring_engine::NextUse`. Sources that do not
-//! cache keep the default methods and never see a hint.
+//! passes it along ([`Source::wants_hints`], [`Request::next`]) in its own
+//! terms, a step number or nothing per record; [`crate::StoreSource`] turns
+//! that into the store's `zring_engine::NextUse`. Sources that do not cache
+//! keep the default [`Source::wants_hints`] and never see a hint.
 
 pub use zring_engine::Fingerprint;
 
@@ -53,20 +53,16 @@ pub trait Source: Send + Sync + 'static {
     /// is built, and relies on it for its whole life.
     fn layout(&self) -> Layout;
 
-    /// [`Layout::Fixed`] only: copies record `indices[i]` to
-    /// `dst[i * record_bytes..][..record_bytes]`. `dst.len()` is exactly
-    /// `indices.len() * record_bytes`.
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError>;
+    /// Copies the records `req` names into their slots in `dst`
+    /// ([`Request`]): a fixed slot is `record_bytes` long, the record
+    /// zero-padded (a longer record is an error), a ragged slot the record's
+    /// own length ([`Source::lengths`]). [`Request::slots`] splits `dst` into
+    /// the slots for a source that fills them one by one.
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError>;
 
     /// [`Layout::Ragged`] only: writes the byte length of record `indices[i]`
     /// to `out[i]`. `out.len() == indices.len()`.
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError>;
-
-    /// [`Layout::Ragged`] only: copies record `indices[i]` to
-    /// `dst[offsets[i]..offsets[i + 1]]`. `offsets.len() == indices.len() + 1`,
-    /// `offsets[0] == 0`, and the last offset is `dst.len()`; the offsets come
-    /// from the lengths [`Source::lengths`] reported for the same indices.
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError>;
 
     /// A fingerprint of the records ([`Fingerprint`]), which a saved
     /// [`LoaderState`](crate::LoaderState) carries so that a resumed run can
@@ -96,96 +92,12 @@ pub trait Source: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// Whether [`Source::gather_hinted`] and [`Source::gather_var_hinted`]
-    /// would use their hints. The loader asks once per step, before it
-    /// gathers the step, and computes hints only when some stream wants them.
+    /// Whether [`Source::gather`] would use the hints of a request
+    /// ([`Request::next`]). The loader asks once per step, before it gathers
+    /// the step, and computes hints only when some stream wants them.
     /// Default `false`.
     fn wants_hints(&self) -> bool {
         false
-    }
-
-    /// [`Source::gather`], told when each record is needed next: `next[k]`
-    /// is for `indices[k]`, `Some(step)` the first later loader step whose
-    /// global batch holds it, `None` none known (iid draws are looked ahead
-    /// for a window of steps only).
-    /// `next.len() == indices.len()`. A source may keep the records needed
-    /// soonest in memory; the bytes written must be those of
-    /// [`Source::gather`]. The loader calls it only for sources that
-    /// [want hints](Source::wants_hints). Default: ignores the hints.
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        let _ = next;
-        self.gather(indices, dst)
-    }
-
-    /// [`Source::gather_var`] with hints, as [`Source::gather_hinted`].
-    /// Default: ignores the hints.
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        let _ = next;
-        self.gather_var(indices, dst, offsets)
-    }
-
-    /// Copies record `indices[i]` into its slot at `dst[starts[i]..]`:
-    /// `record_bytes` long for a [`Layout::Fixed`] source (a shorter record
-    /// zero-padded, as [`Source::gather`] pads), the record's own length
-    /// ([`Source::lengths`]) for a [`Layout::Ragged`] one. Slots lie inside
-    /// `dst` and do not overlap; `next` is empty or one hint per index, as
-    /// for [`Source::gather_hinted`] (called only for a source that wants
-    /// hints). The loader puts a mixture's interleaved rows in place with
-    /// it, one call per source. Default: gathers into a scratch buffer and
-    /// copies each record to its slot.
-    fn gather_at(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        starts: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        if starts.len() != indices.len() {
-            return Err(format!("gather_at: {} starts for {} records", starts.len(), indices.len()).into());
-        }
-        let (scratch, ends) = match self.layout() {
-            Layout::Fixed { record_bytes } => {
-                let mut scratch = vec![0u8; indices.len() * record_bytes];
-                match next {
-                    [] => self.gather(indices, &mut scratch)?,
-                    next => self.gather_hinted(indices, &mut scratch, next)?,
-                }
-                let ends = (1..=indices.len()).map(|i| (i * record_bytes) as u64).collect::<Vec<_>>();
-                (scratch, ends)
-            }
-            Layout::Ragged => {
-                let mut offsets = vec![0u64; indices.len() + 1];
-                self.lengths(indices, &mut offsets[1..])?;
-                for i in 1..offsets.len() {
-                    offsets[i] += offsets[i - 1];
-                }
-                let total = usize::try_from(offsets[indices.len()]).map_err(|_| "gather_at: records too large")?;
-                let mut scratch = vec![0u8; total];
-                match next {
-                    [] => self.gather_var(indices, &mut scratch, &offsets)?,
-                    next => self.gather_var_hinted(indices, &mut scratch, &offsets, next)?,
-                }
-                (scratch, offsets[1..].to_vec())
-            }
-        };
-        let mut from = 0;
-        for (&start, &end) in starts.iter().zip(&ends) {
-            // Lossless: within the scratch buffer, a usize.
-            let record = &scratch[from..end as usize];
-            let slot =
-                usize::try_from(start).ok().and_then(|s| dst.get_mut(s..s.checked_add(record.len())?)).ok_or_else(
-                    || format!("gather_at: a slot at {start} of {} bytes is outside the buffer", record.len()),
-                )?;
-            slot.copy_from_slice(record);
-            from = end as usize;
-        }
-        Ok(())
     }
 
     /// The block shape this source reads best in mode 3: blocks of
@@ -200,12 +112,139 @@ pub trait Source: Send + Sync + 'static {
     /// Mode 3: the records of `blocks` (ranges of consecutive indices, in
     /// index order) are about to be drawn; `next[k]` is when the `k`-th
     /// record of them, counting through the ranges, is needed (as in
-    /// [`Source::gather_hinted`]). A source may read each range in large
+    /// [`Request::next`]). A source may read each range in large
     /// reads into memory so that the gathers of those steps find them
     /// there. Called by one loader thread, one window ahead of the gathers.
     /// Default: nothing.
     fn prefetch(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> Result<(), SourceError> {
         let _ = (blocks, next);
         Ok(())
+    }
+}
+
+/// Where a gather puts each record in the destination buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slots<'a> {
+    /// [`Layout::Fixed`]: record `k` at `dst[k * record_bytes..][..record_bytes]`;
+    /// `dst` is exactly `indices.len() * record_bytes` bytes.
+    Packed,
+    /// [`Layout::Ragged`]: record `k` at `dst[offsets[k]..offsets[k + 1]]`;
+    /// `indices.len() + 1` offsets, the first 0 and the last `dst.len()`,
+    /// from the lengths [`Source::lengths`] reported for the same indices.
+    Offsets(&'a [u64]),
+    /// Record `k` at `dst[starts[k]..]`: `record_bytes` long for a fixed
+    /// layout, its own length for a ragged one. Slots lie inside `dst` and
+    /// do not overlap. The loader puts a mixture's interleaved rows in
+    /// place with it, one call per source.
+    At(&'a [u64]),
+}
+
+/// One gather: the records to copy, where each goes, when each is needed
+/// next, and whether the call may fan out over the store's decode pool.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The records to copy.
+    pub indices: &'a [u64],
+    /// Where each record goes.
+    pub slots: Slots<'a>,
+    /// When each record is needed next: empty (no hints), or `next[k]` for
+    /// `indices[k]`, `Some(step)` the first later loader step whose global
+    /// batch holds it, `None` none known (iid draws are looked ahead for a
+    /// window of steps only). Given only to a source that
+    /// [wants hints](Source::wants_hints); a source may keep the records
+    /// needed soonest in memory, but the bytes written are the same.
+    pub next: &'a [Option<u64>],
+    /// Whether the source may spread the gather over other threads (a
+    /// store's decode pool). The loader turns it off while its own workers
+    /// already run as many gathers at once as there are cores.
+    pub fan_out: bool,
+}
+
+impl<'a> Request<'a> {
+    /// Fixed records back to back ([`Slots::Packed`]).
+    pub fn packed(indices: &'a [u64]) -> Self {
+        Request { indices, slots: Slots::Packed, next: &[], fan_out: true }
+    }
+
+    /// Ragged records between `offsets` ([`Slots::Offsets`]).
+    pub fn ragged(indices: &'a [u64], offsets: &'a [u64]) -> Self {
+        Request { indices, slots: Slots::Offsets(offsets), next: &[], fan_out: true }
+    }
+
+    /// Records at `starts` ([`Slots::At`]).
+    pub fn at(indices: &'a [u64], starts: &'a [u64]) -> Self {
+        Request { indices, slots: Slots::At(starts), next: &[], fan_out: true }
+    }
+
+    /// The same request with next-use hints ([`Request::next`]); an empty
+    /// slice gives none.
+    pub fn hints(self, next: &'a [Option<u64>]) -> Self {
+        Request { next, ..self }
+    }
+
+    /// The same request with fan-out on or off ([`Request::fan_out`]).
+    pub fn fan_out(self, on: bool) -> Self {
+        Request { fan_out: on, ..self }
+    }
+
+    /// `dst` cut into this request's slots, slot `k` for `indices[k]`: the
+    /// whole `record_bytes` of a fixed slot (the source pads), exactly the
+    /// record of a ragged one (for [`Slots::At`], the lengths `source`
+    /// reports). Errors when the slots do not fit the request or `dst`, or
+    /// overlap.
+    pub fn slots<'d, S: Source + ?Sized>(
+        &self,
+        source: &S,
+        dst: &'d mut [u8],
+    ) -> Result<Vec<&'d mut [u8]>, SourceError> {
+        let n = self.indices.len();
+        let mut spans: Vec<(u64, u64, usize)> = Vec::with_capacity(n);
+        match (self.slots, source.layout()) {
+            (Slots::Packed, Layout::Fixed { record_bytes }) => {
+                if Some(dst.len()) != n.checked_mul(record_bytes) {
+                    return Err(format!("gather: {} bytes for {n} records of {record_bytes}", dst.len()).into());
+                }
+                let w = record_bytes as u64;
+                spans.extend((0..n).map(|k| (k as u64 * w, w, k)));
+            }
+            (Slots::Packed, Layout::Ragged) => return Err("gather: packed slots for a ragged source".into()),
+            (Slots::Offsets(o), _) => {
+                if o.len() != n + 1 || o[0] != 0 || o[n] != dst.len() as u64 {
+                    return Err(format!("gather: {} offsets for {n} records in {} bytes", o.len(), dst.len()).into());
+                }
+                spans.extend((0..n).map(|k| (o[k], o[k + 1].saturating_sub(o[k]), k)));
+            }
+            (Slots::At(starts), layout) => {
+                if starts.len() != n {
+                    return Err(format!("gather: {} starts for {n} records", starts.len()).into());
+                }
+                let mut lens = vec![0u64; n];
+                match layout {
+                    Layout::Fixed { record_bytes } => lens.fill(record_bytes as u64),
+                    Layout::Ragged => source.lengths(self.indices, &mut lens)?,
+                }
+                spans.extend(starts.iter().zip(&lens).enumerate().map(|(k, (&s, &l))| (s, l, k)));
+            }
+        }
+        spans.sort_unstable_by_key(|&(start, len, _)| (start, len));
+        let mut slots: Vec<Option<&'d mut [u8]>> = (0..n).map(|_| None).collect();
+        let mut rest: &'d mut [u8] = dst;
+        let mut pos = 0u64;
+        for (start, len, k) in spans {
+            let fits = start >= pos && start.checked_add(len).is_some_and(|end| end - pos <= rest.len() as u64);
+            if !fits {
+                return Err(format!(
+                    "gather: a slot at {start} of {len} bytes overlaps another or lies outside the buffer"
+                )
+                .into());
+            }
+            // Lossless: inside `rest`, a slice.
+            let (_, tail) = std::mem::take(&mut rest).split_at_mut((start - pos) as usize);
+            let (slot, tail) = tail.split_at_mut(len as usize);
+            rest = tail;
+            pos = start + len;
+            slots[k] = Some(slot);
+        }
+        Ok(slots.into_iter().map(|s| s.expect("one slot per record")).collect())
     }
 }

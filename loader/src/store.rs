@@ -3,9 +3,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use zring_engine::{Fingerprint, NextUse, Store, View};
+use zring_engine::{self as engine, Fingerprint, NextUse, Store, View};
 
-use crate::source::{Layout, Source, SourceError};
+use crate::source::{Layout, Request, Slots, Source, SourceError};
 use crate::Blocks;
 
 /// A [`Store`] seen as a [`Source`].
@@ -27,7 +27,7 @@ use crate::Blocks;
 ///
 /// It [wants hints](Source::wants_hints) while the store reads with O_DIRECT
 /// behind its record cache (its read policy is "direct" and was not forced):
-/// then the hinted gathers pass each record's next use to the store
+/// then its gathers pass each record's next use ([`Request::next`]) to the store
 /// (`Some(step)` as `NextUse::At(step)`; `None` as `NextUse::At(u64::MAX)`,
 /// later than every step known but still this loader's, so a cached record
 /// read again without a known next use gives up the rank of the step just
@@ -83,16 +83,12 @@ impl Source for StoreSource {
         self.layout
     }
 
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.now().gather(indices, dst)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        self.now().gather(req, dst)
     }
 
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         self.now().lengths(indices, out)
-    }
-
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        self.now().gather_var(indices, dst, offsets)
     }
 
     fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
@@ -111,36 +107,12 @@ impl Source for StoreSource {
         self.store.wants_hints()
     }
 
-    fn gather_at(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        starts: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        self.now().gather_at(indices, dst, starts, next)
-    }
-
     fn block_shape(&self) -> Option<Blocks> {
         Some(block_shape(&self.store, self.layout))
     }
 
     fn prefetch(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> Result<(), SourceError> {
         Ok(self.store.view().prefetch(blocks, &next_uses(next))?)
-    }
-
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        self.now().gather_hinted(indices, dst, next)
-    }
-
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        self.now().gather_var_hinted(indices, dst, offsets, next)
     }
 }
 
@@ -160,82 +132,34 @@ impl Source for StoreView {
         self.layout
     }
 
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.gather_hinted(indices, dst, &[])
+    /// The store reads into arbitrary slots itself (its ragged gather takes
+    /// one start per record, its fixed one pads): no scratch copy.
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        let n = req.indices.len();
+        let slots = match (req.slots, self.layout) {
+            (Slots::Packed, Layout::Fixed { record_bytes }) => engine::Slots::Fixed(record_bytes),
+            (Slots::Packed, Layout::Ragged) => return Err("gather: packed slots for a ragged StoreSource".into()),
+            // The loader passes `len + 1` boundaries; the store takes one
+            // start per record and reads each record's length itself.
+            (Slots::Offsets(offsets), _) => {
+                engine::Slots::Ragged(offsets.get(..n).ok_or("gather: fewer offsets than records")?)
+            }
+            (Slots::At(starts), Layout::Fixed { record_bytes }) => {
+                engine::Slots::FixedAt { width: record_bytes, starts }
+            }
+            (Slots::At(starts), Layout::Ragged) => engine::Slots::Ragged(starts),
+        };
+        let next = next_uses(req.next);
+        let gather = engine::Gather { indices: req.indices, slots, next: &next, fan_out: req.fan_out };
+        Ok(self.view.gather(&gather, dst)?)
     }
 
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         Ok(self.view.lengths(indices, out)?)
     }
 
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        self.gather_var_hinted(indices, dst, offsets, &[])
-    }
-
     fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
         Ok(Some(self.view.fingerprint()?))
-    }
-
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Err("gather called on a ragged StoreSource".into());
-        };
-        Ok(self.view.gather_hinted(indices, dst, record_bytes, &next_uses(next))?)
-    }
-
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        // The loader passes `len + 1` boundaries; the store takes one start
-        // per record and reads each record's length itself.
-        let starts = offsets.get(..indices.len()).ok_or("gather_var: fewer offsets than records")?;
-        Ok(self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?)
-    }
-
-    /// The store reads into arbitrary slots (its ragged gather takes one
-    /// start per record): no scratch copy. A fixed slot is checked to hold
-    /// its record and zero-padded after it, as [`Source::gather`] pads.
-    fn gather_at(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        starts: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        if starts.len() != indices.len() {
-            return Err(format!("gather_at: {} starts for {} records", starts.len(), indices.len()).into());
-        }
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Ok(self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?);
-        };
-        let mut lens = vec![0u64; indices.len()];
-        self.view.lengths(indices, &mut lens)?;
-        if let Some((k, &len)) = lens.iter().enumerate().find(|(_, &len)| len > record_bytes as u64) {
-            return Err(Box::new(zring_engine::Error::RecordSize {
-                record: indices[k],
-                len,
-                slot: record_bytes as u64,
-            }));
-        }
-        for &start in starts {
-            // The slots must hold whole records, whatever their lengths.
-            if start.checked_add(record_bytes as u64).is_none_or(|end| end > dst.len() as u64) {
-                return Err(
-                    format!("gather_at: a slot at {start} of {record_bytes} bytes is outside the buffer").into()
-                );
-            }
-        }
-        self.view.gather_var_hinted(indices, dst, starts, &next_uses(next))?;
-        for (&start, &len) in starts.iter().zip(&lens) {
-            // Lossless: checked inside dst above.
-            let (a, z) = ((start + len) as usize, start as usize + record_bytes);
-            dst[a..z].fill(0);
-        }
-        Ok(())
     }
 }
 
@@ -335,7 +259,7 @@ mod tests {
         let fixed = StoreSource::fixed(Arc::clone(&store), 9);
         let mut dst = vec![0xAA; 8 * 9];
         let starts: Vec<u64> = rows.iter().map(|&r| (r * 9) as u64).collect();
-        fixed.gather_at(&indices, &mut dst, &starts, &[]).unwrap();
+        fixed.gather(&Request::at(&indices, &starts), &mut dst).unwrap();
         for (&i, &r) in indices.iter().zip(&rows) {
             let want = record(i as usize);
             assert_eq!(&dst[r * 9..][..want.len()], &want[..]);
@@ -343,9 +267,9 @@ mod tests {
         }
         assert!(dst[9..18].iter().all(|&x| x == 0xAA), "rows not asked for are left alone");
         let small = StoreSource::fixed(Arc::clone(&store), 4);
-        let err = small.gather_at(&[8], &mut [0; 8], &[0], &[]).unwrap_err();
+        let err = small.gather(&Request::at(&[8], &[0]), &mut [0; 8]).unwrap_err();
         assert!(matches!(err.downcast_ref::<zring_engine::Error>(), Some(zring_engine::Error::RecordSize { .. })));
-        assert!(fixed.gather_at(&[1], &mut [0; 8], &[0], &[]).is_err(), "a slot past the buffer");
+        assert!(fixed.gather(&Request::at(&[1], &[0]), &mut [0; 8]).is_err(), "a slot past the buffer");
 
         let ragged = StoreSource::ragged(Arc::clone(&store));
         let lens: Vec<usize> = indices.iter().map(|&i| record(i as usize).len()).collect();
@@ -359,7 +283,7 @@ mod tests {
             at += lens[k] as u64;
         }
         let mut dst = vec![0xAA; at as usize];
-        ragged.gather_at(&indices, &mut dst, &starts, &[]).unwrap();
+        ragged.gather(&Request::at(&indices, &starts), &mut dst).unwrap();
         for (k, &i) in indices.iter().enumerate() {
             assert_eq!(&dst[starts[k] as usize..][..lens[k]], &record(i as usize)[..]);
         }

@@ -3,10 +3,10 @@
 
 use std::sync::{Arc, Mutex};
 
-use zring_loader::{Layout, Loader, LoaderConfig, Source, SourceError, Stream};
+use zring_loader::{Layout, Loader, LoaderConfig, Request, Source, SourceError, Stream};
 
-/// A source that records, for each gather, whether the calling thread's
-/// gathers would use the engine's decode pool.
+/// A source that records, for each gather, whether the loader let it use
+/// the engine's decode pool.
 struct Probe(Arc<Mutex<Vec<bool>>>);
 
 impl Source for Probe {
@@ -16,15 +16,12 @@ impl Source for Probe {
     fn layout(&self) -> Layout {
         Layout::Fixed { record_bytes: 1 }
     }
-    fn gather(&self, _: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.0.lock().unwrap().push(zring_engine::thread_fan_out());
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        self.0.lock().unwrap().push(req.fan_out);
         dst.fill(1);
         Ok(())
     }
     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
-        unreachable!("fixed layout")
-    }
-    fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
         unreachable!("fixed layout")
     }
 }
@@ -56,6 +53,4 @@ fn workers_gather_alone_once_gathers_fill_the_cores() {
     }
     // As many gathers as cores: each worker decodes alone.
     assert!(fan_out_seen(cores, cores).iter().all(|&f| !f));
-    // The setting stays with the workers: this thread is untouched.
-    assert!(zring_engine::thread_fan_out());
 }

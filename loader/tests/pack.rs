@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{with_timeout, MemSource, DEADLOCK};
 use zring_loader::{
-    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Shard, Source, SourceError, PACKED_ROWS,
+    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Request, Shard, Source, SourceError, PACKED_ROWS,
 };
 
 /// Documents of `u32` tokens; token `j` of document `d` is `d * 10_000 + j`
@@ -51,10 +51,6 @@ impl Source for Docs {
         Layout::Ragged
     }
 
-    fn gather(&self, _: &[u64], _: &mut [u8]) -> Result<(), SourceError> {
-        Err("ragged".into())
-    }
-
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         for (&i, o) in indices.iter().zip(out) {
             *o = self.lens[i as usize] * 4;
@@ -62,11 +58,8 @@ impl Source for Docs {
         Ok(())
     }
 
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        assert_eq!(offsets.len(), indices.len() + 1);
-        assert_eq!(*offsets.last().unwrap() as usize, dst.len());
-        for (k, &d) in indices.iter().enumerate() {
-            let out = &mut dst[offsets[k] as usize..offsets[k + 1] as usize];
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        for (&d, out) in req.indices.iter().zip(req.slots(self, dst)?) {
             for (j, t) in out.chunks_exact_mut(4).enumerate() {
                 t.copy_from_slice(&self.token(d, j as u64).to_le_bytes());
             }

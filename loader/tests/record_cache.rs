@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{take, with_timeout, Snapshot};
 use zring_engine::{Codec, Store};
-use zring_loader::{Layout, Loader, LoaderConfig, Mode, Source, SourceError, StoreSource, Stream};
+use zring_loader::{Layout, Loader, LoaderConfig, Mode, Request, Source, SourceError, StoreSource, Stream};
 
 /// Records in the store, and per step: 30 steps per epoch, no remainder.
 const RECORDS: u64 = 1200;
@@ -65,31 +65,17 @@ impl Source for Counted {
     fn layout(&self) -> Layout {
         self.inner.layout()
     }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.inner.gather(indices, dst)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        if !req.next.is_empty() {
+            self.hinted.fetch_add(1, Ordering::Relaxed);
+        }
+        self.inner.gather(req, dst)
     }
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         self.inner.lengths(indices, out)
     }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        self.inner.gather_var(indices, dst, offsets)
-    }
     fn wants_hints(&self) -> bool {
         self.inner.wants_hints()
-    }
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        self.hinted.fetch_add(1, Ordering::Relaxed);
-        self.inner.gather_hinted(indices, dst, next)
-    }
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        self.hinted.fetch_add(1, Ordering::Relaxed);
-        self.inner.gather_var_hinted(indices, dst, offsets, next)
     }
 }
 

@@ -23,7 +23,9 @@ use std::sync::Arc;
 
 use common::{with_timeout, DEADLOCK};
 use zring_engine::Store;
-use zring_loader::{Error, Layout, Loader, LoaderConfig, LoaderState, Mode, Source, SourceError, StoreSource, Stream};
+use zring_loader::{
+    Error, Layout, Loader, LoaderConfig, LoaderState, Mode, Request, Slots, Source, SourceError, StoreSource, Stream,
+};
 
 fn rec(i: u64) -> Vec<u8> {
     vec![(i % 251) as u8; 1 + (i % 5) as usize]
@@ -172,8 +174,9 @@ fn moving_record(i: u64, g: u64) -> Vec<u8> {
     vec![g as u8; 1 + ((i + g) % 7) as usize]
 }
 
-fn fill(g: u64, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-    for (k, &i) in indices.iter().enumerate() {
+fn fill(g: u64, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+    let Slots::Offsets(offsets) = req.slots else { return Err("ragged slots only".into()) };
+    for (k, &i) in req.indices.iter().enumerate() {
         let r = moving_record(i, g);
         let slot = &mut dst[offsets[k] as usize..offsets[k + 1] as usize];
         if slot.len() != r.len() {
@@ -193,17 +196,14 @@ impl Source for Frozen {
     fn layout(&self) -> Layout {
         Layout::Ragged
     }
-    fn gather(&self, _: &[u64], _: &mut [u8]) -> Result<(), SourceError> {
-        Err("ragged".into())
-    }
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         for (o, &i) in out.iter_mut().zip(indices) {
             *o = moving_record(i, self.0).len() as u64;
         }
         Ok(())
     }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        fill(self.0, indices, dst, offsets)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        fill(self.0, req, dst)
     }
 }
 
@@ -214,14 +214,11 @@ impl Source for Moving {
     fn layout(&self) -> Layout {
         Layout::Ragged
     }
-    fn gather(&self, _: &[u64], _: &mut [u8]) -> Result<(), SourceError> {
-        Err("ragged".into())
-    }
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         Frozen(self.generation.fetch_add(1, Ordering::SeqCst)).lengths(indices, out)
     }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        fill(self.generation.fetch_add(1, Ordering::SeqCst), indices, dst, offsets)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        fill(self.generation.fetch_add(1, Ordering::SeqCst), req, dst)
     }
     fn view(&self) -> Result<Option<Box<dyn Source>>, SourceError> {
         Ok(Some(Box::new(Frozen(self.generation.fetch_add(1, Ordering::SeqCst)))))

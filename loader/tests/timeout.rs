@@ -5,7 +5,7 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use zring_loader::{Layout, Loader, LoaderConfig, Source, SourceError, Stream};
+use zring_loader::{Layout, Loader, LoaderConfig, Request, Source, SourceError, Stream};
 
 /// A source whose gathers wait until the test opens the gate.
 struct Gated {
@@ -27,20 +27,17 @@ impl Source for Gated {
     fn layout(&self) -> Layout {
         Layout::Fixed { record_bytes: 8 }
     }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
         let mut open = self.open.lock().unwrap();
         while !*open {
             open = self.cv.wait(open).unwrap();
         }
-        for (k, i) in indices.iter().enumerate() {
-            dst[k * 8..k * 8 + 8].copy_from_slice(&i.to_le_bytes());
+        for (i, slot) in req.indices.iter().zip(req.slots(self, dst)?) {
+            slot.copy_from_slice(&i.to_le_bytes());
         }
         Ok(())
     }
     fn lengths(&self, _: &[u64], _: &mut [u64]) -> Result<(), SourceError> {
-        unreachable!("fixed layout")
-    }
-    fn gather_var(&self, _: &[u64], _: &mut [u8], _: &[u64]) -> Result<(), SourceError> {
         unreachable!("fixed layout")
     }
 }

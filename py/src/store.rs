@@ -150,7 +150,7 @@ impl PyStore {
         }
         // loaderx accepts a destination larger than the batch; the rest is left untouched.
         let dst = &mut dst[..idx.len() * stride];
-        py.detach(|| store.gather(&idx, dst, stride)).map_err(error::engine)
+        py.detach(|| store.gather(&zring_engine::Gather::fixed(&idx, stride), dst)).map_err(error::engine)
     }
 
     /// Decode records `idx` into the uint8 array `dst`, record `i` at byte
@@ -173,7 +173,7 @@ impl PyStore {
             )));
         }
         let dst = dst.as_slice_mut().map_err(|_| PyValueError::new_err("dst must be a contiguous uint8 array"))?;
-        py.detach(|| store.gather_var(&idx, dst, &offsets)).map_err(error::engine)
+        py.detach(|| store.gather(&zring_engine::Gather::ragged(&idx, &offsets), dst)).map_err(error::engine)
     }
 
     /// Append records: record `i` is `src[offsets[i] : offsets[i] + lens[i]]`.

@@ -126,7 +126,7 @@ pub fn ids_hash(ids: &[u64]) -> u64 {
     ids.iter().fold(0x1234_5678_9ABC_DEF0u64, |h, &id| mix64(h ^ id))
 }
 
-/// Every record of `store`, in index order, read with one `gather_var`.
+/// Every record of `store`, in index order, read with one ragged gather.
 pub fn read_all(store: &Store) -> zring_engine::Result<Vec<Vec<u8>>> {
     let n = store.len();
     let idx: Vec<u64> = (0..n).collect();
@@ -139,7 +139,7 @@ pub fn read_all(store: &Store) -> zring_engine::Result<Vec<Vec<u8>>> {
         total += l;
     }
     let mut buf = vec![0u8; total as usize];
-    store.gather_var(&idx, &mut buf, &offsets)?;
+    store.gather(&zring_engine::Gather::ragged(&idx, &offsets), &mut buf)?;
     Ok(offsets.iter().zip(&lens).map(|(&o, &l)| buf[o as usize..(o + l) as usize].to_vec()).collect())
 }
 

@@ -73,7 +73,7 @@ fn check_batch(s: &Store, want: &[Vec<u8>], batch: &[u64], rng: &mut Rng, what: 
     let max = batch.iter().map(|&i| want[i as usize].len()).max().unwrap_or(0);
     let stride = max + if rng.chance(1, 2) { 0 } else { rng.range(1, 9) as usize };
     let mut dst = vec![0xEEu8; batch.len() * stride];
-    s.gather(batch, &mut dst, stride).unwrap_or_else(|e| panic!("{what}: gather: {e}"));
+    s.gather(&zring_engine::Gather::fixed(batch, stride), &mut dst).unwrap_or_else(|e| panic!("{what}: gather: {e}"));
     for (k, &i) in batch.iter().enumerate() {
         let slot = &dst[k * stride..(k + 1) * stride];
         let w = &want[i as usize];
@@ -101,7 +101,7 @@ fn check_batch(s: &Store, want: &[Vec<u8>], batch: &[u64], rng: &mut Rng, what: 
         at += lens[k] + u64::from(lens[k] == 0);
     }
     let mut dst = vec![0xEEu8; at as usize + 2];
-    s.gather_var(batch, &mut dst, &offsets)
+    s.gather(&zring_engine::Gather::ragged(batch, &offsets), &mut dst)
         .unwrap_or_else(|e| panic!("{what}: gather_var: {e}; batch {batch:?} offsets {offsets:?} lens {lens:?}"));
     for (k, &i) in batch.iter().enumerate() {
         let w = &want[i as usize];
@@ -208,7 +208,7 @@ fn empty_records_in_prefix_sum_layout() {
         }
         let offsets: Vec<u64> = batch.iter().map(|&i| packed[i as usize]).collect();
         let mut dst = vec![0u8; at as usize];
-        s.gather_var(&batch, &mut dst, &offsets)
+        s.gather(&zring_engine::Gather::ragged(&batch, &offsets), &mut dst)
             .unwrap_or_else(|e| panic!("round {round}: packed slots with empty records: {e}"));
         assert_eq!(dst, want.concat(), "round {round}");
     }

@@ -88,7 +88,7 @@ fn probe(dir: &Path, want: &[Vec<u8>]) -> Result<(), Error> {
     // One record at a time too, through fixed-stride gathers.
     for (i, w) in want.iter().enumerate() {
         let mut dst = vec![0u8; w.len() + 3];
-        s.gather(&[i as u64], &mut dst, w.len() + 3)?;
+        s.gather(&zring_engine::Gather::fixed(&[i as u64], w.len() + 3), &mut dst)?;
         assert_eq!(&dst[..w.len()], &w[..], "record {i} read back differently");
     }
     Ok(())
@@ -308,7 +308,9 @@ fn chunk_shorter_than_the_table_says() {
     let e = s.verify().expect_err("verify must notice the short chunk");
     assert!(matches!(e, Error::Corrupted { .. }), "short sealed chunk gave {e:?}");
     let mut dst = vec![0u8; want[0].len()];
-    let e = s.gather(&[0], &mut dst, want[0].len()).expect_err("record 0 lies in the cut part");
+    let e = s
+        .gather(&zring_engine::Gather::fixed(&[0], want[0].len()), &mut dst)
+        .expect_err("record 0 lies in the cut part");
     assert!(matches!(e, Error::Corrupted { .. }), "gather from a short chunk gave {e:?}");
     drop(s);
 
@@ -334,9 +336,9 @@ fn bad_indices_and_buffers_are_typed_and_leave_dst_untouched() {
     let max = want.iter().map(Vec::len).max().unwrap();
 
     let mut dst = vec![0xABu8; 2 * max];
-    let e = s.gather(&[0, n], &mut dst, max).expect_err("index == len");
+    let e = s.gather(&zring_engine::Gather::fixed(&[0, n], max), &mut dst).expect_err("index == len");
     assert!(matches!(e, Error::IndexOutOfRange { index, len } if index == n && len == n), "{e:?}");
-    let e = s.gather(&[u64::MAX, 0], &mut dst, max).expect_err("index u64::MAX");
+    let e = s.gather(&zring_engine::Gather::fixed(&[u64::MAX, 0], max), &mut dst).expect_err("index u64::MAX");
     assert!(matches!(e, Error::IndexOutOfRange { index: u64::MAX, .. }), "{e:?}");
     assert!(dst.iter().all(|&b| b == 0xAB), "a failed gather wrote into dst");
 
@@ -348,30 +350,32 @@ fn bad_indices_and_buffers_are_typed_and_leave_dst_untouched() {
     // Destination of the wrong size.
     for len in [0, 2 * max - 1, 2 * max + 1] {
         let mut d = vec![0u8; len];
-        let e = s.gather(&[0, 1], &mut d, max).expect_err("wrong dst size");
+        let e = s.gather(&zring_engine::Gather::fixed(&[0, 1], max), &mut d).expect_err("wrong dst size");
         assert!(matches!(e, Error::InvalidArgument(_)), "dst of {len} bytes gave {e:?}");
     }
-    let e = s.gather(&[0, 1], &mut [], usize::MAX).expect_err("overflowing stride");
+    let e = s.gather(&zring_engine::Gather::fixed(&[0, 1], usize::MAX), &mut []).expect_err("overflowing stride");
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     // A stride shorter than a record.
     let big = want.iter().position(|r| r.len() == max).unwrap() as u64;
     let mut d = vec![0xABu8; max - 1];
-    let e = s.gather(&[big], &mut d, max - 1).expect_err("stride too short");
+    let e = s.gather(&zring_engine::Gather::fixed(&[big], max - 1), &mut d).expect_err("stride too short");
     assert!(matches!(e, Error::RecordSize { record, slot, .. } if record == big && slot == (max - 1) as u64), "{e:?}");
     assert!(d.iter().all(|&b| b == 0xAB), "a failed gather wrote into dst");
 
     // Ragged gathers.
     let l0 = want[0].len() as u64;
     let mut d = vec![0xABu8; 3 * max];
-    let e = s.gather_var(&[0, 1], &mut d, &[0]).expect_err("offsets count");
+    let e = s.gather(&zring_engine::Gather::ragged(&[0, 1], &[0]), &mut d).expect_err("offsets count");
     assert!(matches!(e, Error::InvalidArgument(_)), "{e:?}");
     if l0 > 0 {
-        let e = s.gather_var(&[0, 1], &mut d, &[0, l0 - 1]).expect_err("overlap");
+        let e = s.gather(&zring_engine::Gather::ragged(&[0, 1], &[0, l0 - 1]), &mut d).expect_err("overlap");
         assert!(matches!(e, Error::InvalidArgument(_)), "overlapping slots gave {e:?}");
     }
-    let e = s.gather_var(&[big], &mut d, &[(3 * max - 1) as u64]).expect_err("slot past the end");
+    let e = s
+        .gather(&zring_engine::Gather::ragged(&[big], &[(3 * max - 1) as u64]), &mut d)
+        .expect_err("slot past the end");
     assert!(matches!(e, Error::RecordSize { .. }), "{e:?}");
-    let e = s.gather_var(&[0, n], &mut d, &[0, l0]).expect_err("index out of range");
+    let e = s.gather(&zring_engine::Gather::ragged(&[0, n], &[0, l0]), &mut d).expect_err("index out of range");
     assert!(matches!(e, Error::IndexOutOfRange { .. }), "{e:?}");
     assert!(d.iter().all(|&b| b == 0xAB), "a failed gather_var wrote into dst");
 
@@ -578,7 +582,7 @@ fn v1_fixture_still_opens() {
     drop(w);
     let r = Store::open(&copy).unwrap();
     let mut d = [0u8; 3];
-    r.gather(&[at], &mut d, 3).unwrap();
+    r.gather(&zring_engine::Gather::fixed(&[at], 3), &mut d).unwrap();
     assert_eq!(&d, b"new");
 }
 

@@ -47,7 +47,8 @@ fn gather_and_check(s: &Store, len: u64, rng: &mut Rng, who: &str) -> u64 {
         total += l;
     }
     let mut dst = vec![0u8; total as usize];
-    s.gather_var(&batch, &mut dst, &offsets).unwrap_or_else(|e| panic!("{who}: gather_var below {len}: {e}"));
+    s.gather(&zring_engine::Gather::ragged(&batch, &offsets), &mut dst)
+        .unwrap_or_else(|e| panic!("{who}: gather_var below {len}: {e}"));
     for (k, &i) in batch.iter().enumerate() {
         let slot = &dst[offsets[k] as usize..(offsets[k] + lens[k]) as usize];
         assert_eq!(record_id(slot), Some(i), "{who}: record {i} holds wrong bytes");

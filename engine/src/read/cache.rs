@@ -186,7 +186,7 @@ impl Key {
 
 /// When a record is needed next, as the caller knows it: a data loader's
 /// sampler knows every future index, and the record cache keeps the records
-/// needed soonest ([`crate::Store::gather_hinted`]).
+/// needed soonest ([`crate::Gather::next`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum NextUse {
     /// Nothing is known: the record may come again, as every other may.

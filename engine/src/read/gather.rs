@@ -13,6 +13,7 @@ use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
 use crate::read::cache::{NextUse, StoreId};
 use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::read::reads::{Reads, Seen};
+use crate::read::request::{Gather, Slots};
 use crate::store::Store;
 use once_cell::race::OnceBox;
 use std::collections::HashMap;
@@ -368,121 +369,144 @@ pub(crate) fn record_len(s: &Store, index: u64) -> Result<u64> {
     Ok(u64::from(s.snapshot().entry(index)?.logical_len))
 }
 
-/// Reads records `indices` into `dst`, record `k` at `dst[k * stride..]`.
-/// A record shorter than `stride` leaves the rest of its slot zeroed.
+/// Reads the records of `req` from `snap` into `dst` ([`crate::Gather`]).
 ///
-/// Every index and entry is checked before anything is written to `dst`.
-pub(crate) fn gather(s: &Store, indices: &[u64], dst: &mut [u8], stride: usize) -> Result<()> {
-    s.gather_hinted(indices, dst, stride, &[])
-}
-
-/// [`Store::gather`], telling the record cache when each record is
-/// needed next (`next[k]` for `indices[k]`; an empty `next` says nothing):
-/// when the cache is full it keeps the records needed soonest, and drops
-/// those not needed again this cycle first. A data loader knows this from
-/// its sampler. Without a record cache (buffered reads) the hints are
-/// ignored. Reads `snap`.
-pub(crate) fn gather_hinted(
-    s: &Store,
-    snap: &Snapshot,
-    indices: &[u64],
-    dst: &mut [u8],
-    stride: usize,
-    next: &[NextUse],
-) -> Result<()> {
-    check_hints(indices, next)?;
-    let need =
-        indices.len().checked_mul(stride).ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
-    if dst.len() != need {
+/// Every index, entry and slot is checked before anything is written to
+/// `dst`; a fixed slot is zero-padded after its record.
+pub(crate) fn gather(s: &Store, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+    let indices = req.indices;
+    check_hints(indices, req.next)?;
+    // Each record's slot: where it starts, and its width when fixed.
+    let (starts, width): (std::borrow::Cow<'_, [u64]>, Option<usize>) = match req.slots {
+        Slots::Fixed(stride) => {
+            let need = indices
+                .len()
+                .checked_mul(stride)
+                .ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
+            if dst.len() != need {
+                return Err(Error::InvalidArgument(format!(
+                    "gather: destination is {} bytes, expected {} indices × stride {stride} = {need}",
+                    dst.len(),
+                    indices.len()
+                )));
+            }
+            ((0..indices.len() as u64).map(|k| k * stride as u64).collect(), Some(stride))
+        }
+        Slots::Ragged(starts) => (starts.into(), None),
+        Slots::FixedAt { width, starts } => (starts.into(), Some(width)),
+    };
+    if starts.len() != indices.len() {
         return Err(Error::InvalidArgument(format!(
-            "gather: destination is {} bytes, expected {} indices × stride {stride} = {need}",
-            dst.len(),
-            indices.len()
+            "gather: {} indices but {} slot starts",
+            indices.len(),
+            starts.len()
         )));
     }
     snap.table.prefetch(indices);
-    let entries = indices.iter().map(|&i| snap.entry(i)).collect::<Result<Vec<_>>>()?;
-    for (&i, e) in indices.iter().zip(&entries) {
-        if e.logical_len as usize > stride {
-            return Err(Error::RecordSize { record: i, len: u64::from(e.logical_len), slot: stride as u64 });
+    let mut order: Vec<(u64, Want)> = Vec::with_capacity(indices.len());
+    for (k, (&index, &start)) in indices.iter().zip(starts.iter()).enumerate() {
+        let entry = snap.entry(index)?;
+        let len = u64::from(entry.logical_len);
+        if let Some(w) = width {
+            if len > w as u64 {
+                return Err(Error::RecordSize { record: index, len, slot: w as u64 });
+            }
         }
+        order.push((
+            start,
+            Want { index, entry, len: entry.logical_len as usize, keep_stored: false, next: hint(req.next, k) },
+        ));
     }
-    let items: Vec<Item<'_>> = dst
-        .chunks_exact_mut(stride.max(1))
-        .take(indices.len())
-        .zip(indices.iter().zip(entries))
-        .enumerate()
-        .map(|(k, (slot, (&index, entry)))| {
-            let (rec, rest) = slot.split_at_mut(entry.logical_len as usize);
-            rest.fill(0);
-            Item { index, entry, dst: rec, keep_stored: false, next: hint(next, k) }
-        })
-        .collect();
-    if stride == 0 {
+    if width == Some(0) {
         return Ok(());
     }
-    read_items(s, snap, items)
-}
-
-/// Reads ragged records: record `k` lands at `dst[offsets[k]..][..len_k]`,
-/// where `len_k` is its logical length ([`Store::lengths`]). Slots must lie
-/// inside `dst` and must not overlap.
-pub(crate) fn gather_var(s: &Store, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<()> {
-    s.gather_var_hinted(indices, dst, offsets, &[])
-}
-
-/// [`Store::gather_var`] with next-use hints, as [`Store::gather_hinted`],
-/// reading `snap`.
-pub(crate) fn gather_var_hinted(
-    s: &Store,
-    snap: &Snapshot,
-    indices: &[u64],
-    dst: &mut [u8],
-    offsets: &[u64],
-    next: &[NextUse],
-) -> Result<()> {
-    check_hints(indices, next)?;
-    if offsets.len() != indices.len() {
-        return Err(Error::InvalidArgument(format!(
-            "gather_var: {} indices but {} offsets",
-            indices.len(),
-            offsets.len()
-        )));
-    }
-    snap.table.prefetch(indices);
-    let mut order: Vec<(u64, u64, Entry, NextUse)> = Vec::with_capacity(indices.len());
-    for (k, (&i, &o)) in indices.iter().zip(offsets).enumerate() {
-        order.push((o, i, snap.entry(i)?, hint(next, k)));
-    }
     // Empty records share their offset with the next slot: order by (offset, length).
-    order.sort_unstable_by_key(|t| (t.0, t.2.logical_len));
+    order.sort_unstable_by_key(|(start, w)| (*start, w.len));
     let mut end = 0u64;
-    for &(o, i, e, _) in &order {
-        if o < end {
+    for (start, w) in &order {
+        let slot = width.map_or(w.len as u64, |w| w as u64);
+        if *start < end {
             return Err(Error::InvalidArgument(format!(
-                "gather_var: the slot of record {i} at offset {o} overlaps the previous slot"
+                "gather: the slot of record {} at offset {start} overlaps the previous slot",
+                w.index
             )));
         }
-        end = o + u64::from(e.logical_len);
+        end = start.checked_add(slot).unwrap_or(u64::MAX);
         if end > dst.len() as u64 {
-            return Err(Error::RecordSize {
-                record: i,
-                len: u64::from(e.logical_len),
-                slot: (dst.len() as u64).saturating_sub(o),
+            return Err(match width {
+                None => Error::RecordSize {
+                    record: w.index,
+                    len: w.len as u64,
+                    slot: (dst.len() as u64).saturating_sub(*start),
+                },
+                Some(width) => Error::InvalidArgument(format!(
+                    "gather: a slot at {start} of {width} bytes is outside the destination of {} bytes",
+                    dst.len()
+                )),
             });
         }
     }
-    let mut items = Vec::with_capacity(order.len());
-    let mut rest: &mut [u8] = dst;
-    let mut pos = 0u64;
-    for (o, index, entry, next) in order {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut((o - pos) as usize);
-        let (slot, tail) = tail.split_at_mut(entry.logical_len as usize);
-        rest = tail;
-        pos = o + u64::from(entry.logical_len);
-        items.push(Item { index, entry, dst: slot, keep_stored: false, next });
+    if let Some(width) = width {
+        for (start, w) in &order {
+            // Lossless: checked inside `dst` above.
+            dst[*start as usize + w.len..*start as usize + width].fill(0);
+        }
     }
-    read_items(s, snap, items)
+    read_items(s, snap, carve_at(dst, order), req.fan_out)
+}
+
+/// A record to read, before it has its slot ([`carve`], [`carve_at`]).
+pub(crate) struct Want {
+    pub index: u64,
+    pub entry: Entry,
+    /// The slot's length: the record's logical length, or its stored length
+    /// with `keep_stored`.
+    pub len: usize,
+    pub keep_stored: bool,
+    pub next: NextUse,
+}
+
+impl Want {
+    /// Record `index` at `entry`, decoded, with no hint.
+    pub fn logical(index: u64, entry: Entry) -> Want {
+        Want { index, entry, len: entry.logical_len as usize, keep_stored: false, next: NextUse::Unknown }
+    }
+
+    /// Record `index` at `entry` as stored (compaction, import, blocks).
+    pub fn stored(index: u64, entry: Entry) -> Want {
+        Want { index, entry, len: entry.stored_len as usize, keep_stored: true, next: NextUse::Unknown }
+    }
+}
+
+/// The items of `wants` read into `buf` back to back, in the order given.
+/// `buf` must hold them all.
+pub(crate) fn carve(buf: &mut [u8], wants: impl IntoIterator<Item = Want>) -> Vec<Item<'_>> {
+    let mut at = 0u64;
+    carve_at(
+        buf,
+        wants.into_iter().map(|w| {
+            let start = at;
+            at += w.len as u64;
+            (start, w)
+        }),
+    )
+}
+
+/// The items of `wants`, each read into `buf` at its start: starts in
+/// ascending order, slots not overlapping and inside `buf`.
+pub(crate) fn carve_at(buf: &mut [u8], wants: impl IntoIterator<Item = (u64, Want)>) -> Vec<Item<'_>> {
+    let wants = wants.into_iter();
+    let mut items = Vec::with_capacity(wants.size_hint().0);
+    let mut rest: &mut [u8] = buf;
+    let mut pos = 0u64;
+    for (start, w) in wants {
+        let (_, tail) = std::mem::take(&mut rest).split_at_mut((start - pos) as usize);
+        let (slot, tail) = tail.split_at_mut(w.len);
+        rest = tail;
+        pos = start + w.len as u64;
+        items.push(Item { index: w.index, entry: w.entry, dst: slot, keep_stored: w.keep_stored, next: w.next });
+    }
+    items
 }
 
 /// Reads `items`: the records whose pages are all in memory ("hot") are
@@ -496,7 +520,7 @@ pub(crate) fn gather_var_hinted(
 /// are in flight, so a thread that starts late (a pool thread waking up)
 /// or is descheduled simply takes fewer groups instead of holding up the
 /// gather, and the copying or decoding overlaps the I/O.
-pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
+pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>, fan_out: bool) -> Result<()> {
     let _gate = crate::fork::enter();
     let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
     // The eviction count, read at most every few milliseconds per process, lets
@@ -546,7 +570,7 @@ pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Re
         format: snap.table.format,
         error: Mutex::new(None),
     };
-    let parallel = total >= PARALLEL_MIN_BYTES && hot_groups.len() + cold.len() >= 2 && crate::pool::thread_fan_out();
+    let parallel = total >= PARALLEL_MIN_BYTES && hot_groups.len() + cold.len() >= 2 && fan_out;
     if !parallel {
         let r = read_group(s, snap, &mut cold, &queue);
         return observed(s, snap, seen, queue.finish(r));
@@ -589,7 +613,7 @@ pub(crate) fn read_items_by_block(s: &Store, snap: &Snapshot, items: Vec<Item<'_
     let (mut parts, whole): (Vec<Item<'_>>, Vec<Item<'_>>) =
         items.into_iter().partition(|it| it.entry.is_part() && !it.keep_stored);
     if !whole.is_empty() {
-        read_items(s, snap, whole)?;
+        read_items(s, snap, whole, true)?;
     }
     if parts.is_empty() {
         return Ok(());
@@ -607,14 +631,8 @@ pub(crate) fn read_items_by_block(s: &Store, snap: &Snapshot, items: Vec<Item<'_
         });
     }
     let mut buf = vec![0u8; size];
-    let mut rest: &mut [u8] = &mut buf;
-    let mut reads = Vec::with_capacity(blocks.len());
-    for &(index, entry, _) in &blocks {
-        let (slot, tail) = std::mem::take(&mut rest).split_at_mut(entry.stored_len as usize);
-        rest = tail;
-        reads.push(Item { index, entry, dst: slot, keep_stored: true, next: NextUse::Unknown });
-    }
-    read_items(s, snap, reads)?;
+    let reads = carve(&mut buf, blocks.iter().map(|&(index, entry, _)| Want::stored(index, entry)));
+    read_items(s, snap, reads, true)?;
     for it in &mut parts {
         let from = at[&(it.entry.chunk, it.entry.offset)] + it.entry.within as usize;
         let n = it.dst.len();

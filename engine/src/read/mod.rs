@@ -23,3 +23,4 @@ pub(crate) mod policy;
 )]
 pub(crate) mod ranks;
 pub(crate) mod reads;
+pub(crate) mod request;

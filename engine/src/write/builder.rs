@@ -182,7 +182,7 @@ mod tests {
             .map(|i| {
                 let mut b = vec![0u8; s.record_len(i).unwrap() as usize];
                 let n = b.len();
-                s.gather(&[i], &mut b, n).unwrap();
+                s.gather(&crate::Gather::fixed(&[i], n), &mut b).unwrap();
                 b
             })
             .collect()

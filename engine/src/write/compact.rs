@@ -16,8 +16,8 @@ use crate::format::names::{chunk_name, table_name, FORMAT_VERSION};
 use crate::format::record::{check_index, ChunkId, Entry};
 use crate::format::table::{Format, Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_PAGE};
 use crate::io::fs;
-use crate::read::gather::Item;
 use crate::read::gather::Snapshot;
+use crate::read::gather::{carve, Want};
 use crate::store::Store;
 use crate::write::new_table::{NewTable, TableOut};
 use crate::write::Writer;
@@ -109,19 +109,7 @@ fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u
             .collect::<Result<Vec<_>>>()?;
         let parts: u64 = entries.iter().filter(|(_, e)| e.is_part()).map(|(_, e)| u64::from(e.logical_len)).sum();
         let mut buf = vec![0u8; parts as usize];
-        let mut items = Vec::new();
-        let mut rest: &mut [u8] = &mut buf;
-        for &(index, entry) in entries.iter().filter(|(_, e)| e.is_part()) {
-            let (slot, tail) = std::mem::take(&mut rest).split_at_mut(entry.logical_len as usize);
-            rest = tail;
-            items.push(Item {
-                index,
-                entry,
-                dst: slot,
-                keep_stored: false,
-                next: crate::read::cache::NextUse::Unknown,
-            });
-        }
+        let items = carve(&mut buf, entries.iter().filter(|(_, e)| e.is_part()).map(|&(i, e)| Want::logical(i, e)));
         crate::read::gather::read_items_by_block(s, snap, items)?;
         let mut pos = 0usize;
         for (_, e) in &entries {
@@ -328,21 +316,10 @@ fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<Co
                 group.push(e);
             }
             let mut buf = vec![0u8; bytes as usize];
-            let mut items = Vec::with_capacity(group.len());
-            let mut rest: &mut [u8] = &mut buf;
-            for (k, e) in group.iter().enumerate() {
-                let (slot, tail) = std::mem::take(&mut rest).split_at_mut(e.own_len() as usize);
-                rest = tail;
-                items.push(Item {
-                    index: start + k as u64,
-                    entry: *e,
-                    dst: slot,
-                    // A record inside a block is read as itself (verified
-                    // with its block); every other record as stored.
-                    keep_stored: !e.is_part(),
-                    next: crate::read::cache::NextUse::Unknown,
-                });
-            }
+            // A record inside a block is read as itself (verified with its
+            // block); every other record as stored.
+            let want = |(i, e): (u64, &Entry)| if e.is_part() { Want::logical(i, *e) } else { Want::stored(i, *e) };
+            let items = carve(&mut buf, (start..).zip(&group).map(want));
             crate::read::gather::read_items_by_block(s, &snap, items)?;
             let mut pos = 0usize;
             for (i, e) in (start..).zip(&group) {

@@ -16,7 +16,7 @@ pub fn ids(s: &Store) -> Vec<u64> {
         .map(|i| {
             let n = s.record_len(i).unwrap() as usize;
             let mut b = vec![0u8; n];
-            s.gather(&[i], &mut b, n).unwrap();
+            s.gather(&zring_engine::Gather::fixed(&[i], n), &mut b).unwrap();
             let id = u64::from_le_bytes(b[..8].try_into().unwrap());
             assert_eq!(b, rec(id), "record {i} is torn");
             id

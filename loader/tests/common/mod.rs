@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use zring_loader::{Batch, Layout, Loader, Source, SourceError, Stream};
+use zring_loader::{Batch, Layout, Loader, Request, Slots, Source, SourceError, Stream};
 
 /// How long a pipeline test may take before it counts as deadlocked. Far
 /// above what any of them needs, so a loaded machine does not fail them.
@@ -119,15 +119,27 @@ impl Source for MemSource {
         self.layout
     }
 
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        self.check(indices)?;
-        let Layout::Fixed { record_bytes } = self.layout else {
-            return Err("gather called on a ragged source".into());
-        };
-        assert_eq!(dst.len(), indices.len() * record_bytes, "loader sized dst wrongly");
-        for (&i, out) in indices.iter().zip(dst.chunks_exact_mut(record_bytes.max(1))) {
-            for (j, b) in out.iter_mut().enumerate() {
-                *b = fixed_byte(self.base + i, j);
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        self.check(req.indices)?;
+        match (req.slots, self.layout) {
+            (Slots::Packed, Layout::Fixed { record_bytes }) => {
+                assert_eq!(dst.len(), req.indices.len() * record_bytes, "loader sized dst wrongly")
+            }
+            (Slots::Offsets(offsets), _) => {
+                assert_eq!(offsets.len(), req.indices.len() + 1);
+                assert_eq!(offsets[0], 0);
+                assert_eq!(*offsets.last().unwrap() as usize, dst.len());
+            }
+            _ => {}
+        }
+        for (&i, out) in req.indices.iter().zip(req.slots(self, dst)?) {
+            match self.layout {
+                Layout::Fixed { .. } => {
+                    for (j, b) in out.iter_mut().enumerate() {
+                        *b = fixed_byte(self.base + i, j);
+                    }
+                }
+                Layout::Ragged => out.copy_from_slice(&ragged_record(self.base + i)),
             }
         }
         Ok(())
@@ -138,18 +150,6 @@ impl Source for MemSource {
         assert_eq!(out.len(), indices.len());
         for (&i, o) in indices.iter().zip(out) {
             *o = ragged_record(self.base + i).len() as u64;
-        }
-        Ok(())
-    }
-
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        self.check(indices)?;
-        assert_eq!(offsets.len(), indices.len() + 1);
-        assert_eq!(offsets[0], 0);
-        assert_eq!(*offsets.last().unwrap() as usize, dst.len());
-        for (k, &i) in indices.iter().enumerate() {
-            let rec = ragged_record(self.base + i);
-            dst[offsets[k] as usize..offsets[k + 1] as usize].copy_from_slice(&rec);
         }
         Ok(())
     }
@@ -244,34 +244,19 @@ impl Source for Probe {
     fn layout(&self) -> Layout {
         self.inner.layout()
     }
-    fn gather(&self, indices: &[u64], dst: &mut [u8]) -> Result<(), SourceError> {
-        *self.plain.lock().unwrap() += 1;
-        self.inner.gather(indices, dst)
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        if req.next.is_empty() {
+            *self.plain.lock().unwrap() += 1;
+        } else {
+            assert_eq!(req.next.len(), req.indices.len());
+            self.hinted.lock().unwrap().push((req.indices.to_vec(), req.next.to_vec()));
+        }
+        self.inner.gather(&req.hints(&[]), dst)
     }
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         self.inner.lengths(indices, out)
     }
-    fn gather_var(&self, indices: &[u64], dst: &mut [u8], offsets: &[u64]) -> Result<(), SourceError> {
-        *self.plain.lock().unwrap() += 1;
-        self.inner.gather_var(indices, dst, offsets)
-    }
     fn wants_hints(&self) -> bool {
         self.wants
-    }
-    fn gather_hinted(&self, indices: &[u64], dst: &mut [u8], next: &[Option<u64>]) -> Result<(), SourceError> {
-        assert_eq!(next.len(), indices.len());
-        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
-        self.inner.gather(indices, dst)
-    }
-    fn gather_var_hinted(
-        &self,
-        indices: &[u64],
-        dst: &mut [u8],
-        offsets: &[u64],
-        next: &[Option<u64>],
-    ) -> Result<(), SourceError> {
-        assert_eq!(next.len(), indices.len());
-        self.hinted.lock().unwrap().push((indices.to_vec(), next.to_vec()));
-        self.inner.gather_var(indices, dst, offsets)
     }
 }
