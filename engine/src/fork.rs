@@ -12,9 +12,9 @@
 //! reader-writer lock, taken shared by the outermost zring call on a thread
 //! (nested calls, and pool threads working for a call, take nothing more).
 //! On first use a `pthread_atfork` handler is registered whose *prepare* step
-//! takes the gate exclusively, then the process-wide locks outside it (the
-//! pool's slot, the record cache's slot, the descriptor cache, the table of
-//! open handles). `fork` thus waits until the operations under way have
+//! takes the gate exclusively, then the process-wide locks outside it: every
+//! [`PerProcess`](crate::io::process::PerProcess) value (the decode pool, the memory owner with the record
+//! caches, the descriptor cache), each of which registers itself on first use. `fork` thus waits until the operations under way have
 //! finished and holds off new ones (a waiting writer blocks new readers of the
 //! gate), and the *parent* and *child* steps release everything. The child
 //! starts with every lock free and every structure whole; the pool, the rings
@@ -51,9 +51,7 @@ thread_local! {
 
 /// The locks held across a `fork`, released in reverse order of taking.
 struct Held {
-    _fds: std::sync::RwLockWriteGuard<'static, Option<crate::io::fds::Fds>>,
-    _memory: std::sync::MutexGuard<'static, Option<crate::read::memory::Owner>>,
-    _pool: std::sync::MutexGuard<'static, Option<(u32, std::sync::Arc<rayon::ThreadPool>)>>,
+    _values: crate::io::process::Held,
     _gate: RwLockWriteGuard<'static, ()>,
 }
 
@@ -140,12 +138,7 @@ extern "C" fn prepare() {
     let _ = crate::io::mmap::guard_available();
     let _ = crate::io::mmap::evictions();
     let gate = GATE.write().unwrap_or_else(|p| p.into_inner());
-    let held = Held {
-        _pool: crate::pool::lock_raw(),
-        _memory: crate::read::memory::lock_raw(),
-        _fds: crate::io::fds::lock_raw(),
-        _gate: gate,
-    };
+    let held = Held { _values: crate::io::process::hold_all(), _gate: gate };
     HELD.with(|h| *h.borrow_mut() = Some(held));
 }
 

@@ -7,44 +7,34 @@
 //! child rather than dropped, since dropping it would signal threads that do
 //! not exist there.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use crate::io::process::PerProcess;
 
 use rayon::{ThreadPool, ThreadPoolBuilder};
 
-static POOL: Mutex<Option<(u32, Arc<ThreadPool>)>> = Mutex::new(None);
-
-/// The pool's slot, locked (also held across `fork()` by [`crate::fork`]).
-pub(crate) fn lock_raw() -> std::sync::MutexGuard<'static, Option<(u32, Arc<ThreadPool>)>> {
-    POOL.lock().unwrap_or_else(|p| p.into_inner())
-}
+/// Leaked, not dropped, in a child (module docs).
+static POOL: PerProcess<Arc<ThreadPool>> = PerProcess::new(0, false);
 
 /// The current process's pool.
 pub(crate) fn get() -> Arc<ThreadPool> {
-    let pid = std::process::id();
-    let mut slot = lock_raw();
-    match slot.as_ref() {
-        Some((p, pool)) if *p == pid => pool.clone(),
-        _ => {
-            if let Some(old) = slot.take() {
-                std::mem::forget(old);
-            }
-            let threads = crate::env::threads()
-                // The thread calling gather reads a share itself, so the pool
-                // needs one thread fewer than there are cores.
-                .unwrap_or_else(|| {
-                    std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1))
-                });
-            let pool = Arc::new(
-                ThreadPoolBuilder::new()
-                    .num_threads(threads)
-                    .thread_name(|i| format!("zring-{i}"))
-                    .build()
-                    .expect("spawning the decode threads"),
-            );
-            *slot = Some((pid, pool.clone()));
-            pool
-        }
+    if let Some(pool) = POOL.read() {
+        return Arc::clone(&pool);
     }
+    let pool = POOL.write(|_| {
+        let threads = crate::env::threads()
+            // The thread calling gather reads a share itself, so the pool
+            // needs one thread fewer than there are cores.
+            .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get().saturating_sub(1).max(1)));
+        Arc::new(
+            ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .thread_name(|i| format!("zring-{i}"))
+                .build()
+                .expect("spawning the decode threads"),
+        )
+    });
+    Arc::clone(&pool)
 }
 
 #[cfg(test)]

@@ -55,9 +55,10 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
-use std::sync::{Arc, OnceLock, RwLock, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock};
 
 use crate::error::{Error, Result};
+use crate::io::process::{PerProcess, Write};
 use crate::read::cache::StoreId;
 
 /// Fraction (1/n) of the soft descriptor limit the cache may hold open.
@@ -132,11 +133,8 @@ impl ChunkFile {
     fn get(&self, direct: bool) -> Result<Arc<File>> {
         let key = (self.id, direct);
         {
-            let g = FDS.read().unwrap_or_else(|p| p.into_inner());
-            if let Some(fds) = g.as_ref().filter(|f| f.pid == std::process::id()) {
-                if let Some(f) = fds.hit(&key) {
-                    return Ok(f);
-                }
+            if let Some(f) = FDS.read().and_then(|fds| fds.hit(&key)) {
+                return Ok(f);
             }
         }
         // Opened without the lock: an open can take long (a network file
@@ -188,7 +186,6 @@ impl Drop for ChunkFile {
 }
 
 pub(crate) struct Fds {
-    pid: u32,
     map: HashMap<(u64, bool), Entry>,
     /// Stamps of use, ascending.
     clock: AtomicU64,
@@ -226,38 +223,13 @@ struct Entry {
     used: AtomicU64,
 }
 
-static FDS: RwLock<Option<Fds>> = RwLock::new(None);
+/// The process's descriptor cache, made (again, in a forked child) on first
+/// use; a parent's cache in a child is dropped, which closes the child's
+/// copies of the descriptors only.
+static FDS: PerProcess<Fds> = PerProcess::new(2, true);
 
-/// The process's descriptor cache, made (again, in a forked child) on first use.
-fn lock() -> MappedFds {
-    let mut g = lock_raw();
-    let pid = std::process::id();
-    if g.as_ref().is_none_or(|f| f.pid != pid) {
-        // A parent's cache in a child: dropping it closes the child's copies
-        // of the descriptors only.
-        *g = Some(Fds { pid, map: HashMap::new(), clock: AtomicU64::new(0) });
-    }
-    MappedFds(g)
-}
-
-/// The cache's lock itself (held across `fork()` by [`crate::fork`]).
-pub(crate) fn lock_raw() -> RwLockWriteGuard<'static, Option<Fds>> {
-    FDS.write().unwrap_or_else(|p| p.into_inner())
-}
-
-struct MappedFds(RwLockWriteGuard<'static, Option<Fds>>);
-
-impl std::ops::Deref for MappedFds {
-    type Target = Fds;
-    fn deref(&self) -> &Fds {
-        self.0.as_ref().expect("made by lock()")
-    }
-}
-
-impl std::ops::DerefMut for MappedFds {
-    fn deref_mut(&mut self) -> &mut Fds {
-        self.0.as_mut().expect("made by lock()")
-    }
+fn lock() -> Write<Fds> {
+    FDS.write(|_| Fds { map: HashMap::new(), clock: AtomicU64::new(0) })
 }
 
 /// The soft descriptor limit (module docs: why it is not raised).
@@ -349,7 +321,7 @@ mod tests {
     fn a_full_cache_evicts_the_descriptor_used_longest_ago() {
         let dir = tempfile::tempdir().unwrap();
         let file = Arc::new(File::create(dir.path().join("f")).unwrap());
-        let mut fds = Fds { pid: 0, map: HashMap::new(), clock: AtomicU64::new(0) };
+        let mut fds = Fds { map: HashMap::new(), clock: AtomicU64::new(0) };
         for k in 0..3 {
             fds.insert((k, false), file.clone(), 3);
         }

@@ -2,7 +2,8 @@
 //! where it is unavailable, [`uring`]), every other file operation behind the
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
 //! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
-//! file shrinking under a mapping an error ([`sigbus`]).
+//! file shrinking under a mapping an error ([`sigbus`]), and the values each
+//! process makes for itself, which `fork()` locks ([`process`]).
 
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
@@ -13,6 +14,7 @@ pub(crate) mod fs;
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
 )]
 pub(crate) mod mmap;
+pub(crate) mod process;
 #[allow(
     unsafe_code,
     reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"

@@ -42,8 +42,9 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
+use crate::io::process::{PerProcess, Write};
 use crate::read::budget::Ratio;
 use crate::read::cache::{Cache, StoreId};
 
@@ -114,44 +115,16 @@ pub(crate) struct Owner {
     stores: HashMap<StoreId, PerStore>,
 }
 
-static OWNER: Mutex<Option<Owner>> = Mutex::new(None);
+/// The process's owner; a parent's in a forked child is leaked, not
+/// dropped: its caches may be locked by threads that do not exist there.
+static OWNER: PerProcess<Owner> = PerProcess::new(1, false);
 
 /// Bumped whenever a member joins, leaves, or changes size or mode: a store
 /// whose policy was chosen under another generation chooses again.
 pub(crate) static GENERATION: AtomicU64 = AtomicU64::new(0);
 
-/// The owner's lock itself (held across `fork()` by [`crate::fork`]).
-pub(crate) fn lock_raw() -> MutexGuard<'static, Option<Owner>> {
-    OWNER.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-struct Locked(MutexGuard<'static, Option<Owner>>);
-
-impl std::ops::Deref for Locked {
-    type Target = Owner;
-    fn deref(&self) -> &Owner {
-        self.0.as_ref().expect("made by lock()")
-    }
-}
-
-impl std::ops::DerefMut for Locked {
-    fn deref_mut(&mut self) -> &mut Owner {
-        self.0.as_mut().expect("made by lock()")
-    }
-}
-
-fn lock() -> Locked {
-    let mut g = lock_raw();
-    let pid = std::process::id();
-    if g.as_ref().is_none_or(|o| o.pid != pid) {
-        // A parent's owner in a forked child: its caches may be locked by
-        // threads that do not exist here; leave their memory alone.
-        if let Some(old) = g.take() {
-            std::mem::forget(old);
-        }
-        *g = Some(Owner::new(pid));
-    }
-    Locked(g)
+fn lock() -> Write<Owner> {
+    OWNER.write(Owner::new)
 }
 
 /// Joins a handle on `store` (module docs).
