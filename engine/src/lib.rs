@@ -94,6 +94,7 @@ pub use format::table::Format;
 pub use io::fault;
 pub use io::uring::BackendKind;
 pub use read::cache::NextUse;
+pub use read::memory::set_cache_bytes;
 pub use read::reads::ReadStats;
 pub use read::request::{Gather, Slots};
 pub use store::{Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};

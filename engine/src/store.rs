@@ -90,9 +90,13 @@ impl StoreBuilder {
         self
     }
 
-    /// The memory this process may fill with the store's data (page cache or
-    /// record cache). By default: `ZRING_CACHE_BYTES`, else the cgroup memory
-    /// limit less what the process uses, else `MemAvailable` (`budget.rs`).
+    /// The memory this process may fill with store data (page cache or
+    /// record caches), stated for the process, not for this handle: the
+    /// process has one budget ([`crate::set_cache_bytes`] states it
+    /// explicitly; else the first handle opened with `cache_bytes` that is
+    /// still open; a later handle's value does not count while it is open).
+    /// By default: `ZRING_CACHE_BYTES`, else the cgroup memory limit less
+    /// what the process uses, else `MemAvailable` (`budget.rs`).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = Some(bytes);
         self

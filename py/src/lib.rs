@@ -46,6 +46,20 @@ fn import_loaderx<'py>(
     convert::to_py(py, &stats)
 }
 
+/// State the memory budget of this process's store data (page cache and
+/// zring's record caches together) in bytes, for every store open now and
+/// later; `None` withdraws the statement. Returns the statement it replaces.
+///
+/// The process has one budget: this call states it and holds until it is
+/// called again; without it, the first store still open that was opened
+/// with `cache_bytes=` states it (later stores' values do not count while
+/// it is open); with neither, `ZRING_CACHE_BYTES`, else the measured budget.
+#[pyfunction]
+#[pyo3(signature = (cache_bytes))]
+fn set_cache_bytes(cache_bytes: Option<u64>) -> Option<u64> {
+    zring_engine::set_cache_bytes(cache_bytes)
+}
+
 #[pymodule]
 fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -55,6 +69,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;
     m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
+    m.add_function(wrap_pyfunction!(set_cache_bytes, m)?)?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(ceiling::ceiling, m)?)?;
     m.add("ZringError", py.get_type::<error::ZringError>())?;

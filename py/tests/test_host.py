@@ -35,7 +35,7 @@ def _all(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint64)
 
 
-def test_the_smallest_stated_budget_wins_for_every_handle(tmp_path):
+def test_one_budget_per_process_the_first_stated_or_set_cache_bytes(tmp_path):
     arr = _data(1024)  # 4 MiB
     zring.write_dataset(tmp_path / "d", arr, codec="raw")
     with zring.Dataset(tmp_path / "d", cache_bytes=2 * MIB) as a:
@@ -44,14 +44,21 @@ def test_the_smallest_stated_budget_wins_for_every_handle(tmp_path):
         assert (r["policy"], r["budget_bytes"]) == ("direct", 2 * MIB)
         assert 0 < r["cache_capacity"] <= 2 * MIB
         with zring.Dataset(tmp_path / "d", cache_bytes=MIB) as b:
-            assert b.read_stats()["budget_bytes"] == MIB
-            # The first handle's next gather follows the smaller budget.
+            # The first statement holds: a later handle's value does not count.
+            assert b.read_stats()["budget_bytes"] == 2 * MIB
+            np.testing.assert_array_equal(a[_all(1024)], arr)
+            assert a.read_stats()["budget_bytes"] == 2 * MIB
+        # The process-level call states it for every handle.
+        assert zring.set_cache_bytes(MIB) is None
+        try:
             np.testing.assert_array_equal(a[_all(1024)], arr)
             r = a.read_stats()
             assert r["budget_bytes"] == MIB, r
             assert r["cache_capacity"] <= MIB and r["cache_held"] <= MIB, r
             assert "shrinks" in r["policy_reason"], r["policy_reason"]
-        # The smaller promise left with its handle: the cache grows back.
+        finally:
+            assert zring.set_cache_bytes(None) == MIB
+        # Withdrawn: the first handle's statement again, and the cache grows back.
         np.testing.assert_array_equal(a[_all(1024)], arr)
         r = a.read_stats()
         assert r["budget_bytes"] == 2 * MIB and r["cache_capacity"] > MIB, r

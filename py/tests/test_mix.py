@@ -272,7 +272,10 @@ def test_stats_and_cache_bytes_cover_every_source(sources):
         stats = dl.stats()
         assert sorted(stats["reads"]) == sorted(f"{k}/{n}" for k in range(3) for n in ("x", "r"))
         assert stats["steps_delivered"] >= 5
-        assert len(dl._own) == 6, "one handle per store, opened with the budget"
+        # One budget for the process, stated by the loader; no extra handles.
+        assert all(r["budget_bytes"] == 1 << 20 for r in stats["reads"].values()), stats["reads"]
+        assert not hasattr(dl, "_own")
+    assert zring.set_cache_bytes(None) is None, "the loader withdrew its statement at close"
 
 
 def test_prime_lengths_and_a_hundred_sources(tmp_path):

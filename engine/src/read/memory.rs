@@ -6,11 +6,13 @@
 //! answers the three questions the read policy ([`crate::read::budget`]) asks, and
 //! nothing else answers them:
 //!
-//! * **Which budget?** ([`stated`]) The smallest budget stated by any open
-//!   handle: a program that gives `cache_bytes=` to one handle (a DataLoader's,
-//!   say) means it for the process's store data, and the smallest promise is
-//!   the one that can be kept for all. Without one, `ZRING_CACHE_BYTES`, else
-//!   the measured budget (which counts the memory of every process in the
+//! * **Which budget?** ([`stated`]) The process has one budget, stated once:
+//!   by [`set_cache_bytes`] (the explicit process-level call, which holds
+//!   until it is called again), else by the first store handle opened with
+//!   `cache_bytes` that is still open (the builder's value is a statement for
+//!   the process's store data, not for that handle; later handles' values do
+//!   not count while it is open). Without one, `ZRING_CACHE_BYTES`, else the
+//!   measured budget (which counts the memory of every process in the
 //!   cgroup, [`crate::read::budget`]).
 //! * **How much data must that budget serve?** ([`demand`]) The stored bytes
 //!   of every distinct store open with an unforced mode, summed: the page
@@ -132,7 +134,28 @@ pub(crate) fn join(store: Option<StoreId>, stated: Option<u64>, forced: bool, da
     lock().join(store, stated, forced, data)
 }
 
-/// The smallest budget stated by an open handle (module docs).
+/// The budget stated by [`set_cache_bytes`]; `0` none, else the bytes plus
+/// one. A plain atomic, so a forked child keeps the parent's statement.
+static PROCESS_BUDGET: AtomicU64 = AtomicU64::new(0);
+
+/// States the memory budget of this process's store data (page cache and
+/// record caches together), in bytes, for every store handle open now and
+/// later; `None` withdraws the statement. Returns the statement it replaces.
+///
+/// The process has one budget. This call states it and holds until it is
+/// called again; without it, the first store handle opened with
+/// [`StoreBuilder::cache_bytes`](crate::StoreBuilder::cache_bytes) that is
+/// still open states it, and the values of handles opened after that one do
+/// not count. With neither, `ZRING_CACHE_BYTES`, else the budget measured
+/// from the cgroup or `MemAvailable`.
+pub fn set_cache_bytes(bytes: Option<u64>) -> Option<u64> {
+    let new = bytes.map_or(0, |b| b.saturating_add(1));
+    let old = PROCESS_BUDGET.swap(new, Relaxed);
+    GENERATION.fetch_add(1, Relaxed);
+    old.checked_sub(1)
+}
+
+/// The process's budget as stated (module docs).
 pub(crate) fn stated() -> Option<u64> {
     lock().stated()
 }
@@ -177,8 +200,12 @@ impl Owner {
         Member { id, cache, asked, local: self.pid == 0 }
     }
 
+    /// The statement of [`set_cache_bytes`], else that of the first open
+    /// handle that made one (ids grow with joining).
     fn stated(&self) -> Option<u64> {
-        self.members.values().filter_map(|m| m.stated).min()
+        PROCESS_BUDGET.load(Relaxed).checked_sub(1).or_else(|| {
+            self.members.iter().filter_map(|(id, m)| Some((*id, m.stated?))).min_by_key(|(id, _)| *id).map(|(_, b)| b)
+        })
     }
 
     fn demand(&self) -> u64 {
@@ -309,7 +336,7 @@ mod tests {
     }
 
     #[test]
-    fn the_smallest_stated_budget_wins_and_demand_counts_each_store_once() {
+    fn the_first_stated_budget_holds_and_demand_counts_each_store_once() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut o = owner();
         let m1 = o.join(id(&a), None, false, 700);
@@ -317,11 +344,11 @@ mod tests {
         let m3 = o.join(id(&b), Some(3_000), false, 700);
         o.join(None, Some(9_000), true, 1 << 40);
         assert_eq!(o.demand(), 1_600);
-        assert_eq!(o.stated(), Some(3_000));
+        assert_eq!(o.stated(), Some(5_000), "the first statement, not the smallest");
         o.leave(m3.id);
         assert_eq!((o.demand(), o.stated()), (900, Some(5_000)));
         o.leave(m2.id);
-        assert_eq!((o.demand(), o.stated()), (700, Some(9_000)));
+        assert_eq!((o.demand(), o.stated()), (700, Some(9_000)), "the next handle's, once the first left");
         o.leave(m1.id);
         assert!(o.stores.is_empty(), "the last handle of a store takes its cache");
     }

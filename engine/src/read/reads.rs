@@ -296,6 +296,9 @@ impl Reads {
             }
             if policy.mode == ReadMode::Direct {
                 self.resize(&mut policy, budget, data_bytes);
+            } else {
+                // Still buffered: the budget in force now is the one reported.
+                policy.budget = budget;
             }
         }
         // By bytes too while a record cache fills (it must not outgrow the

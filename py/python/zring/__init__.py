@@ -22,6 +22,7 @@ from ._zring import (
     UnsupportedVersionError,
     ZringError,
     import_loaderx,
+    set_cache_bytes,
 )
 from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
@@ -54,6 +55,7 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "set_cache_bytes",
     "write_dataset",
     "write_ragged",
 ]

@@ -17,6 +17,7 @@ from ._zring import (
     UnsupportedVersionError as UnsupportedVersionError,
     ZringError as ZringError,
     import_loaderx as import_loaderx,
+    set_cache_bytes as set_cache_bytes,
 )
 
 __version__: str

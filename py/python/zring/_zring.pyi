@@ -208,6 +208,12 @@ class Loader:
 
 def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Any:
     """Convert the loaderx store at src into a new zring store at dst (its table sealed in format 2)."""
+def set_cache_bytes(cache_bytes: Optional[int]) -> Optional[int]:
+    """State the memory budget of this process's store data in bytes (None
+    withdraws it); returns the statement it replaces. The process has one
+    budget: this call states it until called again; without it, the first
+    store still open that was opened with ``cache_bytes=`` states it; with
+    neither, ``ZRING_CACHE_BYTES``, else the measured budget."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",

@@ -375,12 +375,11 @@ class DataLoader(_util.Closeable):
                 None: as many as ``num_workers``). ``0`` calls it on the
                 consumer thread inside ``next()``. Unused (no thread starts)
                 when ``transform`` is the default identity.
-            cache_bytes: The memory budget of the streams' read policy
-                (see :class:`Dataset`): when given, the loader reads each
-                stream through its own handle opened with this budget, and
-                (the smallest stated budget winning) it applies to every
-                open dataset too; by default it reads through the datasets'
-                handles.
+            cache_bytes: The memory budget of the process's store data
+                (see :class:`Dataset`): when given, the loader states it for
+                the process with :func:`zring.set_cache_bytes` (so it applies
+                to every open dataset too) and restores the statement it
+                replaced when it closes.
 
         Raises:
             ValueError: No streams, streams of different lengths, an
@@ -412,18 +411,12 @@ class DataLoader(_util.Closeable):
             raise TypeError(f"transform must be callable, got {type(transform).__name__}")
         self._views: list[tuple[str, Any]] = []
         budget = _util.cache_bytes(cache_bytes)
-        # Handles opened here for `cache_bytes` (closed with the loader).
-        self._own: list[Any] = []
         # (label, handle) of every store read, for stats()["reads"].
         self._reads: list[tuple[str, Any]] = []
 
         def handle(label: str, ds: Any) -> Any:
-            h = ds._s
-            if budget is not None:
-                h = _zring.Store(str(ds.path), "r", cache_bytes=budget)
-                self._own.append(h)
-            self._reads.append((label, h))
-            return h
+            self._reads.append((label, ds._s))
+            return ds._s
 
         def specs_of(streams: Mapping[str, Any], prefix: str) -> list[tuple[str, Any, int | None]]:
             out = []
@@ -480,20 +473,29 @@ class DataLoader(_util.Closeable):
             batch_size = 256 if batch_size is None else batch_size
             mode = 1 if mode is None else mode
             seed = 42 if seed is None else seed
-        self._loader = _zring.Loader(
-            specs,
-            batch_size=None if batch_size is None else _nonneg("batch_size", batch_size, 1),
-            mode=None if mode is None else _nonneg("mode", mode),
-            seed=None if seed is None else _nonneg("seed", seed),
-            shard=shard,
-            depth=depth,
-            threads=threads,
-            state=None if state is None else json.dumps(dict(state)),
-            weights=weights,
-            pack=None if packed is None else packed.spec(),
-            block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
-            window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
-        )
+        if budget is not None:
+            # One budget per process: stated for it, restored at close().
+            self._replaced_budget = _zring.set_cache_bytes(budget)
+            self._states_budget = True
+        try:
+            loader = _zring.Loader(
+                specs,
+                batch_size=None if batch_size is None else _nonneg("batch_size", batch_size, 1),
+                mode=None if mode is None else _nonneg("mode", mode),
+                seed=None if seed is None else _nonneg("seed", seed),
+                shard=shard,
+                depth=depth,
+                threads=threads,
+                state=None if state is None else json.dumps(dict(state)),
+                weights=weights,
+                pack=None if packed is None else packed.spec(),
+                block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
+                window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
+            )
+        except BaseException:
+            self.close()
+            raise
+        self._loader = loader
         #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture
         #: The :func:`zring.pack` source read, or None.
@@ -593,5 +595,6 @@ class DataLoader(_util.Closeable):
             pool.close()
         if loader is not None:
             loader.close()
-        for h in getattr(self, "_own", []):
-            h.close()
+        if getattr(self, "_states_budget", False):
+            self._states_budget = False
+            _zring.set_cache_bytes(self._replaced_budget)
