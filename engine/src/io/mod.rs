@@ -2,8 +2,9 @@
 //! where it is unavailable, [`uring`]), every other file operation behind the
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
 //! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
-//! file shrinking under a mapping an error ([`sigbus`]), and the values each
-//! process makes for itself, which `fork()` locks ([`process`]).
+//! file shrinking under a mapping an error ([`sigbus`]), the slabs block
+//! reads land in ([`slab`]), and the values each process makes for itself,
+//! which `fork()` locks ([`process`]).
 
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
@@ -20,5 +21,10 @@ pub(crate) mod process;
     reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"
 )]
 pub(crate) mod sigbus;
+#[allow(
+    unsafe_code,
+    reason = "allocates aligned buffers and hands them to the cache as shared bytes; every block has its SAFETY argument"
+)]
+pub(crate) mod slab;
 #[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
 pub(crate) mod uring;

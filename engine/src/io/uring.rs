@@ -14,6 +14,8 @@ use std::sync::OnceLock;
 
 use io_uring::{opcode, types, IoUring};
 
+use crate::io::slab::Slab;
+
 /// Submission queue entries per ring. Larger batches are fed in as
 /// completions free slots.
 const RING_ENTRIES: u32 = 256;
@@ -271,6 +273,55 @@ pub(crate) fn read_batch<'a>(
     // touched until their completion, when `done` moves buffer `i` out to the
     // callback. The descriptors are borrowed for `'a`, so they stay open.
     unsafe { run(backend, Op::Read, &reqs, &mut done, idle) }
+}
+
+/// One read into a slab of its own: `len` bytes of `fd` at `offset` into
+/// the slab's start, of which `need` must arrive (see [`Req`]).
+pub(crate) struct SlabRead<'f> {
+    pub fd: BorrowedFd<'f>,
+    pub offset: u64,
+    pub slab: Slab,
+    pub len: usize,
+    pub need: usize,
+}
+
+/// Runs a batch of reads into slabs; as read `i` completes, its slab is
+/// handed over through `on_done(i, slab)` (to freeze and share, [`Slab`])
+/// while the other reads may still be in flight. Slabs of reads that did not
+/// complete are dropped.
+pub(crate) fn read_slabs(
+    backend: BackendKind,
+    reads: Vec<SlabRead<'_>>,
+    on_done: &mut dyn FnMut(usize, Slab),
+) -> Result<(), ReqError> {
+    if let Some(e) = injected(crate::io::fault::Kind::Read, reads.len()) {
+        return Err(e);
+    }
+    let mut slots: Vec<Option<Slab>> = Vec::with_capacity(reads.len());
+    let mut reqs: Vec<Req> = Vec::with_capacity(reads.len());
+    for mut r in reads {
+        let buf = r.slab.as_mut_slice();
+        assert!(r.len <= buf.len() && r.need <= r.len, "a slab read fits its slab");
+        debug_assert_eq!(buf.as_ptr() as usize % ALIGN, 0, "slab reads are aligned for O_DIRECT");
+        reqs.push(Req { fd: r.fd.as_raw_fd(), offset: r.offset, ptr: buf.as_mut_ptr(), len: r.len, need: r.need });
+        slots.push(Some(r.slab));
+    }
+    let mut done = |i: usize| {
+        if crate::io::fault::hit(crate::io::fault::Kind::Complete).is_err() {
+            panic!("injected panic in the completion callback of read {i}");
+        }
+        if let Some(slab) = slots[i].take() {
+            on_done(i, slab);
+        }
+    };
+    // SAFETY: each request points into its own slab (checked above to hold
+    // `len` bytes), so the ranges are valid for writes and disjoint. Moving a
+    // `Slab` moves only its handle, not the heap buffer the pointer names; the
+    // slabs stay in `slots`, untouched, until their completion hands them to
+    // the callback, and those not completed are dropped only after `run` has
+    // waited for every submitted request. The descriptors are borrowed for the
+    // call.
+    unsafe { run(backend, Op::Read, &reqs, &mut done, &mut || {}) }
 }
 
 /// Asks the kernel to start writing `len` bytes of `fd` at `offset` back to

@@ -6,10 +6,11 @@
 //! record, a window costs one small random read per record; read here, it
 //! costs one read per run of records that lie back to back in one chunk
 //! file (a run is cut at [`MAX_SPAN`] bytes), issued together at the depth
-//! the I/O backend allows. With a record cache (O_DIRECT reads) each
-//! record's stored bytes go into the cache, ranked by the next use the
-//! caller gives, and the gathers find them there; their checksums are
-//! checked then, as for every cached record. Buffered stores are asked to
+//! the I/O backend allows. With a record cache (O_DIRECT reads) each run
+//! is read into a slab ([`crate::io::slab`]) and each record is copied
+//! into a recycled slab of its own size in the cache, ranked by the next use
+//! the caller gives; the gathers find them there and check their checksums
+//! then, as for every cached record. Buffered stores are asked to
 //! read the runs ahead into the page cache (`POSIX_FADV_WILLNEED`), where
 //! the gathers copy them from the chunk mappings. A store read with a
 //! forced mode and no cache reads nothing ahead: the gathers then measure
@@ -21,7 +22,8 @@ use std::os::fd::AsFd;
 use crate::error::{corrupted, Error, Result};
 use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
-use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
+use crate::io::slab::Slab;
+use crate::io::uring::{self, ReqErrorKind, ALIGN};
 use crate::read::cache::NextUse;
 use crate::read::gather::Snapshot;
 use crate::store::Store;
@@ -32,9 +34,14 @@ use crate::store::Store;
 /// 4 MiB ones), small enough that a window is many reads in flight at once.
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
-/// Reads at most this many bytes into scratch at once (then the next batch
-/// of runs): bounds the memory a window's load takes beside the cache.
-const BATCH_BYTES: u64 = 64 << 20;
+/// One batch of runs reads at most this many bytes at once (then the next):
+/// with [`STREAMS`] batches in flight, bounds the memory a window's load holds
+/// beside the cache before its records are admitted (each admission evicts
+/// what the cache must give up).
+const BATCH_BYTES: u64 = 16 << 20;
+
+/// Batches in flight at once, each on its own thread (see [`prefetch`]).
+const STREAMS: usize = 2;
 
 /// A run of records to read as one: entries `first..first + count` of the
 /// list, bytes `offset..end` of `chunk`.
@@ -81,7 +88,7 @@ pub(crate) fn prefetch(s: &Store, snap: &Snapshot, ranges: &[Range<u64>], next: 
     if !caching {
         return advise(snap, &runs);
     }
-    let mut scratch = AlignedBuf::new();
+    let mut batches = Vec::new();
     let mut at = 0;
     while at < runs.len() {
         let mut bytes = 0;
@@ -90,11 +97,32 @@ pub(crate) fn prefetch(s: &Store, snap: &Snapshot, ranges: &[Range<u64>], next: 
             bytes += span(&runs[end]).1;
             end += 1;
         }
-        read_runs(s, snap, &runs[at..end], &wanted, &mut scratch)?;
-        s.reads.count_prefetched(runs[at..end].iter().map(|r| r.end - r.offset).sum());
+        batches.push(&runs[at..end]);
         at = end;
     }
-    Ok(())
+    // Two streams of batches, each on its own thread and ring: while one
+    // waits for its batch's last reads and copies records out, the other's
+    // reads keep the device busy.
+    let stream = |parity: usize| -> Result<()> {
+        for batch in batches.iter().skip(parity).step_by(STREAMS) {
+            read_runs(s, snap, batch, &wanted)?;
+            s.reads.count_prefetched(batch.iter().map(|r| r.end - r.offset).sum());
+        }
+        Ok(())
+    };
+    if batches.len() < 2 {
+        return stream(0);
+    }
+    std::thread::scope(|scope| {
+        // Without a second thread (none to be had), one thread reads both.
+        let Ok(other) = std::thread::Builder::new().name("zring-blocks".into()).spawn_scoped(scope, || stream(1))
+        else {
+            return stream(0).and_then(|()| stream(1));
+        };
+        let mine = stream(0);
+        let theirs = other.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+        mine.and(theirs)
+    })
 }
 
 /// Cuts `wanted` (in index order) into runs of records back to back in one
@@ -134,15 +162,9 @@ fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
     Ok(())
 }
 
-/// Reads `runs` in one batch (O_DIRECT where the chunk allows) and offers
-/// each record to the record cache.
-fn read_runs(
-    s: &Store,
-    snap: &Snapshot,
-    runs: &[Run],
-    wanted: &[(u64, Entry, NextUse)],
-    scratch: &mut AlignedBuf,
-) -> Result<()> {
+/// Reads `runs` in one batch (O_DIRECT where the chunk allows), each into a
+/// slab of its own, and offers each record to the record cache.
+fn read_runs(s: &Store, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
     let mut files = std::collections::HashMap::new();
     for run in runs {
         if let std::collections::hash_map::Entry::Vacant(v) = files.entry(run.chunk) {
@@ -154,30 +176,29 @@ fn read_runs(
             });
         }
     }
-    let total: u64 = runs.iter().map(|r| span(r).1).sum();
-    // Lossless: at most BATCH_BYTES plus one run of at most a record.
-    let mut rest: &mut [u8] = scratch.get(total as usize);
-    let mut reads = Vec::with_capacity(runs.len());
-    for run in runs {
-        let (start, len) = span(run);
-        let (buf, tail) = std::mem::take(&mut rest).split_at_mut(len as usize);
-        rest = tail;
-        let need = (run.end - start) as usize;
-        reads.push(uring::ReadBuf { fd: files[&run.chunk].as_fd(), offset: start, buf, need });
-    }
-    let r = uring::read_batch(
-        s.backend,
-        reads,
-        &mut |i, buf| {
-            let run = &runs[i];
-            let start = span(run).0;
-            for (_, e, hint) in &wanted[run.records.clone()] {
-                let at = (e.offset - start) as usize;
-                s.reads.offer(e, &buf[at..at + e.stored_len as usize], *hint);
+    let reads = runs
+        .iter()
+        .map(|run| {
+            let (start, len) = span(run);
+            let len = len as usize;
+            uring::SlabRead {
+                fd: files[&run.chunk].as_fd(),
+                offset: start,
+                slab: Slab::take_aligned(len),
+                len,
+                need: (run.end - start) as usize,
             }
-        },
-        &mut || {},
-    );
+        })
+        .collect();
+    let r = uring::read_slabs(s.backend, reads, &mut |i, slab| {
+        let run = &runs[i];
+        let start = span(run).0;
+        let buf = slab.as_ref();
+        for (_, e, hint) in &wanted[run.records.clone()] {
+            let at = (e.offset - start) as usize;
+            s.reads.offer(e, &buf[at..at + e.stored_len as usize], *hint);
+        }
+    });
     r.map_err(|e| {
         let run = &runs[e.req.min(runs.len().saturating_sub(1))];
         let path = s.dir.join(chunk_name(snap.table.format, run.chunk));

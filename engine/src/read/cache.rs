@@ -117,8 +117,10 @@ use std::hash::BuildHasher;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::SystemTime;
+
+use bytes::Bytes;
 
 use crate::error::{io_err, Result};
 use crate::format::record::{ChunkId, Entry};
@@ -197,7 +199,8 @@ pub enum NextUse {
     Never,
 }
 
-/// Returns the allocator's free memory to the system. Entries are allocated
+/// Returns the allocator's free memory to the system, pooled slabs
+/// ([`crate::io::slab`]) first. Entries are allocated
 /// by whichever thread read them, so with glibc they sit in per-thread arenas,
 /// which give memory back only from the top of a heap; `malloc_trim` releases
 /// every free page of every arena (`madvise(MADV_DONTNEED)`). Other
@@ -205,6 +208,7 @@ pub enum NextUse {
 /// their own knobs; nothing is done for them.
 #[allow(unsafe_code, reason = "one libc call with no pointer arguments; the block has its SAFETY argument")]
 fn give_back() {
+    crate::io::slab::drain();
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes each arena's lock itself and only releases
     // pages of free chunks; it is safe to call from any thread at any time.
@@ -271,7 +275,7 @@ pub(crate) fn charge(len: usize) -> u64 {
 }
 
 struct Slot {
-    bytes: Arc<[u8]>,
+    bytes: Bytes,
     rank: u64,
     /// Unique per insert or touch: orders entries of equal rank, the latest
     /// evicted first, so the set kept in baseline mode is the oldest.
@@ -362,7 +366,7 @@ impl Cache {
     }
 
     /// The stored bytes of `key`, if cached.
-    pub fn get(&self, key: &Key) -> Option<Arc<[u8]>> {
+    pub fn get(&self, key: &Key) -> Option<Bytes> {
         let found = lock(self.shard(key)).map.get(key).map(|s| s.bytes.clone());
         match found {
             Some(_) => self.hits.fetch_add(1, Relaxed),
@@ -372,9 +376,16 @@ impl Cache {
     }
 
     /// Offers `stored` (bytes the caller has checked against the entry's crc)
-    /// for `key`, needed next at `next`. Admitted while there is room; when
-    /// full, only by evicting entries needed strictly later (module docs).
+    /// for `key`, needed next at `next`: copied in if admitted. Admitted while
+    /// there is room; when full, only by evicting entries needed strictly
+    /// later (module docs).
     pub fn insert(&self, key: Key, stored: &[u8], next: NextUse) -> Admit {
+        self.insert_with(key, stored.len(), next, || crate::io::slab::Slab::copy_of(stored))
+    }
+
+    /// Admits `len` stored bytes for `key`, made by `bytes` only once room is
+    /// reserved.
+    fn insert_with(&self, key: Key, len: usize, next: NextUse, bytes: impl FnOnce() -> Bytes) -> Admit {
         let rank = next.rank();
         let shard = self.shard(&key);
         {
@@ -386,7 +397,7 @@ impl Cache {
                 return Admit::Present;
             }
         }
-        let charge = charge(stored.len());
+        let charge = charge(len);
         let mut evicted = 0;
         while !self.try_reserve(charge) {
             if charge > self.capacity() || evicted == MAX_EVICTIONS_PER_INSERT || !self.evict_one(Some(rank)) {
@@ -395,7 +406,7 @@ impl Cache {
             }
             evicted += 1;
         }
-        let bytes: Arc<[u8]> = Arc::from(stored);
+        let bytes = bytes();
         let mut g = lock(shard);
         if g.map.contains_key(&key) {
             drop(g);
@@ -406,7 +417,7 @@ impl Cache {
         g.order.insert((rank, seq), key);
         g.map.insert(key, Slot { bytes, rank, seq });
         shard.farthest.store(g.farthest(), Relaxed);
-        self.bytes.fetch_add(stored.len() as u64, Relaxed);
+        self.bytes.fetch_add(len as u64, Relaxed);
         self.entries.fetch_add(1, Relaxed);
         self.inserts.fetch_add(1, Relaxed);
         Admit::Inserted

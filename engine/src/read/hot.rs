@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::error::{corrupted, Error, Result};
 use crate::format::codec::Dict;
@@ -23,7 +23,7 @@ pub(crate) const HOT_GROUP: usize = 8;
 /// cache) or in the record cache.
 pub(crate) enum Hot<'m> {
     Mapped(crate::io::mmap::Resident<'m>),
-    Cached(Arc<[u8]>),
+    Cached(bytes::Bytes),
 }
 
 impl std::ops::Deref for Hot<'_> {

@@ -19,7 +19,7 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::format::record::Entry;
@@ -213,7 +213,7 @@ impl Reads {
     /// The record's stored bytes if the record cache holds them; a hit with a
     /// known next use re-ranks the entry (a step already served must not keep
     /// it cached as "needed soon").
-    pub fn lookup(&self, e: &Entry, next: NextUse) -> Option<Arc<[u8]>> {
+    pub fn lookup(&self, e: &Entry, next: NextUse) -> Option<bytes::Bytes> {
         let key = self.key(e)?;
         let cache = self.cache()?;
         let got = cache.get(&key)?;
