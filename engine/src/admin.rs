@@ -9,7 +9,7 @@ use crate::format::codec::{Codec, Dict};
 use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
 use crate::io::fs::write_atomic;
-use crate::read::gather::{carve, Want};
+use crate::read::item::{carve, Want};
 use crate::store::Store;
 use crate::write::append::{Block, Meta};
 
@@ -261,7 +261,7 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
     }
     w.head = head;
     let old = s.snapshot();
-    s.publish(crate::read::gather::Snapshot {
+    s.publish(crate::snapshot::Snapshot {
         pin: old.pin.clone(),
         table: Arc::new(crate::format::table::Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?),
         chunk_base: old.chunk_base,

@@ -3,13 +3,13 @@
 //! | variable | values | read | effect |
 //! |---|---|---|---|
 //! | `ZRING_DIRECT` | `0`, `1` | at each store open | forces buffered (`0`) or O_DIRECT (`1`) reads with no record cache and no switching (benchmarks force modes with it); anything else: the read policy decides |
-//! | `ZRING_CACHE_BYTES` | bytes, or a number with a binary unit (`512M`, `8G`, `1.5GiB`) | at every look at the budget | the memory budget when no handle states one ([`crate::read::budget`]); a malformed value is an error naming the variable |
+//! | `ZRING_CACHE_BYTES` | bytes, or a number with a binary unit (`512M`, `8G`, `1.5GiB`) | at every look at the budget | the memory budget when no handle states one ([`crate::memory::budget`]); a malformed value is an error naming the variable |
 //! | `ZRING_MMAP` | `0` | at each store open | no chunk mappings: every record is read through the I/O backend |
 //! | `ZRING_BACKEND` | `uring`, `pread` | at each store open | the I/O backend instead of the automatic choice |
 //! | `ZRING_REQUIRE_URING` | `1` | by the test suites | an io_uring test fails instead of skipping where io_uring is unavailable (CI) |
 //! | `ZRING_QUEUE_DEPTH` | 1 to the ring size | once per process | reads in flight per ring (default 256) |
 //! | `ZRING_THREADS` | a count | once per process (when the decode pool starts) | decode pool threads (default: cores - 1) |
-//! | `ZRING_REGISTRY_DIR` | a directory | when a process first counts the ranks of its cgroup | where each user's private rank registry directory is made, instead of `/dev/shm` ([`crate::read::ranks`]): a directory every rank of a job sees, for containers that do not share `/dev/shm` |
+//! | `ZRING_REGISTRY_DIR` | a directory | when a process first counts the ranks of its cgroup | where each user's private rank registry directory is made, instead of `/dev/shm` ([`crate::memory::ranks`]): a directory every rank of a job sees, for containers that do not share `/dev/shm` |
 //! | `ZRING_CRASH_AT` | `name:k` | once per process, with the `fault-injection` feature only | crash at the k-th pass of a named crash point (tests) |
 //!
 //! Values are read where the decision they change is made, never on a

@@ -4,7 +4,7 @@
 //! [`crate::write::compact`], maintenance to [`crate::admin`].
 
 use crate::admin::{Stats, VerifyReport};
-use crate::read::gather::{load, Snapshot};
+use crate::snapshot::{load, Snapshot};
 use crate::write::builder::{StagedStore, Staging};
 use crate::write::compact::CompactReport;
 use std::fs::File;
@@ -19,8 +19,8 @@ use crate::format::names::HEAD_FILE;
 use crate::format::names::LOADERX_META;
 use crate::format::table::Format;
 use crate::io::uring::BackendKind;
-use crate::read::cache::NextUse;
-use crate::read::reads::{ReadStats, Reads};
+use crate::memory::cache::NextUse;
+use crate::memory::reads::{ReadStats, Reads};
 use crate::read::request::Gather;
 use crate::write::Writer;
 
@@ -274,7 +274,7 @@ pub struct Store {
     pub(crate) pid: u32,
     /// Removes superseded chunks as the handle closes; the last field, so
     /// it runs after the snapshot above has released its pin.
-    pub(crate) closing: crate::read::pins::Closing,
+    pub(crate) closing: crate::snapshot::pins::Closing,
 }
 
 impl Store {

@@ -7,7 +7,7 @@
 //! 20 MiB of chunk files. And chunks a reader kept stayed on disk after it
 //! closed, until some writer opened the store. Handles in one process pin
 //! through their own open file descriptions, exactly as processes do
-//! (`read::pins`); the Python suite repeats this across processes.
+//! (`snapshot::pins`); the Python suite repeats this across processes.
 
 use zring_engine::{Codec, Store};
 

@@ -17,7 +17,7 @@ pub(crate) const DICT_FILE: &str = "dict.zr";
 /// The single writer's advisory lock.
 pub(crate) const LOCK_FILE: &str = "lock";
 /// The file whose byte ranges readers lock to pin their snapshot's chunks
-/// ([`crate::read::pins`]).
+/// ([`crate::snapshot::pins`]).
 pub(crate) const PINS_FILE: &str = "pins";
 /// The Python layer's description of the records (dtype, shape, codec).
 pub(crate) const SCHEMA_FILE: &str = "schema.json";

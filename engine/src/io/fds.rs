@@ -5,7 +5,7 @@
 //! O_DIRECT), per handle. With 1 GiB chunks a dataset past half a TiB then
 //! needed more descriptors than the usual soft limit of 1,024, and several
 //! streams or handles reached it sooner. Now a store only checks each chunk's
-//! size when it opens ([`crate::read::gather::open_chunk`]); a [`ChunkFile`] opens
+//! size when it opens ([`crate::snapshot::chunk::open_chunk`]); a [`ChunkFile`] opens
 //! its descriptors on first use through this cache, and a chunk never read in
 //! direct mode never gets an O_DIRECT descriptor.
 //!
@@ -52,14 +52,32 @@
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
+use std::time::SystemTime;
 
-use crate::error::{Error, Result};
+use crate::error::{io_err, Error, Result};
 use crate::io::process::{PerProcess, Write};
-use crate::read::cache::StoreId;
+
+/// Which store an entry belongs to: its directory's device, inode and birth
+/// time (`memory::cache` module docs: why that identifies a store).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct StoreId {
+    dev: u64,
+    ino: u64,
+    born: Option<SystemTime>,
+}
+
+impl StoreId {
+    /// The identity of the store in directory `dir`.
+    pub fn of(dir: &Path) -> Result<StoreId> {
+        let m = std::fs::metadata(dir).map_err(io_err("stat", dir))?;
+        Ok(StoreId { dev: m.dev(), ino: m.ino(), born: m.created().ok() })
+    }
+}
 
 /// Fraction (1/n) of the soft descriptor limit the cache may hold open.
 const CACHE_SHARE: u64 = 4;
@@ -144,7 +162,7 @@ impl ChunkFile {
     }
 
     /// Opens the file; [`Error::Stale`] when it is gone or the directory now
-    /// holds another store (module docs of [`crate::read::pins`]: a writer honouring
+    /// holds another store (module docs of [`crate::snapshot::pins`]: a writer honouring
     /// pins never removes a file a snapshot names).
     fn open(&self, direct: bool) -> Result<File> {
         let mut opts = OpenOptions::new();

@@ -24,8 +24,8 @@ use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
 use crate::io::slab::Slab;
 use crate::io::uring::{self, ReqErrorKind, ALIGN};
-use crate::read::cache::NextUse;
-use crate::read::gather::Snapshot;
+use crate::memory::cache::NextUse;
+use crate::snapshot::Snapshot;
 use crate::store::Store;
 
 /// The longest single read: one run of back-to-back records is cut here.

@@ -1,282 +1,26 @@
 //! Gathers: the plan of a batch of reads, its transfers, and the snapshot
 //! they read from.
 
-use crate::error::{corrupted, io_err, Error, Result};
-use crate::format::codec::{self, Codec, Dict};
-use crate::format::head::Head;
+use crate::error::{corrupted, Error, Result};
+use crate::format::codec::Codec;
 use crate::format::names::chunk_name;
-use crate::format::names::HEAD_FILE;
-use crate::format::record::{check_index, ChunkId, Entry};
-use crate::format::table::{Format, Table};
-use crate::io::fds::ChunkFile;
+use crate::format::record::{ChunkId, Entry};
 use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
-use crate::read::cache::{NextUse, StoreId};
+use crate::memory::cache::NextUse;
+use crate::memory::reads::Seen;
 use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
-use crate::read::reads::{Reads, Seen};
+use crate::read::item::{carve, carve_at, crc_check, finish_record, Item, Want};
 use crate::read::request::{Gather, Slots};
+use crate::snapshot::Snapshot;
 use crate::store::Store;
-use once_cell::race::OnceBox;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 /// A gather below this many bytes runs on the calling thread alone.
 const PARALLEL_MIN_BYTES: u64 = 128 << 10;
-
-/// One chunk file as readers see it.
-#[derive(Clone)]
-pub(crate) struct Chunk {
-    /// The file; its descriptors are opened on first use and cached by the
-    /// process ([`crate::io::fds`]).
-    pub file: Arc<ChunkFile>,
-    /// Whether reads bypass the page cache (O_DIRECT) where the file system
-    /// allows it.
-    pub direct: bool,
-    /// Bytes of this chunk that committed records may occupy.
-    pub len: u64,
-    /// A read-only mapping of the first `len` bytes, made on first use, for
-    /// copying records that are already in the page cache without a system
-    /// call. `None` inside when mapping failed or direct reads are on. Made
-    /// without blocking (racing threads may both map; one mapping is kept),
-    /// so no thread can wait on another's initialisation, even in a child
-    /// forked while it ran.
-    pub map: Arc<OnceBox<Option<crate::io::mmap::ChunkMap>>>,
-}
-
-impl Chunk {
-    /// The stored bytes at `offset..offset + len` if every page of them is in
-    /// memory (so reading them performs no I/O). Ask
-    /// [`crate::io::mmap::Resident::faulted`] after using them.
-    pub fn resident(&self, offset: u64, len: usize, epoch: Option<u64>) -> Option<crate::io::mmap::Resident<'_>> {
-        if !self.copies_from_map() {
-            return None;
-        }
-        self.mapping()?.resident_checked(offset as usize, len, epoch)
-    }
-
-    /// Whether records are copied from the mapping (no O_DIRECT in force).
-    fn copies_from_map(&self) -> bool {
-        !self.direct || self.file.direct_refused()
-    }
-
-    fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
-        self.map
-            .get_or_init(|| {
-                let map = (self.len > 0)
-                    .then(|| self.file.buffered().ok())
-                    .flatten()
-                    .and_then(|f| crate::io::mmap::ChunkMap::new(&f, self.len as usize).ok());
-                Box::new(map)
-            })
-            .as_ref()
-    }
-
-    /// Starts loading what [`Chunk::resident`] will ask about `offset`.
-    pub fn prefetch_residency(&self, offset: u64) {
-        if self.copies_from_map() {
-            if let Some(m) = self.map.get().and_then(Option::as_ref) {
-                m.prefetch_residency(offset as usize);
-            }
-        }
-    }
-
-    /// The same file under another read mode.
-    pub fn with_direct(&self, direct: bool) -> Chunk {
-        Chunk { direct, ..self.clone() }
-    }
-}
-
-/// An immutable view of the store; gathers hold one for their whole duration,
-/// so a concurrent append, delete or compaction never changes what they see.
-pub(crate) struct Snapshot {
-    /// Keeps the chunk files this snapshot names from being removed by a
-    /// compaction in any process ([`crate::read::pins`]); `None` when unpinned.
-    pub pin: Option<Arc<crate::read::pins::Pin>>,
-    pub table: Arc<Table>,
-    pub chunk_base: u32,
-    pub chunks: Vec<Chunk>,
-    pub dict: Option<Arc<Dict>>,
-    /// The fingerprint content as far as a head knows it: (records, content),
-    /// content 0 when unknown ([`crate::format::fingerprint`]).
-    pub known: (u64, u32),
-    /// The content of all of `table`'s records, once computed.
-    pub content: std::sync::OnceLock<u32>,
-}
-
-impl Snapshot {
-    pub fn records(&self) -> u64 {
-        self.table.records
-    }
-
-    pub fn chunk(&self, id: ChunkId) -> Option<&Chunk> {
-        id.0.checked_sub(self.chunk_base).and_then(|k| self.chunks.get(k as usize))
-    }
-
-    /// Entry `index`, checked against the chunk it points into, so a damaged
-    /// table is an error before any I/O is issued.
-    pub fn entry(&self, index: u64) -> Result<Entry> {
-        check_index(index, self.records())?;
-        let e = self.table.entry(index)?;
-        let table = self.table.path().display();
-        let chunk = self.chunk(e.chunk).ok_or_else(|| {
-            corrupted(
-                format!("{table}, table entry {index}"),
-                format!(
-                    "names chunk {} ({}) which the head does not name (it names chunks {}..{})",
-                    e.chunk.0,
-                    chunk_name(self.table.format, e.chunk),
-                    self.chunk_base,
-                    self.chunk_base as usize + self.chunks.len()
-                ),
-            )
-        })?;
-        if e.end() > chunk.len {
-            return Err(corrupted(
-                format!("{table}, table entry {index}"),
-                format!(
-                    "bytes {}..{} lie past the end of {} ({} bytes)",
-                    e.offset,
-                    e.end(),
-                    chunk.file.path().display(),
-                    chunk.len
-                ),
-            ));
-        }
-        Ok(e)
-    }
-}
-
-pub(crate) fn open_chunk(
-    dir: &Path,
-    store: Option<StoreId>,
-    format: Format,
-    id: ChunkId,
-    len: Option<u64>,
-    direct: bool,
-) -> Result<Chunk> {
-    let path = dir.join(chunk_name(format, id));
-    // Only its size is checked now; it is opened when first read.
-    let size = std::fs::metadata(&path).map_err(io_err("stat", &path))?.len();
-    let len = match len {
-        Some(l) if l > size => {
-            return Err(corrupted(
-                path.display().to_string(),
-                format!("{size} bytes, the head says {l}: bytes {size}..{l} are missing"),
-            ))
-        }
-        Some(l) => l,
-        None => size,
-    };
-    Ok(Chunk { file: ChunkFile::new(path, store), direct, len, map: Default::default() })
-}
-
-/// Loads a snapshot (and for native stores the head it came from), with the
-/// read policy `reads` chooses for the store's size.
-pub(crate) fn load(
-    dir: &Path,
-    dict_level: i32,
-    reads: &dyn Fn(u64) -> Result<Reads>,
-) -> Result<(Snapshot, Option<Head>, Reads)> {
-    // The store's identity before its head is read: a chunk file opened
-    // later is checked against it, so a store replaced at this path is never
-    // read under this snapshot's table ([`crate::io::fds::ChunkFile`]).
-    let store = StoreId::of(dir).ok();
-    if dir.join(HEAD_FILE).exists() {
-        let head = Head::read(dir)?;
-        // Pinned before the chunks are checked ([`crate::read::pins`]).
-        let pin = crate::read::pins::pin(dir, head.chunk_base, head.chunk_count)?.map(Arc::new);
-        let table = Table::open_native(dir, head.generation, head.layout, head.records)?;
-        // Check every chunk before deciding on O_DIRECT (which needs the total
-        // size); a missing chunk fails here, before any large allocation.
-        let mut chunks = Vec::new();
-        for k in 0..head.chunk_count {
-            let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
-            chunks.push(open_chunk(dir, store, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
-        }
-        if store.is_some() && StoreId::of(dir).ok() != store {
-            return Err(Error::Io { op: "open", path: dir.to_path_buf(), source: std::io::ErrorKind::NotFound.into() });
-        }
-        let reads = reads(chunks.iter().map(|c| c.len).sum())?;
-        if reads.direct() {
-            chunks.iter_mut().for_each(|c| c.direct = true);
-        }
-        let dict = if head.dict_len > 0 {
-            let p = dir.join(crate::format::names::DICT_FILE);
-            let bytes = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
-            let crc = crate::format::crc::crc32c(&bytes);
-            if bytes.len() != head.dict_len as usize || crc != head.dict_crc {
-                return Err(corrupted(
-                    p.display().to_string(),
-                    format!(
-                        "{} bytes with checksum {crc:#010x}; the head says {} bytes with checksum {:#010x}",
-                        bytes.len(),
-                        head.dict_len,
-                        head.dict_crc
-                    ),
-                ));
-            }
-            let dict = Dict::new(bytes, Some(dict_level)).map_err(|e| match e {
-                Error::Corrupted { detail, .. } => corrupted(p.display().to_string(), detail),
-                e => e,
-            })?;
-            Some(Arc::new(dict))
-        } else {
-            None
-        };
-        let snap = Snapshot {
-            pin,
-            table: Arc::new(table),
-            chunk_base: head.chunk_base,
-            chunks,
-            dict,
-            known: (head.records, head.content),
-            content: Default::default(),
-        };
-        Ok((snap, Some(head), reads))
-    } else {
-        let (table, tail_chunk, tail_offset) = Table::open_loaderx(dir)?;
-        // loaderx chunk files are 4 GiB sparse files; only the data below the
-        // frontier counts toward the direct-read threshold.
-        let reads = reads(u64::from(tail_chunk) * (1 << 32) + tail_offset)?;
-        let direct = reads.direct();
-        let chunks = (0..=tail_chunk)
-            .map(|k| {
-                open_chunk(dir, store, Format::Loaderx, ChunkId(k), (k == tail_chunk).then_some(tail_offset), direct)
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let p = dir.join(crate::format::names::DICT_FILE);
-        let dict = match crate::io::fs::read(&p) {
-            Ok(bytes) => Some(Arc::new(Dict::new(bytes, None)?)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err("read", &p)(e)),
-        };
-        let snap = Snapshot {
-            pin: None,
-            table: Arc::new(table),
-            chunk_base: 0,
-            chunks,
-            dict,
-            known: (0, 0),
-            content: Default::default(),
-        };
-        Ok((snap, None, reads))
-    }
-}
-
-/// One record to read: where it is and where it goes.
-pub(crate) struct Item<'a> {
-    pub index: u64,
-    pub entry: Entry,
-    /// Exactly the record's logical length, or its stored length with `keep_stored`.
-    pub dst: &'a mut [u8],
-    /// Copy the stored bytes without decoding (compaction, import).
-    pub keep_stored: bool,
-    /// When the caller needs the record again (for the record cache).
-    pub next: NextUse,
-}
 
 /// Hint `k`, or `Unknown` when the caller gave none.
 fn hint(next: &[NextUse], k: usize) -> NextUse {
@@ -288,64 +32,6 @@ fn check_hints(indices: &[u64], next: &[NextUse]) -> Result<()> {
         return Ok(());
     }
     Err(Error::InvalidArgument(format!("{} indices but {} next-use hints", indices.len(), next.len())))
-}
-
-fn crc_check(index: u64, e: &Entry, stored: &[u8]) -> Result<()> {
-    match e.checksum {
-        Some(_) => crc_matches(index, e, crate::format::crc::crc32c(stored)),
-        None => Ok(()),
-    }
-}
-
-/// `got`, the CRC-32C of record `index`'s stored bytes, against its entry's.
-fn crc_matches(index: u64, e: &Entry, got: u32) -> Result<()> {
-    if let Some(expected) = e.checksum {
-        if got != expected {
-            let file = chunk_name(Format::Native, e.chunk);
-            let file = if e.is_part() {
-                format!("{file} (the block of bytes {}..{} holding it)", e.offset, e.end())
-            } else {
-                format!("{file} (bytes {}..{})", e.offset, e.end())
-            };
-            return Err(Error::ChecksumMismatch { record: index, file, expected, got });
-        }
-    }
-    Ok(())
-}
-
-/// Verifies and decodes one record's stored bytes into its slot.
-///
-/// A raw record stored whole is copied and checked in one pass
-/// ([`crate::format::crc::copy_crc32c`]). Otherwise the decode runs first
-/// and the checksum after it: the first pass over the stored bytes pays for
-/// bringing them from memory, the second finds them in the CPU cache.
-/// Decoding unverified bytes is safe (zstd checks its input); a mismatch
-/// still fails the call, with the slot's contents undefined.
-pub(crate) fn finish_record(it: &mut Item<'_>, stored: &[u8], dict: Option<&Dict>) -> Result<()> {
-    let codec = if it.keep_stored { Codec::Raw } else { it.entry.codec };
-    let whole = it.keep_stored || !it.entry.is_part();
-    if codec == Codec::Raw && whole && it.entry.checksum.is_some() && stored.len() == it.dst.len() {
-        let got = crate::format::crc::copy_crc32c(stored, it.dst);
-        return crc_matches(it.index, &it.entry, got);
-    }
-    let src = if it.entry.is_part() && !it.keep_stored {
-        // A record inside a checksummed block: the whole block is verified.
-        let at = it.entry.within as usize;
-        stored.get(at..at + it.dst.len()).unwrap_or_default()
-    } else {
-        stored
-    };
-    let decoded = codec::decode(codec, src, it.dst, dict);
-    crc_check(it.index, &it.entry, stored)?;
-    decoded.map_err(|d| {
-        // Native entries always carry a checksum, loaderx entries never.
-        let format = if it.entry.checksum.is_some() { Format::Native } else { Format::Loaderx };
-        let e = &it.entry;
-        corrupted(
-            format!("record {} in {} (bytes {}..{})", it.index, chunk_name(format, e.chunk), e.offset, e.end()),
-            d,
-        )
-    })
 }
 
 /// Logical (decoded) length of each record in `indices` in `snap`, into `out`.
@@ -453,60 +139,6 @@ pub(crate) fn gather(s: &Store, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8
         }
     }
     read_items(s, snap, carve_at(dst, order), req.fan_out)
-}
-
-/// A record to read, before it has its slot ([`carve`], [`carve_at`]).
-pub(crate) struct Want {
-    pub index: u64,
-    pub entry: Entry,
-    /// The slot's length: the record's logical length, or its stored length
-    /// with `keep_stored`.
-    pub len: usize,
-    pub keep_stored: bool,
-    pub next: NextUse,
-}
-
-impl Want {
-    /// Record `index` at `entry`, decoded, with no hint.
-    pub fn logical(index: u64, entry: Entry) -> Want {
-        Want { index, entry, len: entry.logical_len as usize, keep_stored: false, next: NextUse::Unknown }
-    }
-
-    /// Record `index` at `entry` as stored (compaction, import, blocks).
-    pub fn stored(index: u64, entry: Entry) -> Want {
-        Want { index, entry, len: entry.stored_len as usize, keep_stored: true, next: NextUse::Unknown }
-    }
-}
-
-/// The items of `wants` read into `buf` back to back, in the order given.
-/// `buf` must hold them all.
-pub(crate) fn carve(buf: &mut [u8], wants: impl IntoIterator<Item = Want>) -> Vec<Item<'_>> {
-    let mut at = 0u64;
-    carve_at(
-        buf,
-        wants.into_iter().map(|w| {
-            let start = at;
-            at += w.len as u64;
-            (start, w)
-        }),
-    )
-}
-
-/// The items of `wants`, each read into `buf` at its start: starts in
-/// ascending order, slots not overlapping and inside `buf`.
-pub(crate) fn carve_at(buf: &mut [u8], wants: impl IntoIterator<Item = (u64, Want)>) -> Vec<Item<'_>> {
-    let wants = wants.into_iter();
-    let mut items = Vec::with_capacity(wants.size_hint().0);
-    let mut rest: &mut [u8] = buf;
-    let mut pos = 0u64;
-    for (start, w) in wants {
-        let (_, tail) = std::mem::take(&mut rest).split_at_mut((start - pos) as usize);
-        let (slot, tail) = tail.split_at_mut(w.len);
-        rest = tail;
-        pos = start + w.len as u64;
-        items.push(Item { index: w.index, entry: w.entry, dst: slot, keep_stored: w.keep_stored, next: w.next });
-    }
-    items
 }
 
 /// Reads `items`: the records whose pages are all in memory ("hot") are
@@ -657,7 +289,7 @@ pub(crate) fn observed(s: &Store, snap: &Snapshot, seen: Seen, r: Result<()>) ->
     }
     let data = snap.chunks.iter().map(|c| c.len).sum();
     if let Some(policy) = s.reads.observe(seen, data) {
-        let direct = policy.mode == crate::read::policy::ReadMode::Direct;
+        let direct = policy.mode == crate::memory::policy::ReadMode::Direct;
         // Holding the writer (if any) keeps an append from publishing
         // chunks between reading the snapshot and replacing it. A busy
         // writer (this thread may be compacting) defers the switch to a

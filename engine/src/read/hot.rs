@@ -11,7 +11,7 @@ use crate::error::{corrupted, Error, Result};
 use crate::format::codec::Dict;
 use crate::format::names::chunk_name;
 use crate::format::table::Format;
-use crate::read::gather::{finish_record, Item};
+use crate::read::item::{finish_record, Item};
 
 /// Records per claim from the hot queue: about 100 KiB of 12 KiB records,
 /// far more work (tens of microseconds to decode) than a claim costs (one

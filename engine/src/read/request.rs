@@ -2,7 +2,7 @@
 //! each goes in the destination buffer, when each is needed next, and
 //! whether the call may share its work with the decode pool.
 
-use crate::read::cache::NextUse;
+use crate::memory::cache::NextUse;
 
 /// Where a gather puts each record in its destination buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -31,7 +31,8 @@ use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
 use crate::io::fs;
 use crate::io::uring::{self, ReqErrorKind};
-use crate::read::gather::{open_chunk, Snapshot};
+use crate::snapshot::chunk::open_chunk;
+use crate::snapshot::Snapshot;
 use crate::store::Store;
 use crate::write::append::{Block, Encoder, Input};
 
@@ -248,7 +249,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
-    let pins = crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?;
+    let pins = crate::snapshot::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?;
     let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
     for e in entries {
         let e = e.map_err(io_err("list", dir))?;
@@ -257,7 +258,7 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             match id.parse::<u32>() {
                 // Chunks of an older head stay while a reader pins them.
                 Ok(id) if id < head.chunk_base => {
-                    crate::read::pins::remove_unpinned(&pins, &e.path(), id)?;
+                    crate::snapshot::pins::remove_unpinned(&pins, &e.path(), id)?;
                     false
                 }
                 Ok(id) => !live_chunks.contains(&id),
@@ -294,7 +295,7 @@ pub(crate) struct Writer {
     new_files: bool,
     /// Set by a failed write or fsync: what reached the disk is unknown.
     pub poisoned: Option<String>,
-    /// The store's pins file ([`crate::read::pins`]), to remove old chunks by.
+    /// The store's pins file ([`crate::snapshot::pins`]), to remove old chunks by.
     pub pins: File,
     /// Chunks no head names that a reader still pinned when they were to be
     /// removed: tried again at every sync and compaction.
@@ -329,7 +330,8 @@ impl Writer {
             dirty: Vec::new(),
             new_files: false,
             poisoned: None,
-            pins: crate::read::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
+            pins: crate::snapshot::pins::create(dir)
+                .map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
             deferred: Vec::new(),
             rolled_back: false,
             sealable,
@@ -389,7 +391,7 @@ impl Writer {
         for id in ids {
             let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
             // A failed removal leaves a file recovery removes later.
-            if !crate::read::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
+            if !crate::snapshot::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
                 keep.push(id);
             }
         }
@@ -662,7 +664,7 @@ pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
     // gather still reading this snapshot.
     let pin = match &old.pin {
         Some(p) if p.covers(base, w.chunk_count) => Some(p.clone()),
-        _ => crate::read::pins::pin(&s.dir, base, w.chunk_count)?.map(Into::into),
+        _ => crate::snapshot::pins::pin(&s.dir, base, w.chunk_count)?.map(Into::into),
     };
     s.publish(Snapshot {
         pin,

@@ -1,5 +1,5 @@
-//! A store's reads as they run: the policy in force ([`crate::read::budget`]), the
-//! record cache in front of its O_DIRECT reads ([`crate::read::cache`]), the
+//! A store's reads as they run: the policy in force ([`crate::memory::budget`]), the
+//! record cache in front of its O_DIRECT reads ([`crate::memory::cache`]), the
 //! counters [`ReadStats`] reports, and the switch to another policy when the
 //! counters say the first choice was wrong.
 //!
@@ -10,7 +10,7 @@
 //! counts are relaxed atomics: a handful of adds per gather.
 //!
 //! Why the numbers are what they are: the policy's thresholds and the window
-//! it is judged over ([`crate::read::policy::MIN_WINDOW_RECORDS`]) are argued in
+//! it is judged over ([`crate::memory::policy::MIN_WINDOW_RECORDS`]) are argued in
 //! `policy.rs`, the budget in `budget.rs`, the cache's admission and overhead
 //! in `cache.rs`, how caches are shared among stores in `memory.rs`. This module
 //! adds one rule of its own: a setting that forces the mode (the builder's
@@ -23,10 +23,10 @@ use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::format::record::Entry;
-use crate::read::budget::{self, Budget};
-use crate::read::cache::{Cache, Key, NextUse, StoreId};
-use crate::read::memory;
-use crate::read::policy::{self, Observed, Policy, ReadMode};
+use crate::memory::budget::{self, Budget};
+use crate::memory::cache::{Cache, Key, NextUse, StoreId};
+use crate::memory::owner;
+use crate::memory::policy::{self, Observed, Policy, ReadMode};
 
 /// How a store reads now and what its reads have done since it opened.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -114,8 +114,8 @@ pub(crate) struct Seen {
 pub(crate) struct Reads {
     id: Option<StoreId>,
     /// This handle's membership of the process's memory owner, which sizes
-    /// the store's record cache ([`crate::read::memory`]).
-    member: memory::Member,
+    /// the store's record cache ([`crate::memory::owner`]).
+    member: owner::Member,
     /// The owner's generation the policy was last chosen under.
     generation: AtomicU64,
     /// The record caches' total this handle last gave the owner.
@@ -139,11 +139,11 @@ impl Reads {
         let forced = forced.or_else(crate::env::direct);
         // A store whose directory cannot be identified is read uncached.
         let id = StoreId::of(dir).ok();
-        let member = memory::join(id, explicit, forced.is_some(), data_bytes);
-        let generation = memory::GENERATION.load(Relaxed);
-        let budget = budget::detect(memory::stated())?;
+        let member = owner::join(id, explicit, forced.is_some(), data_bytes);
+        let generation = owner::GENERATION.load(Relaxed);
+        let budget = budget::detect(owner::stated())?;
         let policy = match forced {
-            None => policy::choose(&budget, memory::demand()),
+            None => policy::choose(&budget, owner::demand()),
             Some(direct) => Policy {
                 mode: if direct { ReadMode::Direct } else { ReadMode::Buffered },
                 capacity: 0,
@@ -181,7 +181,7 @@ impl Reads {
     /// policy (its `capacity`). Lookups are made while the share is not 0.
     fn share(&self, policy: &mut Policy, data_bytes: u64, total: u64) {
         let direct = self.report(policy, data_bytes);
-        memory::rebalance(total);
+        owner::rebalance(total);
         if direct {
             policy.capacity = self.member.capacity();
         }
@@ -269,7 +269,7 @@ impl Reads {
         // The owner's view changed (a store opened or closed, or one changed
         // size or mode), or this store doubled or halved: choose again
         // against the data every open store must be served from.
-        let generation = memory::GENERATION.load(Relaxed);
+        let generation = owner::GENERATION.load(Relaxed);
         let chosen = self.chosen_for.load(Relaxed);
         let resized = data_bytes > chosen.saturating_mul(2) || data_bytes < chosen / 2;
         if resized || generation != self.generation.load(Relaxed) {
@@ -280,7 +280,7 @@ impl Reads {
                 self.report(&policy, data_bytes);
             }
             let budget = self.budget_now(&policy);
-            let demand = memory::demand();
+            let demand = owner::demand();
             let fresh = policy::choose(&budget, demand);
             let switch = match (policy.mode, fresh.mode) {
                 (ReadMode::Buffered, ReadMode::Direct) => true,
@@ -343,7 +343,7 @@ impl Reads {
         }
         let budget = budget.unwrap_or_else(|| self.budget_now(&policy));
         // The page cache holds every open store's data: judged against all of it.
-        let demand = memory::demand().max(data_bytes);
+        let demand = owner::demand().max(data_bytes);
         policy::reconsider(&policy, &Observed { records, resident, read_bytes, data_bytes: demand, budget })
     }
 
@@ -374,7 +374,7 @@ impl Reads {
 
     /// The budget detected now; the policy's own if detection fails.
     fn budget_now(&self, policy: &Policy) -> Budget {
-        budget::detect_recent(memory::stated()).unwrap_or_else(|_| policy.budget.clone())
+        budget::detect_recent(owner::stated()).unwrap_or_else(|_| policy.budget.clone())
     }
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
@@ -385,7 +385,7 @@ impl Reads {
         self.share(&mut policy, data_bytes, total);
         self.c.policy_bytes.store(0, Relaxed);
         self.c.switches.fetch_add(1, Relaxed);
-        self.generation.store(memory::GENERATION.load(Relaxed), Relaxed);
+        self.generation.store(owner::GENERATION.load(Relaxed), Relaxed);
         *self.policy.lock().unwrap_or_else(|p| p.into_inner()) = policy;
     }
 

@@ -2,14 +2,14 @@
 //! shared by every handle on the same store in a process.
 //!
 //! It stands in for the page cache when reads bypass it (O_DIRECT, chosen by
-//! [`crate::read::policy::choose`] for data larger than memory). A hit hands back
+//! [`crate::memory::policy::choose`] for data larger than memory). A hit hands back
 //! the stored bytes, which the gather checks against the entry's crc and
 //! decodes as it would bytes it had read.
 //!
 //! # API
 //!
 //! - [`Cache`]: one per open store, made by the process's memory owner
-//!   ([`crate::read::memory`]), which alone sets its capacity
+//!   ([`crate::memory::owner`]), which alone sets its capacity
 //!   ([`Cache::set_capacity`]; 0, admitting nothing, until the store is read
 //!   with O_DIRECT).
 //! - [`Key`] = [`StoreId`] ([`StoreId::of`] the store directory) +
@@ -114,15 +114,11 @@
 use std::collections::hash_map::RandomState;
 use std::collections::{BTreeMap, HashMap};
 use std::hash::BuildHasher;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
-use std::time::SystemTime;
 
 use bytes::Bytes;
 
-use crate::error::{io_err, Result};
 use crate::format::record::{ChunkId, Entry};
 
 /// Number of independently locked parts of the cache (module docs).
@@ -132,22 +128,7 @@ pub(crate) const ENTRY_OVERHEAD: u64 = 320;
 /// Most entries one insert may evict to make room (module docs).
 pub(crate) const MAX_EVICTIONS_PER_INSERT: usize = 64;
 
-/// Which store an entry belongs to: its directory's device, inode and birth
-/// time (module docs: why that identifies a store).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub(crate) struct StoreId {
-    dev: u64,
-    ino: u64,
-    born: Option<SystemTime>,
-}
-
-impl StoreId {
-    /// The identity of the store in directory `dir`.
-    pub fn of(dir: &Path) -> Result<StoreId> {
-        let m = std::fs::metadata(dir).map_err(io_err("stat", dir))?;
-        Ok(StoreId { dev: m.dev(), ino: m.ino(), born: m.created().ok() })
-    }
-}
+pub(crate) use crate::io::fds::StoreId;
 
 /// Which bytes of a store an entry holds: where they are, how long they are
 /// and their crc32c (module docs: why no stale bytes can match).

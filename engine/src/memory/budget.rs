@@ -8,7 +8,7 @@
 //! (approximately LRU) replacement evicts almost every page before it is read
 //! again, and it still costs a copy and the kernel's bookkeeping per page. Then
 //! reads should bypass it (O_DIRECT) and the memory should hold a fixed subset
-//! of the records instead ([`crate::read::cache`]), which serves exactly its share of
+//! of the records instead ([`crate::memory::cache`]), which serves exactly its share of
 //! every epoch. This module decides which case a store is in.
 //!
 //! # The budget ([`Budget`], [`detect`])
@@ -57,7 +57,7 @@
 //! limit: v2 `anon`, v1 `total_rss`; their record caches are anonymous), which
 //! keeps the sum of every rank's caches within the limit, and takes at most
 //! `limit / ranks` less the process's own memory, `ranks` being the zring
-//! processes registered for that limit ([`crate::read::ranks`]), so that ranks that
+//! processes registered for that limit ([`crate::memory::ranks`]), so that ranks that
 //! started first do not keep what later ones need: ranks of one job are alike,
 //! and at equal shares each serves the same fraction of its reads from memory.
 //!
@@ -134,7 +134,7 @@ pub(crate) enum BudgetSource {
         /// Memory of this process outside its record caches, and the
         /// anonymous memory of the cgroup's other processes.
         used: u64,
-        /// zring processes registered in the cgroup ([`crate::read::ranks`]).
+        /// zring processes registered in the cgroup ([`crate::memory::ranks`]).
         ranks: u64,
         /// The most this process's record caches may hold: its share of the
         /// limit, `limit / ranks`, less its own memory (module docs). The page
@@ -150,7 +150,7 @@ pub(crate) enum BudgetSource {
         /// Memory of this process outside its record caches, and the
         /// anonymous memory of the cgroup's other processes.
         used: u64,
-        /// zring processes registered in the cgroup ([`crate::read::ranks`]).
+        /// zring processes registered in the cgroup ([`crate::memory::ranks`]).
         ranks: u64,
         /// The most this process's record caches may hold: its share of the
         /// limit, `limit / ranks`, less its own memory (module docs). The page
@@ -265,11 +265,11 @@ pub(crate) fn detect(explicit: Option<u64>) -> Result<Budget> {
             })?),
         };
     let root = Path::new("/");
-    let cached = crate::read::memory::held();
+    let cached = crate::memory::owner::held();
     detect_in(root, explicit, env.as_deref(), process_rss(root).unwrap_or(0), cached)
 }
 
-/// [`detect`], done at most once per [`crate::read::policy::CHECK_MILLIS`] by
+/// [`detect`], done at most once per [`crate::memory::policy::CHECK_MILLIS`] by
 /// the whole process for the same `explicit`: every caching store looks at
 /// the budget on its own schedule, and a mixture of a hundred stores would
 /// otherwise read the cgroup's files thousands of times a second for one
@@ -288,7 +288,7 @@ pub(crate) fn detect_recent(explicit: Option<u64>) -> Result<Budget> {
 fn recent(explicit: Option<u64>, detect: impl FnOnce(Option<u64>) -> Result<Budget>) -> Result<Budget> {
     type Recent = Vec<(Option<u64>, std::time::Instant, Budget)>;
     static RECENT: std::sync::Mutex<Recent> = std::sync::Mutex::new(Vec::new());
-    let fresh = std::time::Duration::from_millis(crate::read::policy::CHECK_MILLIS);
+    let fresh = std::time::Duration::from_millis(crate::memory::policy::CHECK_MILLIS);
     let mut recent = RECENT.lock().unwrap_or_else(|p| p.into_inner());
     recent.retain(|(_, at, _)| at.elapsed() < fresh);
     if let Some((_, _, b)) = recent.iter().find(|(e, _, _)| *e == explicit) {
@@ -334,7 +334,7 @@ pub(crate) fn detect_in(
         };
         // Ranks of one job are alike: each may fill its share of the limit
         // less its own memory (module docs).
-        let ranks = if root == Path::new("/") { crate::read::ranks::count(&l.file) } else { 1 };
+        let ranks = if root == Path::new("/") { crate::memory::ranks::count(&l.file) } else { 1 };
         let share = (l.limit / ranks.max(1)).saturating_sub(own);
         let bytes = l.limit.saturating_sub(others).saturating_sub(own);
         let used = own + others;
@@ -797,7 +797,7 @@ mod tests {
         let t = tree(&[]);
         let b = budget(t.path(), 0);
         assert_eq!(b, Budget { bytes: u64::MAX, source: BudgetSource::Unknown });
-        assert_eq!(crate::read::policy::choose(&b, u64::MAX / 2).mode, crate::read::policy::ReadMode::Buffered);
+        assert_eq!(crate::memory::policy::choose(&b, u64::MAX / 2).mode, crate::memory::policy::ReadMode::Buffered);
     }
 
     #[test]

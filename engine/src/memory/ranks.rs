@@ -2,7 +2,7 @@
 //!
 //! A training host runs one process per accelerator in one cgroup, and each
 //! would otherwise size its record cache as if the limit were its own. The
-//! budget ([`crate::read::budget`]) already subtracts the other processes'
+//! budget ([`crate::memory::budget`]) already subtracts the other processes'
 //! anonymous memory, which keeps the sum within the limit; the registry makes
 //! the split fair: with `n` ranks registered, none takes more than `limit / n`
 //! less its own memory, so a rank that started first does not keep the

@@ -3,7 +3,7 @@
 //! Every open store handle joins ([`join`]) with what it knows: its store's
 //! identity and stored bytes, a budget stated for it (the builder's
 //! `cache_bytes`), and whether its mode is forced. From the members the owner
-//! answers the three questions the read policy ([`crate::read::budget`]) asks, and
+//! answers the three questions the read policy ([`crate::memory::budget`]) asks, and
 //! nothing else answers them:
 //!
 //! * **Which budget?** ([`stated`]) The process has one budget, stated once:
@@ -13,7 +13,7 @@
 //!   the process's store data, not for that handle; later handles' values do
 //!   not count while it is open). Without one, `ZRING_CACHE_BYTES`, else the
 //!   measured budget (which counts the memory of every process in the
-//!   cgroup, [`crate::read::budget`]).
+//!   cgroup, [`crate::memory::budget`]).
 //! * **How much data must that budget serve?** ([`demand`]) The stored bytes
 //!   of every distinct store open with an unforced mode, summed: the page
 //!   cache and the record cache hold the data of all of them from one budget,
@@ -35,7 +35,7 @@
 //!   forced) gets no record cache: its records are freed when it switches.
 //!
 //! The owner is also the process's entry in the host's rank registry
-//! ([`crate::read::ranks`]), which the budget uses to split a cgroup among ranks.
+//! ([`crate::memory::ranks`]), which the budget uses to split a cgroup among ranks.
 //!
 //! Members leave when their handle drops; the last handle of a store takes its
 //! record cache with it. After `fork()` a child starts with an empty owner
@@ -47,8 +47,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::io::process::{PerProcess, Write};
-use crate::read::budget::Ratio;
-use crate::read::cache::{Cache, StoreId};
+use crate::memory::budget::Ratio;
+use crate::memory::cache::{Cache, StoreId};
 
 /// A handle's membership; leaving the owner when dropped.
 pub(crate) struct Member {

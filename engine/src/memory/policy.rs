@@ -1,5 +1,5 @@
 //! The read policy: how a store is read given the memory budget
-//! ([`crate::read::budget`]) and what the reads observe.
+//! ([`crate::memory::budget`]) and what the reads observe.
 //!
 //! # The policy ([`choose`], [`cache_total`], [`reconsider`])
 //!
@@ -18,7 +18,7 @@
 //!   reserve, `max(RESERVE_MIN, budget * RESERVE_SHARE)` = `max(32 MiB,
 //!   budget / 16)` for measured budgets. On a whole epoch of a permutation
 //!   the cache serves exactly its share of the data and nothing serves more
-//!   (see [`crate::read::cache`]), so every byte kept out of it is a hit lost: the
+//!   (see [`crate::memory::cache`]), so every byte kept out of it is a hit lost: the
 //!   reserve is what the kernel needs outside the process's resident memory
 //!   (page tables, about 2 MiB per GiB mapped; socket and file-system
 //!   buffers; the page cache of files the process reads without mapping them)
@@ -27,7 +27,7 @@
 //!   (A fixed share of 3/4 of the budget, the first rule here, held 0.7 of
 //!   limit / data in the README's cgroup benchmark; this one holds 0.84 to
 //!   0.88 at dataset/limit 1.5 and 3.) The cache charges its
-//!   own per-entry overhead ([`crate::read::cache::ENTRY_OVERHEAD`]).
+//!   own per-entry overhead ([`crate::memory::cache::ENTRY_OVERHEAD`]).
 //!
 //! [`cache_total`] keeps the cache within the budget as the process changes: the
 //! budget is detected again every [`CHECK_RECORDS`] records or
@@ -76,7 +76,7 @@
 //! of the device and on the batch size, while residency and hit counts are
 //! exact counts of what memory did.
 
-use crate::read::budget::{human, Budget, Ratio, RESERVE_MIN};
+use crate::memory::budget::{human, Budget, Ratio, RESERVE_MIN};
 
 /// Smallest window [`reconsider`] judges: with 4096 records the standard error
 /// of a measured hit rate is at most 0.8 %, far below the margins of the rules,
@@ -196,7 +196,7 @@ fn direct(budget: &Budget, data_bytes: u64, cache_bytes: u64, reason: String, gr
 /// the total `now`, or `None` to keep it: shrunk once it is more than
 /// [`SHRINK_SLACK`] above what the budget allows, grown (when the policy
 /// [`Policy::grows`]) once it is short by more than [`GROW_BAND`] (module
-/// docs). [`crate::read::memory`] shares the total out among the stores.
+/// docs). [`crate::memory::owner`] shares the total out among the stores.
 pub(crate) fn cache_total(now: u64, grows: bool, budget: &Budget) -> Option<u64> {
     let target = budget.for_caches();
     // A stated budget keeps no reserve to absorb the slack.
@@ -325,7 +325,7 @@ fn lru_fraction_for(rate: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::read::budget::BudgetSource;
+    use crate::memory::budget::BudgetSource;
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;

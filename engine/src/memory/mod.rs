@@ -1,0 +1,15 @@
+//! The process's memory: its one owner ([`owner`]), the budget it serves
+//! ([`budget`]), the read policy chosen from it ([`policy`]), each store's
+//! record cache ([`cache`]) and read counters ([`reads`]), and the host's
+//! rank registry that splits a cgroup between processes ([`ranks`]).
+
+pub(crate) mod budget;
+pub(crate) mod cache;
+pub(crate) mod owner;
+pub(crate) mod policy;
+#[allow(
+    unsafe_code,
+    reason = "registers ranks with libc::fcntl OFD locks and an atexit handler; every block has its SAFETY argument"
+)]
+pub(crate) mod ranks;
+pub(crate) mod reads;
