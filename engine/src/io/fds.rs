@@ -67,7 +67,7 @@ use crate::io::process::{PerProcess, Write};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct StoreId {
     dev: u64,
-    ino: u64,
+    pub(crate) ino: u64,
     born: Option<SystemTime>,
 }
 
