@@ -66,9 +66,9 @@ use crate::io::process::{PerProcess, Write};
 /// time (`memory::cache` module docs: why that identifies a store).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct StoreId {
-    dev: u64,
+    pub(crate) dev: u64,
     pub(crate) ino: u64,
-    born: Option<SystemTime>,
+    pub(crate) born: Option<SystemTime>,
 }
 
 impl StoreId {
