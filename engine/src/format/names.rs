@@ -1,7 +1,16 @@
 //! The names and numbers every file of a store is found by.
 
 use crate::format::record::ChunkId;
-use crate::format::table::Format;
+
+/// Which on-disk layout a store has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Format {
+    /// zring's own format (engine/DESIGN.md).
+    Native,
+    /// A store written by loaderx 0.7.3, read in place.
+    Loaderx,
+}
 
 /// The newest format version this build reads and writes (head and table
 /// headers). It reads and writes every version from 1 up: version 1 tables

@@ -60,15 +60,7 @@ const PRELOAD_PAGES: u64 = 4096;
 /// of length, 2 of codec.
 pub(crate) const VAR_MAX_RECORD: u64 = (1 << 30) - 1;
 
-/// Which on-disk layout a store has.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Format {
-    /// zring's own format (engine/DESIGN.md).
-    Native,
-    /// A store written by loaderx 0.7.3, read in place.
-    Loaderx,
-}
+pub use crate::format::names::Format;
 
 /// The format-1 header (64 bytes).
 pub(crate) fn table_header(generation: u64) -> [u8; TABLE_HEADER_BYTES] {

@@ -25,7 +25,8 @@ use std::sync::Mutex;
 
 use bytes::Bytes;
 
-use crate::io::uring::ALIGN;
+/// Alignment of O_DIRECT buffers, offsets and lengths.
+pub(crate) const ALIGN: usize = 4096;
 
 /// Large slabs (runs) are rounded up to this and aligned for O_DIRECT, so
 /// runs of about the same length share slabs from the pool (a block of

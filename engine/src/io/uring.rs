@@ -625,8 +625,7 @@ pub(crate) struct AlignedBuf {
     raw: Vec<u8>,
 }
 
-/// Alignment of O_DIRECT buffers, offsets and lengths.
-pub(crate) const ALIGN: usize = 4096;
+pub(crate) use crate::io::slab::ALIGN;
 
 impl AlignedBuf {
     pub fn new() -> AlignedBuf {

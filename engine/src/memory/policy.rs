@@ -90,13 +90,7 @@ pub(crate) const CHECK_RECORDS: u64 = 4096;
 /// reserve, so the cache cannot outgrow a budget by more than that between
 /// two looks.
 pub(crate) const CHECK_BYTES: u64 = RESERVE_MIN / 2;
-/// ... or, while a record cache holds memory, this long: the budget also
-/// falls when *other* processes of the cgroup grow (ranks starting up next
-/// to one that filled its cache first), which this process's reads do not
-/// show. Measured: eight ranks starting together in a 2 GiB cgroup, checking
-/// only by records and bytes, had one rank OOM-killed; a look costs tens of
-/// microseconds, 20 a second nothing.
-pub(crate) const CHECK_MILLIS: u64 = 50;
+pub(crate) use crate::memory::budget::CHECK_MILLIS;
 
 /// A cache below its size for the budget grows only when the gap exceeds
 /// this share of it (growing costs nothing but a change of a number; the band

@@ -141,7 +141,7 @@ impl Reads {
         let id = StoreId::of(dir).ok();
         let member = owner::join(id, explicit, forced.is_some(), data_bytes);
         let generation = owner::GENERATION.load(Relaxed);
-        let budget = budget::detect(owner::stated())?;
+        let budget = budget::detect(owner::stated(), owner::held())?;
         let policy = match forced {
             None => policy::choose(&budget, owner::demand()),
             Some(direct) => Policy {
@@ -374,7 +374,7 @@ impl Reads {
 
     /// The budget detected now; the policy's own if detection fails.
     fn budget_now(&self, policy: &Policy) -> Budget {
-        budget::detect_recent(owner::stated()).unwrap_or_else(|_| policy.budget.clone())
+        budget::detect_recent(owner::stated(), owner::held()).unwrap_or_else(|_| policy.budget.clone())
     }
 
     /// Puts `policy` in force (after the chunks were reopened to match it).
