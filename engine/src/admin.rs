@@ -129,7 +129,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         }
         let mut buf = vec![0u8; bytes as usize];
         let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::stored(i, *e)));
-        crate::read::gather::read_items(&from, &snap, items, true)?;
+        crate::read::gather::read_items(&from.read_ctx(), &snap, items, true)?;
         verify_imported(&buf, &entries, start, snap.dict.as_deref(), src.as_ref())?;
         let records = entries
             .iter()
@@ -213,7 +213,7 @@ pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
             rep.logical_bytes += u64::from(e.logical_len);
         }
         let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::logical(i, *e)));
-        crate::read::gather::read_items_by_block(s, &snap, items)?;
+        crate::read::gather::read_items_by_block(&s.read_ctx(), &snap, items)?;
         rep.records += end - start;
         start = end;
     }

@@ -394,6 +394,11 @@ impl Store {
         self.snap.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// What this store's reads need of it ([`crate::read::Ctx`]).
+    pub(crate) fn read_ctx(&self) -> crate::read::Ctx<'_> {
+        crate::read::Ctx { dir: &self.dir, backend: self.backend, mmap: self.mmap, reads: &self.reads, adopt: self }
+    }
+
     pub(crate) fn publish(&self, snap: Snapshot) {
         let _gate = crate::fork::enter();
         *self.snap.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
@@ -430,7 +435,7 @@ impl Store {
 
     /// Logical length of one record.
     pub fn record_len(&self, index: u64) -> Result<u64> {
-        crate::read::gather::record_len(self, index)
+        crate::read::gather::record_len(&self.snapshot(), index)
     }
 
     /// Reads the records `req` names into `dst`, each into its slot
@@ -439,7 +444,7 @@ impl Store {
     /// Every index, entry and slot is checked before anything is written to
     /// `dst`.
     pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
-        crate::read::gather::gather(self, &self.snapshot(), req, dst)
+        crate::read::gather::gather(&self.read_ctx(), &self.snapshot(), req, dst)
     }
 
     /// Appends records, compressing them with `codec` (the store's default
@@ -629,12 +634,40 @@ impl View {
     /// read mode was forced. A loader in the sampler's blocked mode calls it
     /// a window ahead (engine/DESIGN.md, "Block reads").
     pub fn prefetch(&self, ranges: &[std::ops::Range<u64>], next: &[NextUse]) -> Result<()> {
-        crate::read::blocks::prefetch(&self.store, &self.snap, ranges, next)
+        crate::read::blocks::prefetch(&self.store.read_ctx(), &self.snap, ranges, next)
     }
 
     /// [`Store::gather`] from these records.
     pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
-        crate::read::gather::gather(&self.store, &self.snap, req, dst)
+        crate::read::gather::gather(&self.store.read_ctx(), &self.snap, req, dst)
+    }
+}
+
+/// A read policy the counts chose, put in force: the chunks are reopened
+/// with or without O_DIRECT in a new snapshot (gathers under way keep
+/// theirs).
+impl crate::read::Adopt for Store {
+    fn adopt(&self, policy: crate::memory::policy::Policy, data: u64) {
+        let direct = policy.mode == crate::memory::policy::ReadMode::Direct;
+        // Holding the writer (if any) keeps an append from publishing
+        // chunks between reading the snapshot and replacing it. A busy
+        // writer (this thread may be compacting) defers the switch to a
+        // later window rather than wait.
+        let _w = match self.writer.as_ref().map(Mutex::try_lock) {
+            Some(Err(std::sync::TryLockError::WouldBlock)) => return,
+            w => w,
+        };
+        let now = self.snapshot();
+        self.publish(Snapshot {
+            pin: now.pin.clone(),
+            table: now.table.clone(),
+            chunk_base: now.chunk_base,
+            chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),
+            dict: now.dict.clone(),
+            known: now.known,
+            content: now.content.clone(),
+        });
+        self.reads.adopt(policy, data);
     }
 }
 

@@ -25,8 +25,8 @@ use crate::format::record::{ChunkId, Entry};
 use crate::io::slab::Slab;
 use crate::io::uring::{self, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
+use crate::read::Ctx;
 use crate::snapshot::Snapshot;
-use crate::store::Store;
 
 /// The longest single read: one run of back-to-back records is cut here.
 /// Large enough that a disk streams at its sequential rate (fio on the
@@ -56,7 +56,7 @@ struct Run {
 /// will draw them; `next` holds one hint per record, counting through the
 /// ranges in order (empty: none). Records already cached are only
 /// re-ranked.
-pub(crate) fn prefetch(s: &Store, snap: &Snapshot, ranges: &[Range<u64>], next: &[NextUse]) -> Result<()> {
+pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next: &[NextUse]) -> Result<()> {
     let _gate = crate::fork::enter();
     let count: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
     if !next.is_empty() && next.len() as u64 != count {
@@ -164,7 +164,7 @@ fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
 
 /// Reads `runs` in one batch (O_DIRECT where the chunk allows), each into a
 /// slab of its own, and offers each record to the record cache.
-fn read_runs(s: &Store, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
+fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
     let mut files = std::collections::HashMap::new();
     for run in runs {
         if let std::collections::hash_map::Entry::Vacant(v) = files.entry(run.chunk) {

@@ -11,8 +11,8 @@ use crate::memory::reads::Seen;
 use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::read::item::{carve, carve_at, crc_check, finish_record, Item, Want};
 use crate::read::request::{Gather, Slots};
+use crate::read::Ctx;
 use crate::snapshot::Snapshot;
-use crate::store::Store;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
@@ -51,15 +51,15 @@ pub(crate) fn lengths(snap: &Snapshot, indices: &[u64], out: &mut [u64]) -> Resu
 }
 
 /// Logical length of one record.
-pub(crate) fn record_len(s: &Store, index: u64) -> Result<u64> {
-    Ok(u64::from(s.snapshot().entry(index)?.logical_len))
+pub(crate) fn record_len(snap: &Snapshot, index: u64) -> Result<u64> {
+    Ok(u64::from(snap.entry(index)?.logical_len))
 }
 
 /// Reads the records of `req` from `snap` into `dst` ([`crate::Gather`]).
 ///
 /// Every index, entry and slot is checked before anything is written to
 /// `dst`; a fixed slot is zero-padded after its record.
-pub(crate) fn gather(s: &Store, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
     let indices = req.indices;
     check_hints(indices, req.next)?;
     // Each record's slot: where it starts, and its width when fixed.
@@ -152,7 +152,7 @@ pub(crate) fn gather(s: &Store, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8
 /// are in flight, so a thread that starts late (a pool thread waking up)
 /// or is descheduled simply takes fewer groups instead of holding up the
 /// gather, and the copying or decoding overlaps the I/O.
-pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>, fan_out: bool) -> Result<()> {
+pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan_out: bool) -> Result<()> {
     let _gate = crate::fork::enter();
     let total: u64 = items.iter().map(|it| u64::from(it.entry.stored_len)).sum();
     // The eviction count, read at most every few milliseconds per process, lets
@@ -241,7 +241,7 @@ pub(crate) fn read_items(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>, fan_o
 /// once and each record copied out of it. Compaction and delete read every
 /// record of every block: record by record, each 4-byte label would read
 /// and check its whole 4 KiB block again.
-pub(crate) fn read_items_by_block(s: &Store, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
+pub(crate) fn read_items_by_block(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>) -> Result<()> {
     let (mut parts, whole): (Vec<Item<'_>>, Vec<Item<'_>>) =
         items.into_iter().partition(|it| it.entry.is_part() && !it.keep_stored);
     if !whole.is_empty() {
@@ -281,39 +281,24 @@ pub(crate) fn read_items_by_block(s: &Store, snap: &Snapshot, items: Vec<Item<'_
 }
 
 /// Counts a finished gather and, when the counts show the read policy
-/// chose wrong, switches to the better one: the chunks are reopened with
-/// or without O_DIRECT in a new snapshot (gathers under way keep theirs).
-pub(crate) fn observed(s: &Store, snap: &Snapshot, seen: Seen, r: Result<()>) -> Result<()> {
+/// chose wrong, has the store switch to the better one ([`crate::read::Adopt`]).
+pub(crate) fn observed(s: &Ctx<'_>, snap: &Snapshot, seen: Seen, r: Result<()>) -> Result<()> {
     if seen.records == 0 {
         return r;
     }
     let data = snap.chunks.iter().map(|c| c.len).sum();
     if let Some(policy) = s.reads.observe(seen, data) {
-        let direct = policy.mode == crate::memory::policy::ReadMode::Direct;
-        // Holding the writer (if any) keeps an append from publishing
-        // chunks between reading the snapshot and replacing it. A busy
-        // writer (this thread may be compacting) defers the switch to a
-        // later window rather than wait.
-        let _w = match s.writer.as_ref().map(Mutex::try_lock) {
-            Some(Err(std::sync::TryLockError::WouldBlock)) => return r,
-            w => w,
-        };
-        let now = s.snapshot();
-        s.publish(Snapshot {
-            pin: now.pin.clone(),
-            table: now.table.clone(),
-            chunk_base: now.chunk_base,
-            chunks: now.chunks.iter().map(|c| c.with_direct(direct)).collect(),
-            dict: now.dict.clone(),
-            known: now.known,
-            content: now.content.clone(),
-        });
-        s.reads.adopt(policy, data);
+        s.adopt.adopt(policy, data);
     }
     r
 }
 
-pub(crate) fn read_group(s: &Store, snap: &Snapshot, items: &mut [Item<'_>], hot: &HotQueue<'_, '_, '_>) -> Result<()> {
+pub(crate) fn read_group(
+    s: &Ctx<'_>,
+    snap: &Snapshot,
+    items: &mut [Item<'_>],
+    hot: &HotQueue<'_, '_, '_>,
+) -> Result<()> {
     thread_local! {
         static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
     }
@@ -343,7 +328,7 @@ pub(crate) fn read_group(s: &Store, snap: &Snapshot, items: &mut [Item<'_>], hot
 /// Reads the cold `items` in one batch, taking hot groups from `hot`
 /// while the reads are in flight.
 pub(crate) fn read_group_with(
-    s: &Store,
+    s: &Ctx<'_>,
     snap: &Snapshot,
     items: &mut [Item<'_>],
     scratch: &mut AlignedBuf,

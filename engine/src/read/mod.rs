@@ -7,3 +7,29 @@ pub(crate) mod gather;
 pub(crate) mod hot;
 pub(crate) mod item;
 pub(crate) mod request;
+
+use crate::io::uring::BackendKind;
+use crate::memory::policy::Policy;
+use crate::memory::reads::Reads;
+use std::path::Path;
+
+/// What a read needs of its store, and no more: the directory its chunk
+/// files are named in, the I/O backend, whether records may be copied from
+/// mappings, the store's read counters and policy, and whoever can put a
+/// new read policy in force ([`Adopt`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub dir: &'a Path,
+    pub backend: BackendKind,
+    pub mmap: bool,
+    pub reads: &'a Reads,
+    pub adopt: &'a dyn Adopt,
+}
+
+/// Puts in force a read policy that a gather's counts chose
+/// ([`crate::memory::reads::Reads::observe`]): the store, which owns the
+/// published snapshot, reopens its chunks in a new one.
+pub(crate) trait Adopt: Sync {
+    /// Switches to `policy` for `data` stored bytes.
+    fn adopt(&self, policy: Policy, data: u64);
+}

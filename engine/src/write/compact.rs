@@ -110,7 +110,7 @@ fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u
         let parts: u64 = entries.iter().filter(|(_, e)| e.is_part()).map(|(_, e)| u64::from(e.logical_len)).sum();
         let mut buf = vec![0u8; parts as usize];
         let items = carve(&mut buf, entries.iter().filter(|(_, e)| e.is_part()).map(|&(i, e)| Want::logical(i, e)));
-        crate::read::gather::read_items_by_block(s, snap, items)?;
+        crate::read::gather::read_items_by_block(&s.read_ctx(), snap, items)?;
         let mut pos = 0usize;
         for (_, e) in &entries {
             let e = if e.is_part() {
@@ -320,7 +320,7 @@ fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<Co
             // block); every other record as stored.
             let want = |(i, e): (u64, &Entry)| if e.is_part() { Want::logical(i, *e) } else { Want::stored(i, *e) };
             let items = carve(&mut buf, (start..).zip(&group).map(want));
-            crate::read::gather::read_items_by_block(s, &snap, items)?;
+            crate::read::gather::read_items_by_block(&s.read_ctx(), &snap, items)?;
             let mut pos = 0usize;
             for (i, e) in (start..).zip(&group) {
                 let n = e.own_len() as usize;
