@@ -627,7 +627,7 @@ mod tests {
         for _ in 0..100 {
             let b = recent(explicit, |e| {
                 made += 1;
-                detect(e)
+                detect(e, 0)
             });
             assert_eq!(b.unwrap().bytes, 123_456_789);
         }
@@ -882,7 +882,7 @@ mod tests {
 
     #[test]
     fn the_real_system_gives_a_budget() {
-        let b = detect(None).unwrap();
+        let b = detect(None, 0).unwrap();
         assert!(b.bytes > 0, "{}", b.describe());
     }
 
