@@ -10,8 +10,8 @@ use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
 use crate::io::fs::write_atomic;
 use crate::read::item::{carve, Want};
-use crate::store::Store;
 use crate::write::append::{Block, Meta};
+use crate::write::Ctx;
 
 /// Records verified per batch.
 const VERIFY_BATCH: u64 = 4096;
@@ -96,25 +96,12 @@ fn verify_imported(
     })
 }
 
-/// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
-/// copying every record's stored bytes unchanged (no recompression) with a
-/// checksum added, the dictionary, and `schema.json`. The new store's table
-/// is sealed in format 2 where its records allow ([`Store::seal`]).
-///
-/// loaderx keeps no checksums, so before a record gets one it is checked as
-/// far as its bytes allow: a raw record must be as long as its logical
-/// length, a compressed one must decode (on the decode pool) to exactly that
-/// length. A record that does not is [`Error::Corrupted`] naming it, instead
-/// of damaged bytes blessed with a fresh checksum.
-pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
-    let from = Store::open(src.as_ref())?;
-    if from.format() != Format::Loaderx {
-        return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
-    }
-    let to = Store::builder(dst.as_ref()).sealable(true).create()?;
+/// Copies the records, dictionary and schema of the loaderx store `from`
+/// into the new store `to` ([`crate::import_loaderx`]).
+pub(crate) fn import(from: &Ctx<'_>, to: &Ctx<'_>) -> Result<()> {
     let snap = from.snapshot();
     if let Some(d) = &snap.dict {
-        install_dict(&to, d.bytes.clone())?;
+        install_dict(to, d.bytes.clone())?;
     }
     let mut start = 0u64;
     while start < snap.records() {
@@ -130,7 +117,7 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
         let mut buf = vec![0u8; bytes as usize];
         let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::stored(i, *e)));
         crate::read::gather::read_items(&from.read_ctx(), &snap, items, true)?;
-        verify_imported(&buf, &entries, start, snap.dict.as_deref(), src.as_ref())?;
+        verify_imported(&buf, &entries, start, snap.dict.as_deref(), from.dir)?;
         let records = entries
             .iter()
             .scan(0usize, |pos, e| {
@@ -145,24 +132,21 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
             })
             .collect();
         let mut w = to.writer()?;
-        crate::write::write_blocks(&to, &mut w, &[Block { bytes: std::borrow::Cow::Borrowed(&buf), records }])?;
-        crate::write::republish(&to, &w)?;
+        crate::write::write_blocks(to, &mut w, &[Block { bytes: std::borrow::Cow::Borrowed(&buf), records }])?;
+        crate::write::republish(to, &w)?;
         drop(w);
         start = end;
     }
-    if let Some(schema) = from.schema()? {
-        to.set_schema(&schema)?;
+    if let Some(schema) = schema(from)? {
+        set_schema(to, &schema)?;
     }
-    to.sync()?;
-    // Written once, so laid out for a format-2 table (sealing syncs first).
-    to.seal()?;
-    Ok(to)
+    Ok(())
 }
 
 /// Counts records, bytes and codecs (a scan of the table, no data reads).
-pub(crate) fn stats(s: &Store) -> Result<Stats> {
+pub(crate) fn stats(s: &Ctx<'_>) -> Result<Stats> {
     let snap = s.snapshot();
-    let (table_format, table_bytes) = s.table_format();
+    let (table_format, table_bytes) = snap.table_format();
     snap.table.will_scan();
     let mut s = Stats {
         format: snap.table.format,
@@ -198,7 +182,7 @@ pub(crate) fn stats(s: &Store) -> Result<Stats> {
 
 /// Reads every record, checks its checksum and decodes it: the explicit
 /// full scan that `open` does not do. The first damaged record is the error.
-pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
+pub(crate) fn verify(s: &Ctx<'_>) -> Result<VerifyReport> {
     let snap = s.snapshot();
     let mut rep = VerifyReport { records: 0, stored_bytes: 0, logical_bytes: 0 };
     let mut buf = Vec::new();
@@ -221,14 +205,14 @@ pub(crate) fn verify(s: &Store) -> Result<VerifyReport> {
 }
 
 /// Whether the store has a zstd dictionary.
-pub(crate) fn has_dict(s: &Store) -> bool {
+pub(crate) fn has_dict(s: &Ctx<'_>) -> bool {
     s.snapshot().dict.is_some()
 }
 
 /// Trains a zstd dictionary of at most `max_size` bytes on `samples`,
 /// stores it durably and installs it for `zstd_dict` appends. A store has
 /// at most one dictionary, fixed once trained. Returns its size.
-pub(crate) fn train_dict(s: &Store, samples: &[&[u8]], max_size: usize) -> Result<usize> {
+pub(crate) fn train_dict(s: &Ctx<'_>, samples: &[&[u8]], max_size: usize) -> Result<usize> {
     if samples.is_empty() || max_size < 256 {
         return Err(Error::InvalidArgument(format!(
             "train_dict needs samples and a max_size of at least 256 bytes (got {} samples, max_size {max_size})",
@@ -241,7 +225,7 @@ pub(crate) fn train_dict(s: &Store, samples: &[&[u8]], max_size: usize) -> Resul
 }
 
 /// Installs dictionary bytes (trained here or copied from another store).
-pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
+pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
     let mut w = s.writer()?;
     if w.head.dict_len != 0 {
         return Err(Error::InvalidArgument(
@@ -275,7 +259,7 @@ pub(crate) fn install_dict(s: &Store, bytes: Vec<u8>) -> Result<usize> {
 
 /// The contents of `schema.json`, the Python layer's metadata, if any,
 /// checked against its checksum ([`crate::format::schema`]).
-pub(crate) fn schema(s: &Store) -> Result<Option<String>> {
+pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
     let p = s.dir.join(SCHEMA_FILE);
     match crate::io::fs::read(&p) {
         Ok(b) => crate::format::schema::decode(&p, &b).map(Some),
@@ -285,7 +269,7 @@ pub(crate) fn schema(s: &Store) -> Result<Option<String>> {
 }
 
 /// Replaces `schema.json` atomically, with a checksum.
-pub(crate) fn set_schema(s: &Store, json: &str) -> Result<()> {
+pub(crate) fn set_schema(s: &Ctx<'_>, json: &str) -> Result<()> {
     let bytes = crate::format::schema::encode(json)?;
     let _w = s.writer()?;
     write_atomic(&s.dir, SCHEMA_FILE, &bytes)

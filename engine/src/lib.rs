@@ -85,7 +85,7 @@ pub(crate) mod snapshot;
 mod store;
 pub(crate) mod write;
 
-pub use admin::{import_loaderx, Stats, VerifyReport};
+pub use admin::{Stats, VerifyReport};
 pub use error::{Error, Result};
 pub use format::codec::Codec;
 pub use format::crc::copy_crc32c;
@@ -99,7 +99,7 @@ pub use memory::cache::NextUse;
 pub use memory::owner::set_cache_bytes;
 pub use memory::reads::ReadStats;
 pub use read::request::{Gather, Slots};
-pub use store::{Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
+pub use store::{import_loaderx, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
 pub use write::builder::{StagedStore, Staging};
 pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;

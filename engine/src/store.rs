@@ -9,10 +9,9 @@ use crate::write::builder::{StagedStore, Staging};
 use crate::write::compact::CompactReport;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex};
 
 use crate::error::{io_err, Error, Result};
-use crate::fork::Gated;
 use crate::format::codec::Codec;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::names::HEAD_FILE;
@@ -227,7 +226,7 @@ impl StoreBuilder {
             codec: self.codec,
             level: self.level,
             dict_level: self.dict_level,
-            snap: RwLock::new(Arc::new(snap)),
+            snap: crate::snapshot::cell::Cell::new(snap),
             writer,
             pid: std::process::id(),
             closing: Default::default(),
@@ -268,7 +267,7 @@ pub struct Store {
     pub(crate) codec: Codec,
     pub(crate) level: i32,
     pub(crate) dict_level: i32,
-    pub(crate) snap: RwLock<Arc<Snapshot>>,
+    pub(crate) snap: crate::snapshot::cell::Cell,
     pub(crate) writer: Option<Mutex<Writer>>,
     /// The process that opened the store (writes are refused in a forked child).
     pub(crate) pid: u32,
@@ -390,8 +389,7 @@ impl Store {
     }
 
     pub(crate) fn snapshot(&self) -> Arc<Snapshot> {
-        let _gate = crate::fork::enter();
-        self.snap.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.snap.get()
     }
 
     /// What this store's reads need of it ([`crate::read::Ctx`]).
@@ -400,32 +398,23 @@ impl Store {
     }
 
     pub(crate) fn publish(&self, snap: Snapshot) {
-        let _gate = crate::fork::enter();
-        *self.snap.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(snap);
+        self.snap.publish(snap)
     }
 
-    /// The writer, for the whole of a write operation (inside the fork gate,
-    /// [`crate::fork`]).
-    pub(crate) fn writer(&self) -> Result<Gated<MutexGuard<'_, Writer>>> {
-        let w = self.writer.as_ref().ok_or_else(|| {
-            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
-        })?;
-        if std::process::id() != self.pid {
-            // Parent and child would write the same tail under one lock, and
-            // a fork inside a long write leaves the writer locked here.
-            return Err(Error::ReadOnly(format!(
-                "{} was opened writable by process {}; a forked child cannot write through that handle: open the \
-                 store again in this process",
-                self.dir.display(),
-                self.pid
-            )));
+    /// What this store's writes need of it ([`crate::write::Ctx`]).
+    pub(crate) fn write_ctx(&self) -> crate::write::Ctx<'_> {
+        crate::write::Ctx {
+            dir: &self.dir,
+            backend: self.backend,
+            reads: &self.reads,
+            codec: self.codec,
+            level: self.level,
+            dict_level: self.dict_level,
+            cell: &self.snap,
+            writer: self.writer.as_ref(),
+            pid: self.pid,
+            read: self.read_ctx(),
         }
-        let gate = crate::fork::enter();
-        let g = Gated::new(gate, w.lock().unwrap_or_else(|p| p.into_inner()));
-        if let Some(why) = &g.poisoned {
-            return Err(Error::Poisoned(why.clone()));
-        }
-        Ok(g)
     }
 
     /// Logical (decoded) length of each record in `indices`, into `out`.
@@ -455,27 +444,27 @@ impl Store {
     /// On an error, the records before the failing group of about 1 MiB may
     /// have been appended (and are visible); none after it.
     pub fn append(&self, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
-        crate::write::append_records(self, records, codec)
+        crate::write::append_records(&self.write_ctx(), records, codec)
     }
 
     /// Appends `src.len() / item_len` records of `item_len` bytes each. Raw
     /// records are written straight from `src`.
     pub fn append_fixed(&self, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
-        crate::write::append_fixed(self, src, item_len, codec)
+        crate::write::append_fixed(&self.write_ctx(), src, item_len, codec)
     }
 
     /// Makes every appended record durable: fsyncs the data and table, then
     /// atomically replaces the head. After a crash the store reopens with
     /// every record appended before the last successful `sync`.
     pub fn sync(&self) -> Result<()> {
-        crate::write::sync(self)
+        crate::write::sync(&self.write_ctx())
     }
 
     /// Syncs (if writable). Dropping a store does the same, ignoring errors.
     /// After a failed write (a poisoned writer) it returns `Ok`: that call
     /// reported the error, and the handle already holds only what is saved.
     pub fn close(&self) -> Result<()> {
-        crate::write::close(self)
+        crate::write::close(&self.write_ctx())
     }
 
     /// Removes records, keeping the index space dense: each hole is filled by
@@ -485,7 +474,7 @@ impl Store {
     /// every index is checked before anything changes. Only the table is
     /// rewritten; [`Store::compact`] reclaims the bytes.
     pub fn delete(&self, indices: &[u64]) -> Result<()> {
-        crate::write::compact::delete(self, indices)
+        crate::write::compact::delete(&self.write_ctx(), indices)
     }
 
     /// Reclaims the bytes of deleted records: copies every live record, in
@@ -493,7 +482,7 @@ impl Store {
     /// removes the old files. Needs free space for the live data. Concurrent
     /// gathers keep reading the old files through their snapshot.
     pub fn compact(&self) -> Result<CompactReport> {
-        crate::write::compact::compact(self, None)
+        crate::write::compact::compact(&self.write_ctx(), None)
     }
 
     /// [`Store::compact`], writing the table in format `version`: 1 (a
@@ -503,7 +492,7 @@ impl Store {
     /// as every compaction. Appends after it add format-1 entries after the
     /// sealed section; [`Store::delete`] rewrites the table in format 1.
     pub fn compact_to(&self, version: u32) -> Result<CompactReport> {
-        crate::write::compact::compact(self, Some(version))
+        crate::write::compact::compact(&self.write_ctx(), Some(version))
     }
 
     /// Gives a store written once its table in format 2 without copying a
@@ -521,39 +510,35 @@ impl Store {
     /// appended every record itself from an empty store knows their layout
     /// already; any other reads the table once.
     pub fn seal(&self) -> Result<CompactReport> {
-        crate::write::seal::seal(self)
+        crate::write::seal::seal(&self.write_ctx())
     }
 
     /// The table's format version (1 or 2; loaderx stores: 0) and its bytes.
     pub fn table_format(&self) -> (u32, u64) {
-        let snap = self.snapshot();
-        match snap.table.format {
-            Format::Loaderx => (0, snap.table.bytes()),
-            Format::Native => (if snap.table.sealed_kind().is_some() { 2 } else { 1 }, snap.table.bytes()),
-        }
+        self.snapshot().table_format()
     }
 
     /// Counts records, bytes and codecs (a scan of the table, no data reads).
     pub fn stats(&self) -> Result<Stats> {
-        crate::admin::stats(self)
+        crate::admin::stats(&self.write_ctx())
     }
 
     /// Reads every record, checks its checksum and decodes it: the explicit
     /// full scan that `open` does not do. The first damaged record is the error.
     pub fn verify(&self) -> Result<VerifyReport> {
-        crate::admin::verify(self)
+        crate::admin::verify(&self.write_ctx())
     }
 
     /// Whether the store has a zstd dictionary.
     pub fn has_dict(&self) -> bool {
-        crate::admin::has_dict(self)
+        crate::admin::has_dict(&self.write_ctx())
     }
 
     /// Trains a zstd dictionary of at most `max_size` bytes on `samples`,
     /// stores it durably and installs it for `zstd_dict` appends. A store has
     /// at most one dictionary, fixed once trained. Returns its size.
     pub fn train_dict(&self, samples: &[&[u8]], max_size: usize) -> Result<usize> {
-        crate::admin::train_dict(self, samples, max_size)
+        crate::admin::train_dict(&self.write_ctx(), samples, max_size)
     }
 
     /// The contents of `schema.json`, the Python layer's metadata, if any.
@@ -561,14 +546,37 @@ impl Store {
     /// it; files written before schemas had a checksum are returned as
     /// they are.
     pub fn schema(&self) -> Result<Option<String>> {
-        crate::admin::schema(self)
+        crate::admin::schema(&self.write_ctx())
     }
 
     /// Replaces `schema.json` atomically. `json` must be a JSON object; the
     /// file stores it with a checksum ([`Store::schema`] returns `json`).
     pub fn set_schema(&self, json: &str) -> Result<()> {
-        crate::admin::set_schema(self, json)
+        crate::admin::set_schema(&self.write_ctx(), json)
     }
+}
+
+/// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
+/// copying every record's stored bytes unchanged (no recompression) with a
+/// checksum added, the dictionary, and `schema.json`. The new store's table
+/// is sealed in format 2 where its records allow ([`Store::seal`]).
+///
+/// loaderx keeps no checksums, so before a record gets one it is checked as
+/// far as its bytes allow: a raw record must be as long as its logical
+/// length, a compressed one must decode (on the decode pool) to exactly that
+/// length. A record that does not is [`Error::Corrupted`] naming it, instead
+/// of damaged bytes blessed with a fresh checksum.
+pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<Store> {
+    let from = Store::open(src.as_ref())?;
+    if from.format() != Format::Loaderx {
+        return Err(Error::InvalidArgument(format!("{} is not a loaderx store", src.as_ref().display())));
+    }
+    let to = Store::builder(dst.as_ref()).sealable(true).create()?;
+    crate::admin::import(&from.write_ctx(), &to.write_ctx())?;
+    to.sync()?;
+    // Written once, so laid out for a format-2 table (sealing syncs first).
+    to.seal()?;
+    Ok(to)
 }
 
 /// The fingerprint of `snap`'s records ([`Store::fingerprint`]).

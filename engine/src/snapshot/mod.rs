@@ -1,8 +1,9 @@
 //! The published snapshot: the table, chunks and dictionary a reader sees
 //! ([`Snapshot`]), loading one from a store's directory ([`load`]), the
-//! chunk files ([`chunk`]) and the pins that keep a snapshot's files for its
+//! chunk files ([`chunk`]), the cell a handle publishes it in ([`cell`]), and the pins that keep a snapshot's files for its
 //! readers in any process ([`pins`]).
 
+pub(crate) mod cell;
 pub(crate) mod chunk;
 #[allow(
     unsafe_code,
@@ -40,6 +41,15 @@ pub(crate) struct Snapshot {
 }
 
 impl Snapshot {
+    /// The table's format version (0 for loaderx) and its bytes
+    /// ([`crate::Store::table_format`]).
+    pub fn table_format(&self) -> (u32, u64) {
+        match self.table.format {
+            Format::Loaderx => (0, self.table.bytes()),
+            Format::Native => (if self.table.sealed_kind().is_some() { 2 } else { 1 }, self.table.bytes()),
+        }
+    }
+
     pub fn records(&self) -> u64 {
         self.table.records
     }

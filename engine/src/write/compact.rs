@@ -18,8 +18,8 @@ use crate::format::table::{Format, Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_
 use crate::io::fs;
 use crate::read::item::{carve, Want};
 use crate::snapshot::Snapshot;
-use crate::store::Store;
 use crate::write::new_table::{NewTable, TableOut};
+use crate::write::Ctx;
 use crate::write::Writer;
 
 /// Records are copied by compaction in groups of about this many bytes.
@@ -96,7 +96,13 @@ impl Survey {
 /// `source(count - 1)` into `out`. Records of a fixed section have only
 /// block checksums; their own are computed from the data (read and
 /// verified by block).
-fn materialize(s: &Store, snap: &Snapshot, count: u64, source: impl Fn(u64) -> u64, out: &mut TableOut) -> Result<()> {
+fn materialize(
+    s: &Ctx<'_>,
+    snap: &Snapshot,
+    count: u64,
+    source: impl Fn(u64) -> u64,
+    out: &mut TableOut,
+) -> Result<()> {
     snap.table.will_scan();
     let mut k = 0;
     while k < count {
@@ -198,13 +204,13 @@ impl NewChunks<'_> {
 /// Indices of survivors may change. Duplicates and any order are fine;
 /// every index is checked before anything changes. Only the table is
 /// rewritten; [`Store::compact`] reclaims the bytes.
-pub(crate) fn delete(s: &Store, indices: &[u64]) -> Result<()> {
+pub(crate) fn delete(s: &Ctx<'_>, indices: &[u64]) -> Result<()> {
     let mut w = s.writer()?;
     let r = delete_with(s, &mut w, indices);
     crate::write::settle(s, &mut w, r)
 }
 
-fn delete_with(s: &Store, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
+fn delete_with(s: &Ctx<'_>, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
     let snap = s.snapshot();
     for &i in indices {
         check_index(i, w.records)?;
@@ -250,7 +256,7 @@ fn delete_with(s: &Store, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
 /// index order, into new chunk files, then commits a table naming them and
 /// removes the old files. Needs free space for the live data. Concurrent
 /// gathers keep reading the old files through their snapshot.
-pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
+pub(crate) fn compact(s: &Ctx<'_>, format: Option<u32>) -> Result<CompactReport> {
     let mut w = s.writer()?;
     let r = compact_with(s, &mut w, format);
     crate::write::settle(s, &mut w, r)
@@ -259,7 +265,7 @@ pub(crate) fn compact(s: &Store, format: Option<u32>) -> Result<CompactReport> {
 /// The writer, held for a whole operation.
 pub(crate) type Locked<'a> = crate::fork::Gated<std::sync::MutexGuard<'a, Writer>>;
 
-fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<CompactReport> {
+fn compact_with(s: &Ctx<'_>, w: &mut Locked<'_>, format: Option<u32>) -> Result<CompactReport> {
     w.sync(&s.dir)?;
     let snap = s.snapshot();
     let before: u64 = snap.chunks.iter().map(|c| c.len).sum();
@@ -407,7 +413,12 @@ fn compact_with(s: &Store, w: &mut Locked<'_>, format: Option<u32>) -> Result<Co
 /// (and any pending data) durable, commits a head naming it, and removes the
 /// old table. `chunks` = (base, count, tail length) when compaction replaced
 /// them.
-pub(crate) fn commit_table(s: &Store, w: &mut Writer, table: NewTable, chunks: Option<(u32, u32, u64)>) -> Result<()> {
+pub(crate) fn commit_table(
+    s: &Ctx<'_>,
+    w: &mut Writer,
+    table: NewTable,
+    chunks: Option<(u32, u32, u64)>,
+) -> Result<()> {
     let gen = w.head.generation + 1;
     debug_assert_eq!(table.path, s.dir.join(table_name(gen)));
     fs::fsync(&table.file, &table.path)?;

@@ -23,6 +23,7 @@ use std::path::Path;
 use std::ops::Range;
 
 use crate::error::{io_err, Error, Result};
+use crate::fork::Gated;
 use crate::format::codec::Codec;
 use crate::format::head::Head;
 use crate::format::names::chunk_name;
@@ -30,11 +31,12 @@ use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
 use crate::io::fs;
+use crate::io::uring::BackendKind;
 use crate::io::uring::{self, ReqErrorKind};
 use crate::snapshot::chunk::open_chunk;
 use crate::snapshot::Snapshot;
-use crate::store::Store;
 use crate::write::append::{Block, Encoder, Input};
+use std::sync::{Mutex, MutexGuard};
 
 /// Largest record: lengths are stored as u32.
 pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
@@ -555,6 +557,67 @@ impl Writer {
     }
 }
 
+/// What a write needs of its store, and no more: the directory, the I/O
+/// backend, the read counters (whose mode new chunks open in), the default
+/// codec and levels, the cell the next snapshot is published in, the writer
+/// (none when read-only) and the process that opened it, and the store's
+/// read context for the records a compaction reads.
+#[derive(Clone, Copy)]
+pub(crate) struct Ctx<'a> {
+    pub dir: &'a std::path::Path,
+    pub backend: BackendKind,
+    pub reads: &'a crate::memory::reads::Reads,
+    pub codec: Codec,
+    pub level: i32,
+    pub dict_level: i32,
+    pub cell: &'a crate::snapshot::cell::Cell,
+    pub writer: Option<&'a Mutex<Writer>>,
+    /// The process that opened the store (writes are refused in a forked child).
+    pub pid: u32,
+    pub read: crate::read::Ctx<'a>,
+}
+
+impl<'a> Ctx<'a> {
+    /// The snapshot published now.
+    pub fn snapshot(&self) -> std::sync::Arc<Snapshot> {
+        self.cell.get()
+    }
+
+    /// Publishes `snap` ([`crate::snapshot::cell::Cell::publish`]).
+    pub fn publish(&self, snap: Snapshot) {
+        self.cell.publish(snap)
+    }
+
+    /// What the reads of a write (a compaction's, a verify's) need.
+    pub fn read_ctx(&self) -> crate::read::Ctx<'a> {
+        self.read
+    }
+
+    /// The writer, for the whole of a write operation (inside the fork gate,
+    /// [`crate::fork`]).
+    pub fn writer(&self) -> Result<Gated<MutexGuard<'a, Writer>>> {
+        let w = self.writer.ok_or_else(|| {
+            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
+        })?;
+        if std::process::id() != self.pid {
+            // Parent and child would write the same tail under one lock, and
+            // a fork inside a long write leaves the writer locked here.
+            return Err(Error::ReadOnly(format!(
+                "{} was opened writable by process {}; a forked child cannot write through that handle: open the \
+                 store again in this process",
+                self.dir.display(),
+                self.pid
+            )));
+        }
+        let gate = crate::fork::enter();
+        let g = Gated::new(gate, w.lock().unwrap_or_else(|p| p.into_inner()));
+        if let Some(why) = &g.poisoned {
+            return Err(Error::Poisoned(why.clone()));
+        }
+        Ok(g)
+    }
+}
+
 /// Appends records, compressing them with `codec` (the store's default
 /// when `None`) on every core while earlier ones are written (see
 /// `append.rs`). Returns the index of the first. The records are visible
@@ -562,7 +625,7 @@ impl Writer {
 ///
 /// On an error, the records before the failing group of about 1 MiB may
 /// have been appended (and are visible); none after it.
-pub(crate) fn append_records(s: &Store, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
+pub(crate) fn append_records(s: &Ctx<'_>, records: &[&[u8]], codec: Option<Codec>) -> Result<u64> {
     for r in records {
         if r.len() as u64 > MAX_RECORD_BYTES {
             return Err(Error::InvalidArgument(format!(
@@ -576,7 +639,7 @@ pub(crate) fn append_records(s: &Store, records: &[&[u8]], codec: Option<Codec>)
 
 /// Appends `src.len() / item_len` records of `item_len` bytes each. Raw
 /// records are written straight from `src`.
-pub(crate) fn append_fixed(s: &Store, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
+pub(crate) fn append_fixed(s: &Ctx<'_>, src: &[u8], item_len: usize, codec: Option<Codec>) -> Result<u64> {
     if item_len == 0 || !src.len().is_multiple_of(item_len) {
         return Err(Error::InvalidArgument(format!(
             "append_fixed: {} bytes do not split into records of {item_len} bytes",
@@ -591,7 +654,7 @@ pub(crate) fn append_fixed(s: &Store, src: &[u8], item_len: usize, codec: Option
     append_input(s, Input::Fixed { src, len: item_len }, codec)
 }
 
-pub(crate) fn append_input(s: &Store, input: Input<'_, '_>, codec: Option<Codec>) -> Result<u64> {
+pub(crate) fn append_input(s: &Ctx<'_>, input: Input<'_, '_>, codec: Option<Codec>) -> Result<u64> {
     let codec = codec.unwrap_or(s.codec);
     let mut w = s.writer()?;
     let dict = s.snapshot().dict.clone();
@@ -613,7 +676,7 @@ pub(crate) fn append_input(s: &Store, input: Input<'_, '_>, codec: Option<Codec>
 
 /// Writes encoded blocks; a failure poisons the writer and gives back what
 /// was written since the last commit ([`Writer::roll_back`]).
-pub(crate) fn write_blocks(s: &Store, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
+pub(crate) fn write_blocks(s: &Ctx<'_>, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
     match w.write_blocks(&s.dir, s.backend, blocks) {
         Ok(()) => Ok(()),
         Err(e) => w.fail(&s.dir, e),
@@ -623,7 +686,7 @@ pub(crate) fn write_blocks(s: &Store, w: &mut Writer, blocks: &[Block<'_>]) -> R
 /// Ends a write operation: when the writer rolled back on a failure, the
 /// store's readers are shown the committed state (its length is what the
 /// store holds).
-pub(crate) fn settle<T>(s: &Store, w: &mut Writer, r: Result<T>) -> Result<T> {
+pub(crate) fn settle<T>(s: &Ctx<'_>, w: &mut Writer, r: Result<T>) -> Result<T> {
     if std::mem::take(&mut w.rolled_back) {
         let _ = republish(s, w);
     }
@@ -631,7 +694,7 @@ pub(crate) fn settle<T>(s: &Store, w: &mut Writer, r: Result<T>) -> Result<T> {
 }
 
 /// Publishes a snapshot of the writer's live state to readers.
-pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
+pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
     let old = s.snapshot();
     let table = Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?;
     let mut chunks = old.chunks.clone();
@@ -681,7 +744,7 @@ pub(crate) fn republish(s: &Store, w: &Writer) -> Result<()> {
 /// Makes every appended record durable: fsyncs the data and table, then
 /// atomically replaces the head. After a crash the store reopens with
 /// every record appended before the last successful `sync`.
-pub(crate) fn sync(s: &Store) -> Result<()> {
+pub(crate) fn sync(s: &Ctx<'_>) -> Result<()> {
     let mut w = s.writer()?;
     let r = w.sync(&s.dir);
     settle(s, &mut w, r)
@@ -693,11 +756,11 @@ pub(crate) fn sync(s: &Store) -> Result<()> {
 /// was reported by the call that met it (a `with` block's error must stay
 /// the one the user sees), and the handle already rolled back to what the
 /// store holds, so closing loses nothing more.
-pub(crate) fn close(s: &Store) -> Result<()> {
+pub(crate) fn close(s: &Ctx<'_>) -> Result<()> {
     if s.writer.is_none() {
         return Ok(());
     }
-    match s.sync() {
+    match sync(s) {
         Err(Error::Poisoned(_)) => Ok(()),
         r => r,
     }

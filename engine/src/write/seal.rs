@@ -25,9 +25,9 @@ use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry};
 use crate::format::table::{Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_PAGE};
 use crate::io::fs;
-use crate::store::Store;
 use crate::write::compact::{commit_table, CompactReport};
 use crate::write::new_table::TableOut;
+use crate::write::Ctx;
 
 /// Block checksums a survey keeps in memory (256 MiB of them, at least
 /// 256 GiB of records): a larger store of fixed records is sealed as a
@@ -208,13 +208,13 @@ impl Shift {
 /// whose records do not fit (a chunk switched in a variable page's middle,
 /// a record of 1 GiB or more) is left as it is; the report says which
 /// (`format_after`).
-pub(crate) fn seal(s: &Store) -> Result<CompactReport> {
+pub(crate) fn seal(s: &Ctx<'_>) -> Result<CompactReport> {
     let mut w = s.writer()?;
     let r = seal_with(s, &mut w);
     crate::write::settle(s, &mut w, r)
 }
 
-fn seal_with(s: &Store, w: &mut crate::write::compact::Locked<'_>) -> Result<CompactReport> {
+fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<CompactReport> {
     w.sync(&s.dir)?;
     let snap = s.snapshot();
     let records = snap.records();
