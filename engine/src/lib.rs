@@ -99,8 +99,10 @@ pub use memory::cache::NextUse;
 pub use memory::owner::set_cache_bytes;
 pub use memory::reads::ReadStats;
 pub use read::request::{Gather, Slots};
-pub use store::{import_loaderx, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL};
-pub use write::builder::{StagedStore, Staging};
+pub use store::{
+    import_loaderx, StagedStore, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL,
+};
+pub use write::builder::Staging;
 pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;
 

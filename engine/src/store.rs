@@ -5,7 +5,7 @@
 
 use crate::admin::{Stats, VerifyReport};
 use crate::snapshot::{load, Snapshot};
-use crate::write::builder::{StagedStore, Staging};
+use crate::write::builder::Staging;
 use crate::write::compact::CompactReport;
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -577,6 +577,37 @@ pub fn import_loaderx(src: impl AsRef<Path>, dst: impl AsRef<Path>) -> Result<St
     // Written once, so laid out for a format-2 table (sealing syncs first).
     to.seal()?;
     Ok(to)
+}
+
+/// A new store being built in a [`Staging`] directory
+/// ([`StoreBuilder::create_staged`]); it derefs to the
+/// [`Store`].
+pub struct StagedStore {
+    // Declared first: dropped (closing its files) before the staging
+    // directory is removed.
+    store: Store,
+    staging: Staging,
+}
+
+impl StagedStore {
+    pub(crate) fn new(store: Store, staging: Staging) -> StagedStore {
+        StagedStore { store, staging }
+    }
+
+    /// Closes the store (a sync) and puts it at the builder's path
+    /// ([`Staging::publish`]). Dropping it unpublished removes it.
+    pub fn publish(self) -> Result<()> {
+        self.store.close()?;
+        drop(self.store);
+        self.staging.publish()
+    }
+}
+
+impl std::ops::Deref for StagedStore {
+    type Target = Store;
+    fn deref(&self) -> &Store {
+        &self.store
+    }
 }
 
 /// The fingerprint of `snap`'s records ([`Store::fingerprint`]).

@@ -121,37 +121,6 @@ impl Staging {
     }
 }
 
-/// A new store being built in a [`Staging`] directory
-/// ([`crate::StoreBuilder::create_staged`]); it derefs to the
-/// [`crate::Store`].
-pub struct StagedStore {
-    // Declared first: dropped (closing its files) before the staging
-    // directory is removed.
-    store: crate::Store,
-    staging: Staging,
-}
-
-impl StagedStore {
-    pub(crate) fn new(store: crate::Store, staging: Staging) -> StagedStore {
-        StagedStore { store, staging }
-    }
-
-    /// Closes the store (a sync) and puts it at the builder's path
-    /// ([`Staging::publish`]). Dropping it unpublished removes it.
-    pub fn publish(self) -> Result<()> {
-        self.store.close()?;
-        drop(self.store);
-        self.staging.publish()
-    }
-}
-
-impl std::ops::Deref for StagedStore {
-    type Target = crate::Store;
-    fn deref(&self) -> &crate::Store {
-        &self.store
-    }
-}
-
 /// `renameat2(from, to, flags)`; a file system that does not know the flag
 /// answers EINVAL.
 fn rename_with(from: &Path, to: &Path, flags: rustix::fs::RenameFlags) -> Result<()> {
