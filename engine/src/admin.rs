@@ -16,7 +16,7 @@ use crate::write::Ctx;
 /// Records verified per batch.
 const VERIFY_BATCH: u64 = 4096;
 
-/// Numbers describing a store; see [`Store::stats`].
+/// Numbers describing a store; see `Store::stats`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct Stats {
     /// On-disk layout.
@@ -35,7 +35,7 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Bytes in the chunk files (committed part).
     pub chunk_bytes: u64,
-    /// `chunk_bytes - live_bytes`: what [`Store::compact`] would reclaim.
+    /// `chunk_bytes - live_bytes`: what `Store::compact` would reclaim.
     pub reclaimable: u64,
     /// Number of chunk files.
     pub chunks: u64,
@@ -55,7 +55,7 @@ pub struct Stats {
     pub direct: bool,
 }
 
-/// What [`Store::verify`] checked.
+/// What `Store::verify` checked.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct VerifyReport {
     /// Records read, checksummed and decoded.

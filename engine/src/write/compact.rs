@@ -28,7 +28,7 @@ const COMPACT_GROUP_BYTES: u64 = if cfg!(test) { 64 << 10 } else { 64 << 20 };
 /// of 64 MiB 8 million entries and reads).
 const COMPACT_GROUP_RECORDS: usize = 1 << 20;
 
-/// What [`Store::compact`] did.
+/// What `Store::compact` did.
 #[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 pub struct CompactReport {
     /// Chunk bytes before.
