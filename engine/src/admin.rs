@@ -234,20 +234,20 @@ pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
     }
     let dict = Dict::new(bytes, Some(s.dict_level))?;
     let n = dict.bytes.len();
-    write_atomic(&s.dir, DICT_FILE, &dict.bytes)?;
+    write_atomic(s.dir, DICT_FILE, &dict.bytes)?;
     // Pending appends are made durable and committed first; then a head
     // naming the dictionary.
-    w.sync(&s.dir)?;
+    w.sync(s.dir)?;
     let head =
         crate::format::head::Head { dict_len: n as u32, dict_crc: crate::format::crc::crc32c(&dict.bytes), ..w.head };
-    if let Err(e) = head.commit(&s.dir) {
+    if let Err(e) = head.commit(s.dir) {
         return w.poison(e);
     }
     w.head = head;
     let old = s.snapshot();
     s.publish(crate::snapshot::Snapshot {
         pin: old.pin.clone(),
-        table: Arc::new(crate::format::table::Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?),
+        table: Arc::new(crate::format::table::Table::open_native(s.dir, w.head.generation, w.head.layout, w.records)?),
         chunk_base: old.chunk_base,
         chunks: old.chunks.clone(),
         dict: Some(Arc::new(dict)),
@@ -272,5 +272,5 @@ pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
 pub(crate) fn set_schema(s: &Ctx<'_>, json: &str) -> Result<()> {
     let bytes = crate::format::schema::encode(json)?;
     let _w = s.writer()?;
-    write_atomic(&s.dir, SCHEMA_FILE, &bytes)
+    write_atomic(s.dir, SCHEMA_FILE, &bytes)
 }

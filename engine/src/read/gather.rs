@@ -198,7 +198,7 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
         groups: &hot_groups,
         next: AtomicUsize::new(0),
         dict: snap.dict.as_deref(),
-        dir: &s.dir,
+        dir: s.dir,
         format: snap.table.format,
         error: Mutex::new(None),
     };

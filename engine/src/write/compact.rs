@@ -230,7 +230,7 @@ fn delete_with(s: &Ctx<'_>, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
         }
         len -= 1;
     }
-    let mut out = TableOut::create(&s.dir, w.head.generation + 1, None, len)?;
+    let mut out = TableOut::create(s.dir, w.head.generation + 1, None, len)?;
     let written = materialize(s, &snap, len, |p| moved.get(&p).copied().unwrap_or(p), &mut out);
     let table = match written.and_then(|()| out.finish()) {
         Ok(t) => t,
@@ -266,7 +266,7 @@ pub(crate) fn compact(s: &Ctx<'_>, format: Option<u32>) -> Result<CompactReport>
 pub(crate) type Locked<'a> = crate::fork::Gated<std::sync::MutexGuard<'a, Writer>>;
 
 fn compact_with(s: &Ctx<'_>, w: &mut Locked<'_>, format: Option<u32>) -> Result<CompactReport> {
-    w.sync(&s.dir)?;
+    w.sync(s.dir)?;
     let snap = s.snapshot();
     let before: u64 = snap.chunks.iter().map(|c| c.len).sum();
     let version = w.head.layout.version;
@@ -299,9 +299,9 @@ fn compact_with(s: &Ctx<'_>, w: &mut Locked<'_>, format: Option<u32>) -> Result<
     let target = w.head.chunk_target;
     let kind = if to == 2 { Some(survey.plan(target, base)?) } else { None };
     let gen = w.head.generation + 1;
-    let mut out = NewChunks { dir: &s.dir, base, count: 0, len: 0, file: None };
+    let mut out = NewChunks { dir: s.dir, base, count: 0, len: 0, file: None };
     let r: Result<NewTable> = (|| {
-        let mut table = TableOut::create(&s.dir, gen, kind, records)?;
+        let mut table = TableOut::create(s.dir, gen, kind, records)?;
         // The second pass over the entries: the mapping is read at random,
         // and a table larger than memory lost the first pass's pages.
         snap.table.will_scan();
@@ -400,7 +400,7 @@ fn compact_with(s: &Ctx<'_>, w: &mut Locked<'_>, format: Option<u32>) -> Result<
     // Nor does the snapshot this compaction copied from.
     drop(snap);
     let deferred = std::mem::take(&mut w.deferred);
-    w.remove_old_chunks(&s.dir, deferred.into_iter().chain(old.0..old.0 + old.1));
+    w.remove_old_chunks(s.dir, deferred.into_iter().chain(old.0..old.0 + old.1));
     // The old chunks are gone: their records can never be asked for again.
     s.reads.forget();
     report.bytes_after = live;
@@ -423,8 +423,8 @@ pub(crate) fn commit_table(
     debug_assert_eq!(table.path, s.dir.join(table_name(gen)));
     fs::fsync(&table.file, &table.path)?;
     crate::io::fault::crash_point("table.written");
-    w.sync(&s.dir)?;
-    fs::fsync_dir(&s.dir)?;
+    w.sync(s.dir)?;
+    fs::fsync_dir(s.dir)?;
     let mut head =
         Head { generation: gen, records: table.records, content: table.content, layout: table.layout, ..w.head };
     if let Some((base, count, tail)) = chunks {
@@ -432,7 +432,7 @@ pub(crate) fn commit_table(
         head.chunk_count = count;
         head.tail_len = tail;
     }
-    head.commit(&s.dir)?;
+    head.commit(s.dir)?;
     crate::io::fault::crash_point("table.committed");
     let old_table = s.dir.join(table_name(w.head.generation));
     let _ = fs::remove(&old_table);

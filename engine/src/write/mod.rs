@@ -677,9 +677,9 @@ pub(crate) fn append_input(s: &Ctx<'_>, input: Input<'_, '_>, codec: Option<Code
 /// Writes encoded blocks; a failure poisons the writer and gives back what
 /// was written since the last commit ([`Writer::roll_back`]).
 pub(crate) fn write_blocks(s: &Ctx<'_>, w: &mut Writer, blocks: &[Block<'_>]) -> Result<()> {
-    match w.write_blocks(&s.dir, s.backend, blocks) {
+    match w.write_blocks(s.dir, s.backend, blocks) {
         Ok(()) => Ok(()),
-        Err(e) => w.fail(&s.dir, e),
+        Err(e) => w.fail(s.dir, e),
     }
 }
 
@@ -696,7 +696,7 @@ pub(crate) fn settle<T>(s: &Ctx<'_>, w: &mut Writer, r: Result<T>) -> Result<T> 
 /// Publishes a snapshot of the writer's live state to readers.
 pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
     let old = s.snapshot();
-    let table = Table::open_native(&s.dir, w.head.generation, w.head.layout, w.records)?;
+    let table = Table::open_native(s.dir, w.head.generation, w.head.layout, w.records)?;
     let mut chunks = old.chunks.clone();
     let base = w.head.chunk_base;
     if old.chunk_base != base {
@@ -717,7 +717,7 @@ pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
             Some(_) => {}
             None => {
                 let store = old.chunks.first().and_then(|c| c.file.store());
-                chunks.push(open_chunk(&s.dir, store, Format::Native, ChunkId(id), Some(len), s.reads.direct())?)
+                chunks.push(open_chunk(s.dir, store, Format::Native, ChunkId(id), Some(len), s.reads.direct())?)
             }
         }
     }
@@ -727,7 +727,7 @@ pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
     // gather still reading this snapshot.
     let pin = match &old.pin {
         Some(p) if p.covers(base, w.chunk_count) => Some(p.clone()),
-        _ => crate::snapshot::pins::pin(&s.dir, base, w.chunk_count)?.map(Into::into),
+        _ => crate::snapshot::pins::pin(s.dir, base, w.chunk_count)?.map(Into::into),
     };
     s.publish(Snapshot {
         pin,
@@ -746,7 +746,7 @@ pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
 /// every record appended before the last successful `sync`.
 pub(crate) fn sync(s: &Ctx<'_>) -> Result<()> {
     let mut w = s.writer()?;
-    let r = w.sync(&s.dir);
+    let r = w.sync(s.dir);
     settle(s, &mut w, r)
 }
 

@@ -215,7 +215,7 @@ pub(crate) fn seal(s: &Ctx<'_>) -> Result<CompactReport> {
 }
 
 fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<CompactReport> {
-    w.sync(&s.dir)?;
+    w.sync(s.dir)?;
     let snap = s.snapshot();
     let records = snap.records();
     let bytes: u64 = snap.chunks.iter().map(|c| c.len).sum();
@@ -251,7 +251,7 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
     };
     let gen = w.head.generation + 1;
     let written = (|| {
-        let mut out = TableOut::create(&s.dir, gen, Some(kind), records)?;
+        let mut out = TableOut::create(s.dir, gen, Some(kind), records)?;
         match (kind, survey.fixed) {
             (Sealed::Fixed { .. }, Some(f)) => {
                 for c in f.blocks.iter().chain(&f.block) {
