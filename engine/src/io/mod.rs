@@ -3,18 +3,24 @@
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
 //! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
 //! file shrinking under a mapping an error ([`sigbus`]), the slabs block
-//! reads land in ([`slab`]), and the values each process makes for itself,
+//! reads land in ([`slab`]), the OFD byte-range locks ([`locks`]), and the values each process makes for itself,
 //! which `fork()` locks ([`process`]).
 
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
 pub(crate) mod fds;
 pub(crate) mod fs;
+#[allow(unsafe_code, reason = "takes OFD locks through libc::fcntl; every block has its SAFETY argument")]
+pub(crate) mod locks;
 #[allow(
     unsafe_code,
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
 )]
 pub(crate) mod mmap;
+#[allow(
+    unsafe_code,
+    reason = "registers an exit handler, trims the heap and (in tests) forks; every block has its SAFETY argument"
+)]
 pub(crate) mod process;
 #[allow(
     unsafe_code,

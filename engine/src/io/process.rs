@@ -1,6 +1,7 @@
 //! Process-wide values that belong to the process that made them
 //! ([`PerProcess`]), and the list of them that `fork()`'s prepare step locks
-//! ([`hold_all`]).
+//! ([`hold_all`]); the process's exit handlers ([`at_exit`]) and heap
+//! ([`trim_heap`]).
 
 use std::any::Any;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -134,5 +135,60 @@ impl<T: Send + Sync + 'static> Hold for PerProcess<T> {
 
     fn rank(&self) -> u8 {
         self.rank
+    }
+}
+
+/// Runs `f` when the process exits (`atexit`).
+///
+/// `f` must not unwind: an `extern "C"` function that panics aborts, so it
+/// catches its panics itself to stay quiet.
+pub(crate) fn at_exit(f: extern "C" fn()) {
+    // SAFETY: `f` is a function of this library that takes no arguments and
+    // cannot unwind across the C caller (an `extern "C"` function aborts
+    // instead); the library stays loaded until exit (Rust programs link it,
+    // Python never unloads an extension module, and glibc runs a library's
+    // exit handlers when it is unloaded).
+    unsafe { libc::atexit(f) };
+}
+
+/// Returns the free pages of every heap arena to the system (glibc's
+/// `malloc_trim`); nothing with other allocators.
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim takes each arena's lock itself and only releases
+    // pages of free chunks; it is safe to call from any thread at any time.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// A forked child of a test ([`fork`]).
+#[cfg(test)]
+pub(crate) struct Child(libc::pid_t);
+
+/// Forks: the child runs `child` and exits with its status at once (no
+/// destructors of the parent's run there); the parent gets the [`Child`].
+#[cfg(test)]
+pub(crate) fn fork(child: impl FnOnce() -> i32) -> Child {
+    // SAFETY: the child runs only `child` and then `_exit`s; zring's
+    // pthread_atfork handlers leave no zring lock held in it.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
+    if pid == 0 {
+        let status = child();
+        // SAFETY: ends the child without running the parent's destructors.
+        unsafe { libc::_exit(status) };
+    }
+    Child(pid)
+}
+
+#[cfg(test)]
+impl Child {
+    /// Waits for the child; its exit status, `None` if it did not exit.
+    pub fn wait(self) -> Option<i32> {
+        let mut status = 0;
+        // SAFETY: waits for our own child; `status` is valid.
+        assert_eq!(unsafe { libc::waitpid(self.0, &mut status, 0) }, self.0);
+        libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status))
     }
 }

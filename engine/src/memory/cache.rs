@@ -187,15 +187,9 @@ pub enum NextUse {
 /// every free page of every arena (`madvise(MADV_DONTNEED)`). Other
 /// allocators (musl, a program's own) return large frees themselves or have
 /// their own knobs; nothing is done for them.
-#[allow(unsafe_code, reason = "one libc call with no pointer arguments; the block has its SAFETY argument")]
 fn give_back() {
     crate::io::slab::drain();
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes each arena's lock itself and only releases
-    // pages of free chunks; it is safe to call from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    crate::io::process::trim_heap();
 }
 
 const RANK_UNKNOWN: u64 = u64::MAX - 2;

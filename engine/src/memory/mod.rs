@@ -7,9 +7,5 @@ pub(crate) mod budget;
 pub(crate) mod cache;
 pub(crate) mod owner;
 pub(crate) mod policy;
-#[allow(
-    unsafe_code,
-    reason = "registers ranks with libc::fcntl OFD locks and an atexit handler; every block has its SAFETY argument"
-)]
 pub(crate) mod ranks;
 pub(crate) mod reads;

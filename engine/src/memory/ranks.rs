@@ -67,7 +67,7 @@
 //! that cannot be made, opened or locked counts one rank the same way.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, Once, TryLockError};
@@ -338,47 +338,16 @@ fn held(file: &File) -> u64 {
 }
 
 /// The first lock another description holds that conflicts with a write
-/// lock on `len` bytes from `start` (`l_type` is `F_UNLCK` when none does).
+/// lock on `len` bytes from `start` ([`crate::io::locks::query`]).
 fn query(file: &File, start: u32, len: u32) -> std::io::Result<libc::flock> {
-    let mut l = flock(libc::F_WRLCK, start, len);
-    // SAFETY: the descriptor is open while `file` is borrowed; F_OFD_GETLK
-    // reads and writes the `flock` struct `l`, which outlives the call.
-    if unsafe { libc::fcntl(file.as_fd().as_raw_fd(), libc::F_OFD_GETLK, &mut l) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(l)
+    crate::io::locks::query(file, start, len)
 }
 
 /// Takes an OFD lock of `kind` on `len` bytes from `start` (0: to the end and
-/// beyond) with `cmd` (`F_SETLK` for at once, `F_SETLKW` to wait; mapped to
-/// their OFD forms): `Ok(false)` when another description holds a conflicting
-/// lock and `cmd` does not wait.
+/// beyond) with `cmd` (`F_SETLK` for at once, `F_SETLKW` to wait): `Ok(false)`
+/// when another description holds a conflicting lock and `cmd` does not wait.
 fn lock(file: &File, cmd: libc::c_int, kind: libc::c_int, start: u32, len: u32) -> std::io::Result<bool> {
-    let cmd = if cmd == libc::F_SETLKW { libc::F_OFD_SETLKW } else { libc::F_OFD_SETLK };
-    let l = flock(kind, start, len);
-    loop {
-        // SAFETY: the descriptor is open while `file` is borrowed, and
-        // F_OFD_SETLK(W) only reads the `flock` struct `l`, which outlives the call.
-        if unsafe { libc::fcntl(file.as_raw_fd(), cmd, &l) } == 0 {
-            return Ok(true);
-        }
-        let e = std::io::Error::last_os_error();
-        match e.raw_os_error() {
-            Some(libc::EINTR) => continue,
-            Some(libc::EAGAIN | libc::EACCES) => return Ok(false),
-            _ => return Err(e),
-        }
-    }
-}
-
-fn flock(kind: libc::c_int, start: u32, len: u32) -> libc::flock {
-    // SAFETY: `flock` is a plain C struct of integers; all-zero is a valid value.
-    let mut l: libc::flock = unsafe { std::mem::zeroed() };
-    l.l_type = kind as i16;
-    l.l_whence = libc::SEEK_SET as i16;
-    l.l_start = libc::off_t::from(start);
-    l.l_len = libc::off_t::from(len);
-    l
+    crate::io::locks::lock(file, kind, start, len, cmd == libc::F_SETLKW)
 }
 
 /// Registers (once per process) the exit handler that unregisters this
@@ -386,12 +355,7 @@ fn flock(kind: libc::c_int, start: u32, len: u32) -> libc::flock {
 fn leave_at_exit() {
     static HOOK: Once = Once::new();
     HOOK.call_once(|| {
-        // SAFETY: `on_exit` is a function of this library that takes no
-        // arguments and cannot unwind (it catches panics); the library stays
-        // loaded until exit (Rust programs link it, Python never unloads an
-        // extension module, and glibc runs a library's exit handlers when it
-        // is unloaded).
-        unsafe { libc::atexit(on_exit) };
+        crate::io::process::at_exit(on_exit);
     });
 }
 

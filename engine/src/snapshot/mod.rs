@@ -5,10 +5,6 @@
 
 pub(crate) mod cell;
 pub(crate) mod chunk;
-#[allow(
-    unsafe_code,
-    reason = "takes open file description locks through libc::fcntl; every block has its SAFETY argument"
-)]
 pub(crate) mod pins;
 
 use crate::error::{corrupted, io_err, Error, Result};

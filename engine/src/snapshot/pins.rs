@@ -44,7 +44,6 @@
 
 use crate::format::names::PINS_FILE;
 use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -177,48 +176,15 @@ pub(crate) fn pinned(pins: &File, id: u32) -> bool {
     matches!(got, Ok(false))
 }
 
-pub(crate) fn flock(kind: i16, start: u32, len: u32) -> libc::flock {
-    // SAFETY: `flock` is a plain C struct of integers; all-zero is a valid value.
-    let mut l: libc::flock = unsafe { std::mem::zeroed() };
-    l.l_type = kind;
-    l.l_whence = libc::SEEK_SET as i16;
-    l.l_start = libc::off_t::from(start);
-    // 0 = to the end of the file and beyond.
-    l.l_len = libc::off_t::from(len);
-    l
-}
-
 /// Takes (or with `F_UNLCK` releases) an OFD lock without waiting: `Ok(false)`
 /// when another description holds a conflicting one.
 pub(crate) fn lock(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<bool> {
-    let l = flock(kind, start, len);
-    // SAFETY: the descriptor is open for as long as `file` is borrowed, and
-    // F_OFD_SETLK reads the `flock` struct `l` points to, which outlives the call.
-    let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLK, &l) };
-    if r == 0 {
-        return Ok(true);
-    }
-    let e = std::io::Error::last_os_error();
-    match e.raw_os_error() {
-        Some(libc::EAGAIN | libc::EACCES) => Ok(false),
-        _ => Err(e),
-    }
+    crate::io::locks::lock(file, kind.into(), start, len, false)
 }
 
 /// Takes an OFD lock, waiting for conflicting ones to go.
 fn lock_wait(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<()> {
-    let l = flock(kind, start, len);
-    loop {
-        // SAFETY: as in `lock`; F_OFD_SETLKW reads `l` only.
-        let r = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_OFD_SETLKW, &l) };
-        if r == 0 {
-            return Ok(());
-        }
-        let e = std::io::Error::last_os_error();
-        if e.kind() != std::io::ErrorKind::Interrupted {
-            return Err(e);
-        }
-    }
+    crate::io::locks::lock(file, kind.into(), start, len, true).map(|_| ())
 }
 
 #[cfg(test)]

@@ -452,10 +452,6 @@ pub(crate) fn commit_table(
 }
 
 #[cfg(test)]
-#[allow(
-    unsafe_code,
-    reason = "the test forks the process (libc::fork, _exit, waitpid); each block has its SAFETY note"
-)]
 mod tests {
     use crate::{Codec, Store};
     use std::sync::Arc;
@@ -480,24 +476,20 @@ mod tests {
         while !first_new.exists() {
             std::thread::yield_now();
         }
-        // SAFETY: the child calls only async-signal-tolerant Rust code of this
-        // crate (no allocation-dependent locks are held across fork: the gate
-        // guarantees it) and ends with _exit.
-        let pid = unsafe { libc::fork() };
-        assert!(pid >= 0, "fork failed: {}", std::io::Error::last_os_error());
-        if pid == 0 {
+        let child = crate::io::process::fork(|| {
             let refused = matches!(store.sync(), Err(crate::Error::ReadOnly(m)) if m.contains("forked child"));
-            // SAFETY: ends the child without running the parent's destructors.
-            unsafe { libc::_exit(if refused { 0 } else { 3 }) };
-        }
+            if refused {
+                0
+            } else {
+                3
+            }
+        });
         // What the compaction had copied when fork returned: all of it if fork
         // waited for the whole operation.
         let copied = std::fs::metadata(&first_new).unwrap().len();
-        let mut status = 0;
-        // SAFETY: waits for our own child; `status` is valid.
-        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        let status = child.wait();
         compactor.join().unwrap();
-        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child status {status:#x}");
+        assert_eq!(status, Some(0), "the child was refused its write");
         let total = std::fs::metadata(&first_new).unwrap().len();
         assert!(copied < total, "fork waited for the whole compaction ({copied} of {total} bytes copied)");
         assert_eq!(store.len(), 4095);
