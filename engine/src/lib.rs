@@ -28,19 +28,27 @@
 //!   also be opened and gathered from directly ([`Format::Loaderx`]).
 //! - [`BackendKind`]: io_uring or pread, chosen automatically.
 //!
-//! Inside, one folder per job, and `store.rs` the façade that ties them:
+//! Inside, one folder per job or owner, and `store.rs` the façade that ties
+//! them (it hands each part a narrow context, `read::Ctx` and `write::Ctx`,
+//! never the whole `Store`):
 //! - `format/`: what is on disk: head, record table, entries, codecs, file
 //!   names and constants, the content fingerprint.
-//! - `read/`: gathers (`gather`, `hot`), each store's read policy and counters
-//!   (`reads`, `policy`), the memory budget (`budget`), the process's one owner
-//!   of memory (`memory`) and its record caches (`cache`), the host's rank
-//!   registry (`ranks`), and the pins that keep a snapshot's files (`pins`).
+//! - `snapshot/`: the published snapshot and its loading (`mod.rs`), the
+//!   chunk files (`chunk`), the cell a handle publishes it in (`cell`), and
+//!   the pins that keep a snapshot's files (`pins`).
+//! - `memory/`: the process's one owner of memory (`owner`), the budget
+//!   (`budget`), the read policy (`policy`), the record caches (`cache`),
+//!   each store's read counters (`reads`), the host's rank registry (`ranks`).
+//! - `read/`: the gather request (`request`), gathers (`gather`, `item`,
+//!   `hot`) and mode 3's block loads (`blocks`).
 //! - `write/`: the single writer, append and sync (`mod.rs`), the encoding
 //!   pipeline (`append`), delete and compaction (`compact`), the format-2
-//!   table of a store written once (`seal`), building beside (`builder`).
+//!   table of a store written once (`seal`), the staging directory (`builder`).
 //! - `io/`: io_uring and pread (`uring`), the file-operation seam (`fs`,
 //!   `fault`), chunk descriptors (`fds`), mappings and the SIGBUS guard
-//!   (`mmap`, `sigbus`).
+//!   (`mmap`, `sigbus`), slabs (`slab`), OFD locks (`locks`), per-process
+//!   values and exit handlers (`process`); with `format/crc.rs` and `fork.rs`
+//!   the only places with `unsafe`.
 //! - `env.rs` (every environment variable, in one table), `fork.rs` (the fork
 //!   gate), `pool.rs` (the decode pool), `admin.rs` (stats, verify,
 //!   dictionaries, schema, loaderx import).

@@ -95,7 +95,7 @@ impl StoreBuilder {
     /// explicitly; else the first handle opened with `cache_bytes` that is
     /// still open; a later handle's value does not count while it is open).
     /// By default: `ZRING_CACHE_BYTES`, else the cgroup memory limit less
-    /// what the process uses, else `MemAvailable` (`budget.rs`).
+    /// what the process uses, else `MemAvailable` (`memory/budget.rs`).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = Some(bytes);
         self

@@ -167,9 +167,8 @@ impl Source for StoreView {
 const BLOCK_BYTES: u64 = 1 << 20;
 
 /// Mode 3's shape for `store`: blocks of at least [`BLOCK_BYTES`] of stored
-/// records (a read that large runs at the disk's streaming rate: fio on the
-/// development machine reads 1 MiB random blocks at 1.9 times the rate of
-/// 12 KiB ones), and windows of a quarter of the memory that holds them (the
+/// records (a read that large runs at the disk's streaming rate,
+/// bench-results/engine-notes.md), and windows of a quarter of the memory that holds them (the
 /// record cache of an O_DIRECT store, the budget of a buffered one), so the
 /// window gathered from and the one loading fit with room to spare.
 fn block_shape(store: &Store, layout: Layout) -> Blocks {

@@ -2,12 +2,9 @@
 //!
 //! Computed by `crc-fast`, which picks at run time the fastest of carry-less
 //! multiplication folding with AVX-512 VPCLMULQDQ, with PCLMULQDQ, or a
-//! table. Measured on an Intel host of this project's 2-core machine
-//! (AVX-512, VPCLMULQDQ), bytes already in the CPU cache: 12 KiB records
-//! 120 GB/s against 25 GB/s for the SSE 4.2 instruction loop of the `crc32c`
-//! crate zring used before; 28-byte table entries 6.0 against 4.1 GB/s. The
-//! values are the same (the `crc32c` crate checks them in the tests), so
-//! stores stay compatible.
+//! table (figures in bench-results/engine-notes.md). The values are those
+//! of the `crc32c` crate (which checks them in the tests), so stores stay
+//! compatible.
 //!
 //! Raw records are copied out of memory and checked in one pass
 //! ([`copy_crc32c`]): on a CPU without VPCLMULQDQ a separate check costs
@@ -62,9 +59,8 @@ pub fn copy_crc32c(src: &[u8], dst: &mut [u8]) -> u32 {
 /// hide behind the copy's memory stalls. Records of 4 KiB or more are
 /// stored with non-temporal stores (a gathered batch is megabytes, read
 /// next by the consumer's transfer, not by this thread), and the source is
-/// prefetched 512 bytes ahead. Measured there, random 12 KiB records of a
-/// 1 GiB buffer: copy alone 3.3-3.7 GB/s on one thread, 4.5-5.3 on two;
-/// copy then crc-fast 2.0-2.4 / 3.3-3.5; this 3.4-4.0 / 5.7-5.8.
+/// prefetched 512 bytes ahead: about the speed of the copy alone
+/// (bench-results/engine-notes.md).
 /// `crc-fast` remains the checksum of everything else, and the tests check
 /// this against the `crc32c` crate for every length and alignment.
 #[cfg(target_arch = "x86_64")]

@@ -1,20 +1,20 @@
 //! Chunk-file descriptors: opened when a chunk is first read, and kept in one
 //! bounded cache shared by every store of the process.
 //!
-//! A store used to open every chunk file when it opened (a second time with
-//! O_DIRECT), per handle. With 1 GiB chunks a dataset past half a TiB then
-//! needed more descriptors than the usual soft limit of 1,024, and several
-//! streams or handles reached it sooner. Now a store only checks each chunk's
-//! size when it opens ([`crate::snapshot::chunk::open_chunk`]); a [`ChunkFile`] opens
+//! Opening every chunk file when a store opens (a second time with O_DIRECT),
+//! per handle, would need more descriptors than the usual soft limit of
+//! 1,024 for a dataset past half a TiB of 1 GiB chunks, and sooner with
+//! several streams or handles. So a store only checks each chunk's size when
+//! it opens ([`crate::snapshot::chunk::open_chunk`]); a [`ChunkFile`] opens
 //! its descriptors on first use through this cache, and a chunk never read in
 //! direct mode never gets an O_DIRECT descriptor.
 //!
 //! # Numbers
 //!
 //! * The soft `RLIMIT_NOFILE` is taken as it is. (Raising it to the hard
-//!   limit, as Go's runtime does, was tried: every process the program then
-//!   started inherited the raised limit, and a program that spawns workers
-//!   with `posix_spawn` or `subprocess` has no hook to put it back.)
+//!   limit, as Go's runtime does, would pass the raised limit to every
+//!   process the program starts, and a program that spawns workers with
+//!   `posix_spawn` or `subprocess` has no hook to put it back.)
 //! * The cache keeps at most a quarter of the soft limit open ([`capacity`],
 //!   at least 16, at most 65,536), least recently used first out. The other
 //!   three quarters belong to the program: Python and its libraries, sockets,

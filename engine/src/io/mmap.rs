@@ -144,8 +144,8 @@ fn prefetch_line<T>(at: &T) {
 /// Residency is asked of the kernel (mincore) the first time a page is
 /// needed and then remembered in a bitmap. A remembered page can go stale
 /// when the kernel evicts it; copying it would then fault it back in
-/// synchronously, with the kernel's readahead (measured: 14 times the bytes a
-/// cold gather needs). So the bitmap is tied to the machine's count of evicted
+/// synchronously, with the kernel's readahead (many times the bytes a cold
+/// gather needs). So the bitmap is tied to the machine's count of evicted
 /// page-cache pages ([`evictions`]): when that count has moved, the bitmap is
 /// cleared and pages are asked about again. Evictions it does not count (a
 /// `posix_fadvise(DONTNEED)` by another program) cost synchronous faults,

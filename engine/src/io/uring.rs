@@ -20,10 +20,10 @@ use crate::io::slab::Slab;
 /// completions free slots.
 const RING_ENTRIES: u32 = 256;
 
-/// Most transfers one thread keeps in flight. Measured on a virtio disk, random
-/// 12 KiB reads peak near a queue depth of 32 and get slower beyond it, and a
-/// gather runs on (pool threads + 1) threads at once. `ZRING_QUEUE_DEPTH`
-/// overrides it.
+/// Most transfers one thread keeps in flight: a disk's random small reads
+/// peak at a moderate queue depth and get slower beyond it, and a gather runs
+/// on (pool threads + 1) threads at once (bench-results/engine-notes.md).
+/// `ZRING_QUEUE_DEPTH` overrides it.
 fn max_in_flight() -> usize {
     static QD: OnceLock<usize> = OnceLock::new();
     *QD.get_or_init(|| crate::env::queue_depth().unwrap_or(256).clamp(1, RING_ENTRIES as usize))

@@ -35,9 +35,8 @@
 //!    anonymous memory and its mapped files). The mapped files are mostly the
 //!    program's own code (the interpreter, NumPy, this library: some 40 MiB
 //!    for a Python process), which it runs on every step: a record cache that
-//!    took their room would have them evicted and faulted back over and over
-//!    (measured under a 102 MiB limit: a direct-read gather 18 % slower with a
-//!    cache than without). The rest of the cgroup's page cache is reclaimable
+//!    took their room would have them evicted and faulted back over and over.
+//!    The rest of the cgroup's page cache is reclaimable
 //!    and is what the budget is for; the pages of chunk mappings of stores
 //!    already open are counted too, a conservative error. Memory the record
 //!    cache already holds is not subtracted either, so detecting again while
@@ -50,9 +49,9 @@
 //!    budget, so reads stay buffered as they were before budgets existed.
 //!
 //! The cgroup is shared: a host runs one process per accelerator (4-8 ranks)
-//! in one cgroup, and each used to size its record caches as if the limit were
-//! its own (four ranks in 3 GiB committed about 4× the limit and were
-//! OOM-killed). So the cgroup source also subtracts the anonymous memory of
+//! in one cgroup; a rank that sized its record caches as if the limit were
+//! its own would commit about ranks × the limit and be OOM-killed. So the
+//! cgroup source also subtracts the anonymous memory of
 //! the cgroup's *other* processes (`memory.stat` of the cgroup that sets the
 //! limit: v2 `anon`, v1 `total_rss`; their record caches are anonymous), which
 //! keeps the sum of every rank's caches within the limit, and takes at most
@@ -258,9 +257,8 @@ impl Budget {
 /// budget again, whatever it read meanwhile: the budget also
 /// falls when *other* processes of the cgroup grow (ranks starting up next
 /// to one that filled its cache first), which this process's reads do not
-/// show. Measured: eight ranks starting together in a 2 GiB cgroup, checking
-/// only by records and bytes, had one rank OOM-killed; a look costs tens of
-/// microseconds, 20 a second nothing.
+/// show; a look costs tens of microseconds, 20 a second nothing
+/// (bench-results/engine-notes.md).
 pub(crate) const CHECK_MILLIS: u64 = 50;
 
 /// The budget of this process: `explicit` if given, else `ZRING_CACHE_BYTES`,

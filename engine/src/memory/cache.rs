@@ -327,8 +327,7 @@ impl Cache {
     /// ([`give_back`]): the budget is measured from the process's resident
     /// memory, and memory the allocator kept would read as the rest of the
     /// process having grown, shrinking the cache again, in a spiral down to
-    /// nothing (measured: a loader's cache under a 683 MiB limit went from 611
-    /// MiB to 0 in 15 s, resident memory unchanged throughout).
+    /// nothing (bench-results/engine-notes.md).
     pub fn set_capacity(&self, bytes: u64) {
         self.capacity.store(bytes, Relaxed);
         let mut evicted = false;

@@ -30,9 +30,10 @@
 //!   half at every rebalance, so the shares follow what the program reads now;
 //!   a share that moved by less than an eighth keeps its capacity, since each
 //!   move evicts records. (Ordering the stores strictly by requests per byte
-//!   was tried first: two alike stores then handed the whole cache back and
-//!   forth as their counts wobbled, emptying one cache to fill the other.) A store read buffered (or
-//!   forced) gets no record cache: its records are freed when it switches.
+//!   would have two alike stores hand the whole cache back and forth as their
+//!   counts wobble, emptying one cache to fill the other.) A store read
+//!   buffered (or forced) gets no record cache: its records are freed when
+//!   it switches.
 //!
 //! The owner is also the process's entry in the host's rank registry
 //! ([`crate::memory::ranks`]), which the budget uses to split a cgroup among ranks.

@@ -201,8 +201,7 @@ pub(crate) fn cache_total(now: u64, grows: bool, budget: &Budget) -> Option<u64>
 /// A cache shrinks only when the budget fell by more than this: with looks
 /// every [`CHECK_MILLIS`], the other processes' memory wobbling by a few
 /// megabytes (an interpreter's allocations, batch buffers) would otherwise
-/// evict and re-admit records all the time (measured: four ranks' hit rate
-/// fell from 24 % to 18 %). A quarter of the least reserve of a measured
+/// evict and re-admit records all the time. A quarter of the least reserve of a measured
 /// budget, which covers it; a stated budget (no reserve) has no slack.
 pub(crate) const SHRINK_SLACK: u64 = RESERVE_MIN / 4;
 

@@ -1,7 +1,7 @@
 //! The hot records of a gather: those whose stored bytes are already in
 //! memory (in the page cache, read through a chunk's mapping, or in the record
 //! cache), shared out in groups that any of the gather's threads may claim
-//! while its own reads are in flight (see `Store::read_items`).
+//! while its own reads are in flight (see `read::gather::read_items`).
 
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
