@@ -172,10 +172,14 @@ thread_local! {
 ///
 /// `idle` is called exactly once, on this thread, with the first requests
 /// already in the kernel's hands (io_uring) or before any runs (pread), so
-/// work that needs no I/O overlaps the transfers.
+/// work that needs no I/O overlaps the transfers. At most `limit` requests
+/// are in flight at once. A request whose `ptr` is null gets its buffer from
+/// `prepare(i)` when it is first submitted, so buffers for a long batch need
+/// not all exist at once.
 ///
 /// # Safety
-/// For every request, `ptr..ptr + len` must be valid for writes (`Op::Read`) or
+/// For every request, `ptr..ptr + len` (or, for a null `ptr`, what `prepare`
+/// returns for it, from its return on) must be valid for writes (`Op::Read`) or
 /// reads (`Op::Write`) for the whole call, the ranges of different requests must
 /// not overlap, and nothing may access a range until its `on_done` call (the
 /// callback may access range `i` from its call for `i` on). `fd` must stay open
@@ -183,7 +187,9 @@ thread_local! {
 unsafe fn run(
     backend: BackendKind,
     op: Op,
-    reqs: &[Req],
+    reqs: &mut [Req],
+    limit: usize,
+    prepare: Prepare<'_>,
     on_done: &mut dyn FnMut(usize),
     idle: &mut dyn FnMut(),
 ) -> Result<(), ReqError> {
@@ -206,11 +212,11 @@ unsafe fn run(
                 RING.with(|cell| *cell.borrow_mut() = Some((pid, None)));
                 idle();
                 // SAFETY: the caller's contract is forwarded unchanged.
-                return unsafe { run_sync(op, reqs, on_done) };
+                return unsafe { run_sync(op, reqs, prepare, on_done) };
             };
             let mut healthy = false;
             // SAFETY: the caller's contract is forwarded unchanged.
-            let r = unsafe { run_uring(&mut ring, op, reqs, on_done, idle, &mut healthy) };
+            let r = unsafe { run_uring(&mut ring, op, reqs, limit, prepare, on_done, idle, &mut healthy) };
             // A ring whose enter failed may hold entries it never submitted,
             // pointing at this call's buffers: it is dropped, and the next
             // batch makes a new one.
@@ -222,7 +228,7 @@ unsafe fn run(
         _ => {
             idle();
             // SAFETY: the caller's contract is forwarded unchanged.
-            unsafe { run_sync(op, reqs, on_done) }
+            unsafe { run_sync(op, reqs, prepare, on_done) }
         }
     }
 }
@@ -249,7 +255,7 @@ pub(crate) fn read_batch<'a>(
         idle();
         return Err(e);
     }
-    let reqs: Vec<Req> = reads
+    let mut reqs: Vec<Req> = reads
         .iter()
         .map(|r| Req {
             fd: r.fd.as_raw_fd(),
@@ -272,56 +278,73 @@ pub(crate) fn read_batch<'a>(
     // valid for writes and disjoint. The buffers are held in `slots` and not
     // touched until their completion, when `done` moves buffer `i` out to the
     // callback. The descriptors are borrowed for `'a`, so they stay open.
-    unsafe { run(backend, Op::Read, &reqs, &mut done, idle) }
+    unsafe { run(backend, Op::Read, &mut reqs, usize::MAX, &mut no_prepare, &mut done, idle) }
 }
 
-/// One read into a slab of its own: `len` bytes of `fd` at `offset` into
-/// the slab's start, of which `need` must arrive (see [`Req`]).
+/// Gives a request with a null pointer its buffer at its first submission
+/// ([`run`]).
+type Prepare<'p> = &'p mut dyn FnMut(usize) -> *mut u8;
+
+/// For batches whose every request has its buffer.
+fn no_prepare(i: usize) -> *mut u8 {
+    unreachable!("request {i} was given a buffer")
+}
+
+/// One read into a slab of its own: `len` bytes of `fd` at `offset` into the
+/// start of a slab of at least `len` bytes, of which `need` must arrive (see
+/// [`Req`]).
 pub(crate) struct SlabRead<'f> {
     pub fd: BorrowedFd<'f>,
     pub offset: u64,
-    pub slab: Slab,
     pub len: usize,
     pub need: usize,
 }
 
-/// Runs a batch of reads into slabs; as read `i` completes, its slab is
-/// handed over through `on_done(i, slab)` (to freeze and share, [`Slab`])
-/// while the other reads may still be in flight. Slabs of reads that did not
+/// Runs a batch of reads, each into an O_DIRECT-aligned slab taken when the
+/// read is submitted ([`Slab::take_aligned`]), at most `limit` in flight;
+/// as read `i` completes, its slab is handed over through `on_done(i, slab)`
+/// while the others may still be in flight. Slabs of reads that did not
 /// complete are dropped.
 pub(crate) fn read_slabs(
     backend: BackendKind,
-    reads: Vec<SlabRead<'_>>,
+    reads: &[SlabRead<'_>],
+    limit: usize,
     on_done: &mut dyn FnMut(usize, Slab),
 ) -> Result<(), ReqError> {
     if let Some(e) = injected(crate::io::fault::Kind::Read, reads.len()) {
         return Err(e);
     }
-    let mut slots: Vec<Option<Slab>> = Vec::with_capacity(reads.len());
-    let mut reqs: Vec<Req> = Vec::with_capacity(reads.len());
-    for mut r in reads {
-        let buf = r.slab.as_mut_slice();
-        assert!(r.len <= buf.len() && r.need <= r.len, "a slab read fits its slab");
-        debug_assert_eq!(buf.as_ptr() as usize % ALIGN, 0, "slab reads are aligned for O_DIRECT");
-        reqs.push(Req { fd: r.fd.as_raw_fd(), offset: r.offset, ptr: buf.as_mut_ptr(), len: r.len, need: r.need });
-        slots.push(Some(r.slab));
-    }
+    let slots: std::cell::RefCell<Vec<Option<Slab>>> = std::cell::RefCell::new(reads.iter().map(|_| None).collect());
+    let mut reqs: Vec<Req> = reads
+        .iter()
+        .map(|r| {
+            assert!(r.need <= r.len, "a read needs at most its length");
+            Req { fd: r.fd.as_raw_fd(), offset: r.offset, ptr: std::ptr::null_mut(), len: r.len, need: r.need }
+        })
+        .collect();
+    let mut prepare = |i: usize| {
+        let mut slab = Slab::take_aligned(reads[i].len);
+        let ptr = slab.as_mut_slice().as_mut_ptr();
+        slots.borrow_mut()[i] = Some(slab);
+        ptr
+    };
     let mut done = |i: usize| {
         if crate::io::fault::hit(crate::io::fault::Kind::Complete).is_err() {
             panic!("injected panic in the completion callback of read {i}");
         }
-        if let Some(slab) = slots[i].take() {
+        let slab = slots.borrow_mut()[i].take();
+        if let Some(slab) = slab {
             on_done(i, slab);
         }
     };
-    // SAFETY: each request points into its own slab (checked above to hold
-    // `len` bytes), so the ranges are valid for writes and disjoint. Moving a
-    // `Slab` moves only its handle, not the heap buffer the pointer names; the
-    // slabs stay in `slots`, untouched, until their completion hands them to
-    // the callback, and those not completed are dropped only after `run` has
-    // waited for every submitted request. The descriptors are borrowed for the
-    // call.
-    unsafe { run(backend, Op::Read, &reqs, &mut done, &mut || {}) }
+    // SAFETY: each request gets, at its first submission, a slab of its own
+    // of at least `len` bytes (`take_aligned`), so the ranges are valid for
+    // writes and disjoint. Moving a `Slab` moves only its handle, not the heap
+    // buffer the pointer names; the slabs stay in `slots`, untouched, until
+    // their completion hands them to the callback, and those not completed are
+    // dropped only after `run` has waited for every submitted request. The
+    // descriptors are borrowed for the call.
+    unsafe { run(backend, Op::Read, &mut reqs, limit, &mut prepare, &mut done, &mut || {}) }
 }
 
 /// Asks the kernel to start writing `len` bytes of `fd` at `offset` back to
@@ -353,7 +376,7 @@ pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, 
     if let Some(e) = injected(crate::io::fault::Kind::Write, writes.len()) {
         return Err(e);
     }
-    let reqs: Vec<Req> = writes
+    let mut reqs: Vec<Req> = writes
         .iter()
         .map(|(fd, offset, b)| Req {
             fd: fd.as_raw_fd(),
@@ -366,7 +389,7 @@ pub(crate) fn write_batch(backend: BackendKind, writes: &[(BorrowedFd<'_>, u64, 
     // SAFETY: each request reads from its own borrowed slice, alive and
     // unmodified for the call; `Op::Write` never writes through the pointer.
     // The descriptors are borrowed for the call.
-    unsafe { run(backend, Op::Write, &reqs, &mut |_| {}, &mut || {}) }
+    unsafe { run(backend, Op::Write, &mut reqs, usize::MAX, &mut no_prepare, &mut |_| {}, &mut || {}) }
 }
 
 /// Passes each of a batch's `n` transfers through the fault hook; the first
@@ -379,8 +402,16 @@ fn injected(kind: crate::io::fault::Kind, n: usize) -> Option<ReqError> {
 ///
 /// # Safety
 /// As for [`run`].
-unsafe fn run_sync(op: Op, reqs: &[Req], on_done: &mut dyn FnMut(usize)) -> Result<(), ReqError> {
-    for (i, r) in reqs.iter().enumerate() {
+unsafe fn run_sync(
+    op: Op,
+    reqs: &mut [Req],
+    prepare: Prepare<'_>,
+    on_done: &mut dyn FnMut(usize),
+) -> Result<(), ReqError> {
+    for (i, r) in reqs.iter_mut().enumerate() {
+        if r.ptr.is_null() {
+            r.ptr = prepare(i);
+        }
         let mut done = 0usize;
         while done < r.len {
             // SAFETY: `ptr + done .. ptr + len` lies inside the request's range,
@@ -473,10 +504,13 @@ impl Drop for InFlight<'_> {
 
 /// # Safety
 /// As for [`run`].
+#[allow(clippy::too_many_arguments, reason = "run's arguments and the ring's health, passed down once")]
 unsafe fn run_uring(
     ring: &mut IoUring,
     op: Op,
-    reqs: &[Req],
+    reqs: &mut [Req],
+    limit: usize,
+    prepare: Prepare<'_>,
     on_done: &mut dyn FnMut(usize),
     idle: &mut dyn FnMut(),
     healthy: &mut bool,
@@ -494,7 +528,7 @@ unsafe fn run_uring(
         // Fill the submission queue.
         {
             let mut sq = flight.ring.submission();
-            while !sq.is_full() && flight.count < max_in_flight() && failure.is_none() {
+            while !sq.is_full() && flight.count < max_in_flight().min(limit.max(1)) && failure.is_none() {
                 let i = if let Some(i) = retry.pop() {
                     i
                 } else if next < reqs.len() {
@@ -503,6 +537,9 @@ unsafe fn run_uring(
                 } else {
                     break;
                 };
+                if reqs[i].ptr.is_null() {
+                    reqs[i].ptr = prepare(i);
+                }
                 let r = &reqs[i];
                 let d = done[i];
                 // SAFETY: `d < r.len`, so the pointer stays inside the request's range.
@@ -591,12 +628,14 @@ unsafe fn run_uring(
         // completed part ends: positional transfers are idempotent, so bytes
         // an in-flight request may have delivered are simply read again.
         let rest: Vec<usize> = (0..reqs.len()).filter(|&i| !finished[i]).collect();
-        let tail: Vec<Req> = rest
+        let mut tail: Vec<Req> = rest
             .iter()
             .map(|&i| {
                 let r = &reqs[i];
-                // SAFETY: `done[i] <= r.len`, so the pointer stays inside the request's range.
-                let ptr = unsafe { r.ptr.add(done[i]) };
+                // SAFETY: `done[i] <= r.len`, so the pointer stays inside the
+                // request's range; a request never submitted keeps its null
+                // pointer (and `done[i] == 0`), for `prepare` to fill.
+                let ptr = if r.ptr.is_null() { r.ptr } else { unsafe { r.ptr.add(done[i]) } };
                 Req {
                     fd: r.fd,
                     offset: r.offset + done[i] as u64,
@@ -609,11 +648,13 @@ unsafe fn run_uring(
         // SAFETY: each tail range lies inside its request's range, which the
         // caller's contract keeps valid and unaliased for this call; no
         // callback has run for these requests yet.
-        return unsafe { run_sync(op, &tail, &mut |k| on_done(rest[k])) }.map_err(|e| match e.kind {
-            ReqErrorKind::Eof { got } => {
-                ReqError { req: rest[e.req], kind: ReqErrorKind::Eof { got: got + done[rest[e.req]] } }
+        return unsafe { run_sync(op, &mut tail, &mut |k| prepare(rest[k]), &mut |k| on_done(rest[k])) }.map_err(|e| {
+            match e.kind {
+                ReqErrorKind::Eof { got } => {
+                    ReqError { req: rest[e.req], kind: ReqErrorKind::Eof { got: got + done[rest[e.req]] } }
+                }
+                kind => ReqError { req: rest[e.req], kind },
             }
-            kind => ReqError { req: rest[e.req], kind },
         });
     }
     Ok(())
@@ -647,7 +688,7 @@ impl AlignedBuf {
 mod tests {
     use super::*;
     use std::io::Write;
-    use std::os::fd::AsRawFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     #[test]
     fn the_probe_runs_a_read_and_agrees_with_ring_creation() {
@@ -671,6 +712,35 @@ mod tests {
     }
 
     #[test]
+    fn slab_reads_take_their_slabs_at_submission_and_arrive_whole() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..2_000_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        for b in backends() {
+            // More reads than the limit lets fly at once; the last one ends
+            // past the end of the file, after all it needs.
+            let reads: Vec<SlabRead<'_>> = (0..40)
+                .map(|k| {
+                    let offset = k as u64 * 50_000;
+                    let len = if k == 39 { 60_000 } else { 50_000 };
+                    SlabRead { fd: f.as_fd(), offset, len, need: 50_000 }
+                })
+                .collect();
+            let mut got = vec![false; reads.len()];
+            read_slabs(b, &reads, 3, &mut |i, slab| {
+                let at = i * 50_000;
+                assert_eq!(&slab.as_ref()[..50_000], &data[at..at + 50_000], "read {i} on {b:?}");
+                got[i] = true;
+            })
+            .unwrap();
+            assert!(got.iter().all(|&g| g), "every read completed on {b:?}");
+            let short = [SlabRead { fd: f.as_fd(), offset: 1_990_000, len: 20_000, need: 20_000 }];
+            let err = read_slabs(b, &short, 1, &mut |_, _| panic!("a short read is no completion")).unwrap_err();
+            assert!(matches!(err.kind, ReqErrorKind::Eof { got: 10_000 }), "{err:?} on {b:?}");
+        }
+    }
+
+    #[test]
     fn reads_many_ranges_and_reports_eof() {
         let mut f = tempfile::tempfile().unwrap();
         let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
@@ -691,11 +761,16 @@ mod tests {
             let mut seen = vec![false; reqs.len()];
             let mut idled = 0;
             // SAFETY: ranges are disjoint parts of `out`, untouched until the call returns.
-            unsafe { run(b, Op::Read, &reqs, &mut |i| seen[i] = true, &mut || idled += 1) }.unwrap();
+            unsafe {
+                run(b, Op::Read, &mut reqs.clone(), usize::MAX, &mut no_prepare, &mut |i| seen[i] = true, &mut || {
+                    idled += 1
+                })
+            }
+            .unwrap();
             assert!(seen.iter().all(|s| *s), "{b:?}: a completion was not reported");
             assert_eq!(idled, 1, "{b:?}: the idle work runs exactly once");
             // SAFETY: no requests.
-            unsafe { run(b, Op::Read, &[], &mut |_| {}, &mut || idled += 1) }.unwrap();
+            unsafe { run(b, Op::Read, &mut [], usize::MAX, &mut no_prepare, &mut |_| {}, &mut || idled += 1) }.unwrap();
             assert_eq!(idled, 2, "{b:?}: an empty batch still runs the idle work");
             for k in 0..600 {
                 assert_eq!(&out[k * 100..k * 100 + 100], &data[k * 157..k * 157 + 100], "{b:?} req {k}");
@@ -703,11 +778,12 @@ mod tests {
             let mut tail = vec![0u8; 200];
             let past = Req { fd: f.as_raw_fd(), offset: 99_950, ptr: tail.as_mut_ptr(), len: 200, need: 200 };
             // SAFETY: one request into `tail`.
-            let err = unsafe { run(b, Op::Read, &[past], &mut |_| {}, &mut || {}) }.unwrap_err();
+            let err = unsafe { run(b, Op::Read, &mut [past], usize::MAX, &mut no_prepare, &mut |_| {}, &mut || {}) }
+                .unwrap_err();
             assert!(matches!(err.kind, ReqErrorKind::Eof { got: 50 }), "{b:?}: {err:?}");
             let ok = Req { need: 50, ..past };
             // SAFETY: as above.
-            unsafe { run(b, Op::Read, &[ok], &mut |_| {}, &mut || {}) }.unwrap();
+            unsafe { run(b, Op::Read, &mut [ok], usize::MAX, &mut no_prepare, &mut |_| {}, &mut || {}) }.unwrap();
             assert_eq!(&tail[..50], &data[99_950..]);
         }
     }
@@ -728,13 +804,15 @@ mod tests {
                 })
                 .collect();
             // SAFETY: disjoint ranges of `src`, alive for the call.
-            unsafe { run(b, Op::Write, &reqs, &mut |_| {}, &mut || {}) }.unwrap();
+            unsafe { run(b, Op::Write, &mut reqs.clone(), usize::MAX, &mut no_prepare, &mut |_| {}, &mut || {}) }
+                .unwrap();
             let mut back = vec![0u8; 4096];
             std::os::unix::fs::FileExt::read_exact_at(&f, &mut back, 0).unwrap();
             assert_eq!(back, src);
             let bad = Req { fd: -1, ..reqs[0] };
             // SAFETY: as above.
-            let err = unsafe { run(b, Op::Write, &[bad], &mut |_| {}, &mut || {}) }.unwrap_err();
+            let err = unsafe { run(b, Op::Write, &mut [bad], usize::MAX, &mut no_prepare, &mut |_| {}, &mut || {}) }
+                .unwrap_err();
             assert!(matches!(err.kind, ReqErrorKind::Os(_)), "{b:?}: {err:?}");
         }
     }

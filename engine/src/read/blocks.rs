@@ -5,8 +5,8 @@
 //! records its next steps draw from (a window of them). Read record by
 //! record, a window costs one small random read per record; read here, it
 //! costs one read per run of records that lie back to back in one chunk
-//! file (a run is cut at [`MAX_SPAN`] bytes), issued together at the depth
-//! the I/O backend allows. With a record cache (O_DIRECT reads) each run
+//! file (a run is cut at [`MAX_SPAN`] bytes), about [`IN_FLIGHT_BYTES`] of
+//! them in flight at once. With a record cache (O_DIRECT reads) each run
 //! is read into a slab ([`crate::io::slab`]) and each record is copied
 //! into a recycled slab of its own size in the cache, ranked by the next use
 //! the caller gives; the gathers find them there and check their checksums
@@ -22,7 +22,6 @@ use std::os::fd::AsFd;
 use crate::error::{corrupted, Error, Result};
 use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
-use crate::io::slab::Slab;
 use crate::io::uring::{self, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
 use crate::read::Ctx;
@@ -34,14 +33,12 @@ use crate::snapshot::Snapshot;
 /// 4 MiB ones), small enough that a window is many reads in flight at once.
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
-/// One batch of runs reads at most this many bytes at once (then the next):
-/// with [`STREAMS`] batches in flight, bounds the memory a window's load holds
-/// beside the cache before its records are admitted (each admission evicts
-/// what the cache must give up).
-const BATCH_BYTES: u64 = 16 << 20;
-
-/// Batches in flight at once, each on its own thread (see [`prefetch`]).
-const STREAMS: usize = 2;
+/// About this many bytes are in flight at once while a window loads: as one
+/// run's read completes and its records are copied into the cache, the next
+/// run's read is submitted, so the device always has this much to do (fio on
+/// the development machine: 1 MiB random reads peak at a queue depth of about
+/// 32), and the memory a load holds beside the cache stays bounded.
+const IN_FLIGHT_BYTES: u64 = 32 << 20;
 
 /// A run of records to read as one: entries `first..first + count` of the
 /// list, bytes `offset..end` of `chunk`.
@@ -88,41 +85,9 @@ pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next
     if !caching {
         return advise(snap, &runs);
     }
-    let mut batches = Vec::new();
-    let mut at = 0;
-    while at < runs.len() {
-        let mut bytes = 0;
-        let mut end = at;
-        while end < runs.len() && (end == at || bytes + span(&runs[end]).1 <= BATCH_BYTES) {
-            bytes += span(&runs[end]).1;
-            end += 1;
-        }
-        batches.push(&runs[at..end]);
-        at = end;
-    }
-    // Two streams of batches, each on its own thread and ring: while one
-    // waits for its batch's last reads and copies records out, the other's
-    // reads keep the device busy.
-    let stream = |parity: usize| -> Result<()> {
-        for batch in batches.iter().skip(parity).step_by(STREAMS) {
-            read_runs(s, snap, batch, &wanted)?;
-            s.reads.count_prefetched(batch.iter().map(|r| r.end - r.offset).sum());
-        }
-        Ok(())
-    };
-    if batches.len() < 2 {
-        return stream(0);
-    }
-    std::thread::scope(|scope| {
-        // Without a second thread (none to be had), one thread reads both.
-        let Ok(other) = std::thread::Builder::new().name("zring-blocks".into()).spawn_scoped(scope, || stream(1))
-        else {
-            return stream(0).and_then(|()| stream(1));
-        };
-        let mine = stream(0);
-        let theirs = other.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
-        mine.and(theirs)
-    })
+    read_runs(s, snap, &runs, &wanted)?;
+    s.reads.count_prefetched(runs.iter().map(|r| r.end - r.offset).sum());
+    Ok(())
 }
 
 /// Cuts `wanted` (in index order) into runs of records back to back in one
@@ -162,8 +127,9 @@ fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
     Ok(())
 }
 
-/// Reads `runs` in one batch (O_DIRECT where the chunk allows), each into a
-/// slab of its own, and offers each record to the record cache.
+/// Reads `runs` (O_DIRECT where the chunk allows), each into a slab of its
+/// own, about [`IN_FLIGHT_BYTES`] in flight, and offers each record to the
+/// record cache as its run arrives.
 fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
     let mut files = std::collections::HashMap::new();
     for run in runs {
@@ -176,21 +142,21 @@ fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, 
             });
         }
     }
-    let reads = runs
+    let reads: Vec<uring::SlabRead<'_>> = runs
         .iter()
         .map(|run| {
             let (start, len) = span(run);
-            let len = len as usize;
             uring::SlabRead {
                 fd: files[&run.chunk].as_fd(),
                 offset: start,
-                slab: Slab::take_aligned(len),
-                len,
+                len: len as usize,
                 need: (run.end - start) as usize,
             }
         })
         .collect();
-    let r = uring::read_slabs(s.backend, reads, &mut |i, slab| {
+    let total: u64 = runs.iter().map(|r| span(r).1).sum();
+    let limit = (IN_FLIGHT_BYTES * runs.len() as u64 / total.max(1)).max(1) as usize;
+    let r = uring::read_slabs(s.backend, &reads, limit, &mut |i, slab| {
         let run = &runs[i];
         let start = span(run).0;
         let buf = slab.as_ref();
