@@ -271,6 +271,32 @@ impl Shared {
     }
 }
 
+impl crate::prefetch::Windows for Shared {
+    fn wait_for_claim(&self, step: u64) -> bool {
+        let mut state = self.lock();
+        while !state.shutdown && state.next_claim < step {
+            state = self.work.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        !state.shutdown
+    }
+
+    fn load(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
+        self.ctx.streams.iter().flat_map(|s| &s.sources).all(|source| source.prefetch(blocks, next).is_ok())
+    }
+
+    fn loaded_until(&self, step: u64) {
+        let mut state = self.lock();
+        state.loaded_until = state.loaded_until.max(step);
+        drop(state);
+        self.work.notify_all();
+    }
+
+    fn stopped(&self) {
+        self.lock().prefetching = false;
+        self.work.notify_all();
+    }
+}
+
 /// An endless, step-based loader over named streams.
 ///
 /// Built with [`Loader::new`], it starts `threads` workers that gather up to
@@ -811,7 +837,7 @@ impl Loader {
             let (shard, start) = (config.shard, config.start_step);
             let spawned = thread::Builder::new()
                 .name("zring-prefetch".to_owned())
-                .spawn(move || crate::prefetch::run(&prefetch_shared, &sampler, shard, start));
+                .spawn(move || crate::prefetch::run(&*prefetch_shared, &sampler, shard, start));
             match spawned {
                 Ok(handle) => workers.push(handle),
                 // Without the thread the gathers read record by record.

@@ -9,44 +9,52 @@
 //! of the steps claimed: window `w + 1` loads once a step of window `w` is
 //! claimed, so the memory held is about two windows. Workers claim a step
 //! only once every window it draws from is loaded
-//! ([`State::loaded_until`](crate::loader::State)), so no record is read
+//! ([`Windows::loaded_until`]), so no record is read
 //! twice, once small by a gather and once whole by its block. The thread
 //! stops (and the workers stop waiting for it) on shutdown, past the last
 //! step, or when a source's prefetch fails: the gathers then read what they
 //! need themselves and report any real error with its step.
 
+use std::ops::Range;
+
 use zring_sampler::{Sampler, Shard};
 
-use crate::loader::Shared;
+/// What the prefetch thread asks of the loader it works for (the loader's
+/// shared state implements it), so that this module needs nothing of the
+/// loader's insides.
+pub(crate) trait Windows {
+    /// Waits until a step at or past `step` has been claimed; `false` once the
+    /// loader shuts down.
+    fn wait_for_claim(&self, step: u64) -> bool;
+    /// Loads the records of `blocks` in every source, `next` holding when
+    /// each is drawn next; `false` when a source failed.
+    fn load(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
+    /// Steps below `step` draw only from loaded windows.
+    fn loaded_until(&self, step: u64);
+    /// The thread has stopped: workers no longer wait for windows.
+    fn stopped(&self);
+}
 
-/// Clears `prefetching` however the thread ends, so no worker waits for a
-/// window that will never load.
-struct Done<'a>(&'a Shared);
+/// Tells the loader the thread stopped, however it ends, so no worker waits
+/// for a window that will never load.
+struct Done<'a>(&'a dyn Windows);
 
 impl Drop for Done<'_> {
     fn drop(&mut self) {
-        self.0.lock().prefetching = false;
-        self.0.work.notify_all();
+        self.0.stopped();
     }
 }
 
 /// The prefetch thread's body: loads the windows from the one holding
 /// `start`'s first draw on.
-pub(crate) fn run(shared: &Shared, sampler: &Sampler, shard: Shard, start: u64) {
+pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: u64) {
     let _done = Done(shared);
     let mut window = sampler.window(start);
     let mut previous_start: Option<u64> = None;
     while let Some(w) = window {
-        {
-            let mut state = shared.lock();
-            loop {
-                if state.shutdown {
-                    return;
-                }
-                if previous_start.is_none_or(|p| state.next_claim >= p) {
-                    break;
-                }
-                state = shared.work.wait(state).unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(p) = previous_start {
+            if !shared.wait_for_claim(p) {
+                return;
             }
         }
         let indices: Vec<u64> = w.records.iter().flat_map(Clone::clone).collect();
@@ -72,17 +80,10 @@ pub(crate) fn run(shared: &Shared, sampler: &Sampler, shard: Shard, start: u64) 
         // rank as needed at their step (the cache keeps them no longer than
         // this window's).
         let _ = shard;
-        for stream in &shared.ctx.streams {
-            for source in &stream.sources {
-                if source.prefetch(&w.records, &next).is_err() {
-                    return;
-                }
-            }
+        if !shared.load(&w.records, &next) {
+            return;
         }
-        let mut state = shared.lock();
-        state.loaded_until = state.loaded_until.max(w.complete);
-        drop(state);
-        shared.work.notify_all();
+        shared.loaded_until(w.complete);
         previous_start = Some(w.steps.start);
         window = sampler.next_window(&w);
     }
