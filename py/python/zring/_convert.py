@@ -75,84 +75,8 @@ from typing import Any, Iterable, Iterator
 import numpy as np
 
 from . import _megatron, _schema
-from ._zrecord import WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
+from ._zrecord import NAMES_DIR, WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
-
-#: Directory (a ragged store of UTF-8 bytes) holding a store's record names.
-NAMES_DIR = "names"
-#: The single JSON list earlier versions wrote.
-LEGACY_NAMES = "names.json"
-
-
-class Names(Sequence[str]):
-    """A store's record names, read on demand: ``len``, ``names[i]``,
-    ``names[a:b]`` (a list), iteration (in blocks), ``==`` with a list."""
-
-    _BLOCK = 65_536
-
-    def __init__(self, path: Path):
-        from .dataset import RaggedDataset
-
-        self._ds = RaggedDataset(path)
-
-    def __len__(self) -> int:
-        return len(self._ds)
-
-    def _block(self, start: int, stop: int) -> list[str]:
-        if start >= stop:
-            return []
-        values, splits = self._ds[np.arange(start, stop, dtype=np.int64)]
-        raw = values.tobytes()
-        return [raw[a:b].decode("utf-8") for a, b in zip(splits[:-1], splits[1:])]
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            if step != 1:
-                return [self[k] for k in range(start, stop, step)]
-            return self._block(start, stop)
-        n = len(self)
-        k = int(i)
-        if not -n <= k < n:
-            raise IndexError(f"name {k} is out of range for {n} records")
-        k %= n
-        return self._block(k, k + 1)[0]
-
-    def __iter__(self) -> Iterator[str]:
-        for start in range(0, len(self), self._BLOCK):
-            yield from self._block(start, min(len(self), start + self._BLOCK))
-
-    def __eq__(self, other: object) -> bool:
-        if isinstance(other, (Names, list, tuple)):
-            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
-        return NotImplemented
-
-    def __repr__(self) -> str:
-        return f"<zring names of {len(self)} records>"
-
-
-def read_names(path: str | os.PathLike[str], records: int | None = None) -> Sequence[str] | None:
-    """The names kept with the store at ``path``, or None. With ``records``
-    (the store's record count), names of another count are a CorruptError
-    naming both counts."""
-    from ._zrecord import names_mismatch
-
-    p = Path(path)
-    if (p / NAMES_DIR).is_dir():
-        names = Names(p / NAMES_DIR)
-        if records is not None and len(names) != records:
-            raise names_mismatch(p, records, len(names))
-        return names
-    legacy = p / LEGACY_NAMES
-    try:
-        text = legacy.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return None
-    names = json.loads(text)
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise ValueError(f"{legacy} is not a JSON list of strings")
-    return names
-
 
 def _write_names(store_dir: Path, names: Iterable[str]) -> None:
     """Writes ``names`` (streamed) as the store's names store."""

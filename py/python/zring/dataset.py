@@ -8,8 +8,9 @@ temporary buffer. Datasets open the store read-only, so any number of them
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -82,7 +83,6 @@ class _Base(_util.Closeable):
         never one list of every name; deletes through :class:`Zrecord` keep it
         aligned with the records."""
         if not hasattr(self, "_names"):
-            from ._convert import read_names
 
             self._names = read_names(self.path, len(self))
         return self._names
@@ -285,3 +285,75 @@ class RaggedDataset(_Base):
 
     def __repr__(self) -> str:
         return f"RaggedDataset({str(self.path)!r}, dtype={self.dtype}, item_shape={self.item_shape})"
+
+
+#: The single JSON list earlier versions wrote.
+LEGACY_NAMES = "names.json"
+
+
+class Names(Sequence[str]):
+    """A store's record names, read on demand: ``len``, ``names[i]``,
+    ``names[a:b]`` (a list), iteration (in blocks), ``==`` with a list."""
+
+    _BLOCK = 65_536
+
+    def __init__(self, path: Path):
+        self._ds = RaggedDataset(path)
+
+    def __len__(self) -> int:
+        return len(self._ds)
+
+    def _block(self, start: int, stop: int) -> list[str]:
+        if start >= stop:
+            return []
+        values, splits = self._ds[np.arange(start, stop, dtype=np.int64)]
+        raw = values.tobytes()
+        return [raw[a:b].decode("utf-8") for a, b in zip(splits[:-1], splits[1:])]
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            start, stop, step = i.indices(len(self))
+            if step != 1:
+                return [self[k] for k in range(start, stop, step)]
+            return self._block(start, stop)
+        n = len(self)
+        k = int(i)
+        if not -n <= k < n:
+            raise IndexError(f"name {k} is out of range for {n} records")
+        k %= n
+        return self._block(k, k + 1)[0]
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self), self._BLOCK):
+            yield from self._block(start, min(len(self), start + self._BLOCK))
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, (Names, list, tuple)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    def __repr__(self) -> str:
+        return f"<zring names of {len(self)} records>"
+
+
+def read_names(path: str | os.PathLike[str], records: int | None = None) -> Sequence[str] | None:
+    """The names kept with the store at ``path``, or None. With ``records``
+    (the store's record count), names of another count are a CorruptError
+    naming both counts."""
+    from ._zrecord import NAMES_DIR, names_mismatch
+
+    p = Path(path)
+    if (p / NAMES_DIR).is_dir():
+        names = Names(p / NAMES_DIR)
+        if records is not None and len(names) != records:
+            raise names_mismatch(p, records, len(names))
+        return names
+    legacy = p / LEGACY_NAMES
+    try:
+        text = legacy.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    names = json.loads(text)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise ValueError(f"{legacy} is not a JSON list of strings")
+    return names
