@@ -53,9 +53,9 @@
 //!   when single gathers are latency-bound (cold cache, slow disk) and the
 //!   window is deep enough to keep several in flight. Once `min(threads,
 //!   depth)` gathers can run at once on as many cores, each worker gathers
-//!   alone ([`zring_engine::set_thread_fan_out`]): the store's pool would
-//!   only put more threads than cores on the decoding (measured: 18-33 %
-//!   fewer batches per second with 2 workers on 2 cores).
+//!   alone (its gather request's fan-out is off): the store's pool would
+//!   only put more threads than cores on the decoding
+//!   (bench-results/engine-notes.md).
 //!
 //! * Buffers the caller holds. Batches own their buffers ([`crate::Pooled`]), and a
 //!   worker that finds its pool empty allocates instead of waiting. Waiting

@@ -9,9 +9,9 @@
 //! How random the bijection looks depends on the round count and the half
 //! width. Four rounds is the classic minimum (Luby–Rackoff) when `F` looks
 //! like a random function, but the distance from a random permutation shrinks
-//! only with `2^h`: on tiny halves four rounds leave visible order (we measured
-//! rank correlations between position and image far beyond chance at
-//! `n = 1000`). So halves under [`FEW_ROUNDS_MIN_HALF_BITS`] bits, index
+//! only with `2^h`: on tiny halves four rounds leave visible order (rank
+//! correlations between position and image far beyond chance,
+//! bench-results/engine-notes.md). So halves under [`FEW_ROUNDS_MIN_HALF_BITS`] bits, index
 //! spaces below `2^14`, get eight rounds; larger ones four, which keeps the
 //! common case at a few nanoseconds per index.
 //!

@@ -386,14 +386,9 @@ impl Mixture {
     /// record are tried for one that lands in the shard's rows.
     ///
     /// Each draw tried costs a few allocations of the rows (`O(sources)`
-    /// each). Measured (dev build, shared machine): a step of 1,024 rows over
-    /// 100 sources 1.5–2.6 ms whole, 6–7 ms for one shard of 8 (each draw
-    /// lands in the shard's interleaved rows 1 time in 8, where grouped rows
-    /// gave a shard whole sources and a hit at the first try: 0.6–1.4 ms);
-    /// 3 sources, one shard of 8 of 4,096 rows: 4.4–6 ms (0.15 ms grouped);
-    /// against 2–190 µs for the rows alone. A loader asks only while a
-    /// store reads around the page cache, where the step's reads take
-    /// longer.
+    /// each), several times the rows alone for one shard of many
+    /// (bench-results/engine-notes.md). A loader asks only while a store
+    /// reads around the page cache, where the step's reads take longer.
     pub fn fill_shard_with_next_use(
         &self,
         step: u64,

@@ -28,16 +28,15 @@ use crate::read::Ctx;
 use crate::snapshot::Snapshot;
 
 /// The longest single read: one run of back-to-back records is cut here.
-/// Large enough that a disk streams at its sequential rate (fio on the
-/// development machine: 1 MiB random reads at queue depth 32 reach 0.76 of
-/// 4 MiB ones), small enough that a window is many reads in flight at once.
+/// Large enough that a disk streams at its sequential rate, small enough that
+/// a window is many reads in flight at once (bench-results/engine-notes.md).
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
 /// About this many bytes are in flight at once while a window loads: as one
 /// run's read completes and its records are copied into the cache, the next
-/// run's read is submitted, so the device always has this much to do (fio on
-/// the development machine: 1 MiB random reads peak at a queue depth of about
-/// 32), and the memory a load holds beside the cache stays bounded.
+/// run's read is submitted, so the device always has this much to do (about
+/// the queue depth at which large random reads peak, bench-results/engine-notes.md),
+/// and the memory a load holds beside the cache stays bounded.
 const IN_FLIGHT_BYTES: u64 = 32 << 20;
 
 /// A run of records to read as one: entries `first..first + count` of the
