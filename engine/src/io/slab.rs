@@ -9,8 +9,15 @@
 //! stays exact (records cut as slices of the run's slab would keep the whole
 //! run alive until its last record left).
 //!
-//! Freed slabs go back to a small process-wide pool ([`POOL_BYTES`]) and are
-//! handed out again for the same rounded size: memory fresh from the kernel
+//! A record's slab is rounded up to 64 bytes below [`GRAIN`] and to a page
+//! ([`ALIGN`]) from there, so a record wastes at most 1/16 of its size (a run's
+//! slab, rounded to [`GRAIN`], is freed as soon as its records are copied
+//! out). The record cache charges each record the capacity of its slab
+//! ([`record_capacity`]), which is what it holds.
+//!
+//! Freed slabs go back to a small process-wide pool (at most [`POOL_BYTES`],
+//! less for a small budget: [`set_limits`]) and are handed out again for the
+//! same rounded size: memory fresh from the kernel
 //! costs a page fault and a page clear per 4 KiB on first touch, which at the
 //! disk's large-read rate takes most of a core. In a steady state every
 //! record a window admits evicts one of about its size, so the pool stays
@@ -21,6 +28,7 @@
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::Mutex;
 
 use bytes::Bytes;
@@ -44,6 +52,41 @@ const SMALL: usize = 64;
 /// copied out.
 pub(crate) const POOL_BYTES: usize = 48 << 20;
 
+/// The most bytes block reads keep in flight at once ([`crate::read::blocks`]).
+pub(crate) const IN_FLIGHT_BYTES: u64 = 32 << 20;
+
+/// The pool's limit now ([`set_limits`]).
+static POOL_LIMIT: AtomicUsize = AtomicUsize::new(POOL_BYTES);
+/// The reads' limit in flight now ([`set_limits`]).
+static IN_FLIGHT_LIMIT: AtomicU64 = AtomicU64::new(IN_FLIGHT_BYTES);
+
+/// Memory the reads may hold beside the record cache (the pool and the reads
+/// in flight) for `io` bytes of the budget ([`crate::memory::budget`]):
+/// [`POOL_BYTES`] and [`IN_FLIGHT_BYTES`] at most, in that proportion below.
+pub(crate) fn set_limits(io: u64) {
+    let (pool, in_flight) = limits(io);
+    POOL_LIMIT.store(pool, Relaxed);
+    IN_FLIGHT_LIMIT.store(in_flight, Relaxed);
+    let over = POOL.try_lock().is_ok_and(|p| p.bytes > pool);
+    if over {
+        drain();
+    }
+}
+
+/// The pool's and the reads' limits for `io` bytes ([`set_limits`]).
+fn limits(io: u64) -> (usize, u64) {
+    let full = POOL_BYTES as u64 + IN_FLIGHT_BYTES;
+    let io = io.min(full);
+    let pool = (u128::from(io) * POOL_BYTES as u128 / u128::from(full)) as u64;
+    // At least one page in flight, so a read can still be made.
+    (pool as usize, (io - pool).max(ALIGN as u64))
+}
+
+/// The most bytes block reads may keep in flight now ([`set_limits`]).
+pub(crate) fn in_flight_bytes() -> u64 {
+    IN_FLIGHT_LIMIT.load(Relaxed)
+}
+
 /// Freed slabs by capacity, each allocated with [`layout`].
 struct Pool {
     free: BTreeMap<usize, Vec<NonNull<u8>>>,
@@ -57,12 +100,22 @@ unsafe impl Send for Pool {}
 
 static POOL: Mutex<Pool> = Mutex::new(Pool { free: BTreeMap::new(), bytes: 0 });
 
-/// The capacity a slab of `len` bytes gets.
+/// The capacity a run's slab of `len` bytes gets.
 fn capacity(len: usize) -> usize {
     if len >= GRAIN {
         len.div_ceil(GRAIN) * GRAIN
     } else {
         len.max(1).div_ceil(SMALL) * SMALL
+    }
+}
+
+/// The capacity a record's slab of `len` bytes gets ([`Slab::copy_of`]; module
+/// docs): what the record cache charges for it.
+pub(crate) fn record_capacity(len: usize) -> usize {
+    if len >= GRAIN {
+        len.div_ceil(ALIGN) * ALIGN
+    } else {
+        capacity(len)
     }
 }
 
@@ -89,14 +142,19 @@ impl Slab {
     /// A slab of at least `len` bytes (capacity rounded up, [`capacity`]),
     /// from the pool when it holds one of that capacity.
     pub fn take(len: usize) -> Slab {
-        let cap = capacity(len);
+        Slab::with_capacity(capacity(len))
+    }
+
+    /// A slab of exactly `cap` bytes, from the pool when it holds one.
+    fn with_capacity(cap: usize) -> Slab {
         if let Ok(mut pool) = POOL.try_lock() {
             if let Some(ptr) = pool.free.get_mut(&cap).and_then(Vec::pop) {
                 pool.bytes -= cap;
                 return Slab { ptr, cap };
             }
         }
-        // SAFETY: the layout has a non-zero size (cap >= SMALL).
+        // SAFETY: the layout has a non-zero size (every capacity is at least
+        // SMALL).
         let raw = unsafe { alloc_zeroed(layout(cap)) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| handle_alloc_error(layout(cap)));
         Slab { ptr, cap }
@@ -118,7 +176,7 @@ impl Slab {
 
     /// A slab holding a copy of `bytes`, frozen.
     pub fn copy_of(bytes: &[u8]) -> Bytes {
-        let mut slab = Slab::take(bytes.len());
+        let mut slab = Slab::with_capacity(record_capacity(bytes.len()));
         slab.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
         slab.freeze().slice(..bytes.len())
     }
@@ -139,7 +197,7 @@ impl AsRef<[u8]> for Slab {
 impl Drop for Slab {
     fn drop(&mut self) {
         if let Ok(mut pool) = POOL.try_lock() {
-            if pool.bytes + self.cap <= POOL_BYTES {
+            if pool.bytes + self.cap <= POOL_LIMIT.load(Relaxed) {
                 pool.bytes += self.cap;
                 pool.free.entry(self.cap).or_default().push(self.ptr);
                 return;
@@ -206,5 +264,30 @@ mod tests {
             assert_eq!(&Slab::copy_of(&data)[..], &data[..], "len {len}");
             assert!(capacity(len) >= len && capacity(len) < len.max(1) + GRAIN);
         }
+    }
+
+    /// A record of 64 KiB + 1 byte used to take a 128 KiB slab (2× its size,
+    /// and the cache charged only its length): it now takes 68 KiB. A record
+    /// wastes under 64 bytes, or at most a sixteenth of it from 64 KiB up.
+    #[test]
+    fn a_record_wastes_at_most_a_sixteenth() {
+        for len in [1, 63, 64, 65, 4095, 12_288, GRAIN - 1, GRAIN, GRAIN + 1, 3 * GRAIN + 7, 1 << 24] {
+            let cap = record_capacity(len);
+            assert!(cap >= len && (cap - len < SMALL || (cap - len) * 16 <= len), "len {len}: capacity {cap}");
+            assert_eq!(Slab::copy_of(&vec![1; len]).len(), len);
+        }
+        assert_eq!(record_capacity(GRAIN + 1), GRAIN + ALIGN);
+        // Aligned as its capacity class says (a page from GRAIN up).
+        let b = Slab::copy_of(&vec![0; GRAIN + 1]);
+        assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+    }
+
+    #[test]
+    fn the_limits_follow_the_budget_share() {
+        assert_eq!(limits(u64::MAX), (POOL_BYTES, IN_FLIGHT_BYTES));
+        assert_eq!(limits(80 << 20), (POOL_BYTES, IN_FLIGHT_BYTES));
+        let (pool, in_flight) = limits(8 << 20);
+        assert_eq!((pool, pool as u64 + in_flight), ((8 << 20) * 3 / 5, 8 << 20));
+        assert_eq!(limits(0), (0, ALIGN as u64));
     }
 }

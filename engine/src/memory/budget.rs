@@ -60,6 +60,32 @@
 //! started first do not keep what later ones need: ranks of one job are alike,
 //! and at equal shares each serves the same fraction of its reads from memory.
 //!
+//! # Usage: what keeps a rank alive without the registry
+//!
+//! The split above needs the ranks to count each other, which they cannot
+//! when the registry is unusable (another user took its name, a full tmpfs,
+//! ranks of different users or containers that do not share `/dev/shm`).
+//! Counting itself alone, each rank would size its cache from the whole
+//! limit: four mode-3 ranks in a 1 GiB cgroup had three OOM-killed. So every
+//! look at the budget also reads the usage of the cgroup that sets the limit
+//! ([`Pressure`]: v2 `memory.current`, v1 `memory.usage_in_bytes`, less the
+//! inactive page cache of `memory.stat`, which the kernel reclaims first) and
+//! the processes in it (`cgroup.procs`). The record caches may hold at most
+//! what they held plus a process's part of the room left below the limit less
+//! a margin ([`pressure_margin`]: `limit / 16`, at least 32 MiB): when the
+//! usage comes within the margin of the limit, the cache shrinks by what it
+//! is over (evicting the farthest-needed records), and every process of the
+//! cgroup growing at once still takes no more than the room. This holds for
+//! stated budgets too: a cgroup limit is not a statement, it is enforced. The
+//! cgroup's usage is read at most once per [`CHECK_MILLIS`] (the reader is
+//! injectable, [`Files`], for tests).
+//!
+//! What the reads hold beside the record caches counts in the budget too
+//! ([`Budget::io`]): the pool of freed slabs (48 MiB) and the block reads in
+//! flight (32 MiB), or an eighth of a smaller budget, to which their limits
+//! then shrink ([`crate::io::slab::set_limits`]). The record cache charges each
+//! record the slab it is kept in ([`crate::memory::cache`]).
+//!
 //! Detection reads a handful of small files each time (the limits along the
 //! hierarchy, the cgroup's `memory.stat`, `/proc/meminfo`,
 //! `/proc/self/status`), some tens of microseconds, which is nothing next to
@@ -102,6 +128,9 @@ pub(crate) const RESERVE_MIN: u64 = 32 << 20;
 /// Share of a measured budget kept out of the record cache, when more than
 /// [`RESERVE_MIN`].
 pub(crate) const RESERVE_SHARE: Ratio = Ratio(1, 16);
+/// Share of a small budget the slab pool and the reads in flight may hold
+/// ([`Budget::io`]).
+pub(crate) const IO_SHARE: Ratio = Ratio(1, 8);
 /// Cgroup limits at or above this are "no limit": v1 writes `PAGE_COUNTER_MAX`
 /// pages (9223372036854771712 with 4 KiB pages) for unlimited, and no machine
 /// has 4 EiB of memory.
@@ -114,6 +143,49 @@ pub(crate) struct Budget {
     pub bytes: u64,
     /// Where the number came from.
     pub source: BudgetSource,
+    /// The usage of the cgroup that sets the binding limit, when there is
+    /// one: it bounds the record caches whatever the budget says (module
+    /// docs, "Usage").
+    pub pressure: Option<Pressure>,
+}
+
+/// What a cgroup's usage leaves the record caches of this process (module
+/// docs, "Usage").
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Pressure {
+    /// The cgroup's limit.
+    pub limit: u64,
+    /// Its usage less the page cache the kernel reclaims first.
+    pub used: u64,
+    /// Processes in the cgroup (at least 1).
+    pub procs: u64,
+    /// Bytes this process's record caches charged when `used` was read.
+    pub held: u64,
+    /// The limit's file.
+    pub file: PathBuf,
+}
+
+/// The room a cgroup's usage keeps below its limit: `limit / 16`, at least
+/// [`RESERVE_MIN`] (the time between two looks, the kernel's own memory, and
+/// what the processes allocate meanwhile).
+pub(crate) fn pressure_margin(limit: u64) -> u64 {
+    RESERVE_MIN.max(limit / 16)
+}
+
+impl Pressure {
+    /// The most the record caches of this process may hold: less than they
+    /// held by what the usage is above the margin below the limit, or more by
+    /// a process's part of the room left (each process of the cgroup may take
+    /// as much at the same instant).
+    pub fn cap(&self) -> u64 {
+        let margin = pressure_margin(self.limit);
+        let room = self.limit.saturating_sub(self.used);
+        if room < margin {
+            self.held.saturating_sub(margin - room)
+        } else {
+            self.held.saturating_add((room - margin) / self.procs.max(1))
+        }
+    }
 }
 
 /// Where a [`Budget`] came from, with the numbers that made it.
@@ -219,9 +291,25 @@ impl BudgetSource {
 }
 
 impl Budget {
-    /// The budget and its source, for logs: "2.8 GiB from cgroup v2 ...".
+    /// A budget with no cgroup usage looked at.
+    pub fn new(bytes: u64, source: BudgetSource) -> Budget {
+        Budget { bytes, source, pressure: None }
+    }
+
+    /// The budget and its source, for logs: "2.8 GiB from cgroup v2 ...",
+    /// and the cgroup's usage when that is what bounds the record caches.
     pub fn describe(&self) -> String {
-        format!("{} from {}", human(self.bytes), self.source.describe())
+        let mut s = format!("{} from {}", human(self.bytes), self.source.describe());
+        if let Some(p) = self.pressure.as_ref().filter(|p| p.cap() < self.unpressed()) {
+            s += &format!(
+                "; the cgroup's usage {} of {} ({}) holds the record caches to {}",
+                human(p.used),
+                human(p.limit),
+                p.file.display(),
+                human(p.cap())
+            );
+        }
+        s
     }
 
     /// The share the data may fill and still be read buffered.
@@ -233,14 +321,35 @@ impl Budget {
         }
     }
 
-    /// What a direct-mode record cache may hold: all of a stated budget, a
-    /// measured one less its reserve (module docs).
+    /// What the record caches may hold: the budget (a measured one less its
+    /// reserve, and at most the process's share of a cgroup) less what the
+    /// reads hold beside them ([`Budget::io`]), and no more than the cgroup's
+    /// usage leaves ([`Pressure::cap`]; module docs).
     pub fn for_caches(&self) -> u64 {
-        let share = match self.source {
+        let unpressed = self.unpressed();
+        self.pressure.as_ref().map_or(unpressed, |p| unpressed.min(p.cap()))
+    }
+
+    /// [`Budget::for_caches`] before the cgroup's usage is looked at.
+    fn unpressed(&self) -> u64 {
+        self.bytes.min(self.share()).saturating_sub(self.reserve()).saturating_sub(self.io())
+    }
+
+    /// The process's share of a cgroup's limit; unbounded for other sources.
+    fn share(&self) -> u64 {
+        match self.source {
             BudgetSource::CgroupV2 { share, .. } | BudgetSource::CgroupV1 { share, .. } => share,
             _ => u64::MAX,
-        };
-        self.bytes.min(share).saturating_sub(self.reserve())
+        }
+    }
+
+    /// What the reads hold beside the record caches, counted in the budget:
+    /// the pool of freed slabs and the block reads in flight
+    /// ([`crate::io::slab::set_limits`]), 80 MiB, or an eighth of a smaller
+    /// budget (module docs).
+    pub fn io(&self) -> u64 {
+        let full = crate::io::slab::POOL_BYTES as u64 + crate::io::slab::IN_FLIGHT_BYTES;
+        IO_SHARE.of(self.bytes.min(self.share())).min(full)
     }
 
     /// The part of a measured budget kept out of the record cache.
@@ -317,8 +426,15 @@ pub(crate) fn detect_in(
     rss: u64,
     cached: u64,
 ) -> Result<Budget> {
+    let mut b = source_in(root, explicit, env, rss, cached)?;
+    b.pressure = pressure(root, cached);
+    Ok(b)
+}
+
+/// The budget and its source, before the cgroup's usage is looked at.
+fn source_in(root: &Path, explicit: Option<u64>, env: Option<&str>, rss: u64, cached: u64) -> Result<Budget> {
     if let Some(bytes) = explicit {
-        return Ok(Budget { bytes, source: BudgetSource::Explicit });
+        return Ok(Budget::new(bytes, BudgetSource::Explicit));
     }
     if let Some(value) = env.filter(|v| !v.trim().is_empty()) {
         let bytes = parse_size(value).ok_or_else(|| {
@@ -327,7 +443,7 @@ pub(crate) fn detect_in(
                  e.g. 1073741824, 512M, 8G or 1.5GiB"
             ))
         })?;
-        return Ok(Budget { bytes, source: BudgetSource::Env { value: value.to_string() } });
+        return Ok(Budget::new(bytes, BudgetSource::Env { value: value.to_string() }));
     }
     let mem = meminfo(root);
     let own = rss.saturating_sub(cached);
@@ -349,15 +465,89 @@ pub(crate) fn detect_in(
             2 => BudgetSource::CgroupV2 { limit: l.limit, used, ranks, share, file: l.file },
             _ => BudgetSource::CgroupV1 { limit: l.limit, used, ranks, share, file: l.file },
         };
-        return Ok(Budget { bytes, source });
+        return Ok(Budget::new(bytes, source));
     }
     if let Some(available) = mem.available {
-        return Ok(Budget {
-            bytes: available.saturating_add(cached),
-            source: BudgetSource::MemAvailable { available, cached },
-        });
+        return Ok(Budget::new(available.saturating_add(cached), BudgetSource::MemAvailable { available, cached }));
     }
-    Ok(Budget { bytes: u64::MAX, source: BudgetSource::Unknown })
+    Ok(Budget::new(u64::MAX, BudgetSource::Unknown))
+}
+
+/// Reads the files of a cgroup: the real ones under a root, or a test's.
+pub(crate) trait Files {
+    /// The text of `path` (absolute), `None` when it cannot be read.
+    fn read(&self, path: &Path) -> Option<String>;
+}
+
+/// The files of the tree at a root (standing for `/`).
+pub(crate) struct Under<'a>(pub &'a Path);
+
+impl Files for Under<'_> {
+    fn read(&self, path: &Path) -> Option<String> {
+        read(self.0, path)
+    }
+}
+
+/// The cgroup's usage now ([`Pressure`]) for the process whose record caches
+/// charge `cached`; `None` without a binding cgroup limit. The real system's is
+/// measured at most once per [`CHECK_MILLIS`] (it is looked at near the read
+/// path, for stated budgets too).
+fn pressure(root: &Path, cached: u64) -> Option<Pressure> {
+    let measure = || {
+        let l = cgroup_limit(root)?;
+        let total = meminfo(root).total;
+        if total.is_some_and(|t| l.limit >= t) {
+            return None;
+        }
+        pressure_in(&Under(root), &l, cached)
+    };
+    if root != Path::new("/") {
+        return measure();
+    }
+    type Last = Option<(std::time::Instant, Option<Pressure>)>;
+    static LAST: std::sync::Mutex<Last> = std::sync::Mutex::new(None);
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((at, p)) = last.as_ref() {
+        if at.elapsed() < std::time::Duration::from_millis(CHECK_MILLIS) {
+            return p.clone();
+        }
+    }
+    let p = measure();
+    *last = Some((std::time::Instant::now(), p.clone()));
+    p
+}
+
+/// The usage of the cgroup that sets the limit `l`, read through `files`:
+/// v2 `memory.current`, v1 `memory.usage_in_bytes`, less the page cache the
+/// kernel reclaims first (`inactive_file` of `memory.stat`, v1
+/// `total_inactive_file`), and its processes (`cgroup.procs`).
+pub(crate) fn pressure_in(files: &dyn Files, l: &CgroupLimit, cached: u64) -> Option<Pressure> {
+    let dir = l.file.parent()?;
+    let (usage, key) = if l.version == 2 {
+        ("memory.current", "inactive_file")
+    } else {
+        ("memory.usage_in_bytes", "total_inactive_file")
+    };
+    let usage: u64 = files.read(&dir.join(usage))?.trim().parse().ok()?;
+    let stat = files.read(&dir.join("memory.stat")).unwrap_or_default();
+    let inactive = stat_field(&stat, key).unwrap_or(0);
+    let procs =
+        files.read(&dir.join("cgroup.procs")).map_or(1, |t| t.lines().filter(|l| !l.trim().is_empty()).count()) as u64;
+    Some(Pressure {
+        limit: l.limit,
+        used: usage.saturating_sub(inactive),
+        procs: procs.max(1),
+        held: cached,
+        file: l.file.clone(),
+    })
+}
+
+/// The value of `key` in a `memory.stat` (`key value` lines).
+fn stat_field(stat: &str, key: &str) -> Option<u64> {
+    stat.lines().find_map(|line| {
+        let (k, v) = line.split_once(' ')?;
+        (k == key).then(|| v.trim().parse().ok()).flatten()
+    })
 }
 
 /// Parses a size: plain bytes (`1073741824`) or a number, possibly with a
@@ -456,21 +646,17 @@ fn meminfo(root: &Path) -> MemInfo {
 /// cgroups below it).
 fn cgroup_anon(root: &Path, l: &CgroupLimit) -> Option<u64> {
     let stat = read(root, &l.file.parent()?.join("memory.stat"))?;
-    let key = if l.version == 2 { "anon" } else { "total_rss" };
-    stat.lines().find_map(|line| {
-        let (k, v) = line.split_once(' ')?;
-        (k == key).then(|| v.trim().parse().ok()).flatten()
-    })
+    stat_field(&stat, if l.version == 2 { "anon" } else { "total_rss" })
 }
 
 /// The binding cgroup memory limit of this process.
 #[derive(Debug, PartialEq, Eq)]
-struct CgroupLimit {
+pub(crate) struct CgroupLimit {
     /// 2 or 1.
-    version: u8,
-    limit: u64,
+    pub version: u8,
+    pub limit: u64,
     /// The file that set it, as an absolute path (outside `root`).
-    file: PathBuf,
+    pub file: PathBuf,
 }
 
 /// One cgroup file system mount: where it is mounted, and which directory of
@@ -716,6 +902,112 @@ mod tests {
         }
     }
 
+    /// A cgroup's files that a test changes between looks.
+    struct FakeCgroup(std::cell::RefCell<std::collections::HashMap<PathBuf, String>>);
+
+    impl FakeCgroup {
+        fn new(dir: &str, usage_file: &str, usage: u64, stat: &str, procs: u64) -> FakeCgroup {
+            let f = FakeCgroup(Default::default());
+            f.set(&format!("{dir}/{usage_file}"), &usage.to_string());
+            f.set(&format!("{dir}/memory.stat"), stat);
+            f.set(&format!("{dir}/cgroup.procs"), &(0..procs).map(|p| format!("{}\n", 100 + p)).collect::<String>());
+            f
+        }
+
+        fn set(&self, path: &str, text: &str) {
+            self.0.borrow_mut().insert(PathBuf::from(path), text.to_string());
+        }
+    }
+
+    impl Files for FakeCgroup {
+        fn read(&self, path: &Path) -> Option<String> {
+            self.0.borrow().get(path).cloned()
+        }
+    }
+
+    /// Four ranks that cannot count each other (the registry is unusable)
+    /// each shrink their cache as the cgroup's usage nears the limit, and grow
+    /// into a quarter of the room left at most.
+    #[test]
+    fn usage_near_the_limit_shrinks_the_cache_whatever_the_budget() {
+        for (v, file, usage_file, inactive) in [
+            (2, "/sys/fs/cgroup/job/memory.max", "memory.current", "inactive_file"),
+            (1, "/sys/fs/cgroup/memory/job/memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file"),
+        ] {
+            let l = CgroupLimit { version: v, limit: GIB, file: file.into() };
+            let dir = Path::new(file).parent().unwrap().to_str().unwrap().to_string();
+            // 1000 MiB in use, 100 MiB of it inactive page cache: 124 MiB of
+            // room, 64 MiB of margin; four processes take 15 MiB each at most.
+            let stat = format!("cache 104857600\n{inactive} 104857600\nanon 1\n");
+            let f = FakeCgroup::new(&dir, usage_file, 1000 * MIB, &stat, 4);
+            let p = pressure_in(&f, &l, 300 * MIB).unwrap();
+            assert_eq!((p.used, p.procs, p.held), (900 * MIB, 4, 300 * MIB), "v{v}");
+            assert_eq!(p.cap(), 315 * MIB, "v{v}");
+            // The others grew: usage 1010 MiB and no page cache left. The cache
+            // must give back what the usage is into the margin: 50 MiB.
+            f.set(&format!("{dir}/{usage_file}"), &(1010 * MIB).to_string());
+            f.set(&format!("{dir}/memory.stat"), &format!("{inactive} 0\n"));
+            let p = pressure_in(&f, &l, 300 * MIB).unwrap();
+            assert_eq!(p.cap(), 250 * MIB, "v{v}");
+            // Even a stated budget of the whole limit is held to it.
+            let mut b = Budget::new(GIB, BudgetSource::Explicit);
+            assert_eq!(b.for_caches(), GIB - 80 * MIB, "the slab pool and the reads in flight count");
+            b.pressure = Some(p);
+            assert_eq!(b.for_caches(), 250 * MIB);
+            assert!(
+                b.describe().contains(&format!(
+                    "the cgroup's usage 1010 MiB of 1.0 GiB ({file}) holds the record caches to 250 MiB"
+                )),
+                "{}",
+                b.describe()
+            );
+            // Over the limit by more than the cache holds: nothing cached.
+            f.set(&format!("{dir}/{usage_file}"), &(1100 * MIB).to_string());
+            assert_eq!(pressure_in(&f, &l, 30 * MIB).unwrap().cap(), 0);
+            // No usage file: nothing known, nothing bounded.
+            f.0.borrow_mut().remove(&PathBuf::from(format!("{dir}/{usage_file}")));
+            assert!(pressure_in(&f, &l, 0).is_none());
+        }
+    }
+
+    #[test]
+    fn detection_reads_the_usage_of_the_limiting_cgroup() {
+        let t = tree(&[
+            ("/proc/self/cgroup", "4:memory:/job\n0::/\n"),
+            ("/proc/self/mountinfo", V1_MOUNTS),
+            ("/proc/meminfo", MEMINFO),
+            ("/sys/fs/cgroup/memory/job/memory.limit_in_bytes", &GIB.to_string()),
+            ("/sys/fs/cgroup/memory/job/memory.usage_in_bytes", &(1000 * MIB).to_string()),
+            ("/sys/fs/cgroup/memory/job/memory.stat", "total_rss 943718400\ntotal_inactive_file 0\n"),
+            ("/sys/fs/cgroup/memory/job/cgroup.procs", "7\n8\n"),
+        ]);
+        // The stated budget would let the caches take 1.9 GiB; the usage is
+        // 40 MiB into the margin of 64 MiB below the limit, so this process
+        // keeps 40 MiB less than the 200 MiB it holds.
+        let b = detect_in(t.path(), Some(2 * GIB), None, 250 * MIB, 200 * MIB).unwrap();
+        assert_eq!(b.pressure.as_ref().map(|p| (p.used, p.procs)), Some((1000 * MIB, 2)));
+        assert_eq!(b.for_caches(), 160 * MIB);
+        // No limit, no usage looked at.
+        let t = tree(&[("/proc/meminfo", MEMINFO)]);
+        assert!(detect_in(t.path(), Some(GIB), None, 0, 0).unwrap().pressure.is_none());
+    }
+
+    /// What the reads hold beside the caches comes out of the budget: 80 MiB,
+    /// or an eighth of a smaller budget, or of a cgroup share.
+    #[test]
+    fn the_slab_pool_and_reads_in_flight_count_against_the_budget() {
+        assert_eq!(Budget::new(4 * GIB, BudgetSource::Explicit).for_caches(), 4 * GIB - 80 * MIB);
+        assert_eq!(Budget::new(8 * MIB, BudgetSource::Explicit).for_caches(), 7 * MIB);
+        let m = Budget::new(2 * GIB, BudgetSource::MemAvailable { available: 2 * GIB, cached: 0 });
+        assert_eq!(m.for_caches(), 2 * GIB - 128 * MIB - 80 * MIB);
+        let share = Budget::new(
+            GIB,
+            BudgetSource::CgroupV1 { limit: GIB, used: 0, ranks: 4, share: 256 * MIB, file: "/x".into() },
+        );
+        assert_eq!(share.io(), 32 * MIB);
+        assert_eq!(share.for_caches(), 256 * MIB - 64 * MIB - 32 * MIB);
+    }
+
     #[test]
     fn v2_max_takes_the_smallest_ancestor_limit() {
         let t = tree(&[
@@ -803,7 +1095,7 @@ mod tests {
     fn nothing_found_is_unbounded_and_buffered() {
         let t = tree(&[]);
         let b = budget(t.path(), 0);
-        assert_eq!(b, Budget { bytes: u64::MAX, source: BudgetSource::Unknown });
+        assert_eq!(b, Budget::new(u64::MAX, BudgetSource::Unknown));
         assert_eq!(crate::memory::policy::choose(&b, u64::MAX / 2).mode, crate::memory::policy::ReadMode::Buffered);
     }
 
@@ -816,9 +1108,9 @@ mod tests {
             ("/sys/fs/cgroup/j/memory.max", &GIB.to_string()),
         ]);
         let b = detect_in(t.path(), Some(123), Some("8G"), 0, 0).unwrap();
-        assert_eq!(b, Budget { bytes: 123, source: BudgetSource::Explicit });
+        assert_eq!(b, Budget::new(123, BudgetSource::Explicit));
         let b = detect_in(t.path(), None, Some("8G"), 0, 0).unwrap();
-        assert_eq!(b, Budget { bytes: 8 * GIB, source: BudgetSource::Env { value: "8G".into() } });
+        assert_eq!(b, Budget::new(8 * GIB, BudgetSource::Env { value: "8G".into() }));
         assert_eq!(b.describe(), "8.0 GiB from ZRING_CACHE_BYTES=8G");
         // An empty value is unset.
         assert_eq!(detect_in(t.path(), None, Some(" "), 0, 0).unwrap().bytes, GIB);

@@ -87,8 +87,11 @@
 //!   gathers at once); with 64 shards two of 32 threads touch the same shard
 //!   at one instant with small probability, and a lock is held only for a map
 //!   operation. Copying the bytes into the entry happens outside any lock.
-//! * [`ENTRY_OVERHEAD`] bytes are charged per entry on top of its stored
-//!   bytes: the hash-map bucket and the ordered index entry (each about 1.5
+//! * An entry is charged what it holds: the capacity of the slab its bytes
+//!   are kept in ([`crate::io::slab::record_capacity`]: its length rounded up
+//!   to 64 bytes, or to a page from 64 KiB up; charging the length alone let
+//!   records of 64 KiB + 1 byte, kept in 128 KiB slabs then, take 2.27 times
+//!   the budget), and [`ENTRY_OVERHEAD`] bytes on top: the hash-map bucket and the ordered index entry (each about 1.5
 //!   times its size, for tables between half and seven-eighths full and
 //!   B-tree nodes two-thirds full on average) and the shared allocation's
 //!   counters and the allocator's rounding (checked against the type sizes by
@@ -237,16 +240,17 @@ pub(crate) struct CacheStats {
     pub bytes: u64,
     /// Cached records.
     pub entries: u64,
-    /// Bytes charged against the capacity: `bytes + entries * ENTRY_OVERHEAD`,
-    /// plus the charges of inserts under way.
+    /// Bytes charged against the capacity: each entry's [`charge`], plus the
+    /// charges of inserts under way.
     pub charged: u64,
     /// The capacity in charged bytes.
     pub capacity: u64,
 }
 
-/// The bytes an entry of `len` stored bytes is charged.
+/// The bytes an entry of `len` stored bytes is charged: its slab's capacity
+/// and the entry's overhead (module docs).
 pub(crate) fn charge(len: usize) -> u64 {
-    len as u64 + ENTRY_OVERHEAD
+    crate::io::slab::record_capacity(len) as u64 + ENTRY_OVERHEAD
 }
 
 struct Slot {
@@ -500,18 +504,22 @@ impl Cache {
         false
     }
 
-    /// Stored bytes and entries actually held, counted shard by shard.
+    /// Stored bytes and entries actually held, counted shard by shard; checks
+    /// that the charge is theirs.
     #[cfg(test)]
     fn audit(&self) -> (u64, u64) {
         let mut bytes = 0;
         let mut entries = 0;
+        let mut charged = 0;
         for s in self.shards.iter() {
             let g = lock(s);
             assert_eq!(g.map.len(), g.order.len());
             assert_eq!(s.farthest.load(Relaxed), g.farthest());
             bytes += g.map.values().map(|v| v.bytes.len() as u64).sum::<u64>();
+            charged += g.map.values().map(|v| charge(v.bytes.len())).sum::<u64>();
             entries += g.map.len() as u64;
         }
+        assert_eq!(self.charged.load(Relaxed), charged, "the charge is the sum of the entries'");
         (bytes, entries)
     }
 }
@@ -582,7 +590,6 @@ mod tests {
             c.insert(key(0, i, len as u32), &vec![i as u8; len], NextUse::Unknown);
             let s = c.stats();
             assert!(s.charged <= cap);
-            assert_eq!(s.charged, s.bytes + s.entries * ENTRY_OVERHEAD);
             assert_eq!(c.audit(), (s.bytes, s.entries));
         }
         assert!(c.stats().rejections > 0);
@@ -602,6 +609,24 @@ mod tests {
         assert!(s.charged <= 3 * charge(1000), "{s:?}");
         assert_eq!(c.audit(), (s.bytes, s.entries));
         assert_eq!(s.evictions, before.entries - s.entries);
+    }
+
+    /// Records of 64 KiB + 1 byte are charged the 68 KiB slab each is kept in:
+    /// the cache holds no more memory than its capacity.
+    #[test]
+    fn an_entry_is_charged_its_slab() {
+        const LEN: usize = 65_537;
+        let cap = 64 << 20;
+        let c = Cache::new(cap);
+        for i in 0..2000 {
+            c.insert(key(0, i, LEN as u32), &vec![3; LEN], NextUse::Unknown);
+        }
+        let s = c.stats();
+        let held = 69_632 + ENTRY_OVERHEAD;
+        assert_eq!(charge(LEN), held);
+        assert_eq!(s.entries, cap / held);
+        assert_eq!(s.charged, s.entries * held);
+        assert_eq!(c.audit(), (s.entries * LEN as u64, s.entries));
     }
 
     #[test]
@@ -805,7 +830,6 @@ mod tests {
         c.set_capacity(c.capacity());
         let s = c.stats();
         assert_eq!(c.audit(), (s.bytes, s.entries));
-        assert_eq!(s.charged, s.bytes + s.entries * ENTRY_OVERHEAD);
         assert!(s.charged <= s.capacity);
         assert_eq!(s.inserts - s.evictions, s.entries);
     }

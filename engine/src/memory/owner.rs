@@ -6,14 +6,17 @@
 //! answers the three questions the read policy ([`crate::memory::budget`]) asks, and
 //! nothing else answers them:
 //!
-//! * **Which budget?** ([`stated`]) The process has one budget, stated once:
-//!   by [`set_cache_bytes`] (the explicit process-level call, which holds
-//!   until it is called again), else by the first store handle opened with
-//!   `cache_bytes` that is still open (the builder's value is a statement for
-//!   the process's store data, not for that handle; later handles' values do
-//!   not count while it is open). Without one, `ZRING_CACHE_BYTES`, else the
-//!   measured budget (which counts the memory of every process in the
-//!   cgroup, [`crate::memory::budget`]).
+//! * **Which budget?** ([`stated`]) The process has one budget: the latest
+//!   statement still live ([`statements`]). A statement is made by
+//!   [`set_cache_bytes`] (the process-level call; it lives until the call is
+//!   made again), by each store handle opened with `cache_bytes` (it lives
+//!   until the handle closes) and by each [`state_cache_bytes`] (a DataLoader's
+//!   `cache_bytes`; it lives until its [`Statement`] is released). Statements
+//!   are released in any order, and the budget is then the latest of those
+//!   still live: two loaders of different budgets closed in the order they
+//!   were opened leave none of theirs stated. Without a live statement,
+//!   `ZRING_CACHE_BYTES`, else the measured budget (which counts the memory
+//!   of every process in the cgroup, [`crate::memory::budget`]).
 //! * **How much data must that budget serve?** ([`demand`]) The stored bytes
 //!   of every distinct store open with an unforced mode, summed: the page
 //!   cache and the record cache hold the data of all of them from one budget,
@@ -62,6 +65,8 @@ pub(crate) struct Member {
     asked: Option<Arc<AtomicU64>>,
     /// Set for members of an owner other than the process's (tests).
     local: bool,
+    /// The handle's `cache_bytes` statement, released when it closes.
+    _stated: Option<Statement>,
 }
 
 impl Member {
@@ -97,7 +102,6 @@ impl Drop for Member {
 #[derive(Debug)]
 struct Joined {
     store: Option<StoreId>,
-    stated: Option<u64>,
     forced: bool,
     data: u64,
     direct: bool,
@@ -132,33 +136,66 @@ fn lock() -> Write<Owner> {
 
 /// Joins a handle on `store` (module docs).
 pub(crate) fn join(store: Option<StoreId>, stated: Option<u64>, forced: bool, data: u64) -> Member {
-    lock().join(store, stated, forced, data)
+    // Stated before joining: a handle's first policy already sees it.
+    let statement = stated.map(state_cache_bytes);
+    let mut m = lock().join(store, forced, data);
+    m._stated = statement;
+    m
 }
-
-/// The budget stated by [`set_cache_bytes`]; `0` none, else the bytes plus
-/// one. A plain atomic, so a forked child keeps the parent's statement.
-static PROCESS_BUDGET: AtomicU64 = AtomicU64::new(0);
 
 /// States the memory budget of this process's store data (page cache and
 /// record caches together), in bytes, for every store handle open now and
 /// later; `None` withdraws the statement. Returns the statement it replaces.
 ///
-/// The process has one budget. This call states it and holds until it is
-/// called again; without it, the first store handle opened with
-/// [`StoreBuilder::cache_bytes`](crate::StoreBuilder::cache_bytes) that is
-/// still open states it, and the values of handles opened after that one do
-/// not count. With neither, `ZRING_CACHE_BYTES`, else the budget measured
+/// The process has one budget: the latest statement still live. This call
+/// makes the process-level statement, which lives until the call is made
+/// again; store handles opened with
+/// [`StoreBuilder::cache_bytes`](crate::StoreBuilder::cache_bytes) and
+/// [`state_cache_bytes`] make statements that live until they close, in
+/// any order. With none live, `ZRING_CACHE_BYTES`, else the budget measured
 /// from the cgroup or `MemAvailable`.
 pub fn set_cache_bytes(bytes: Option<u64>) -> Option<u64> {
-    let new = bytes.map_or(0, |b| b.saturating_add(1));
-    let old = PROCESS_BUDGET.swap(new, Relaxed);
+    let old = statements::TABLE.set_process(bytes);
     GENERATION.fetch_add(1, Relaxed);
-    old.checked_sub(1)
+    old
+}
+
+/// States the memory budget of this process's store data until the returned
+/// [`Statement`] is released or dropped (a data loader's `cache_bytes`):
+/// while it is the latest statement still live it is the process's budget
+/// ([`set_cache_bytes`]).
+pub fn state_cache_bytes(bytes: u64) -> Statement {
+    let slot = statements::TABLE.push(bytes);
+    GENERATION.fetch_add(1, Relaxed);
+    Statement { slot }
 }
 
 /// The process's budget as stated (module docs).
 pub(crate) fn stated() -> Option<u64> {
-    lock().stated()
+    statements::TABLE.latest()
+}
+
+/// One live budget statement ([`state_cache_bytes`]); released when dropped.
+#[derive(Debug)]
+pub struct Statement {
+    slot: Option<usize>,
+}
+
+impl Statement {
+    /// Withdraws the statement (as dropping it does): the budget returns to
+    /// the latest statement still live.
+    pub fn release(&mut self) {
+        if let Some(slot) = self.slot.take() {
+            statements::TABLE.release(slot);
+            GENERATION.fetch_add(1, Relaxed);
+        }
+    }
+}
+
+impl Drop for Statement {
+    fn drop(&mut self) {
+        self.release();
+    }
 }
 
 /// Stored bytes of every distinct store open with an unforced mode (module
@@ -179,15 +216,122 @@ pub(crate) fn rebalance(total: u64) {
     lock().rebalance(total)
 }
 
+/// The live budget statements of the process: slots of two atomics each, so
+/// reading the latest takes no lock (a forked child keeps the parent's
+/// statements and can never find a lock held), and every statement is
+/// released on its own, in any order.
+mod statements {
+    use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+
+    /// Live statements at once, at most; slot 0 is [`super::set_cache_bytes`]'s.
+    pub(super) const SLOTS: usize = 256;
+    /// A slot being written.
+    const BUSY: u64 = u64::MAX;
+
+    pub(super) struct Table {
+        /// Per slot: 0 free, [`BUSY`], else the statement's order (larger is later).
+        order: [AtomicU64; SLOTS],
+        bytes: [AtomicU64; SLOTS],
+        next: AtomicU64,
+        /// Serialises [`Table::set_process`] calls (the slot's swap is two stores).
+        process: std::sync::Mutex<()>,
+    }
+
+    /// The process's statements.
+    pub(super) static TABLE: Table = Table::new();
+
+    impl Table {
+        pub(super) const fn new() -> Table {
+            Table {
+                order: [const { AtomicU64::new(0) }; SLOTS],
+                bytes: [const { AtomicU64::new(0) }; SLOTS],
+                next: AtomicU64::new(1),
+                process: std::sync::Mutex::new(()),
+            }
+        }
+
+        /// Makes a statement in a free slot; `None` when all are taken (then
+        /// it counts for nothing, and says so once).
+        pub(super) fn push(&self, bytes: u64) -> Option<usize> {
+            for slot in 1..SLOTS {
+                if self.order[slot].compare_exchange(0, BUSY, SeqCst, SeqCst).is_ok() {
+                    self.bytes[slot].store(bytes, SeqCst);
+                    self.order[slot].store(self.next.fetch_add(1, SeqCst), SeqCst);
+                    return Some(slot);
+                }
+            }
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                eprintln!(
+                    "zring: more than {} memory budgets stated at once (handles and loaders opened with \
+                     cache_bytes); later ones do not count until earlier ones close",
+                    SLOTS - 1
+                )
+            });
+            None
+        }
+
+        pub(super) fn release(&self, slot: usize) {
+            self.order[slot].store(0, SeqCst);
+        }
+
+        /// Replaces the process-level statement (slot 0); returns the one replaced.
+        pub(super) fn set_process(&self, bytes: Option<u64>) -> Option<u64> {
+            let _g = self.process.lock().unwrap_or_else(|p| p.into_inner());
+            let old = self.read(0);
+            self.order[0].store(BUSY, SeqCst);
+            match bytes {
+                Some(b) => {
+                    self.bytes[0].store(b, SeqCst);
+                    self.order[0].store(self.next.fetch_add(1, SeqCst), SeqCst);
+                }
+                None => self.order[0].store(0, SeqCst),
+            }
+            old.map(|(_, b)| b)
+        }
+
+        /// A slot's (order, bytes) when it holds a statement.
+        fn read(&self, slot: usize) -> Option<(u64, u64)> {
+            // A slot written while read is read again: its order is stored last.
+            for _ in 0..1024 {
+                let o = self.order[slot].load(SeqCst);
+                if o == 0 {
+                    return None;
+                }
+                if o == BUSY {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let b = self.bytes[slot].load(SeqCst);
+                if self.order[slot].load(SeqCst) == o {
+                    return Some((o, b));
+                }
+            }
+            None
+        }
+
+        /// The bytes of `slot`'s statement, if live (tests).
+        #[cfg(test)]
+        pub(super) fn bytes_of(&self, slot: usize) -> Option<u64> {
+            self.read(slot).map(|(_, b)| b)
+        }
+
+        /// The bytes of the latest live statement.
+        pub(super) fn latest(&self) -> Option<u64> {
+            (0..SLOTS).filter_map(|s| self.read(s)).max_by_key(|&(o, _)| o).map(|(_, b)| b)
+        }
+    }
+}
+
 impl Owner {
     fn new(pid: u32) -> Owner {
         Owner { pid, next: 0, members: HashMap::new(), stores: HashMap::new() }
     }
 
-    fn join(&mut self, store: Option<StoreId>, stated: Option<u64>, forced: bool, data: u64) -> Member {
+    fn join(&mut self, store: Option<StoreId>, forced: bool, data: u64) -> Member {
         let id = self.next;
         self.next += 1;
-        self.members.insert(id, Joined { store, stated, forced, data, direct: false, cap: None });
+        self.members.insert(id, Joined { store, forced, data, direct: false, cap: None });
         let shared = store.map(|s| {
             let e = self.stores.entry(s).or_insert_with(|| PerStore {
                 cache: Arc::new(Cache::new(0)),
@@ -198,15 +342,7 @@ impl Owner {
         });
         GENERATION.fetch_add(1, Relaxed);
         let (cache, asked) = shared.unzip();
-        Member { id, cache, asked, local: self.pid == 0 }
-    }
-
-    /// The statement of [`set_cache_bytes`], else that of the first open
-    /// handle that made one (ids grow with joining).
-    fn stated(&self) -> Option<u64> {
-        PROCESS_BUDGET.load(Relaxed).checked_sub(1).or_else(|| {
-            self.members.iter().filter_map(|(id, m)| Some((*id, m.stated?))).min_by_key(|(id, _)| *id).map(|(_, b)| b)
-        })
+        Member { id, cache, asked, local: self.pid == 0, _stated: None }
     }
 
     fn demand(&self) -> u64 {
@@ -337,30 +473,89 @@ mod tests {
     }
 
     #[test]
-    fn the_first_stated_budget_holds_and_demand_counts_each_store_once() {
+    fn demand_counts_each_store_once() {
         let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut o = owner();
-        let m1 = o.join(id(&a), None, false, 700);
-        let m2 = o.join(id(&a), Some(5_000), false, 900);
-        let m3 = o.join(id(&b), Some(3_000), false, 700);
-        o.join(None, Some(9_000), true, 1 << 40);
+        let m1 = o.join(id(&a), false, 700);
+        let m2 = o.join(id(&a), false, 900);
+        let m3 = o.join(id(&b), false, 700);
+        o.join(None, true, 1 << 40);
         assert_eq!(o.demand(), 1_600);
-        assert_eq!(o.stated(), Some(5_000), "the first statement, not the smallest");
         o.leave(m3.id);
-        assert_eq!((o.demand(), o.stated()), (900, Some(5_000)));
+        assert_eq!(o.demand(), 900);
         o.leave(m2.id);
-        assert_eq!((o.demand(), o.stated()), (700, Some(9_000)), "the next handle's, once the first left");
+        assert_eq!(o.demand(), 700);
         o.leave(m1.id);
         assert!(o.stores.is_empty(), "the last handle of a store takes its cache");
+    }
+
+    /// Two loaders of different budgets, closed in the order they were opened
+    /// or in the other: each close releases its own statement, and the budget
+    /// is the latest statement still live, or none.
+    #[test]
+    fn statements_are_released_in_any_order() {
+        for open_order in [true, false] {
+            let t: &'static statements::Table = Box::leak(Box::new(statements::Table::new()));
+            assert_eq!(t.latest(), None);
+            let small = t.push(1 << 20).unwrap();
+            let big = t.push(22 << 30).unwrap();
+            assert_eq!(t.latest(), Some(22 << 30), "the latest statement is the budget");
+            if open_order {
+                t.release(small);
+                assert_eq!(t.latest(), Some(22 << 30), "closing the first leaves the second's");
+                t.release(big);
+            } else {
+                t.release(big);
+                assert_eq!(t.latest(), Some(1 << 20), "closing the second goes back to the first's");
+                t.release(small);
+            }
+            assert_eq!(t.latest(), None, "nothing stays stated once both closed");
+        }
+        // The process-level statement is one more, by recency; replacing it
+        // returns the one replaced, and withdrawing it uncovers the others.
+        let t: &'static statements::Table = Box::leak(Box::new(statements::Table::new()));
+        assert_eq!(t.set_process(Some(5_000)), None);
+        let loader = t.push(3_000).unwrap();
+        assert_eq!(t.latest(), Some(3_000));
+        assert_eq!(t.set_process(Some(7_000)), Some(5_000));
+        assert_eq!(t.latest(), Some(7_000));
+        assert_eq!(t.set_process(None), Some(7_000));
+        assert_eq!(t.latest(), Some(3_000));
+        t.release(loader);
+        assert_eq!(t.latest(), None);
+        // Slots are reused once released, and a full table states nothing more.
+        let held: Vec<usize> = (0..statements::SLOTS - 1).map(|i| t.push(i as u64).unwrap()).collect();
+        assert_eq!(t.push(1), None);
+        assert_eq!(t.latest(), Some(statements::SLOTS as u64 - 2));
+        t.release(held[3]);
+        assert_eq!(t.push(99), Some(held[3]));
+        assert_eq!(t.latest(), Some(99));
+    }
+
+    #[test]
+    fn a_handles_statement_lives_until_it_closes() {
+        let s = state_cache_bytes(123_456_789_012);
+        let other = join(None, Some(987_654_321), true, 0);
+        // Other tests of this process state budgets too: only what these two
+        // did is checked, through their slots.
+        let (a, b) = (s.slot.unwrap(), other._stated.as_ref().unwrap().slot.unwrap());
+        assert_ne!(a, b);
+        assert_eq!(statements::TABLE.bytes_of(a), Some(123_456_789_012));
+        drop(other);
+        assert_eq!(statements::TABLE.bytes_of(b), None, "closing the handle released its statement");
+        let mut s = s;
+        s.release();
+        assert_eq!(statements::TABLE.bytes_of(a), None);
+        s.release();
     }
 
     #[test]
     fn cache_bytes_follow_the_records_asked_and_none_go_to_buffered_stores() {
         let (a, b, c) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut o = owner();
-        let small = o.join(id(&a), None, false, 1 << 20);
-        let big = o.join(id(&b), None, false, 1 << 30);
-        let buffered = o.join(id(&c), None, false, 1 << 20);
+        let small = o.join(id(&a), false, 1 << 20);
+        let big = o.join(id(&b), false, 1 << 30);
+        let buffered = o.join(id(&c), false, 1 << 20);
         o.update(small.id, 1 << 20, true, None);
         o.update(big.id, 1 << 30, true, None);
         for m in [&small, &big, &buffered] {

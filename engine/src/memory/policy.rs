@@ -169,12 +169,19 @@ pub(crate) fn choose(budget: &Budget, data_bytes: u64) -> Policy {
     }
 }
 
-/// ", keeping 40 MiB of the budget for the rest of the process" for a
-/// measured budget; nothing for a stated one.
+/// ", keeping 40 MiB of the budget for the rest of the process and 80 MiB
+/// for the reads beside it": the reserve of a measured budget and what the
+/// slab pool and reads in flight may hold ([`Budget::io`]).
 pub(crate) fn kept(budget: &Budget) -> String {
-    match budget.reserve() {
-        0 => String::new(),
-        r => format!(", keeping {} of the budget for the rest of the process", human(r)),
+    match (budget.reserve(), budget.io()) {
+        (0, 0) => String::new(),
+        (0, io) => format!(", keeping {} of the budget for the reads beside it", human(io)),
+        (r, 0) => format!(", keeping {} of the budget for the rest of the process", human(r)),
+        (r, io) => format!(
+            ", keeping {} of the budget for the rest of the process and {} for the reads beside it",
+            human(r),
+            human(io)
+        ),
     }
 }
 
@@ -322,9 +329,11 @@ mod tests {
 
     const GIB: u64 = 1 << 30;
     const MIB: u64 = 1 << 20;
+    /// What the slab pool and the reads in flight may hold ([`Budget::io`]).
+    const IO: u64 = 80 * MIB;
 
     fn measured(bytes: u64) -> Budget {
-        Budget { bytes, source: BudgetSource::MemAvailable { available: bytes, cached: 0 } }
+        Budget::new(bytes, BudgetSource::MemAvailable { available: bytes, cached: 0 })
     }
 
     #[test]
@@ -333,20 +342,25 @@ mod tests {
         let p = choose(&b, 8 * GIB);
         assert_eq!((p.mode, p.capacity), (ReadMode::Buffered, 0));
         let p = choose(&b, 8 * GIB + 1);
-        // The budget less its reserve, a sixteenth of it.
-        assert_eq!((p.mode, p.capacity), (ReadMode::Direct, 10 * GIB - 640 * MIB));
+        // The budget less its reserve, a sixteenth of it, and less what the
+        // reads hold beside the cache.
+        assert_eq!((p.mode, p.capacity), (ReadMode::Direct, 10 * GIB - 640 * MIB - IO));
         assert!(p.reason.contains("serves about 100 %"), "{}", p.reason);
-        assert!(p.reason.contains("keeping 640 MiB of the budget"), "{}", p.reason);
-        // A small budget keeps at least RESERVE_MIN.
-        assert_eq!(choose(&measured(100 * MIB), GIB).capacity, 100 * MIB - RESERVE_MIN);
+        assert!(
+            p.reason.contains("keeping 640 MiB of the budget for the rest of the process and 80 MiB for the reads"),
+            "{}",
+            p.reason
+        );
+        // A small budget keeps at least RESERVE_MIN, and an eighth for the reads.
+        assert_eq!(choose(&measured(100 * MIB), GIB).capacity, 100 * MIB - RESERVE_MIN - 100 * MIB / 8);
         assert_eq!(choose(&measured(20 * MIB), GIB).capacity, 0);
         // A stated budget is taken at face value.
-        let s = Budget { bytes: 10 * GIB, source: BudgetSource::Env { value: "10G".into() } };
+        let s = Budget::new(10 * GIB, BudgetSource::Env { value: "10G".into() });
         assert_eq!(choose(&s, 10 * GIB).mode, ReadMode::Buffered);
         let p = choose(&s, 20 * GIB);
-        assert_eq!((p.mode, p.capacity), (ReadMode::Direct, 10 * GIB));
+        assert_eq!((p.mode, p.capacity), (ReadMode::Direct, 10 * GIB - IO));
         // A zero budget caches nothing.
-        let z = Budget { bytes: 0, source: BudgetSource::Explicit };
+        let z = Budget::new(0, BudgetSource::Explicit);
         assert_eq!(choose(&z, 1).capacity, 0);
         assert_eq!(choose(&z, 0).mode, ReadMode::Buffered);
     }
@@ -381,7 +395,7 @@ mod tests {
         // by the budget.
         let r = (lru_hit_rate(0.1) * 10_000.0) as u64;
         let q = reconsider(&p, &seen(&p, 10_000, r, 100 * GIB, 10 * GIB)).expect("thrashing");
-        assert_eq!(q.capacity, 10 * GIB - 640 * MIB);
+        assert_eq!(q.capacity, 10 * GIB - 640 * MIB - IO);
         assert!(!q.grows);
         // Half of what that budget promises (10 %) is no thrash.
         assert_eq!(reconsider(&p, &seen(&p, 10_000, 500, 100 * GIB, 10 * GIB)), None);
@@ -402,7 +416,7 @@ mod tests {
 
     #[test]
     fn the_cache_follows_the_budget_down_at_once_and_up_past_a_band() {
-        let now = 10 * GIB - 640 * MIB;
+        let now = 10 * GIB - 640 * MIB - IO;
         assert_eq!(choose(&measured(10 * GIB), 20 * GIB).capacity, now);
         // The same budget, or one a little larger: keep.
         assert_eq!(cache_total(now, true, &measured(10 * GIB)), None);
@@ -410,16 +424,16 @@ mod tests {
         // A fall past the slack shrinks, to the new budget less its reserve;
         // a wobble within it keeps the cache.
         assert_eq!(cache_total(now, true, &measured(10 * GIB - 4 * MIB)), None);
-        assert_eq!(cache_total(now, true, &measured(10 * GIB - 16 * MIB)), Some((10 * GIB - 16 * MIB) * 15 / 16));
-        assert_eq!(cache_total(now, true, &measured(5 * GIB)), Some(5 * GIB - 320 * MIB));
+        assert_eq!(cache_total(now, true, &measured(10 * GIB - 16 * MIB)), Some((10 * GIB - 16 * MIB) * 15 / 16 - IO));
+        assert_eq!(cache_total(now, true, &measured(5 * GIB)), Some(5 * GIB - 320 * MIB - IO));
         // A budget grown back by more than the band grows it again.
-        assert_eq!(cache_total(5 * GIB - 320 * MIB, true, &measured(8 * GIB)), Some(8 * GIB - 512 * MIB));
+        assert_eq!(cache_total(5 * GIB - 320 * MIB, true, &measured(8 * GIB)), Some(8 * GIB - 512 * MIB - IO));
         // A cache sized from a thrashing page cache only shrinks.
         assert_eq!(cache_total(GIB, false, &measured(40 * GIB)), None);
         assert!(cache_total(GIB, false, &measured(GIB / 2)).is_some());
         // A stated budget keeps no reserve.
-        let s = Budget { bytes: GIB, source: BudgetSource::Explicit };
-        assert_eq!(cache_total(now, true, &s), Some(GIB));
+        let s = Budget::new(GIB, BudgetSource::Explicit);
+        assert_eq!(cache_total(now, true, &s), Some(GIB - IO));
     }
 
     #[test]

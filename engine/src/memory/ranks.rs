@@ -64,7 +64,16 @@
 //! within the limit, but the ranks that fill their caches first keep memory the
 //! later ones would have had. Mounting one directory into every container and
 //! naming it in `ZRING_REGISTRY_DIR` makes them count each other. A registry
-//! that cannot be made, opened or locked counts one rank the same way.
+//! that cannot be made, opened or locked counts one rank the same way; when a
+//! person can fix why (the file system is full, read-only or refuses this
+//! user, or `ZRING_REGISTRY_DIR` names a place that does not work), or
+//! something not to be trusted is there, one warning on stderr says what and
+//! names `ZRING_REGISTRY_DIR`.
+//!
+//! Without the registry the budgets still hold: each process also watches
+//! its cgroup's usage against the limit and shrinks its record cache as the
+//! usage nears it ([`crate::memory::budget`], "Usage"), so a rank that counts
+//! itself alone is not OOM-killed; the registry only makes the split fair.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
@@ -107,10 +116,15 @@ pub(crate) fn count(limit_file: &Path) -> u64 {
                 }
             }
         }
-        let rank = match Rank::join(&base(), cgroup) {
+        let base = base();
+        let rank = match Rank::join(&base, cgroup) {
             Ok(rank) => Some(rank),
             Err(Unusable::Refused(why)) => {
-                warn_once(&why);
+                warn_once(&warning(&why, crate::env::registry_dir().is_some()));
+                None
+            }
+            Err(Unusable::Failed(why)) => {
+                warn_once(&warning(&why, crate::env::registry_dir().is_some()));
                 None
             }
             Err(Unusable::Unavailable) => None,
@@ -149,19 +163,48 @@ fn base() -> PathBuf {
 enum Unusable {
     /// Something not to be trusted is where the registry should be (says what).
     Refused(String),
-    /// The registry cannot be made or locked here (no such directory, a
-    /// read-only file system, no OFD locks): nothing to warn about.
+    /// The registry could not be made where it should be, for a reason a
+    /// person can fix: the file system is full or refuses this user (says
+    /// what).
+    Failed(String),
+    /// The registry cannot be made or locked here (no such directory, no OFD
+    /// locks): nothing to warn about.
     Unavailable,
 }
 
-fn warn_once(why: &str) {
+/// Whether an error making the registry is one to tell about ([`Unusable::Failed`]).
+fn worth_telling(e: rustix::io::Errno) -> bool {
+    use rustix::io::Errno;
+    matches!(e, Errno::NOSPC | Errno::DQUOT | Errno::ACCESS | Errno::PERM | Errno::ROFS)
+}
+
+/// An error making `path` under the registry's `base`: `Failed` when a
+/// person can fix it ([`worth_telling`]), or always when `ZRING_REGISTRY_DIR`
+/// named the place.
+fn failed(path: &Path, e: rustix::io::Errno) -> Unusable {
+    if worth_telling(e) || crate::env::registry_dir().is_some() {
+        Unusable::Failed(format!("{} cannot be made: {}", path.display(), std::io::Error::from(e)))
+    } else {
+        Unusable::Unavailable
+    }
+}
+
+/// The warning of a process that counts itself alone because of `why`;
+/// `named` when `ZRING_REGISTRY_DIR` chose the place.
+fn warning(why: &str, named: bool) -> String {
+    let place =
+        if named { "set ZRING_REGISTRY_DIR to another directory" } else { "set ZRING_REGISTRY_DIR to a directory" };
+    format!(
+        "zring: the rank registry is unusable: {why}. The processes that share this memory limit cannot count \
+         each other, so their record caches are not split fairly (each still shrinks its cache as the cgroup's \
+         usage nears its limit). To fix it, {place} that this user owns and can write, the same for every rank \
+         of the job (e.g. ZRING_REGISTRY_DIR=$HOME/.cache/zring), or have the path above removed."
+    )
+}
+
+fn warn_once(text: &str) {
     static WARNED: Once = Once::new();
-    WARNED.call_once(|| {
-        eprintln!(
-            "zring: not counting the processes that share this memory limit: {why}; each sizes its record \
-             cache as if alone. Remove it, or set ZRING_REGISTRY_DIR to a directory of your own."
-        );
-    });
+    WARNED.call_once(|| eprintln!("{text}"));
 }
 
 /// This process's slot in its cgroup's registry file.
@@ -185,7 +228,7 @@ impl Rank {
                 OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK,
                 Mode::from_raw_mode(0o600),
             )
-            .map_err(|_| Unusable::Unavailable)?;
+            .map_err(|e| failed(Path::new(&shown(base, &name)), e))?;
             let st = rustix::fs::fstat(&fd).map_err(|_| Unusable::Unavailable)?;
             if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
                 return Err(Unusable::Refused(format!("{} is not a regular file", shown(base, &name))));
@@ -228,10 +271,10 @@ fn user_dir(base: &Path) -> Result<OwnedFd, Unusable> {
     let name = format!("zring-{uid}");
     let path = base.join(&name);
     let base = rustix::fs::openat(CWD, base, OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC, Mode::empty())
-        .map_err(|_| Unusable::Unavailable)?;
+        .map_err(|e| failed(base, e))?;
     match rustix::fs::mkdirat(&base, name.as_str(), Mode::from_raw_mode(0o700)) {
         Ok(()) | Err(rustix::io::Errno::EXIST) => {}
-        Err(_) => return Err(Unusable::Unavailable),
+        Err(e) => return Err(failed(&path, e)),
     }
     let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let dir = match rustix::fs::openat(&base, name.as_str(), flags, Mode::empty()) {
@@ -485,6 +528,34 @@ mod tests {
         let base = tempfile::tempdir().unwrap();
         std::fs::write(base.path().join(format!("zring-{uid}")), b"x").unwrap();
         assert!(matches!(Rank::join(base.path(), key), Err(Unusable::Refused(_))));
+    }
+
+    /// A full tmpfs (ENOSPC) used to turn the registry off silently; another
+    /// user's directory at the name told root to remove it and named nothing
+    /// else to do.
+    #[test]
+    fn a_registry_that_cannot_be_used_is_told_with_what_to_do() {
+        let dir = Path::new("/dev/shm/zring-0");
+        let full = failed(dir, rustix::io::Errno::NOSPC);
+        let Unusable::Failed(why) = &full else { panic!("{full:?}") };
+        assert_eq!(why, "/dev/shm/zring-0 cannot be made: No space left on device (os error 28)");
+        for e in [rustix::io::Errno::DQUOT, rustix::io::Errno::ACCESS, rustix::io::Errno::ROFS] {
+            assert!(matches!(failed(dir, e), Unusable::Failed(_)), "{e:?}");
+        }
+        let text = warning(why, false);
+        assert!(text.contains("No space left on device"), "{text}");
+        assert!(text.contains("set ZRING_REGISTRY_DIR to a directory that this user owns and can write"), "{text}");
+        assert!(text.contains("shrinks its cache as the cgroup's usage nears its limit"), "{text}");
+        // Something not to be trusted at the place named.
+        let base = tempfile::tempdir().unwrap();
+        let uid = rustix::process::geteuid().as_raw();
+        std::fs::create_dir(base.path().join(format!("zring-{uid}"))).unwrap();
+        std::fs::set_permissions(base.path().join(format!("zring-{uid}")), std::fs::Permissions::from_mode(0o777))
+            .unwrap();
+        let cg = tempfile::tempdir().unwrap();
+        let Err(Unusable::Refused(why)) = Rank::join(base.path(), cgroup(&cg)) else { panic!("not refused") };
+        let text = warning(&why, true);
+        assert!(text.contains("mode 777") && text.contains("ZRING_REGISTRY_DIR to another directory"), "{text}");
     }
 
     #[test]

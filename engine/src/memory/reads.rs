@@ -180,6 +180,9 @@ impl Reads {
     /// share the record caches again, and puts this store's share in the
     /// policy (its `capacity`). Lookups are made while the share is not 0.
     fn share(&self, policy: &mut Policy, data_bytes: u64, total: u64) {
+        // The pool of freed slabs and the reads in flight take their part of
+        // the budget, which the record caches leave them.
+        crate::io::slab::set_limits(policy.budget.io());
         let direct = self.report(policy, data_bytes);
         owner::rebalance(total);
         if direct {

@@ -5,8 +5,9 @@
 //! records its next steps draw from (a window of them). Read record by
 //! record, a window costs one small random read per record; read here, it
 //! costs one read per run of records that lie back to back in one chunk
-//! file (a run is cut at [`MAX_SPAN`] bytes), about [`IN_FLIGHT_BYTES`] of
-//! them in flight at once. With a record cache (O_DIRECT reads) each run
+//! file (a run is cut at [`MAX_SPAN`] bytes), about
+//! [`crate::io::slab::in_flight_bytes`] of them in flight at once (32 MiB, less
+//! for a small budget, which counts them). With a record cache (O_DIRECT reads) each run
 //! is read into a slab ([`crate::io::slab`]) and each record is copied
 //! into a recycled slab of its own size in the cache, ranked by the next use
 //! the caller gives; the gathers find them there and check their checksums
@@ -32,12 +33,12 @@ use crate::snapshot::Snapshot;
 /// a window is many reads in flight at once (bench-results/engine-notes.md).
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
-/// About this many bytes are in flight at once while a window loads: as one
-/// run's read completes and its records are copied into the cache, the next
-/// run's read is submitted, so the device always has this much to do (about
-/// the queue depth at which large random reads peak, bench-results/engine-notes.md),
-/// and the memory a load holds beside the cache stays bounded.
-const IN_FLIGHT_BYTES: u64 = 32 << 20;
+/// About [`crate::io::slab::in_flight_bytes`] are in flight at once while a
+/// window loads: as one run's read completes and its records are copied into
+/// the cache, the next run's read is submitted, so the device always has this
+/// much to do (32 MiB is about the queue depth at which large random reads
+/// peak, bench-results/engine-notes.md), and the memory a load holds beside
+/// the cache stays bounded (the budget counts it, [`crate::memory::budget`]).
 
 /// A run of records to read as one: entries `first..first + count` of the
 /// list, bytes `offset..end` of `chunk`.
@@ -127,7 +128,7 @@ fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
 }
 
 /// Reads `runs` (O_DIRECT where the chunk allows), each into a slab of its
-/// own, about [`IN_FLIGHT_BYTES`] in flight, and offers each record to the
+/// own, about [`crate::io::slab::in_flight_bytes`] in flight, and offers each record to the
 /// record cache as its run arrives.
 fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
     let mut files = std::collections::HashMap::new();
@@ -154,7 +155,7 @@ fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, 
         })
         .collect();
     let total: u64 = runs.iter().map(|r| span(r).1).sum();
-    let limit = (IN_FLIGHT_BYTES * runs.len() as u64 / total.max(1)).max(1) as usize;
+    let limit = (crate::io::slab::in_flight_bytes() * runs.len() as u64 / total.max(1)).max(1) as usize;
     let r = uring::read_slabs(s.backend, &reads, limit, &mut |i, slab| {
         let run = &runs[i];
         let start = span(run).0;
