@@ -104,7 +104,7 @@ pub use format::table::Format;
 pub use io::fault;
 pub use io::uring::BackendKind;
 pub use memory::cache::NextUse;
-pub use memory::owner::set_cache_bytes;
+pub use memory::owner::{set_cache_bytes, state_cache_bytes, Statement as BudgetStatement};
 pub use memory::reads::ReadStats;
 pub use read::request::{Gather, Slots};
 pub use store::{

@@ -91,9 +91,10 @@ impl StoreBuilder {
 
     /// The memory this process may fill with store data (page cache or
     /// record caches), stated for the process, not for this handle: the
-    /// process has one budget ([`crate::set_cache_bytes`] states it
-    /// explicitly; else the first handle opened with `cache_bytes` that is
-    /// still open; a later handle's value does not count while it is open).
+    /// process has one budget, the latest statement still live (of
+    /// [`crate::set_cache_bytes`], of the handles opened with `cache_bytes`
+    /// and of [`crate::state_cache_bytes`]; a handle's is withdrawn when it
+    /// closes).
     /// By default: `ZRING_CACHE_BYTES`, else the cgroup memory limit less
     /// what the process uses, else `MemAvailable` (`memory/budget.rs`).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {

@@ -50,14 +50,56 @@ fn import_loaderx<'py>(
 /// zring's record caches together) in bytes, for every store open now and
 /// later; `None` withdraws the statement. Returns the statement it replaces.
 ///
-/// The process has one budget: this call states it and holds until it is
-/// called again; without it, the first store still open that was opened
-/// with `cache_bytes=` states it (later stores' values do not count while
-/// it is open); with neither, `ZRING_CACHE_BYTES`, else the measured budget.
+/// The process has one budget: the latest statement still live. This call
+/// makes the process-level statement, which lives until it is made again;
+/// each store opened with `cache_bytes=` and each DataLoader with
+/// `cache_bytes=` makes one that lives until it closes, in any order. With
+/// none live, `ZRING_CACHE_BYTES`, else the measured budget.
 #[pyfunction]
 #[pyo3(signature = (cache_bytes))]
 fn set_cache_bytes(cache_bytes: Option<u64>) -> Option<u64> {
     zring_engine::set_cache_bytes(cache_bytes)
+}
+
+/// A budget statement that lives until `release()` (a DataLoader's
+/// `cache_bytes`; see `set_cache_bytes`).
+#[pyclass(name = "BudgetStatement", module = "zring._zring")]
+struct PyBudgetStatement {
+    inner: std::sync::Mutex<Option<zring_engine::BudgetStatement>>,
+    bytes: u64,
+}
+
+#[pymethods]
+impl PyBudgetStatement {
+    /// Withdraws the statement: the budget returns to the latest statement
+    /// still live. Idempotent.
+    fn release(&self) {
+        let taken = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+        drop(taken);
+    }
+
+    /// The bytes stated.
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Whether `release()` has not been called.
+    #[getter]
+    fn live(&self) -> bool {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_some()
+    }
+}
+
+/// States `cache_bytes` as the process's budget until the returned
+/// statement's `release()` (or its collection).
+#[pyfunction]
+#[pyo3(signature = (cache_bytes))]
+fn state_cache_bytes(cache_bytes: u64) -> PyBudgetStatement {
+    PyBudgetStatement {
+        inner: std::sync::Mutex::new(Some(zring_engine::state_cache_bytes(cache_bytes))),
+        bytes: cache_bytes,
+    }
 }
 
 #[pymodule]
@@ -70,6 +112,8 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyBatchBuffer>()?;
     m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
     m.add_function(wrap_pyfunction!(set_cache_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(state_cache_bytes, m)?)?;
+    m.add_class::<PyBudgetStatement>()?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(ceiling::ceiling, m)?)?;
     m.add("ZringError", py.get_type::<error::ZringError>())?;

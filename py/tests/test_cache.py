@@ -159,7 +159,8 @@ def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeyp
         for _ in range(5):
             np.testing.assert_array_equal(ds[idx], arr)
         r = ds.read_stats()
-        assert r["cache_capacity"] == arr.nbytes // 8, r
+        # The slab pool and reads in flight take an eighth of a small budget.
+        assert r["cache_capacity"] == arr.nbytes // 8 - arr.nbytes // 64, r
         assert r["cache_held"] <= arr.nbytes // 8, r
         assert r["budget_bytes"] == arr.nbytes // 8
         assert "shrinks" in r["policy_reason"], r["policy_reason"]
@@ -168,6 +169,6 @@ def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeyp
         for _ in range(5):
             np.testing.assert_array_equal(ds[idx], arr)
         r = ds.read_stats()
-        assert r["cache_capacity"] == arr.nbytes // 2, r
+        assert r["cache_capacity"] == arr.nbytes // 2 - arr.nbytes // 16, r
         assert "grows" in r["policy_reason"], r["policy_reason"]
         assert r["cache_held"] > arr.nbytes // 4, r

@@ -6,7 +6,7 @@ largest won, a shrink by one starved the others), each store was judged
 against the whole budget alone, and a reader that had not read yet failed
 with FileNotFoundError after another handle or process compacted the store,
 or read another store's bytes after ``overwrite=True``. These tests pin the
-rules that replaced that: the smallest stated budget wins, modes are chosen
+rules that replaced that: the latest budget statement still live wins, modes are chosen
 against the data of every open store, a reader reads the snapshot it opened
 (or raises StaleError when the store was replaced), and the memory of a store
 that no longer needs a record cache is given back.
@@ -35,7 +35,7 @@ def _all(n: int) -> np.ndarray:
     return np.arange(n, dtype=np.uint64)
 
 
-def test_one_budget_per_process_the_first_stated_or_set_cache_bytes(tmp_path):
+def test_one_budget_per_process_the_latest_live_statement(tmp_path):
     arr = _data(1024)  # 4 MiB
     zring.write_dataset(tmp_path / "d", arr, codec="raw")
     with zring.Dataset(tmp_path / "d", cache_bytes=2 * MIB) as a:
@@ -44,10 +44,13 @@ def test_one_budget_per_process_the_first_stated_or_set_cache_bytes(tmp_path):
         assert (r["policy"], r["budget_bytes"]) == ("direct", 2 * MIB)
         assert 0 < r["cache_capacity"] <= 2 * MIB
         with zring.Dataset(tmp_path / "d", cache_bytes=MIB) as b:
-            # The first statement holds: a later handle's value does not count.
-            assert b.read_stats()["budget_bytes"] == 2 * MIB
+            # The latest statement still live is the process's budget.
+            assert b.read_stats()["budget_bytes"] == MIB
             np.testing.assert_array_equal(a[_all(1024)], arr)
-            assert a.read_stats()["budget_bytes"] == 2 * MIB
+            assert a.read_stats()["budget_bytes"] == MIB
+        # Closed: its statement is withdrawn, the first one's holds again.
+        np.testing.assert_array_equal(a[_all(1024)], arr)
+        assert a.read_stats()["budget_bytes"] == 2 * MIB
         # The process-level call states it for every handle.
         assert zring.set_cache_bytes(MIB) is None
         try:
@@ -58,10 +61,51 @@ def test_one_budget_per_process_the_first_stated_or_set_cache_bytes(tmp_path):
             assert "shrinks" in r["policy_reason"], r["policy_reason"]
         finally:
             assert zring.set_cache_bytes(None) == MIB
-        # Withdrawn: the first handle's statement again, and the cache grows back.
+        # Withdrawn: the handle's statement again, and the cache grows back.
         np.testing.assert_array_equal(a[_all(1024)], arr)
         r = a.read_stats()
         assert r["budget_bytes"] == 2 * MIB and r["cache_capacity"] > MIB, r
+
+
+@pytest.mark.parametrize("close_first", ["first", "second"])
+def test_two_loaders_closed_in_either_order_leave_the_right_budget(tmp_path, close_first):
+    # Two DataLoaders with different cache_bytes, closed in the order they
+    # were opened, used to leave the closed one's value stated for the rest
+    # of the process (each restored what it had replaced).
+    arr = _data(1024)
+    zring.write_dataset(tmp_path / "d", arr, codec="raw")
+
+    def budget(ds) -> int:
+        ds[_all(64)]  # a read looks at the budget again
+        return ds.read_stats()["budget_bytes"]
+
+    with zring.Dataset(tmp_path / "d") as ds:
+        measured = budget(ds)
+        assert measured not in (MIB, 3 * MIB)
+        one = zring.DataLoader({"x": ds}, num_workers=1, batch_size=64, prefetch_size=1, mode=2, cache_bytes=MIB)
+        two = zring.DataLoader({"x": ds}, num_workers=1, batch_size=64, prefetch_size=1, mode=2,
+                               cache_bytes=3 * MIB)
+        try:
+            next(one)
+            next(two)
+            assert budget(ds) == 3 * MIB, "the latest statement holds"
+            first, second = (one, two) if close_first == "first" else (two, one)
+            first.close()
+            assert budget(ds) == (3 * MIB if close_first == "first" else MIB), "the live loader's budget holds"
+            second.close()
+            got = budget(ds)
+            assert got not in (MIB, 3 * MIB), f"a closed loader's budget stayed stated: {got}"
+            assert zring.set_cache_bytes(None) is None, "no process-level statement was made"
+        finally:
+            one.close()
+            two.close()
+    # A statement outlives nothing: released, it counts no more, and release
+    # is idempotent.
+    s = _zring.state_cache_bytes(5 * MIB)
+    assert (s.bytes, s.live) == (5 * MIB, True)
+    s.release()
+    s.release()
+    assert not s.live
 
 
 def test_a_dataloaders_budget_lowers_the_datasets_cache(tmp_path):
@@ -421,7 +465,7 @@ def test_the_rank_registry_is_private_to_its_user(tmp_path, limited_cgroup):
             err = _stop(p)
             print(plant, "->", said, "|", err.strip())
             assert "cgroup" in said and "shared" not in said, said
-            assert "not counting the processes that share this memory limit" in err, err
+            assert "the rank registry is unusable" in err and "ZRING_REGISTRY_DIR" in err, err
             assert (target.read_bytes(), stat.S_IMODE(target.stat().st_mode)) == (b"root's own bytes", 0o600)
             assert list(target_dir.iterdir()) == [] and stat.S_IMODE(target_dir.stat().st_mode) == 0o700
             if plant == "their-dir":
@@ -461,3 +505,30 @@ def test_a_user_who_may_only_read_a_store_cannot_keep_its_writer_out(tmp_path):
             assert len(ds) == 9
     finally:
         shutil.rmtree(where)
+
+
+def test_a_full_registry_place_warns_and_names_the_variable(tmp_path, limited_cgroup):
+    # A full tmpfs used to turn the registry off with no word.
+    import os
+    from pathlib import Path
+
+    zring.write_dataset(tmp_path / "d", _data(64), codec="raw")
+    full = tmp_path / "full"
+    full.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,nr_inodes=8", "tmpfs", str(full)]).returncode:
+        pytest.skip("cannot mount a tmpfs")
+    try:
+        for i in range(64):  # take every inode
+            try:
+                (full / f"f{i}").touch()
+            except OSError:
+                break
+        p, said = _rank(limited_cgroup, tmp_path / "d", full)
+        err = _stop(p)
+        print(said, "|", err.strip())
+        assert "cgroup" in said and "shared" not in said, said
+        assert f"{full}/zring-{os.geteuid()} cannot be made: No space left on device" in err, err
+        assert "ZRING_REGISTRY_DIR to another directory" in err, err
+        assert not Path(full, f"zring-{os.geteuid()}").exists()
+    finally:
+        subprocess.run(["umount", str(full)])

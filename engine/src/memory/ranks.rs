@@ -120,11 +120,11 @@ pub(crate) fn count(limit_file: &Path) -> u64 {
         let rank = match Rank::join(&base, cgroup) {
             Ok(rank) => Some(rank),
             Err(Unusable::Refused(why)) => {
-                warn_once(&warning(&why, crate::env::registry_dir().is_some()));
+                warn_once(&warning(&why, crate::env::registry_dir().is_some(), true));
                 None
             }
             Err(Unusable::Failed(why)) => {
-                warn_once(&warning(&why, crate::env::registry_dir().is_some()));
+                warn_once(&warning(&why, crate::env::registry_dir().is_some(), false));
                 None
             }
             Err(Unusable::Unavailable) => None,
@@ -190,15 +190,22 @@ fn failed(path: &Path, e: rustix::io::Errno) -> Unusable {
 }
 
 /// The warning of a process that counts itself alone because of `why`;
-/// `named` when `ZRING_REGISTRY_DIR` chose the place.
-fn warning(why: &str, named: bool) -> String {
+/// `named` when `ZRING_REGISTRY_DIR` chose the place, `refused` when
+/// something is in the way there ([`Unusable::Refused`]) rather than the
+/// place failing ([`Unusable::Failed`]).
+fn warning(why: &str, named: bool, refused: bool) -> String {
     let place =
         if named { "set ZRING_REGISTRY_DIR to another directory" } else { "set ZRING_REGISTRY_DIR to a directory" };
+    let other = if refused {
+        "have the path above removed (by its owner or an administrator)"
+    } else {
+        "make room or write access there"
+    };
     format!(
         "zring: the rank registry is unusable: {why}. The processes that share this memory limit cannot count \
          each other, so their record caches are not split fairly (each still shrinks its cache as the cgroup's \
          usage nears its limit). To fix it, {place} that this user owns and can write, the same for every rank \
-         of the job (e.g. ZRING_REGISTRY_DIR=$HOME/.cache/zring), or have the path above removed."
+         of the job (e.g. ZRING_REGISTRY_DIR=$HOME/.cache/zring), or {other}."
     )
 }
 
@@ -542,10 +549,11 @@ mod tests {
         for e in [rustix::io::Errno::DQUOT, rustix::io::Errno::ACCESS, rustix::io::Errno::ROFS] {
             assert!(matches!(failed(dir, e), Unusable::Failed(_)), "{e:?}");
         }
-        let text = warning(why, false);
+        let text = warning(why, false, false);
         assert!(text.contains("No space left on device"), "{text}");
         assert!(text.contains("set ZRING_REGISTRY_DIR to a directory that this user owns and can write"), "{text}");
         assert!(text.contains("shrinks its cache as the cgroup's usage nears its limit"), "{text}");
+        assert!(text.ends_with("or make room or write access there."), "{text}");
         // Something not to be trusted at the place named.
         let base = tempfile::tempdir().unwrap();
         let uid = rustix::process::geteuid().as_raw();
@@ -554,8 +562,9 @@ mod tests {
             .unwrap();
         let cg = tempfile::tempdir().unwrap();
         let Err(Unusable::Refused(why)) = Rank::join(base.path(), cgroup(&cg)) else { panic!("not refused") };
-        let text = warning(&why, true);
+        let text = warning(&why, true, true);
         assert!(text.contains("mode 777") && text.contains("ZRING_REGISTRY_DIR to another directory"), "{text}");
+        assert!(text.ends_with("removed (by its owner or an administrator)."), "{text}");
     }
 
     #[test]

@@ -211,9 +211,24 @@ def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> 
 def set_cache_bytes(cache_bytes: Optional[int]) -> Optional[int]:
     """State the memory budget of this process's store data in bytes (None
     withdraws it); returns the statement it replaces. The process has one
-    budget: this call states it until called again; without it, the first
-    store still open that was opened with ``cache_bytes=`` states it; with
-    neither, ``ZRING_CACHE_BYTES``, else the measured budget."""
+    budget: the latest statement still live. This call's lives until it is
+    made again; each store opened with ``cache_bytes=`` and each DataLoader
+    with ``cache_bytes=`` states one that lives until it closes, in any
+    order. With none live, ``ZRING_CACHE_BYTES``, else the measured budget."""
+
+class BudgetStatement:
+    """A budget statement that lives until :meth:`release` (a DataLoader's ``cache_bytes``)."""
+    @property
+    def bytes(self) -> int:
+        """The bytes stated."""
+    @property
+    def live(self) -> bool:
+        """Whether release() has not been called."""
+    def release(self) -> None:
+        """Withdraw the statement; the budget returns to the latest one still live."""
+
+def state_cache_bytes(cache_bytes: int) -> BudgetStatement:
+    """State ``cache_bytes`` as the process's budget until the statement's release()."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",

@@ -377,9 +377,12 @@ class DataLoader(_util.Closeable):
                 when ``transform`` is the default identity.
             cache_bytes: The memory budget of the process's store data
                 (see :class:`Dataset`): when given, the loader states it for
-                the process with :func:`zring.set_cache_bytes` (so it applies
-                to every open dataset too) and restores the statement it
-                replaced when it closes.
+                the process (so it applies to every open dataset too) until
+                it closes. The process's budget is the latest statement
+                still live: loaders closed in any order each withdraw only
+                their own, and the budget returns to the latest one left
+                (or to :func:`zring.set_cache_bytes`'s, a dataset's, or the
+                measured budget).
 
         Raises:
             ValueError: No streams, streams of different lengths, an
@@ -474,9 +477,9 @@ class DataLoader(_util.Closeable):
             mode = 1 if mode is None else mode
             seed = 42 if seed is None else seed
         if budget is not None:
-            # One budget per process: stated for it, restored at close().
-            self._replaced_budget = _zring.set_cache_bytes(budget)
-            self._states_budget = True
+            # One budget per process: the latest live statement; this one is
+            # withdrawn at close(), whatever the order of closes.
+            self._budget_statement = _zring.state_cache_bytes(budget)
         try:
             loader = _zring.Loader(
                 specs,
@@ -595,6 +598,6 @@ class DataLoader(_util.Closeable):
             pool.close()
         if loader is not None:
             loader.close()
-        if getattr(self, "_states_budget", False):
-            self._states_budget = False
-            _zring.set_cache_bytes(self._replaced_budget)
+        statement, self._budget_statement = getattr(self, "_budget_statement", None), None
+        if statement is not None:
+            statement.release()

@@ -113,10 +113,10 @@ class Dataset(_Base):
 
         ``cache_bytes`` is the memory the process may fill with store data (page
         cache or zring's record caches), one budget for the whole process:
-        :func:`zring.set_cache_bytes` (which a DataLoader's ``cache_bytes``
-        calls) states it, else the first dataset still open that was opened
-        with ``cache_bytes`` (a later one's value does not count while it is
-        open). By default
+        the latest statement still live of :func:`zring.set_cache_bytes`, of
+        the datasets opened with ``cache_bytes`` and of the DataLoaders given
+        ``cache_bytes`` (each withdrawn when it closes, in any order). By
+        default
         ``ZRING_CACHE_BYTES``, else the cgroup memory limit less what every
         process in the cgroup uses (split evenly among zring processes for
         their record caches), else ``MemAvailable``. It decides the read
