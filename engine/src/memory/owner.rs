@@ -233,8 +233,6 @@ mod statements {
         order: [AtomicU64; SLOTS],
         bytes: [AtomicU64; SLOTS],
         next: AtomicU64,
-        /// Serialises [`Table::set_process`] calls (the slot's swap is two stores).
-        process: std::sync::Mutex<()>,
     }
 
     /// The process's statements.
@@ -246,7 +244,6 @@ mod statements {
                 order: [const { AtomicU64::new(0) }; SLOTS],
                 bytes: [const { AtomicU64::new(0) }; SLOTS],
                 next: AtomicU64::new(1),
-                process: std::sync::Mutex::new(()),
             }
         }
 
@@ -277,9 +274,22 @@ mod statements {
 
         /// Replaces the process-level statement (slot 0); returns the one replaced.
         pub(super) fn set_process(&self, bytes: Option<u64>) -> Option<u64> {
-            let _g = self.process.lock().unwrap_or_else(|p| p.into_inner());
-            let old = self.read(0);
-            self.order[0].store(BUSY, SeqCst);
+            // The slot is claimed by swapping its order for BUSY; a claim
+            // that never ends (a forked child of a thread caught in the
+            // middle) is taken over after a while.
+            let mut spins = 0u32;
+            let was = loop {
+                let o = self.order[0].load(SeqCst);
+                if o == BUSY && spins < 1 << 20 {
+                    spins += 1;
+                    std::hint::spin_loop();
+                    continue;
+                }
+                if self.order[0].compare_exchange(o, BUSY, SeqCst, SeqCst).is_ok() {
+                    break o;
+                }
+            };
+            let old = (was != 0 && was != BUSY).then(|| self.bytes[0].load(SeqCst));
             match bytes {
                 Some(b) => {
                     self.bytes[0].store(b, SeqCst);
@@ -287,7 +297,7 @@ mod statements {
                 }
                 None => self.order[0].store(0, SeqCst),
             }
-            old.map(|(_, b)| b)
+            old
         }
 
         /// A slot's (order, bytes) when it holds a statement.
