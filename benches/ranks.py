@@ -7,7 +7,7 @@ its own, share one memory cgroup of ``--limit-mib`` (v1
 ``memory.limit_in_bytes`` or v2 ``memory.max``) on a store of ``--gib`` GiB of
 raw 12 KiB records (larger than the limit, so every rank reads with O_DIRECT
 and a record cache). Each rank joins the cgroup before it imports NumPy or
-zring, then reads its shard for ``--secs`` seconds or one pass. The page cache
+zring, then reads its shard for ``--secs`` seconds or ``--passes`` passes. The page cache
 is emptied before each scenario (``sync``, then ``3`` into drop_caches).
 Scenarios, each with the registry (``ZRING_REGISTRY_DIR``) in a fresh
 directory:
@@ -35,7 +35,7 @@ Usage (as root, in the project venv; ``--ranks`` reports a throughput, so
 build with ``maturin develop --release``):
 
     python benches/ranks.py --ranks [--gib 3.2] [--count 4] [--limit-mib 1024] [--secs 20]
-                            [--scenarios working,squatted,full,apart]
+                            [--passes 1] [--rounds 1] [--scenarios working,squatted,full,apart]
     python benches/ranks.py --rss [--record 65537] [--budget-mib 512]
 
 Stores go to $ZRING_BENCH_DIR (default ``bench-data/``; never /tmp, which may
@@ -87,7 +87,7 @@ def rank_child(spec: dict) -> None:
     ds = zring.Dataset(spec["path"])
     dl = zring.DataLoader({"x": ds}, batch_size=BATCH, mode=3, seed=1, shard=(k, n),
                           num_workers=spec["workers"], prefetch_size=4)
-    steps = len(ds) // n // BATCH  # one pass of the shard
+    steps = spec["passes"] * len(ds) // n // BATCH  # whole passes of the shard
     t0 = time.perf_counter()
     done = 0
     while done < steps and time.perf_counter() - t0 < spec["secs"]:
@@ -196,7 +196,7 @@ def run_scenario(cgs: Cgroups, store: Path, record: int, scenario: str, args) ->
             env = {k2: v for k2, v in os.environ.items() if k2 not in ("ZRING_CACHE_BYTES", "ZRING_DIRECT")}
             env["ZRING_REGISTRY_DIR"] = str(regs[k])
             spec = {"cgroup": str(cg), "path": str(store), "shard": [k, args.count], "secs": args.secs,
-                    "workers": args.workers, "record": record}
+                    "workers": args.workers, "record": record, "passes": args.passes}
             procs.append(subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child-rank",
                                            json.dumps(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                           text=True, env=env, start_new_session=True, cwd=REPO))
@@ -250,12 +250,12 @@ def ranks_main(args) -> None:
     cgs = Cgroups()
     atexit.register(cgs.cleanup)
     print(f"# {args.count} mode-3 ranks in one {cgs.describe()}, limit {args.limit_mib} MiB; store {n} x 12 KiB "
-          f"raw records ({n * budget.RECORD / GIB:.2f} GiB); {args.workers} workers a rank; {args.secs:.0f} s or one "
-          f"pass of the shard; page cache dropped before each scenario\n")
+          f"raw records ({n * budget.RECORD / GIB:.2f} GiB); {args.workers} workers a rank; {args.secs:.0f} s or "
+          f"{args.passes} pass(es) of the shard; page cache dropped before each scenario\n")
     print("| registry | OOM kills | failcnt | peak usage MiB | exit codes | MiB/s (sum) | hit rate | "
           "budget source (rank 0) |")
     print("|---|---|---|---|---|---|---|---|")
-    for scenario in args.scenarios.split(","):
+    for scenario in [s for _ in range(args.rounds) for s in args.scenarios.split(",")]:
         r = run_scenario(cgs, store, budget.RECORD, scenario, args)
         src = (r["ranks"][0] or {}).get("budget_source", "-") if r["ranks"] else "-"
         peak = f"{r['peak'] / MIB:.0f}" if r["peak"] else "-"
@@ -321,6 +321,8 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=20)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--scenarios", default="working,squatted,full,apart")
+    ap.add_argument("--passes", type=int, default=1)
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--record", type=int, default=65_537)
     ap.add_argument("--budget-mib", type=int, default=512)
     args = ap.parse_args()
