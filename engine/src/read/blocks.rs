@@ -33,12 +33,12 @@ use crate::snapshot::Snapshot;
 /// a window is many reads in flight at once (bench-results/engine-notes.md).
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
-/// About [`crate::io::slab::in_flight_bytes`] are in flight at once while a
-/// window loads: as one run's read completes and its records are copied into
-/// the cache, the next run's read is submitted, so the device always has this
-/// much to do (32 MiB is about the queue depth at which large random reads
-/// peak, bench-results/engine-notes.md), and the memory a load holds beside
-/// the cache stays bounded (the budget counts it, [`crate::memory::budget`]).
+// About `io::slab::in_flight_bytes()` are in flight at once while a window
+// loads: as one run's read completes and its records are copied into the
+// cache, the next run's read is submitted, so the device always has this much
+// to do (32 MiB is about the queue depth at which large random reads peak,
+// bench-results/engine-notes.md), and the memory a load holds beside the cache
+// stays bounded (the budget counts it, `memory::budget`).
 
 /// A run of records to read as one: entries `first..first + count` of the
 /// list, bytes `offset..end` of `chunk`.
