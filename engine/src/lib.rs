@@ -106,7 +106,7 @@ pub use io::uring::BackendKind;
 pub use memory::cache::NextUse;
 pub use memory::owner::set_cache_bytes;
 pub use memory::reads::ReadStats;
-pub use read::request::{Gather, Slots};
+pub use read::request::{Gather, Slots, Span, Spans};
 pub use store::{
     import_loaderx, StagedStore, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL,
 };
