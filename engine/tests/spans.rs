@@ -21,7 +21,7 @@ fn record(i: u64) -> Vec<u8> {
         x ^ (x >> 31)
     };
     // Runs of 16 equal bytes, so that zstd has something to compress.
-    (0..RECORD as u64).map(|j| mix(i << 32 | j / 16) as u8).collect()
+    (0..RECORD as u64).map(|j| mix((i << 32) | (j / 16)) as u8).collect()
 }
 
 fn store(dir: &std::path::Path, codec: Codec) -> Store {
@@ -91,7 +91,9 @@ fn a_long_span_checks_the_records_checksum_and_a_short_one_cannot() {
     bytes[at] ^= 0xFF;
     std::fs::write(&chunk, &bytes).unwrap();
     let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
-    let err = read(&store, &[Span { index: 4, from: 0, len: 60_000, at: 0 }]).err().expect("a checksum error");
+    let Err(err) = read(&store, &[Span { index: 4, from: 0, len: 60_000, at: 0 }]) else {
+        panic!("a long span of a damaged record read without an error");
+    };
     assert!(matches!(err, Error::ChecksumMismatch { record: 4, .. }), "{err}");
     // A short span reads only its own bytes, which the record's checksum
     // does not cover on their own (documented): it succeeds.
@@ -163,5 +165,27 @@ fn spans_of_a_sealed_fixed_section_read_inside_its_blocks() {
     for p in &spans {
         let want = &records[p.index as usize][p.from as usize..][..p.len as usize];
         assert_eq!(&got[p.at as usize..][..p.len as usize], want, "{p:?}");
+    }
+}
+
+/// The same spans through every read path: buffered with the mappings,
+/// buffered by system calls, and O_DIRECT (aligned reads into scratch).
+#[test]
+fn spans_read_the_same_bytes_buffered_and_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    drop(store(dir.path(), Codec::Raw));
+    let spans = [
+        Span { index: 0, from: 4095, len: 3, at: 0 },
+        Span { index: 3, from: 12_345, len: 20_000, at: 3 },
+        Span { index: 5, from: 1, len: 60_000, at: 20_003 },
+    ];
+    for (mmap, direct) in [(true, false), (false, false), (false, true)] {
+        let store = std::sync::Arc::new(Store::builder(dir.path()).mmap(mmap).direct(direct).open().unwrap());
+        let got = read(&store, &spans).unwrap();
+        for p in &spans {
+            let want = &record(p.index)[p.from as usize..][..p.len as usize];
+            assert_eq!(&got[p.at as usize..][..p.len as usize], want, "mmap {mmap}, direct {direct}: {p:?}");
+        }
+        assert_eq!(store.is_direct(), direct);
     }
 }
