@@ -653,9 +653,10 @@ struct Kept {
 }
 
 impl Kept {
-    /// Whether this is document `doc` of packer `packer`, of `bytes` bytes
-    /// (a source whose records changed under the packer is not trusted to
-    /// be the same document by index alone).
+    /// Whether this is document `doc` of packer `packer`, of `bytes` bytes.
+    /// A packer takes its documents to stay as they are, as its cycle
+    /// indices do; the length check catches a document replaced (a delete
+    /// moves the last record into its index) by one of another length.
     fn holds(&self, packer: u64, doc: u64, bytes: u64) -> bool {
         self.packer == packer && self.doc == doc && self.tokens.len() as u64 == bytes
     }
