@@ -114,7 +114,10 @@ fn over_raw_records_a_step_reads_at_most_twice_what_it_delivers() {
                     same(&got.next().unwrap(), &want.next().unwrap());
                 }
                 got.close().unwrap();
-                let delivered = n * BATCH * SEQ * TOKEN;
+                // The workers gather a few steps ahead of the consumer.
+                let gathered = got.stats().steps_gathered;
+                assert!(gathered >= n);
+                let delivered = gathered * BATCH * SEQ * TOKEN;
                 let read = touched(&store) - before;
                 assert!(
                     read <= 2 * delivered,
@@ -140,10 +143,12 @@ fn over_compressed_records_a_long_document_is_decoded_once_per_worker() {
                 same(&got.next().unwrap(), &want.next().unwrap());
             }
             got.close().unwrap();
-            // Most of one pass with one worker: each document read once at
-            // most (read per step, it was hundreds of times the store).
+            // Most of one pass with one worker: each document read about
+            // once (first fit may cut two long documents into one row and
+            // read one of them twice; the worker also gathers a few steps
+            // ahead). Read per step, it was over 100 times the store.
             let read = touched(&store) - before;
-            assert!(read <= stored, "{how:?}: read {read} bytes of a store of {stored}: {:?}", store.read_stats());
+            assert!(read <= 2 * stored, "{how:?}: read {read} bytes of a store of {stored}: {:?}", store.read_stats());
         }
     });
 }
