@@ -22,6 +22,9 @@
 //! - [`Staging`] and [`StagedStore`] ([`StoreBuilder::create_staged`]): a
 //!   store (or a directory of stores) built beside its destination and
 //!   renamed into place whole.
+//! - [`View`] ([`Store::view`]): one snapshot's reads; [`View::read_spans`]
+//!   reads parts of records ([`Spans`]: a short span of a raw record reads
+//!   only its bytes, unchecked against the record's crc32c).
 //! - [`Codec`]: raw, zstd, zstd with dictionary; tags shared with loaderx 0.7.3.
 //! - [`Error`]: every failure, typed, with the numbers that explain it.
 //! - [`import_loaderx`]: converts a loaderx 0.7.3 store; loaderx stores can
@@ -39,8 +42,8 @@
 //! - `memory/`: the process's one owner of memory (`owner`), the budget
 //!   (`budget`), the read policy (`policy`), the record caches (`cache`),
 //!   each store's read counters (`reads`), the host's rank registry (`ranks`).
-//! - `read/`: the gather request (`request`), gathers (`gather`, `item`,
-//!   `hot`) and mode 3's block loads (`blocks`).
+//! - `read/`: the read requests (`request`), gathers and reads of spans
+//!   (`gather`, `item`, `hot`) and mode 3's block loads (`blocks`).
 //! - `write/`: the single writer, append and sync (`mod.rs`), the encoding
 //!   pipeline (`append`), delete and compaction (`compact`), the format-2
 //!   table of a store written once (`seal`), the staging directory (`builder`).
@@ -106,7 +109,7 @@ pub use io::uring::BackendKind;
 pub use memory::cache::NextUse;
 pub use memory::owner::{set_cache_bytes, state_cache_bytes, Statement as BudgetStatement};
 pub use memory::reads::ReadStats;
-pub use read::request::{Gather, Slots};
+pub use read::request::{Gather, Slots, Span, Spans};
 pub use store::{
     import_loaderx, StagedStore, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL,
 };

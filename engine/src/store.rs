@@ -681,6 +681,19 @@ impl View {
     pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
         crate::read::gather::gather(&self.store.read_ctx(), &self.snap, req, dst)
     }
+
+    /// Reads parts of these records into `dst` ([`Spans`](crate::Spans):
+    /// what each costs and what is checked).
+    pub fn read_spans(&self, req: &crate::Spans<'_>, dst: &mut [u8]) -> Result<()> {
+        crate::read::gather::read_spans(&self.store.read_ctx(), &self.snap, req, dst)
+    }
+
+    /// The codec each record of `indices` is stored with, into `out`: a
+    /// [`Spans`](crate::Spans) read of a raw record reads about the span, of
+    /// a compressed one the whole record.
+    pub fn codecs(&self, indices: &[u64], out: &mut [Codec]) -> Result<()> {
+        crate::read::gather::codecs(&self.snap, indices, out)
+    }
 }
 
 /// A read policy the counts chose, put in force: the chunks are reopened

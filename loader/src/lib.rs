@@ -134,7 +134,7 @@ pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pack::{Pack, PackMode, FIRST_FIT_WINDOW, PACKED_ROWS};
 pub use pool::{Pooled, PooledBuf};
-pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError};
+pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
 pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, Shard};

@@ -67,9 +67,17 @@
 //!   caller drops or reuses a batch before it needs many more) every buffer
 //!   comes from the pool and nothing is allocated for data.
 //!
-//! * Nothing blocks forever. Workers wait on one condition variable for the
-//!   window to open or for shutdown; the consumer waits on another for slot 0
-//!   to fill, for shutdown, or for a worker to have died. Workers never wait
+//! * Nothing blocks forever. Each kind of waiter has a condition variable of
+//!   its own, so a wakeup cannot go to a thread that cannot use it: workers
+//!   wait on one for a step to claim (the window opening, in mode 3 a window
+//!   of blocks loaded) or for shutdown; the mode-3 prefetch thread waits on a
+//!   second for a worker to claim the step it waits for, and every claim
+//!   wakes it; the consumer waits on a third for slot 0 to fill, for
+//!   shutdown, or for a worker to have died. (With one variable shared by
+//!   workers and the prefetch thread, the consumer's wake-one went to the
+//!   prefetch thread at depth 1 and no worker claimed the step it opened.)
+//!   A wake-one is used only where every waiter could take the wakeup; a
+//!   change that may let several proceed wakes all. Workers never wait
 //!   on the caller's buffers or on a full queue (the ring cannot overflow, see
 //!   above), so `close()` only has to set the flag, wake both sides and join.
 //!   A gather already running inside a source is not interrupted; `close()`
@@ -247,12 +255,20 @@ pub(crate) struct State {
     idle: u64,
 }
 
+/// The pipeline's shared state and the three kinds of waiter on it, each on
+/// a condition variable of its own, so that a wakeup meant for one kind
+/// never lands on another (see the module docs, "Nothing blocks forever").
 pub(crate) struct Shared {
     pub(crate) ctx: Ctx,
     state: Mutex<State>,
-    /// Workers (and the prefetch thread) wait here for the window to open
-    /// or for shutdown.
+    /// Workers wait here for a step to claim (the window opening, a window
+    /// of blocks loaded) or for shutdown. Only workers wait here, and any of
+    /// them can claim any step, so a change that lets one more step be
+    /// claimed wakes one, and a change that may let several wakes all.
     pub(crate) work: Condvar,
+    /// The mode-3 prefetch thread waits here for a worker to claim the step
+    /// it waits for, or for shutdown; every claim wakes it.
+    claimed: Condvar,
     /// The consumer waits here for slot 0, a dead worker or shutdown.
     ready: Condvar,
 }
@@ -267,6 +283,7 @@ impl Shared {
     fn shut_down(&self) {
         self.lock().shutdown = true;
         self.work.notify_all();
+        self.claimed.notify_all();
         self.ready.notify_all();
     }
 }
@@ -275,7 +292,7 @@ impl crate::prefetch::Windows for Shared {
     fn wait_for_claim(&self, step: u64) -> bool {
         let mut state = self.lock();
         while !state.shutdown && state.next_claim < step {
-            state = self.work.wait(state).unwrap_or_else(PoisonError::into_inner);
+            state = self.claimed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
         !state.shutdown
     }
@@ -810,6 +827,7 @@ impl Loader {
                 idle: 0,
             }),
             work: Condvar::new(),
+            claimed: Condvar::new(),
             ready: Condvar::new(),
         });
 
@@ -924,6 +942,8 @@ impl Loader {
         stats::record(&mut self.wait, started.elapsed());
         match outcome {
             Ok(batch) => {
+                // One more step may be claimed: one worker (only workers
+                // wait on `work`, and any of them can claim it).
                 shared.work.notify_one();
                 self.next_step += 1;
                 self.delivered += 1;
@@ -1040,6 +1060,12 @@ fn worker(shared: &Shared) {
                 if state.next_claim < window_end && loaded {
                     let step = state.next_claim;
                     state.next_claim += 1;
+                    if state.prefetching {
+                        // The prefetch thread may wait for this claim to
+                        // load the next window, which the workers may
+                        // wait for in turn.
+                        shared.claimed.notify_all();
+                    }
                     break step;
                 }
                 state.idle += 1;

@@ -55,18 +55,37 @@
 //! A run of whole documents that sits contiguously in the batch (all but
 //! the first and last document of a concat stretch; a first-fit row's whole
 //! documents, which are placed first in it) is gathered by the store
-//! straight into the batch buffer, in one ragged gather per run. A piece of
-//! a document (the ends of a concat stretch, the pieces of a long document
-//! in first fit) is gathered whole into a scratch buffer and its slice
-//! copied: per step, a concat stretch copies at most two documents twice.
+//! straight into the batch buffer, in one ragged gather per run, each
+//! document checked against its checksum.
+//!
+//! A piece of a document (the ends of a concat stretch, the pieces of a
+//! long document in first fit) is read so that a step reads about the
+//! tokens it delivers, however long the document (a row of 4,096 tokens
+//! cut from an 8 M-token document is 8 KiB, the document 16 MiB):
+//!
+//! * A document the source reads in part ([`Source::reads_in_part`]: a
+//!   store's raw record) is read as spans ([`Source::gather_spans`]) straight
+//!   into the batch buffer: a piece of at least half its document reads the
+//!   document whole and checks it, a shorter one reads only its own bytes,
+//!   unchecked (the document's checksum covers the whole document; see
+//!   `zring_engine::Spans`). A step reads at most twice the tokens it
+//!   delivers.
+//! * Any other document (a compressed record) is read and decoded whole,
+//!   and the thread keeps it for the pieces of later steps: each thread
+//!   (each of the loader's workers) keeps one document, the last it read
+//!   whole, so a long document is decoded once per worker that cuts pieces
+//!   of it rather than once per step. The memory is that document's tokens
+//!   per worker, given back when the worker ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
 use zring_sampler::{Mode, Sampler, MAX_BATCH};
 
-use crate::source::{Fingerprint, Layout, Request, Source, SourceError};
+use crate::source::{Fingerprint, Layout, Request, Source, SourceError, Span};
 
 /// The rows of one packed stream are numbered `0 .. PACKED_ROWS`; the
 /// loader's row sampler walks them in order, so a run would have to take
@@ -181,6 +200,8 @@ struct Cycles {
 /// One source's packing: its document order, and the indices that make a
 /// row's documents quick to find.
 pub(crate) struct Packer {
+    /// Unique in the process: names this packer's kept documents.
+    id: u64,
     source: Arc<dyn Source>,
     pack: Pack,
     docs: u64,
@@ -217,6 +238,7 @@ impl Packer {
         let block = if docs <= MAX_BATCH { docs } else { 1 };
         let order = Sampler::new(mode, docs, block, seed)?;
         let mut packer = Packer {
+            id: NEXT_PACKER.fetch_add(1, Ordering::Relaxed),
             source,
             pack,
             docs,
@@ -545,29 +567,73 @@ impl Packer {
             src.gather(&Request::ragged(&docs, &offsets).fan_out(fan_out), &mut tok[a..z])?;
             i = k;
         }
-        // Pieces of documents: each such document gathered once per step.
-        let mut at: HashMap<u64, u64> = HashMap::new();
-        docs.clear();
-        offsets.clear();
-        offsets.push(0);
-        for p in pieces.iter().filter(|p| !p.whole()) {
-            if let std::collections::hash_map::Entry::Vacant(e) = at.entry(p.doc) {
-                let o = *offsets.last().unwrap_or(&0);
-                e.insert(o);
-                docs.push(p.doc);
-                offsets.push(o + p.doc_len * tb);
+        self.copy_cut(pieces, src, tok, fan_out)
+    }
+
+    /// Copies the pieces of documents cut at a row's edge (module docs,
+    /// "Copying tokens"): from the document this thread keeps, else as
+    /// spans of the documents the source reads in part, else from the
+    /// document read whole, which this thread then keeps.
+    fn copy_cut(&self, pieces: &[Piece], src: &dyn Source, tok: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
+        let tb = self.pack.token_bytes;
+        let cut: Vec<&Piece> = pieces.iter().filter(|p| !p.whole()).collect();
+        if cut.is_empty() {
+            return Ok(());
+        }
+        let copy = |p: &Piece, doc: &[u8], tok: &mut [u8]| {
+            // Lossless: the piece lies inside its document and the rows.
+            let (from, n, d) = ((p.start * tb) as usize, (p.len * tb) as usize, (p.dst * tb) as usize);
+            tok[d..d + n].copy_from_slice(&doc[from..from + n]);
+        };
+        // Each cut document once, in the order of its first piece.
+        let mut docs: Vec<(u64, u64)> = Vec::new();
+        for p in &cut {
+            if !docs.iter().any(|&(d, _)| d == p.doc) {
+                docs.push((p.doc, p.doc_len));
             }
         }
+        KEPT.with(|kept| {
+            let kept = kept.borrow();
+            docs.retain(|&(doc, len)| {
+                let Some(k) = kept.as_ref().filter(|k| k.holds(self.id, doc, len * tb)) else { return true };
+                for p in cut.iter().filter(|p| p.doc == doc) {
+                    copy(p, &k.tokens, tok);
+                }
+                false
+            });
+        });
         if docs.is_empty() {
             return Ok(());
         }
-        let mut scratch = vec![0u8; *offsets.last().unwrap_or(&0) as usize];
-        src.gather(&Request::ragged(&docs, &offsets).fan_out(fan_out), &mut scratch)?;
-        for p in pieces.iter().filter(|p| !p.whole()) {
-            let from = (at[&p.doc] + p.start * tb) as usize;
-            let n = (p.len * tb) as usize;
-            let d = (p.dst * tb) as usize;
-            tok[d..d + n].copy_from_slice(&scratch[from..from + n]);
+        let ids: Vec<u64> = docs.iter().map(|&(d, _)| d).collect();
+        let mut in_part = vec![false; ids.len()];
+        src.reads_in_part(&ids, &mut in_part)?;
+        let spans: Vec<Span> = cut
+            .iter()
+            // Pieces of documents still to read (not kept) read in part.
+            .filter(|p| ids.iter().position(|&d| d == p.doc).is_some_and(|k| in_part[k]))
+            .map(|p| Span { index: p.doc, from: p.start * tb, len: p.len * tb, at: p.dst * tb })
+            .collect();
+        if !spans.is_empty() {
+            src.gather_spans(&spans, tok, fan_out)?;
+        }
+        // The rest are read whole, one at a time into this thread's kept
+        // buffer; the last stays kept (in concat, the document the next row
+        // goes on with).
+        for (&(doc, len), _) in docs.iter().zip(&in_part).filter(|(_, &part)| !part) {
+            let bytes = usize::try_from(len * tb).map_err(|_| err(format!("document {doc} is too large")))?;
+            let mut buf = KEPT.with(|k| k.borrow_mut().take()).map(|k| k.tokens).unwrap_or_default();
+            if buf.capacity() > 2 * bytes.max(1 << 20) {
+                // Give back the memory of a much longer document.
+                buf = Vec::new();
+            }
+            buf.clear();
+            buf.resize(bytes, 0);
+            src.gather(&Request::ragged(&[doc], &[0, len * tb]).fan_out(fan_out), &mut buf)?;
+            for p in cut.iter().filter(|p| p.doc == doc) {
+                copy(p, &buf, tok);
+            }
+            KEPT.with(|k| *k.borrow_mut() = Some(Kept { packer: self.id, doc, tokens: buf }));
         }
         Ok(())
     }
@@ -576,6 +642,33 @@ impl Packer {
         &self.source
     }
 }
+
+/// A document a thread read whole to copy pieces of it, kept for the
+/// pieces later steps copy (module docs, "Copying tokens").
+struct Kept {
+    /// The [`Packer::id`] of the packer that read it.
+    packer: u64,
+    doc: u64,
+    tokens: Vec<u8>,
+}
+
+impl Kept {
+    /// Whether this is document `doc` of packer `packer`, of `bytes` bytes.
+    /// A packer takes its documents to stay as they are, as its cycle
+    /// indices do; the length check catches a document replaced (a delete
+    /// moves the last record into its index) by one of another length.
+    fn holds(&self, packer: u64, doc: u64, bytes: u64) -> bool {
+        self.packer == packer && self.doc == doc && self.tokens.len() as u64 == bytes
+    }
+}
+
+thread_local! {
+    /// At most one document per thread (module docs, "Copying tokens").
+    static KEPT: RefCell<Option<Kept>> = const { RefCell::new(None) };
+}
+
+/// Where packers get their [`Packer::id`].
+static NEXT_PACKER: AtomicU64 = AtomicU64::new(0);
 
 /// First fit of the documents `docs` (of `lens` tokens) into rows of `l`
 /// tokens: each document in pieces of at most `l` tokens, each piece into

@@ -12,7 +12,7 @@
 //! that into the store's `zring_engine::NextUse`. Sources that do not cache
 //! keep the default [`Source::wants_hints`] and never see a hint.
 
-pub use zring_engine::Fingerprint;
+pub use zring_engine::{Fingerprint, Span};
 
 /// The error a [`Source`] returns. It is boxed so any store's error type fits;
 /// the loader wraps it in [`Error::Gather`](crate::Error::Gather) together with
@@ -107,6 +107,59 @@ pub trait Source: Send + Sync + 'static {
     /// [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
     fn block_shape(&self) -> Option<zring_sampler::Blocks> {
         None
+    }
+
+    /// [`Layout::Ragged`] only: copies parts of records into `dst`, span
+    /// `k` being bytes `from .. from + len` of record `index` at
+    /// `dst[at..at + len]` ([`Span`]); spans lie inside `dst` and do not
+    /// overlap, and bytes of `dst` outside them are left alone. A packed
+    /// loader reads the pieces of documents cut at a row's edge with it.
+    ///
+    /// Default: each record named is gathered whole (once per call) into
+    /// scratch and its spans copied. A source that can read a part of a
+    /// record for less says so in [`Source::reads_in_part`].
+    fn gather_spans(&self, spans: &[Span], dst: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
+        let mut records: Vec<u64> = spans.iter().map(|p| p.index).collect();
+        records.sort_unstable();
+        records.dedup();
+        let mut lens = vec![0u64; records.len()];
+        self.lengths(&records, &mut lens)?;
+        let mut offsets = Vec::with_capacity(records.len() + 1);
+        offsets.push(0u64);
+        for l in &lens {
+            offsets.push(offsets[offsets.len() - 1] + l);
+        }
+        for p in spans {
+            let k = records.binary_search(&p.index).expect("every span's record is listed");
+            if p.from.checked_add(p.len).is_none_or(|end| end > lens[k]) {
+                return Err(format!("bytes {}..+{} of record {}, of {} bytes", p.from, p.len, p.index, lens[k]).into());
+            }
+            if p.at.checked_add(p.len).is_none_or(|end| end > dst.len() as u64) {
+                return Err(format!("a span of {} bytes at {} outside {} bytes", p.len, p.at, dst.len()).into());
+            }
+        }
+        let size = usize::try_from(offsets[records.len()]).map_err(|_| "records too large to gather")?;
+        let mut scratch = vec![0u8; size];
+        self.gather(&Request::ragged(&records, &offsets).fan_out(fan_out), &mut scratch)?;
+        for p in spans {
+            let k = records.binary_search(&p.index).expect("every span's record is listed");
+            // Lossless: checked inside `dst` and the record above.
+            let from = (offsets[k] + p.from) as usize;
+            dst[p.at as usize..][..p.len as usize].copy_from_slice(&scratch[from..][..p.len as usize]);
+        }
+        Ok(())
+    }
+
+    /// [`Layout::Ragged`] only: whether [`Source::gather_spans`] reads a
+    /// span of record `indices[i]` for about the span's own bytes
+    /// (`out[i] = true`: a raw record of a store) or reads the whole record
+    /// (`false`: a compressed one, or the default gather). A packed loader
+    /// keeps a document read whole for the pieces of later steps.
+    /// Default: all `false`.
+    fn reads_in_part(&self, indices: &[u64], out: &mut [bool]) -> Result<(), SourceError> {
+        let _ = indices;
+        out.fill(false);
+        Ok(())
     }
 
     /// Mode 3: the records of `blocks` (ranges of consecutive indices, in

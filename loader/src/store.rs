@@ -3,9 +3,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use zring_engine::{self as engine, Fingerprint, NextUse, Store, View};
+use zring_engine::{self as engine, Codec, Fingerprint, NextUse, Store, View};
 
-use crate::source::{Layout, Request, Slots, Source, SourceError};
+use crate::source::{Layout, Request, Slots, Source, SourceError, Span};
 use crate::Blocks;
 
 /// A [`Store`] seen as a [`Source`].
@@ -91,6 +91,14 @@ impl Source for StoreSource {
         self.now().lengths(indices, out)
     }
 
+    fn gather_spans(&self, spans: &[Span], dst: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
+        self.now().gather_spans(spans, dst, fan_out)
+    }
+
+    fn reads_in_part(&self, indices: &[u64], out: &mut [bool]) -> Result<(), SourceError> {
+        self.now().reads_in_part(indices, out)
+    }
+
     fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {
         Ok(Some(self.store.fingerprint()?))
     }
@@ -156,6 +164,22 @@ impl Source for StoreView {
 
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
         Ok(self.view.lengths(indices, out)?)
+    }
+
+    /// The store reads a short span of a raw record alone, unchecked, and
+    /// a long one or any span of a compressed record by reading the record
+    /// whole ([`engine::Spans`]).
+    fn gather_spans(&self, spans: &[Span], dst: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
+        Ok(self.view.read_spans(&engine::Spans::new(spans).fan_out(fan_out), dst)?)
+    }
+
+    fn reads_in_part(&self, indices: &[u64], out: &mut [bool]) -> Result<(), SourceError> {
+        let mut codecs = vec![Codec::Raw; indices.len()];
+        self.view.codecs(indices, &mut codecs)?;
+        for (o, c) in out.iter_mut().zip(codecs) {
+            *o = c == Codec::Raw;
+        }
+        Ok(())
     }
 
     fn fingerprint(&self) -> Result<Option<Fingerprint>, SourceError> {

@@ -156,7 +156,7 @@ impl PyLoader {
     /// `block_records` and `window_blocks` set mode 3's block shape (each
     /// left out is chosen from the first stream: a block of at least 1 MiB
     /// of records, a window of a quarter of its record cache); a state
-    /// fixes them.
+    /// fixes them (given with it, they must be the state's).
     #[new]
     #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None))]
     #[allow(clippy::too_many_arguments)]
@@ -207,7 +207,8 @@ impl PyLoader {
                 let conflict = |what: &str, given: String, saved: String| {
                     PyValueError::new_err(format!(
                         "{what}={given} conflicts with the state, which was saved with {what}={saved}; a state fixes \
-                         batch_size, mode and seed: leave {what} out (or pass the state's value)"
+                         batch_size, mode, seed and mode 3's block_records and window_blocks: leave {what} out \
+                         (or pass the state's value)"
                     ))
                 };
                 if let Some(b) = batch_size.filter(|&b| b != sampler.batch_size) {
@@ -220,6 +221,19 @@ impl PyLoader {
                 if let Some(s) = seed.filter(|&s| s != sampler.seed) {
                     return Err(conflict("seed", s.to_string(), sampler.seed.to_string()));
                 }
+                // The state fixes mode 3's block shape too: a field given
+                // with the state's value is accepted, another is refused.
+                let shape = |given: Option<u64>, what: &str, saved: Option<u64>| match (given, saved) {
+                    (Some(g), Some(s)) if g != s => Err(conflict(what, g.to_string(), s.to_string())),
+                    (Some(g), None) => Err(PyValueError::new_err(format!(
+                        "{what}={g} conflicts with the state, which was saved by a loader of mode {} without \
+                         blocks; {what} applies to mode 3 only: leave it out",
+                        sampler.mode as u8
+                    ))),
+                    _ => Ok(()),
+                };
+                shape(block_records, "block_records", sampler.blocks.map(|b| b.block_records))?;
+                shape(window_blocks, "window_blocks", sampler.blocks.map(|b| b.window_blocks))?;
                 LoaderConfig::from_state(&saved)
             }
             None => {
@@ -231,12 +245,7 @@ impl PyLoader {
                 c
             }
         };
-        if block_records.is_some() || window_blocks.is_some() {
-            if state.is_some() {
-                return Err(PyValueError::new_err(
-                    "block_records and window_blocks conflict with a state, which fixes the block shape: leave them out",
-                ));
-            }
+        if state.is_none() && (block_records.is_some() || window_blocks.is_some()) {
             // A 0 asks the loader to choose that field.
             config.blocks = Some(zring_loader::Blocks {
                 block_records: block_records.unwrap_or(0),

@@ -45,8 +45,53 @@ def test_resume_is_exact_and_keeps_the_shape(ys):
     with zring.DataLoader({"y": ys}, state=state, num_workers=1) as dl2:
         for w in want:
             np.testing.assert_array_equal(next(dl2)["y"], w)
-    with pytest.raises(ValueError, match="block_records and window_blocks conflict with a state"):
-        zring.DataLoader({"y": ys}, state=state, block_records=10)
+
+
+def test_resume_with_the_states_own_shape_is_accepted_and_another_refused(ys):
+    """Regression: resuming with the same ``block_records=``/``window_blocks=``
+    was refused (a state fixes the shape, and any value given with one was
+    taken for a conflict). The state's own values are accepted and resume
+    exactly; another value is a ValueError naming both."""
+    with _loader(ys) as dl:
+        for _ in range(3):
+            next(dl)
+        state = dl.state()
+        want = [next(dl)["y"].copy() for _ in range(20)]
+    for kw in ({"block_records": 10, "window_blocks": 4}, {"block_records": 10}, {"window_blocks": 4}):
+        with zring.DataLoader({"y": ys}, state=state, num_workers=1, **kw) as dl2:
+            for w in want:
+                np.testing.assert_array_equal(next(dl2)["y"], w)
+    with pytest.raises(ValueError, match="block_records=11 conflicts with the state.*block_records=10"):
+        zring.DataLoader({"y": ys}, state=state, block_records=11)
+    with pytest.raises(ValueError, match="window_blocks=5 conflicts with the state.*window_blocks=4"):
+        zring.DataLoader({"y": ys}, state=state, block_records=10, window_blocks=5)
+    with zring.DataLoader({"y": ys}, batch_size=BATCH, mode=2, seed=5) as cyclic:
+        other = cyclic.state()
+    with pytest.raises(ValueError, match="block_records=10 conflicts with the state.*mode 3 only"):
+        zring.DataLoader({"y": ys}, state=other, block_records=10)
+
+
+def test_mode_3_at_prefetch_size_1_does_not_hang(ys):
+    """Regression: a mode-3 loader with ``prefetch_size=1`` hung forever in
+    ``next()`` (the consumer's wakeup went to the window-prefetch thread
+    instead of a worker). A watchdog thread fails the test instead of
+    hanging it."""
+    import threading
+
+    out: list = []
+
+    def run():
+        with _loader(ys, prefetch_size=1, num_workers=1) as dl:
+            out.extend(next(dl)["y"].copy() for _ in range(1000))
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(60)
+    assert not t.is_alive(), "mode 3 with prefetch_size=1 did not deliver 1000 steps within 60 s"
+    assert len(out) == 1000
+    s = zring.Sampler(N, BATCH, zring.Sampler.Mode.BLOCKED, seed=5, block_records=10, window_blocks=4)
+    for k in (0, 1, 499, 999):
+        np.testing.assert_array_equal(out[k], s.batch(k))
 
 
 def test_two_shards_concatenate_to_the_global_batch(ys):

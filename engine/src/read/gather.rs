@@ -10,7 +10,7 @@ use crate::memory::cache::NextUse;
 use crate::memory::reads::Seen;
 use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::read::item::{carve, carve_at, crc_check, finish_record, Item, Want};
-use crate::read::request::{Gather, Slots};
+use crate::read::request::{Gather, Slots, Spans};
 use crate::read::Ctx;
 use crate::snapshot::Snapshot;
 use std::collections::HashMap;
@@ -98,10 +98,7 @@ pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [
                 return Err(Error::RecordSize { record: index, len, slot: w as u64 });
             }
         }
-        order.push((
-            start,
-            Want { index, entry, len: entry.logical_len as usize, keep_stored: false, next: hint(req.next, k) },
-        ));
+        order.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }));
     }
     if width == Some(0) {
         return Ok(());
@@ -141,6 +138,111 @@ pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [
     read_items(s, snap, carve_at(dst, order), req.fan_out)
 }
 
+/// Reads the parts of records `req` names into `dst` ([`crate::Spans`]):
+/// a short span of a raw record reads only its bytes, straight into its
+/// place in `dst`; a long one (at least half of the record's stored bytes)
+/// and any span of a compressed record read the whole record, checked,
+/// once per call, into scratch, and the spans are copied from it.
+///
+/// Every index and span is checked before anything is written to `dst`.
+pub(crate) fn read_spans(s: &Ctx<'_>, snap: &Snapshot, req: &Spans<'_>, dst: &mut [u8]) -> Result<()> {
+    let spans = req.spans;
+    snap.table.prefetch(&spans.iter().map(|p| p.index).collect::<Vec<_>>());
+    // Checked first: every record, every span inside its record and `dst`,
+    // no two spans overlapping.
+    let mut entries = Vec::with_capacity(spans.len());
+    for p in spans {
+        let entry = snap.entry(p.index)?;
+        let logical = u64::from(entry.logical_len);
+        if p.from.checked_add(p.len).is_none_or(|end| end > logical) {
+            return Err(Error::InvalidArgument(format!(
+                "read_spans: bytes {}..{} of record {}, which holds {logical} bytes",
+                p.from,
+                p.from.saturating_add(p.len),
+                p.index
+            )));
+        }
+        if p.at.checked_add(p.len).is_none_or(|end| end > dst.len() as u64) {
+            return Err(Error::InvalidArgument(format!(
+                "read_spans: a span of {} bytes at {} lies outside the destination of {} bytes",
+                p.len,
+                p.at,
+                dst.len()
+            )));
+        }
+        entries.push(entry);
+    }
+    let mut by_at: Vec<usize> = (0..spans.len()).filter(|&k| spans[k].len > 0).collect();
+    by_at.sort_unstable_by_key(|&k| spans[k].at);
+    for w in by_at.windows(2) {
+        let (a, b) = (&spans[w[0]], &spans[w[1]]);
+        if a.at + a.len > b.at {
+            return Err(Error::InvalidArgument(format!(
+                "read_spans: the span of record {} at {} overlaps the span of record {} at {}",
+                b.index, b.at, a.index, a.at
+            )));
+        }
+    }
+    // A span reads its own bytes, or its whole record (below).
+    let whole = |k: usize| {
+        let e = &entries[k];
+        e.codec != Codec::Raw || spans[k].len.saturating_mul(2) >= u64::from(e.stored_len)
+    };
+    // The records read whole, each once, back to back in `scratch`: index
+    // -> (where it starts, its entry).
+    let mut wholes: HashMap<u64, (u64, Entry)> = HashMap::new();
+    let mut order: Vec<u64> = Vec::new();
+    let mut size = 0u64;
+    for &k in &by_at {
+        if whole(k) {
+            let index = spans[k].index;
+            wholes.entry(index).or_insert_with(|| {
+                order.push(index);
+                let at = size;
+                size += u64::from(entries[k].logical_len);
+                (at, entries[k])
+            });
+        }
+    }
+    let mut scratch =
+        vec![0u8; usize::try_from(size).map_err(|_| Error::InvalidArgument("read_spans: too large".into()))?];
+    let mut items = carve(&mut scratch, order.iter().map(|i| Want::logical(*i, wholes[i].1)));
+    // Lossless: spans lie inside `dst`, a slice, and inside records of
+    // u32 lengths.
+    items.extend(carve_at(
+        dst,
+        by_at
+            .iter()
+            .filter(|&&k| !whole(k))
+            .map(|&k| (spans[k].at, Want::span(spans[k].index, entries[k], spans[k].from, spans[k].len as u32))),
+    ));
+    read_items(s, snap, items, req.fan_out)?;
+    for &k in &by_at {
+        if whole(k) {
+            let p = &spans[k];
+            let from = (wholes[&p.index].0 + p.from) as usize;
+            dst[p.at as usize..][..p.len as usize].copy_from_slice(&scratch[from..][..p.len as usize]);
+        }
+    }
+    Ok(())
+}
+
+/// The codec each record of `indices` is stored with, into `out`.
+pub(crate) fn codecs(snap: &Snapshot, indices: &[u64], out: &mut [Codec]) -> Result<()> {
+    if indices.len() != out.len() {
+        return Err(Error::InvalidArgument(format!(
+            "codecs: {} indices but an output of {} entries",
+            indices.len(),
+            out.len()
+        )));
+    }
+    snap.table.prefetch(indices);
+    for (i, o) in indices.iter().zip(out.iter_mut()) {
+        *o = snap.entry(*i)?.codec;
+    }
+    Ok(())
+}
+
 /// Reads `items`: the records whose pages are all in memory ("hot") are
 /// copied or decoded straight from the chunk mappings, the rest read in
 /// batches of transfers.
@@ -161,8 +263,9 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
     let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::with_capacity(if s.mmap { items.len() } else { 0 });
     let mut cold: Vec<Item<'_>> = Vec::with_capacity(if s.mmap { 0 } else { items.len() });
     let caching = s.reads.caching();
-    // Compaction and import copy stored bytes: not reads to count.
-    let internal = items.first().is_some_and(|it| it.keep_stored);
+    // Compaction and import copy stored bytes: not reads to count (spans
+    // also read stored bytes, and are reads).
+    let internal = items.first().is_some_and(|it| it.keep_stored && !it.span);
     let mut seen = Seen {
         records: if internal { 0 } else { items.len() as u64 },
         stored_bytes: total,

@@ -17,6 +17,10 @@ pub(crate) struct Item<'a> {
     pub dst: &'a mut [u8],
     /// Copy the stored bytes without decoding (compaction, import).
     pub keep_stored: bool,
+    /// A part of a raw record ([`crate::Span`]): `entry` names just the
+    /// bytes to read (no checksum), `keep_stored` is set, and unlike
+    /// compaction's copies the read counts as a read.
+    pub span: bool,
     /// When the caller needs the record again (for the record cache).
     pub next: NextUse,
 }
@@ -29,18 +33,33 @@ pub(crate) struct Want {
     /// with `keep_stored`.
     pub len: usize,
     pub keep_stored: bool,
+    pub span: bool,
     pub next: NextUse,
 }
 
 impl Want {
     /// Record `index` at `entry`, decoded, with no hint.
     pub fn logical(index: u64, entry: Entry) -> Want {
-        Want { index, entry, len: entry.logical_len as usize, keep_stored: false, next: NextUse::Unknown }
+        Want { index, entry, len: entry.logical_len as usize, keep_stored: false, span: false, next: NextUse::Unknown }
     }
 
     /// Record `index` at `entry` as stored (compaction, import, blocks).
     pub fn stored(index: u64, entry: Entry) -> Want {
-        Want { index, entry, len: entry.stored_len as usize, keep_stored: true, next: NextUse::Unknown }
+        Want { index, entry, len: entry.stored_len as usize, keep_stored: true, span: false, next: NextUse::Unknown }
+    }
+
+    /// Bytes `from .. from + len` of raw record `index` at `entry`, read as
+    /// they are stored and unchecked ([`crate::Span`]).
+    pub fn span(index: u64, entry: Entry, from: u64, len: u32) -> Want {
+        let bytes = Entry {
+            offset: entry.offset + u64::from(entry.within) + from,
+            stored_len: len,
+            logical_len: len,
+            checksum: None,
+            within: 0,
+            ..entry
+        };
+        Want { index, entry: bytes, len: len as usize, keep_stored: true, span: true, next: NextUse::Unknown }
     }
 }
 
@@ -70,7 +89,14 @@ pub(crate) fn carve_at(buf: &mut [u8], wants: impl IntoIterator<Item = (u64, Wan
         let (slot, tail) = tail.split_at_mut(w.len);
         rest = tail;
         pos = start + w.len as u64;
-        items.push(Item { index: w.index, entry: w.entry, dst: slot, keep_stored: w.keep_stored, next: w.next });
+        items.push(Item {
+            index: w.index,
+            entry: w.entry,
+            dst: slot,
+            keep_stored: w.keep_stored,
+            span: w.span,
+            next: w.next,
+        });
     }
     items
 }

@@ -354,15 +354,16 @@ class DataLoader(_util.Closeable):
                 when it reads buffered) in blocks, so the window drawn from
                 and the next one, loading, fit in it. Larger windows mix
                 batches better (bench-results/randomness.md). A state fixes
-                both.
+                both: given with ``state=``, each must be the state's value.
             seed: Sampler seed; default 42.
             transform: Applied to each batch dict, on the transform workers
                 (or on the consumer thread, see ``transform_workers``). It
                 may be called from several threads at once, each time on a
                 different step's batch. The workers read it once, here.
-            state: A dict from :meth:`state`; it fixes batch_size, mode, seed
-                and the next step (leave those arguments out, or pass the
-                state's values), and carries each stream's fingerprint: a
+            state: A dict from :meth:`state`; it fixes batch_size, mode, seed,
+                mode 3's block_records and window_blocks, and the next step
+                (leave those arguments out, or pass the state's values), and
+                carries each stream's fingerprint: a
                 stream whose records changed since is refused, and over a
                 store that only grew by appends the run finishes the cycle
                 under way exactly as it would have and the new records join
@@ -387,8 +388,9 @@ class DataLoader(_util.Closeable):
         Raises:
             ValueError: No streams, streams of different lengths, an
                 argument out of range (``transform_workers`` < 0), a
-                ``batch_size``, ``mode`` or ``seed`` that differs from the
-                ``state``'s (the message names both values), or a state
+                ``batch_size``, ``mode``, ``seed``, ``block_records`` or
+                ``window_blocks`` that differs from the ``state``'s (the
+                message names both values), or a state
                 that does not fit the streams: their records changed since
                 it was saved (the message names the stream), or they hold
                 another number of records and did not only grow.
