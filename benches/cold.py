@@ -19,7 +19,8 @@ quarter of the store's records (the gather, whose random draws repeat) or
 one pass (the loader), whichever ends first, so that few records are served
 from memory.
 The figures are whole-run MiB/s (every batch, the first one's table faults
-included) and their ratio to the same round's fio.
+included), their ratio to the same round's fio, and the process's CPU
+(user + system, every thread, from before the store opens) per GiB delivered.
 
 With ``--mode 3`` each round instead measures, page cache dropped before
 each: fio's random 1 MiB O_DIRECT reads at queue depth 32 on the largest
@@ -65,6 +66,12 @@ BATCH = 256
 MIB = 1 << 20
 
 
+def cpu_seconds() -> float:
+    """User plus system CPU-seconds of this process so far, all threads."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def child(spec: dict) -> None:
     """One measurement in this (fresh) process; prints ``RESULT {json}``."""
     cg = spec.get("cgroup")
@@ -74,6 +81,9 @@ def child(spec: dict) -> None:
 
     import zring
 
+    # CPU time of the whole process (every thread: the loader's workers, the
+    # store's pool, the window thread) from before the store opens.
+    cpu0 = cpu_seconds()
     ds = zring.Dataset(spec["path"])
     n = len(ds)
     secs = float(spec["secs"])
@@ -105,12 +115,15 @@ def child(spec: dict) -> None:
         if time.perf_counter() - t0 >= secs or len(lat) >= most:
             break
     wall = time.perf_counter() - t0
+    cpu = cpu_seconds() - cpu0
+    delivered_gib = len(lat) * BATCH * RECORD / (1 << 30)
     stats = ds.stats() if hasattr(ds, "stats") else {}
     res = {
         "mib_s": len(lat) * BATCH * RECORD / MIB / wall,
         "batches": len(lat),
         "p50_ms": statistics.median(lat) * 1e3,
         "p99_ms": sorted(lat)[int(0.99 * (len(lat) - 1))] * 1e3,
+        "cpu_s_per_gib": cpu / delivered_gib,
         "majflt_per_batch": statistics.mean(faults) if faults else None,
         "majflt_first": faults[0] if faults else None,
         "policy": str(stats.get("read_policy", stats.get("policy", ""))),
@@ -220,9 +233,10 @@ def main() -> None:
         f"ZRING_DIRECT={args.direct if args.direct else 'unset (the read policy chooses)'}. "
         f"fio: random 12 KiB O_DIRECT reads at queue depth {args.depth} on the largest chunk file.",
         "",
-        "| measurement | MiB/s (median) | ÷ fio, median of rounds (range) | p50 / p99 ms per batch | major faults per batch |",
-        "|---|---:|---:|---:|---:|",
-        f"| fio 12 KiB random, QD{args.depth} | {fio_med:.0f} | 1.00 | | |",
+        "| measurement | MiB/s (median) | ÷ fio, median of rounds (range) | CPU-s per GiB | p50 / p99 ms per batch "
+        "| major faults per batch |",
+        "|---|---:|---:|---:|---:|---:|",
+        f"| fio 12 KiB random, QD{args.depth} | {fio_med:.0f} | 1.00 | | | |",
     ]
     for kind, label in (("gather", "bare gather of 256 (one thread)"),
                         ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers, prefetch {args.prefetch}")):
@@ -231,6 +245,7 @@ def main() -> None:
         rng = f" ({min(rs):.2f}–{max(rs):.2f})" if len(rs) > 1 else ""
         mf = med([x["majflt_per_batch"] for x in ok if x.get("majflt_per_batch") is not None])
         lines.append(f"| {label} | {med([x['mib_s'] for x in ok]):.0f} | **{med(rs):.2f}**{rng} | "
+                     f"{med([x['cpu_s_per_gib'] for x in ok]):.2f} | "
                      f"{med([x['p50_ms'] for x in ok]):.1f} / {med([x['p99_ms'] for x in ok]):.1f} | "
                      f"{'' if kind == 'loader' else f'{mf:.1f}'} |")
     argv = " ".join(sys.argv[1:])
@@ -308,13 +323,14 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
         f"Mode 3's shape (chosen by default from the record size and the record cache): {shape}. "
         f"fio: random 1 MiB O_DIRECT reads at queue depth 32 (io_uring) on the largest chunk file.",
         "",
-        "| measurement | MiB/s (median) | ÷ fio 1 MiB QD32 (range) | p50 / p99 ms per batch |",
-        "|---|---:|---:|---:|",
-        f"| fio 1 MiB random, QD32 | {med([row['fio'] for row in rows if row['fio']]):.0f} | 1.00 | |",
+        "| measurement | MiB/s (median) | ÷ fio 1 MiB QD32 (range) | CPU-s per GiB | p50 / p99 ms per batch |",
+        "|---|---:|---:|---:|---:|",
+        f"| fio 1 MiB random, QD32 | {med([row['fio'] for row in rows if row['fio']]):.0f} | 1.00 | | |",
     ]
     for mode, ratios in ((2, of_fio2), (3, of_fio3)):
         xs = [row[mode] for row in rows if row[mode]]
         lines.append(f"| DataLoader mode {mode} | {med([x['mib_s'] for x in xs]):.0f} | {shown_range(ratios)} | "
+                     f"{med([x['cpu_s_per_gib'] for x in xs]):.2f} | "
                      f"{med([x['p50_ms'] for x in xs]):.1f} / {med([x['p99_ms'] for x in xs]):.1f} |")
     lines += ["", f"Mode 3 ÷ mode 2, per round: {shown_range(speedup)}.",
               "", "Per round: " + "; ".join(
