@@ -110,7 +110,10 @@
 //! of weight `w` is within `(1 + w * sum(1 / W_a)) / 2` rows of `w r`, the
 //! sum over its ancestors `a` below node 0. A leaf at depth 1 or 2 is
 //! always under one row; [`Mixture::new`] chooses the splits to keep every
-//! leaf under one where it can (looking up to three levels down). So every
+//! leaf under one where it can (trying splits of the leaves, heaviest first,
+//! into a prefix and the rest or the heaviest with the lightest and the
+//! rest, looking up to three levels down; prefixes only beyond 64 leaves).
+//! The tree is a function of the weights and `B` alone. So every
 //! source's rows so far are its share rounded down or up (within one row of
 //! `w_s * rows so far`) whenever at most three sources are small, whatever
 //! the weights: at 0.9989/0.001/0.0001 of 256 rows, the group `[0]` and the
@@ -893,6 +896,10 @@ struct Leaf {
 /// `LOOK_LEVELS[1]`, one beyond.
 const LOOK_LEVELS: [usize; 2] = [12, 24];
 
+/// Above this many leaves, [`Tree::build`] tries prefixes only
+/// ([`Tree::build_wide`]).
+const WIDE: usize = 64;
+
 impl Tree {
     fn new(weights: &[f64], batch_size: u64) -> Tree {
         let b = batch_size as f64;
@@ -937,6 +944,9 @@ impl Tree {
         let total: f64 = leaves.iter().map(|l| l.weight).sum();
         let here = if depth == 0 { above } else { above + 1.0 / total };
         let weights: Vec<f64> = leaves.iter().map(|l| l.weight).collect();
+        if weights.len() > WIDE {
+            return self.build_wide(leaves, here, total, depth, lookahead);
+        }
         let mut best = (f64::INFINITY, 0);
         for (c, (first, second)) in candidates(weights.len()).enumerate() {
             let pick = |set: &[usize]| set.iter().map(|&i| weights[i]).collect::<Vec<f64>>();
@@ -957,6 +967,37 @@ impl Tree {
         self.nodes.push(Node::Split { share, first: 0, second: 0 });
         let f = self.build(&first, here, depth + 1, lookahead);
         let s = self.build(&second, here, depth + 1, lookahead);
+        self.nodes[at] = Node::Split { share, first: f, second: s };
+        at
+    }
+
+    /// [`Tree::build`] for more than [`WIDE`] leaves: a prefix and the
+    /// rest only, each scored by its heaviest leaf one level down, in
+    /// `O(leaves)` (`O(leaves^2)` for the tree).
+    fn build_wide(&mut self, leaves: &[Leaf], here: f64, total: f64, depth: usize, lookahead: usize) -> usize {
+        let at = self.nodes.len();
+        let n = leaves.len();
+        let mut prefix = vec![0.0; n + 1];
+        for (i, l) in leaves.iter().enumerate() {
+            prefix[i + 1] = prefix[i] + l.weight;
+        }
+        // Heaviest first: a part's heaviest leaf is its first.
+        let score = |from: usize, to: usize| {
+            let w = leaves[from].weight;
+            if to - from == 1 {
+                w * here
+            } else {
+                w * (here + 1.0 / (prefix[to] - prefix[from]))
+            }
+        };
+        let k = (1..n)
+            .map(|k| (score(0, k).max(score(k, n)), k))
+            .fold((f64::INFINITY, 1), |a, b| if b.0 < a.0 { b } else { a })
+            .1;
+        let share = prefix[k] / total;
+        self.nodes.push(Node::Split { share, first: 0, second: 0 });
+        let f = self.build(&leaves[..k], here, depth + 1, lookahead);
+        let s = self.build(&leaves[k..], here, depth + 1, lookahead);
         self.nodes[at] = Node::Split { share, first: f, second: s };
         at
     }
@@ -1446,6 +1487,9 @@ mod tests {
             Error::BadWeight { index: 1, weight: -1.0 }
         );
         assert_eq!(Mixture::new(Mode::Iid, &[5, 0], &[1.0, 1.0], 8, 0).unwrap_err(), Error::EmptySource(1));
+        // Sources of under a row per batch are not refused (0.5 / 101.5 of
+        // 64 rows is 0.32).
+        assert!(Mixture::new(Mode::Iid, &[5, 5, 5], &[1.0, 100.0, 0.5], 64, 0).is_ok());
     }
 }
 
@@ -1586,6 +1630,27 @@ mod tests_small_weights {
                 Ok(())
             })
             .unwrap();
+    }
+
+    /// A thousand sources of under a row per batch each: built quickly,
+    /// never going back, every allocation adding up.
+    #[test]
+    fn a_thousand_small_sources_are_counted() {
+        let weights: Vec<f64> = (0..1000).map(|k| 1.0 + (k % 7) as f64).collect();
+        let m = Mixture::new(Mode::Iid, &vec![10; 1000], &weights, 256, 0).unwrap();
+        let (mut a, mut z) = (vec![0; 1000], vec![0; 1000]);
+        let mut worst = 0f64;
+        for t in 0..400u64 {
+            m.allocation(t * 256, &mut a).unwrap();
+            m.allocation((t + 1) * 256, &mut z).unwrap();
+            assert_eq!(z.iter().sum::<u64>(), (t + 1) * 256);
+            for k in 0..1000 {
+                assert!(z[k] >= a[k]);
+                worst = worst.max((z[k] as f64 - m.weights()[k] * ((t + 1) * 256) as f64).abs());
+            }
+        }
+        let Apportion::Tree(tree) = &m.apportion else { panic!("small sources make a tree") };
+        assert!(worst <= tree.bound + 1e-9, "{worst} {}", tree.bound);
     }
 
     /// Next uses of sources of under a row per batch, against brute force.
