@@ -23,8 +23,10 @@ source's rows so far stay within one row of ``w_s * rows so far`` (its share
 rounded down or up) whenever at most three sources are under a row per
 batch, whatever the weights: at 0.9989/0.001/0.0001 of 256 rows, at most
 0.50, 0.90 and 0.50 rows off over 20,000 steps. With more of them the bound
-depends on the weights (ten sources of 0.003 beside one of 0.97 at 256 rows:
-within 1.2 rows, 0.94 seen over 20,000 steps). Those sources' rows go round
+depends on the weights, most often under a row too (five small sources of
+0.03 to 0.001 beside six larger ones at 64 rows: within 0.99 rows; ten sources
+of 0.003 beside one of 0.97 at 256 rows: within 1.04 rows, 0.94 seen over
+20,000 steps). Those sources' rows go round
 the ranks of ``shard=``: with ``n`` shards (a power of two dividing ``B``)
 each shard holds ``1 / n`` of their rows so far rounded down or up, so one
 such source alone has its share of every shard's rows within a row; two or
