@@ -6,11 +6,11 @@
 //! after `t + 1` steps, source `s` has contributed the largest-remainder
 //! (Hamilton) rounding of `w_s * (t + 1) * B` rows, which is that product
 //! rounded down or up, so the remainders carry over between steps and the
-//! long-run proportions are exact. Any positive weight is accepted: a source
-//! of under one row per batch (`w_s B < 1`, a 0.1 % source at 256 rows) gets
-//! its rows over the steps, one every `1 / (w_s B)` steps or so, its running
-//! total rounded another way (below, "Sources of under a row per batch").
-//! What is rounded is the running total, not
+//! long-run proportions are exact. Any positive weight is accepted: when a
+//! source gets under one row per batch (`w_s B < 1`, a 0.1 % source at 256
+//! rows), the running totals are rounded another way (below, "Sources of
+//! under a row per batch"), which gives it a row every `1 / (w_s B)` steps
+//! or so. What is rounded is the running total, not
 //! each batch: a batch holds `w_s * B` rows rounded down or up, or one row
 //! further (from `floor(w_s B) - 1` to `ceil(w_s B) + 1`; at 0.7 of 256,
 //! 178 to 180 rows for 179.2), because two running totals each within a row
@@ -114,7 +114,8 @@
 //! of the leaves, heaviest first, into a prefix and the rest or the
 //! heaviest with the lightest and the rest, looking up to three levels
 //! down; prefixes only beyond 64 leaves).
-//! The tree is a function of the weights and `B` alone. So every
+//! The tree is a function of the weights and `B` alone, and part of what a
+//! saved run's batches are: changing how it is chosen changes them. So every
 //! source's rows so far are its share rounded down or up (within one row of
 //! `w_s * rows so far`) whenever at most three sources are small, whatever
 //! the weights: at 0.9989/0.001/0.0001 of 256 rows, the group `[0]` and the
