@@ -540,7 +540,9 @@ impl Loader {
     /// saved), [`Error::SourceStreams`] when a source's streams differ from source
     /// 0's in names or layouts, [`Error::MixtureMismatch`] for a state saved
     /// from another mixture, and [`Error::Sampler`] for weights that are not
-    /// positive and finite or give a source less than one row per batch.
+    /// positive and finite. Any positive weight is taken: a source of under
+    /// one row per batch gets its rows over the steps (the rounding tree of
+    /// `zring_sampler::Mixture`).
     pub fn new_mixture(sources: Vec<MixSource>, config: LoaderConfig) -> Result<Loader, Error> {
         if sources.is_empty() {
             return Err(zring_sampler::Error::NoSources.into());

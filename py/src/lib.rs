@@ -111,6 +111,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;
     m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
+    m.add_function(wrap_pyfunction!(sampler::mixture_allocation, m)?)?;
     m.add_function(wrap_pyfunction!(set_cache_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(state_cache_bytes, m)?)?;
     m.add_class::<PyBudgetStatement>()?;

@@ -84,3 +84,15 @@ impl PySampler {
         to_py(py, &self.inner.state())
     }
 }
+
+/// Each source's rows among the first `rows` of a mixture of `weights` (as
+/// given; normalised as the loader does) at `batch_size` rows per batch:
+/// what `zring_sampler::Mixture::allocation` counts.
+#[pyfunction]
+pub fn mixture_allocation(weights: Vec<f64>, batch_size: u64, rows: u64) -> PyResult<Vec<u64>> {
+    let lengths = vec![1; weights.len()];
+    let m = zring_sampler::Mixture::new(Mode::Iid, &lengths, &weights, batch_size, 0).map_err(error::sampler)?;
+    let mut out = vec![0; weights.len()];
+    m.allocation(rows, &mut out).map_err(error::sampler)?;
+    Ok(out)
+}

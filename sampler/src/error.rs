@@ -86,16 +86,6 @@ pub enum Error {
     #[error("source {0} is empty")]
     EmptySource(usize),
 
-    /// Sources whose share of a batch is under one row: they would be left
-    /// out of some batches entirely.
-    #[error("source(s) {sources:?} would get less than one row per batch of {batch_size}; raise their weights or the batch size")]
-    SourceTooSmall {
-        /// The sources, by position.
-        sources: Vec<usize>,
-        /// The batch size.
-        batch_size: u64,
-    },
-
     /// The output buffer has the wrong length: it must hold exactly one
     /// (global or shard) batch.
     #[error("the output buffer holds {got} indices but the batch has {expected}")]

@@ -72,7 +72,9 @@
 //!     cyclic mode; the block shape is part of [`SamplerState`].
 //! - [`Mixture`] draws each global batch from several sources with fixed
 //!   weights, exact over the run (largest-remainder rounding of each source's
-//!   share of the rows so far), every source reading its own index stream;
+//!   share of the rows so far; any positive weight, a source of under one row
+//!   per batch getting its rows over the steps), every source reading its
+//!   own index stream;
 //!   its rows are interleaved ([`RowOrder`]) so that every shard of a
 //!   power-of-two count holds each source's share of its rows within a row;
 //!   [`MixtureState`] is what a resumed mixture run must find again.

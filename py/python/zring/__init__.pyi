@@ -73,8 +73,10 @@ class Mixture:
     names: list[str]
     lengths: list[int]
     given_weights: list[float]
-    def allocation(self, rows: int) -> npt.NDArray[np.int64]:
-        """Rows per source among the first rows of the mixture (largest remainder)."""
+    def allocation(self, rows: int, batch_size: Optional[int] = None) -> npt.NDArray[np.int64]:
+        """Rows per source among the first rows of the mixture (largest
+        remainder); with batch_size, as a loader of that many rows per batch
+        counts them (the same unless a source gets under a row per batch)."""
     def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
         """The state in the loader's form; ValueError if saved for another mixture."""
 
@@ -84,8 +86,11 @@ def mix(
 ) -> Mixture:
     """A weighted mixture for DataLoader: each source's rows so far are its
     share rounded down or up (largest remainder, carried over), so a batch
-    holds its share rounded, or one row further; each source is drawn by its
-    own sampler; last_sources/last_indices name each row; state()/state= resume.
+    holds its share rounded, or one row further; any positive weight, a
+    source of under a row per batch getting its rows over the steps (within
+    a row of its share while at most three are that small); each source is
+    drawn by its own sampler; last_sources/last_indices name each row;
+    state()/state= resume.
     A bare dataset is the stream dict {"tokens": ds} (a mixture for pack)."""
 
 class Packed:

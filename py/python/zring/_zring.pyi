@@ -1,7 +1,7 @@
 """Type stubs of the compiled module ``zring._zring``."""
 
 import os
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -206,6 +206,8 @@ class Loader:
     def closed(self) -> bool:
         """Whether close() has been called."""
 
+def mixture_allocation(weights: Sequence[float], batch_size: int, rows: int) -> list[int]:
+    """Each source's rows among the first rows of a mixture at batch_size rows per batch."""
 def import_loaderx(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> Any:
     """Convert the loaderx store at src into a new zring store at dst (its table sealed in format 2)."""
 def set_cache_bytes(cache_bytes: Optional[int]) -> Optional[int]:

@@ -322,7 +322,8 @@ class DataLoader(_util.Closeable):
             streams: Named datasets, all of the same length; or a
                 :func:`zring.mix` mixture of such dicts: then every batch
                 holds each source's share of the rows (rounded down or up,
-                or one row further; exact over the run), gathered by
+                or one row further; exact over the run; a source of under
+                a row per batch gets its rows over the steps), gathered by
                 the same Rust workers (see :mod:`zring._mix`), and
                 :attr:`last_sources` names each row's source. Or a
                 :func:`zring.pack` source of packed token rows: then every
