@@ -68,7 +68,7 @@ pub fn engine(err: zring_engine::Error) -> PyErr {
         E::ChecksumMismatch { .. } => ChecksumError::new_err(msg),
         E::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
         E::RecordSize { .. } | E::InvalidArgument(_) => PyValueError::new_err(msg),
-        E::Locked { .. } => LockedError::new_err(msg),
+        E::Locked { .. } | E::PinWait { .. } => LockedError::new_err(msg),
         E::Poisoned(_) => PoisonedError::new_err(msg),
         E::AlreadyExists { .. } => PyFileExistsError::new_err(msg),
         E::Stale { .. } => StaleError::new_err(msg),

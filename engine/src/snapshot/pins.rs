@@ -47,7 +47,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::error::{io_err, Result};
+use crate::error::{io_err, Error, Result};
 
 /// A reader's pin on chunks `base..base + count`; released when dropped.
 #[derive(Debug)]
@@ -76,11 +76,21 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
         Ok(true) => Ok(Some(Pin { _file: file, base, count })),
-        // A remover holds a chunk's byte only for the instant of its removal.
-        Ok(false) => match lock_wait(&file, libc::F_RDLCK as i16, base, count) {
-            Ok(()) => Ok(Some(Pin { _file: file, base, count })),
-            Err(e) => Err(io_err("lock", &p)(e)),
-        },
+        // A remover holds a chunk's byte only for the instant of its
+        // removal; anyone who may write `pins` can hold one for longer.
+        Ok(false) => {
+            let bound = crate::io::locks::wait_bound();
+            match crate::io::locks::lock_bounded(&file, libc::F_RDLCK, base, count, bound) {
+                Ok(true) => Ok(Some(Pin { _file: file, base, count })),
+                Ok(false) => Err(Error::PinWait {
+                    path: p.clone(),
+                    first: base,
+                    end: u64::from(base) + u64::from(count),
+                    waited_ms: bound.as_millis() as u64,
+                }),
+                Err(e) => Err(io_err("lock", &p)(e)),
+            }
+        }
         // A file system without OFD locks: read unpinned.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => Ok(None),
         Err(e) => Err(io_err("lock", &p)(e)),
@@ -88,9 +98,27 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
 }
 
 /// Opens (creating it if needed) the pins file for a writer, which locks
-/// chunk bytes for writing.
+/// chunk bytes for writing. It is made [`mode`]; one made before with
+/// fewer of those bits (0644 in a group store) gets them where this
+/// process may change its mode (its owner), so every writer can remove
+/// chunks.
 pub(crate) fn create(dir: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o644).open(dir.join(PINS_FILE))
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let want = mode(std::fs::metadata(dir)?.mode());
+    let file =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(want).open(dir.join(PINS_FILE))?;
+    let m = file.metadata()?;
+    if m.mode() & want != want && m.uid() == rustix::process::geteuid().as_raw() {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode((m.mode() | want) & 0o777));
+    }
+    Ok(file)
+}
+
+/// The mode of a store's `pins` file in a directory of mode `dir_mode`:
+/// writable by those who may write the store ([`crate::write::lock_mode`]),
+/// readable by those who may read it, so each of its readers can pin.
+pub(crate) fn mode(dir_mode: u32) -> u32 {
+    crate::write::lock_mode(dir_mode) | (dir_mode & 0o444)
 }
 
 /// Removes chunk file `path` (chunk `id`) unless a reader pins it; `true`
@@ -180,11 +208,6 @@ pub(crate) fn pinned(pins: &File, id: u32) -> bool {
 /// when another description holds a conflicting one.
 pub(crate) fn lock(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<bool> {
     crate::io::locks::lock(file, kind.into(), start, len, false)
-}
-
-/// Takes an OFD lock, waiting for conflicting ones to go.
-fn lock_wait(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<()> {
-    crate::io::locks::lock(file, kind.into(), start, len, true).map(|_| ())
 }
 
 #[cfg(test)]
