@@ -725,7 +725,12 @@ pub(crate) fn append_input(s: &Ctx<'_>, input: Input<'_, '_>, codec: Option<Code
     let first = w.records;
     let enc = Encoder { codec, level: s.level, dict: dict.as_deref() };
     let r = append::encode_and_write(input, &enc, &mut |blocks| {
-        let r = write_blocks(s, &mut w, blocks).and_then(|()| seal::as_you_go(s, &mut w));
+        // A writer sealing as it goes looks at its entries after every
+        // block (1 MiB of input) rather than every batch of them.
+        let step = if w.survey.is_some() { 1 } else { blocks.len().max(1) };
+        let r = blocks
+            .chunks(step)
+            .try_for_each(|part| write_blocks(s, &mut w, part).and_then(|()| seal::as_you_go(s, &mut w)));
         w.yield_to_fork();
         r
     });

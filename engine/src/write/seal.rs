@@ -27,8 +27,9 @@
 //! therefore never holds the 32-byte entries of all its records on disk:
 //! 4 M int64 labels (32 MB) would otherwise need 128 MB of entries before
 //! the final seal drops them. At any moment the store takes its data, its
-//! sealed table, at most a sixteenth more in entries and, while a seal
-//! writes, the next sealed table beside the old.
+//! sealed table, at most a sixteenth more in entries (and those of one
+//! block of 1 MiB of input, after which the writer looks) and, while a
+//! seal writes, the next sealed table beside the old.
 
 use crate::error::{Error, Result};
 use crate::format::codec::Codec;
