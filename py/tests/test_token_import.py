@@ -106,6 +106,55 @@ def test_bad_megatron_files_are_errors_naming_the_file(tmp_path, capsys):
     assert "half.bin is missing" in err and "=" not in err.split("missing")[0].split("half")[0]
 
 
+def test_an_offset_near_2_63_is_past_the_bin_not_wrapped_inside_it(tmp_path):
+    """Issue 36: the bounds check summed offset and length in int64, so a
+    sequence at byte 2**63 - 2 "ended" at a negative byte and passed."""
+    docs = corpus(np.random.default_rng(5), 4, np.int32, 100)
+    write_megatron(tmp_path / "ok", docs, np.int32)
+    idx = bytearray((tmp_path / "ok.idx").read_bytes())
+    sequences = struct.unpack_from("<Q", idx, 18)[0]
+    pointers_at = 34 + 4 * sequences
+    for ptr, length in ((2**63 - 2, 1), (2**63 - 1, 2**31 - 1), (2**62, 2**31 - 1)):
+        struct.pack_into("<i", idx, 34, length)
+        struct.pack_into("<q", idx, pointers_at, ptr)
+        (tmp_path / "far.idx").write_bytes(bytes(idx))
+        (tmp_path / "far.bin").write_bytes((tmp_path / "ok.bin").read_bytes())
+        with pytest.raises(ValueError, match=f"far.idx: sequence 0 ends at byte {ptr + 4 * length} of the .bin"):
+            zring.convert(tmp_path / "far", tmp_path / "out-far")
+        assert not (tmp_path / "out-far").exists()
+
+
+def test_scattered_sequences_convert_exactly(tmp_path):
+    """Sequences written in one order and indexed in another (each
+    document's pieces far apart in .bin): every document is its sequences'
+    tokens in index order, through the vectorised gather, runs of back-to-back
+    sequences and pieces larger than one gather included."""
+    rng = np.random.default_rng(7)
+    docs = corpus(rng, 400, np.uint16, 65536)
+    docs.append([rng.integers(0, 65536, size=700_000, dtype=np.uint16)])  # 1.4 MB: past one gather
+    seqs = [seq for doc in docs for seq in doc]
+    # Sequences 0..39 stay back to back (runs of more than one sequence).
+    rest = rng.permutation(len(seqs))
+    order = np.concatenate([np.arange(40), rest[rest >= 40]])
+    pointers = np.zeros(len(seqs), np.int64)
+    with open(tmp_path / "sc.bin", "wb") as f:
+        for k in order:
+            pointers[k] = f.tell()
+            f.write(np.asarray(seqs[k], np.uint16).tobytes())
+    doc_index = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    with open(tmp_path / "sc.idx", "wb") as f:
+        f.write(HEADER + struct.pack("<QB", 1, CODES[np.uint16]))
+        f.write(struct.pack("<QQ", len(seqs), len(doc_index)))
+        f.write(np.asarray([len(x) for x in seqs], "<i4").tobytes() + pointers.astype("<i8").tobytes())
+        f.write(doc_index.astype("<i8").tobytes())
+    zring.convert(tmp_path / "sc", tmp_path / "z", block_bytes=1 << 16)
+    with zring.RaggedDataset(tmp_path / "z") as d:
+        assert len(d) == len(docs)
+        for k, doc in enumerate(docs):
+            want = np.concatenate(doc) if doc else np.zeros(0, np.uint16)
+            assert d[k].tobytes() == want.astype(np.uint16).tobytes(), f"document {k}"
+
+
 def test_megatron_core_reader_agrees_byte_for_byte(tmp_path):
     """Files written by megatron-core's own IndexedDatasetBuilder, read back by
     its IndexedDataset, against zring's records."""
