@@ -36,7 +36,8 @@ create_exception!(
     zring,
     LockedError,
     ZringError,
-    "Another writer holds the store's lock; open it read-only or wait for the writer to close."
+    "Another writer holds the store's lock (open it read-only or wait for the writer to close), or another \
+     process held a write lock on the chunks a reader must pin for ZRING_LOCK_WAIT_MS."
 );
 create_exception!(
     zring,
