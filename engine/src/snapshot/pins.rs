@@ -36,7 +36,12 @@
 //! the two would collide.
 //!
 //! Writers create the pins file (a new store, or an older one opened
-//! writable); readers only open it. A reader that finds none (a store no
+//! writable), writable by the store's writers and readable by its readers
+//! ([`mode`]); readers only open it. A reader waits for a conflicting write
+//! lock (a remover's, an instant) at most `ZRING_LOCK_WAIT_MS`, then fails
+//! with [`Error::PinWait`]. Anyone who may read the store can read-lock any
+//! range and so keep chunks on disk; removal never waits for that (see
+//! `engine/DESIGN.md`, which argues why that is all a reader gains). A reader that finds none (a store no
 //! writer of this version has opened yet) reads unpinned; a chunk removed under it
 //! is then [`Error::Stale`], as is a store replaced under a reader
 //! (`overwrite=True`, or deleted and written again): see
@@ -213,6 +218,27 @@ pub(crate) fn lock(file: &File, kind: i16, start: u32, len: u32) -> std::io::Res
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Issue 36: `pins` was 0644 whatever the store's mode, so a second
+    /// group member could not write a group store at all. It is writable
+    /// by those who may write the directory and readable by those who may
+    /// read it; an older 0644 one gains the group's bits from its owner.
+    #[test]
+    fn pins_is_writable_by_the_stores_writers_and_readable_by_its_readers() {
+        for (dir_mode, want) in [(0o755, 0o644), (0o775, 0o664), (0o2770, 0o660), (0o700, 0o600), (0o777, 0o666)] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            assert_eq!(mode(dir_mode), want, "dir {dir_mode:o}");
+            // An older file, and one the umask stripped, get the bits.
+            std::fs::write(dir.path().join(PINS_FILE), b"").unwrap();
+            std::fs::set_permissions(dir.path().join(PINS_FILE), std::fs::Permissions::from_mode(0o644 & want))
+                .unwrap();
+            drop(create(dir.path()).unwrap());
+            let got = std::fs::metadata(dir.path().join(PINS_FILE)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got & want, want, "dir {dir_mode:o}: pins {got:o}");
+        }
+    }
 
     #[test]
     fn a_pin_keeps_its_own_chunks_only_and_frees_them_when_dropped() {
