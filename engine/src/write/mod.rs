@@ -94,11 +94,12 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
             },
             Err(e) => return Err(io_err("lock", &p)(e)),
         }
-        let older_writer = match f.try_lock() {
-            Ok(()) => false,
-            Err(std::fs::TryLockError::WouldBlock) => true,
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
-        };
+        let older_writer = !flock_is_byte_range(&f)
+            && match f.try_lock() {
+                Ok(()) => false,
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
+            };
         if older_writer && !too_open {
             return Err(Error::Locked { path: dir.into() });
         }
@@ -117,6 +118,17 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
         }
     }
     Err(Error::Locked { path: dir.into() })
+}
+
+/// Whether `flock` on `file` is a whole-file byte-range lock (NFS and SMB
+/// clients emulate it so): it would then conflict with the writer's own OFD
+/// lock, and an older writer's `flock` there already conflicts with it, so
+/// the writer takes no `flock` ([`lock`]).
+fn flock_is_byte_range(file: &File) -> bool {
+    const NFS: u64 = 0x6969;
+    const CIFS: u64 = 0xff53_4d42;
+    const SMB2: u64 = 0xfe53_4d42;
+    rustix::fs::fstatfs(file).is_ok_and(|s| matches!(s.f_type as u64, NFS | CIFS | SMB2))
 }
 
 /// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
@@ -190,7 +202,9 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Res
     // root made the new file its own, as it would have made a new store's.
     let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
     // Older zring writers take only `flock`; nobody else can hold it yet.
-    let _ = f.try_lock();
+    if !flock_is_byte_range(&f) {
+        let _ = f.try_lock();
+    }
     std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
     // The one at `p` now is this file unless another writer renamed its own
     // over it since; that writer locked it and this one starts again.
