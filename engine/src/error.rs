@@ -81,6 +81,26 @@ pub enum Error {
         /// The store directory.
         path: PathBuf,
     },
+    /// A reader could not pin its snapshot's chunks: another process held a
+    /// write lock on them in the store's `pins` file for the whole bounded
+    /// wait (`ZRING_LOCK_WAIT_MS`, 5 s by default). A writer holds one only
+    /// for the instant it removes a chunk, so the holder is stuck or
+    /// hostile; only those who may write `pins` can hold one.
+    #[error(
+        "{path}: another process has held a write lock on chunks {first}..{end} for {waited_ms} ms (a writer \
+         removes a chunk in an instant); find it with `fuser -v {path}` and end it, or set ZRING_LOCK_WAIT_MS to \
+         wait longer"
+    )]
+    PinWait {
+        /// The store's `pins` file.
+        path: PathBuf,
+        /// The first chunk id of the snapshot.
+        first: u32,
+        /// One past its last chunk id.
+        end: u64,
+        /// How long the reader waited.
+        waited_ms: u64,
+    },
     /// The store was opened read-only (or is a loaderx store, which zring only reads).
     #[error("the store is read-only: {0}")]
     ReadOnly(String),

@@ -118,6 +118,12 @@ impl StoreBuilder {
     /// [`StoreBuilder::chunk_bytes`] by up to 339 records, as compaction's
     /// do (never past 4 GiB). Off by default; meant for a store written once
     /// and then sealed. Records of one length, raw, can be sealed either way.
+    ///
+    /// A sealable writer that opens an empty store also seals as it goes:
+    /// once the table's 32-byte entries past its sealed section outgrow a
+    /// sixteenth of the data (and 1 MiB), an append seals the table again,
+    /// so the store's table turns format 2 during the write and the write
+    /// never needs much more disk than the store it leaves.
     pub fn sealable(mut self, on: bool) -> Self {
         self.sealable = on;
         self

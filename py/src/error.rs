@@ -36,7 +36,8 @@ create_exception!(
     zring,
     LockedError,
     ZringError,
-    "Another writer holds the store's lock; open it read-only or wait for the writer to close."
+    "Another writer holds the store's lock (open it read-only or wait for the writer to close), or another \
+     process held a write lock on the chunks a reader must pin for ZRING_LOCK_WAIT_MS."
 );
 create_exception!(
     zring,
@@ -68,7 +69,7 @@ pub fn engine(err: zring_engine::Error) -> PyErr {
         E::ChecksumMismatch { .. } => ChecksumError::new_err(msg),
         E::IndexOutOfRange { .. } => PyIndexError::new_err(msg),
         E::RecordSize { .. } | E::InvalidArgument(_) => PyValueError::new_err(msg),
-        E::Locked { .. } => LockedError::new_err(msg),
+        E::Locked { .. } | E::PinWait { .. } => LockedError::new_err(msg),
         E::Poisoned(_) => PoisonedError::new_err(msg),
         E::AlreadyExists { .. } => PyFileExistsError::new_err(msg),
         E::Stale { .. } => StaleError::new_err(msg),

@@ -211,6 +211,33 @@ def test_a_schema_written_before_the_checksum_still_reads(tmp_path):
         np.testing.assert_array_equal(ds[np.arange(3)], data)
 
 
+@pytest.mark.parametrize("ragged, fields, why", [
+    (False, '"shape": [1099511627776]', "more than a record holds"),
+    (False, '"shape": [1099511627776, 1099511627776, 1099511627776]', "more than a record holds"),
+    (False, '"shape": [5]', "records are 16 bytes"),
+    (True, '"item_shape": [1099511627776]', "more than a record holds"),
+    (True, '"item_shape": [3]', "does not divide"),
+])
+def test_a_schema_without_its_checksum_is_checked_against_the_records(tmp_path, ragged, fields, why):
+    """Issue 36: a schema.json without its checksum member (as zring 0.1.0
+    and loaderx write them, still read) was trusted: ``shape [2**40]``
+    opened, then tried to allocate 4 TiB (and a product past 2**63 wrapped).
+    Every schema is checked against the store's records first: a
+    CorruptError naming the file, before anything is sized."""
+    p = tmp_path / "s"
+    if ragged:
+        zring.write_ragged(p, [np.zeros((4, 2), np.float32), np.zeros((2, 2), np.float32)], codec="raw")
+        text = '{"format": "loaderx-zrecord", "version": 1, "ragged": true, "dtype": "<f4", %s, "codec": "raw"}'
+    else:
+        zring.write_dataset(p, np.zeros((3, 4), np.float32), codec="raw")
+        text = '{"format": "loaderx-zrecord", "version": 1, "dtype": "<f4", %s, "codec": "raw"}'
+    (p / "schema.json").write_text(text % fields)
+    opener = zring.RaggedDataset if ragged else zring.Dataset
+    with pytest.raises(zring.CorruptError, match=why) as e:
+        opener(p)
+    assert str(p / "schema.json") in str(e.value)
+
+
 # ---- errors name the file ----
 
 

@@ -3,6 +3,7 @@ HuggingFace tokenized Parquet convert into ragged token stores exactly, one
 record per document, in the corpus's own dtype."""
 
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -106,32 +107,77 @@ def test_bad_megatron_files_are_errors_naming_the_file(tmp_path, capsys):
     assert "half.bin is missing" in err and "=" not in err.split("missing")[0].split("half")[0]
 
 
-def test_megatron_core_reader_agrees_byte_for_byte(tmp_path):
-    """Files written by megatron-core's own IndexedDatasetBuilder, read back by
-    its IndexedDataset, against zring's records."""
-    torch = pytest.importorskip("torch")
-    indexed = pytest.importorskip("megatron.core.datasets.indexed_dataset")
-    rng = np.random.default_rng(3)
-    for dtype in (np.uint16, np.int32):
-        prefix = str(tmp_path / f"mc_{np.dtype(dtype).name}")
-        builder = indexed.IndexedDatasetBuilder(f"{prefix}.bin", dtype=dtype)
-        docs = corpus(rng, 300, dtype, 60000)
-        for doc in docs:
-            for seq in doc:
-                builder.add_item(torch.from_numpy(seq.astype(np.int64)))
-            builder.end_document()
-        builder.finalize(f"{prefix}.idx")
-        theirs = indexed.IndexedDataset(prefix)
-        assert len(theirs.document_indices) - 1 == 300
-        zring.convert(prefix, tmp_path / f"z_{np.dtype(dtype).name}")
-        with zring.RaggedDataset(tmp_path / f"z_{np.dtype(dtype).name}") as d:
-            assert len(d) == 300 and d.dtype == np.dtype(dtype)
-            for k in range(300):
-                a, b = int(theirs.document_indices[k]), int(theirs.document_indices[k + 1])
-                parts = [np.asarray(theirs[i]) for i in range(a, b)]
-                want = np.concatenate(parts) if parts else np.zeros(0, dtype)
-                assert want.dtype == np.dtype(dtype)
-                assert d[k].tobytes() == want.tobytes(), f"{dtype} document {k}"
+def test_an_offset_near_2_63_is_past_the_bin_not_wrapped_inside_it(tmp_path):
+    """Issue 36: the bounds check summed offset and length in int64, so a
+    sequence at byte 2**63 - 2 "ended" at a negative byte and passed."""
+    docs = corpus(np.random.default_rng(5), 4, np.int32, 100)
+    write_megatron(tmp_path / "ok", docs, np.int32)
+    idx = bytearray((tmp_path / "ok.idx").read_bytes())
+    sequences = struct.unpack_from("<Q", idx, 18)[0]
+    pointers_at = 34 + 4 * sequences
+    for ptr, length in ((2**63 - 2, 1), (2**63 - 1, 2**31 - 1), (2**62, 2**31 - 1)):
+        struct.pack_into("<i", idx, 34, length)
+        struct.pack_into("<q", idx, pointers_at, ptr)
+        (tmp_path / "far.idx").write_bytes(bytes(idx))
+        (tmp_path / "far.bin").write_bytes((tmp_path / "ok.bin").read_bytes())
+        with pytest.raises(ValueError, match=f"far.idx: sequence 0 ends at byte {ptr + 4 * length} of the .bin"):
+            zring.convert(tmp_path / "far", tmp_path / "out-far")
+        assert not (tmp_path / "out-far").exists()
+
+
+def test_scattered_sequences_convert_exactly(tmp_path):
+    """Sequences written in one order and indexed in another (each
+    document's pieces far apart in .bin): every document is its sequences'
+    tokens in index order, through the vectorised gather, runs of back-to-back
+    sequences and pieces larger than one gather included."""
+    rng = np.random.default_rng(7)
+    docs = corpus(rng, 400, np.uint16, 65536)
+    docs.append([rng.integers(0, 65536, size=700_000, dtype=np.uint16)])  # 1.4 MB: past one gather
+    seqs = [seq for doc in docs for seq in doc]
+    # Sequences 0..39 stay back to back (runs of more than one sequence).
+    rest = rng.permutation(len(seqs))
+    order = np.concatenate([np.arange(40), rest[rest >= 40]])
+    pointers = np.zeros(len(seqs), np.int64)
+    with open(tmp_path / "sc.bin", "wb") as f:
+        for k in order:
+            pointers[k] = f.tell()
+            f.write(np.asarray(seqs[k], np.uint16).tobytes())
+    doc_index = np.concatenate([[0], np.cumsum([len(d) for d in docs])])
+    with open(tmp_path / "sc.idx", "wb") as f:
+        f.write(HEADER + struct.pack("<QB", 1, CODES[np.uint16]))
+        f.write(struct.pack("<QQ", len(seqs), len(doc_index)))
+        f.write(np.asarray([len(x) for x in seqs], "<i4").tobytes() + pointers.astype("<i8").tobytes())
+        f.write(doc_index.astype("<i8").tobytes())
+    zring.convert(tmp_path / "sc", tmp_path / "z", block_bytes=1 << 16)
+    with zring.RaggedDataset(tmp_path / "z") as d:
+        assert len(d) == len(docs)
+        for k, doc in enumerate(docs):
+            want = np.concatenate(doc) if doc else np.zeros(0, np.uint16)
+            assert d[k].tobytes() == want.astype(np.uint16).tobytes(), f"document {k}"
+
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures" / "megatron"
+
+
+@pytest.mark.parametrize("name", ["uint16", "int32", "uint8", "int64", "float32"])
+def test_megatron_core_files_convert_to_what_megatron_core_reads(tmp_path, name):
+    """Files written by megatron-core's own IndexedDatasetBuilder (add_item
+    and end_document, and add_document; empty sequences; documents of several
+    sequences), committed as fixtures with what its IndexedDataset reads back
+    from them (fixtures/megatron/make.py: megatron-core needs torch, several GB,
+    which the tests do not install). zring's records are those documents,
+    byte for byte, in the dtype megatron-core reads."""
+    prefix = FIXTURES / f"mc_{name}"
+    want = np.load(f"{prefix}.npz")
+    tokens, starts = want["tokens"], want["starts"]
+    assert str(want["megatron_core"]).startswith("0."), "made by megatron-core"
+    for suffix in (".bin", ".idx"):
+        (tmp_path / f"mc{suffix}").write_bytes(Path(f"{prefix}{suffix}").read_bytes())
+    zring.convert(tmp_path / "mc", tmp_path / "z")
+    with zring.RaggedDataset(tmp_path / "z") as d:
+        assert len(d) == len(starts) - 1 and d.dtype == tokens.dtype == np.dtype(name)
+        for k in range(len(d)):
+            assert d[k].tobytes() == tokens[starts[k]:starts[k + 1]].tobytes(), f"document {k}"
 
 
 def test_huggingface_tokenized_parquet_keeps_dtypes_and_values(tmp_path):

@@ -578,7 +578,7 @@ mod tests {
     /// A file on disk (not tmpfs, whose pages cannot be evicted), written
     /// and synced so its pages are clean and can be dropped.
     fn disk_file(len: usize) -> File {
-        let mut f = tempfile::tempfile_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let mut f = tempfile::tempfile_in(crate::io::disk_scratch_dir()).unwrap();
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8 + 1).collect();
         f.write_all(&data).unwrap();
         f.sync_all().unwrap();

@@ -34,3 +34,12 @@ pub(crate) mod sigbus;
 pub(crate) mod slab;
 #[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
 pub(crate) mod uring;
+
+/// A directory for tests that need a disk file system (not tmpfs, whose
+/// pages cannot be evicted): the one holding the test binary, inside the
+/// build's target directory wherever `CARGO_TARGET_DIR` put it.
+#[cfg(test)]
+pub(crate) fn disk_scratch_dir() -> std::path::PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    exe.parent().expect("the test binary's directory").to_path_buf()
+}

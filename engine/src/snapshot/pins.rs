@@ -36,7 +36,12 @@
 //! the two would collide.
 //!
 //! Writers create the pins file (a new store, or an older one opened
-//! writable); readers only open it. A reader that finds none (a store no
+//! writable), writable by the store's writers and readable by its readers
+//! ([`mode`]); readers only open it. A reader waits for a conflicting write
+//! lock (a remover's, an instant) at most `ZRING_LOCK_WAIT_MS`, then fails
+//! with [`Error::PinWait`]. Anyone who may read the store can read-lock any
+//! range and so keep chunks on disk; removal never waits for that (see
+//! `engine/DESIGN.md`, which argues why that is all a reader gains). A reader that finds none (a store no
 //! writer of this version has opened yet) reads unpinned; a chunk removed under it
 //! is then [`Error::Stale`], as is a store replaced under a reader
 //! (`overwrite=True`, or deleted and written again): see
@@ -47,7 +52,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
-use crate::error::{io_err, Result};
+use crate::error::{io_err, Error, Result};
 
 /// A reader's pin on chunks `base..base + count`; released when dropped.
 #[derive(Debug)]
@@ -76,11 +81,21 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
         Ok(true) => Ok(Some(Pin { _file: file, base, count })),
-        // A remover holds a chunk's byte only for the instant of its removal.
-        Ok(false) => match lock_wait(&file, libc::F_RDLCK as i16, base, count) {
-            Ok(()) => Ok(Some(Pin { _file: file, base, count })),
-            Err(e) => Err(io_err("lock", &p)(e)),
-        },
+        // A remover holds a chunk's byte only for the instant of its
+        // removal; anyone who may write `pins` can hold one for longer.
+        Ok(false) => {
+            let bound = crate::io::locks::wait_bound();
+            match crate::io::locks::lock_bounded(&file, libc::F_RDLCK, base, count, bound) {
+                Ok(true) => Ok(Some(Pin { _file: file, base, count })),
+                Ok(false) => Err(Error::PinWait {
+                    path: p.clone(),
+                    first: base,
+                    end: u64::from(base) + u64::from(count),
+                    waited_ms: bound.as_millis() as u64,
+                }),
+                Err(e) => Err(io_err("lock", &p)(e)),
+            }
+        }
         // A file system without OFD locks: read unpinned.
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => Ok(None),
         Err(e) => Err(io_err("lock", &p)(e)),
@@ -88,9 +103,27 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
 }
 
 /// Opens (creating it if needed) the pins file for a writer, which locks
-/// chunk bytes for writing.
+/// chunk bytes for writing. It is made [`mode`]; one made before with
+/// fewer of those bits (0644 in a group store) gets them where this
+/// process may change its mode (its owner), so every writer can remove
+/// chunks.
 pub(crate) fn create(dir: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o644).open(dir.join(PINS_FILE))
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let want = mode(std::fs::metadata(dir)?.mode());
+    let file =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(want).open(dir.join(PINS_FILE))?;
+    let m = file.metadata()?;
+    if m.mode() & want != want && m.uid() == rustix::process::geteuid().as_raw() {
+        let _ = file.set_permissions(std::fs::Permissions::from_mode((m.mode() | want) & 0o777));
+    }
+    Ok(file)
+}
+
+/// The mode of a store's `pins` file in a directory of mode `dir_mode`:
+/// writable by those who may write the store ([`crate::write::lock_mode`]),
+/// readable by those who may read it, so each of its readers can pin.
+pub(crate) fn mode(dir_mode: u32) -> u32 {
+    crate::write::lock_mode(dir_mode) | (dir_mode & 0o444)
 }
 
 /// Removes chunk file `path` (chunk `id`) unless a reader pins it; `true`
@@ -182,14 +215,30 @@ pub(crate) fn lock(file: &File, kind: i16, start: u32, len: u32) -> std::io::Res
     crate::io::locks::lock(file, kind.into(), start, len, false)
 }
 
-/// Takes an OFD lock, waiting for conflicting ones to go.
-fn lock_wait(file: &File, kind: i16, start: u32, len: u32) -> std::io::Result<()> {
-    crate::io::locks::lock(file, kind.into(), start, len, true).map(|_| ())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// Issue 36: `pins` was 0644 whatever the store's mode, so a second
+    /// group member could not write a group store at all. It is writable
+    /// by those who may write the directory and readable by those who may
+    /// read it; an older 0644 one gains the group's bits from its owner.
+    #[test]
+    fn pins_is_writable_by_the_stores_writers_and_readable_by_its_readers() {
+        for (dir_mode, want) in [(0o755, 0o644), (0o775, 0o664), (0o2770, 0o660), (0o700, 0o600), (0o777, 0o666)] {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            assert_eq!(mode(dir_mode), want, "dir {dir_mode:o}");
+            // An older file, and one the umask stripped, get the bits.
+            std::fs::write(dir.path().join(PINS_FILE), b"").unwrap();
+            std::fs::set_permissions(dir.path().join(PINS_FILE), std::fs::Permissions::from_mode(0o644 & want))
+                .unwrap();
+            drop(create(dir.path()).unwrap());
+            let got = std::fs::metadata(dir.path().join(PINS_FILE)).unwrap().permissions().mode() & 0o777;
+            assert_eq!(got & want, want, "dir {dir_mode:o}: pins {got:o}");
+        }
+    }
 
     #[test]
     fn a_pin_keeps_its_own_chunks_only_and_frees_them_when_dropped() {

@@ -462,7 +462,7 @@ mod tests {
     /// writer locked by a thread it does not have).
     #[test]
     fn fork_during_a_compaction_waits_for_one_group_not_the_whole() {
-        let dir = tempfile::Builder::new().tempdir_in(concat!(env!("CARGO_MANIFEST_DIR"), "/../target")).unwrap();
+        let dir = tempfile::Builder::new().tempdir_in(crate::io::disk_scratch_dir()).unwrap();
         let store = Arc::new(Store::builder(dir.path()).codec(Codec::Raw).create().unwrap());
         let recs: Vec<Vec<u8>> = (0..4096u32).map(|i| vec![i as u8; 16 << 10]).collect(); // 64 MiB, 1024 groups
         store.append(&recs.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();

@@ -17,7 +17,7 @@ use crate::format::names::{
 };
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use std::ops::Range;
@@ -41,23 +41,32 @@ use std::sync::{Mutex, MutexGuard};
 /// Largest record: lengths are stored as u32.
 pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 
-/// Takes the single-writer lock: `flock` on `lock`, released by the kernel
-/// when the process exits, however it exits.
+/// Takes the single-writer lock: an open file description write lock
+/// (`F_OFD_SETLK`, `F_WRLCK`) on the whole of `lock`, opened for reading and
+/// writing, released by the kernel when the last descriptor of that open
+/// closes, however the process ends.
 ///
-/// `flock` takes an exclusive lock through any descriptor, a read-only one
-/// included, so whoever can open `lock` can keep the writer out. The file is
-/// therefore open only to those who may write the store ([`lock_mode`]: the
-/// owner, and the group or others only where the directory lets them write).
-/// A `lock` file more open than that (made by an older zring with the umask's
-/// mode, commonly 0644) is replaced while held: a new file of the right mode
-/// is locked and renamed over it, which also shuts out descriptors opened on
-/// the old one before. Changing the old file's mode would not: an open
-/// descriptor outlives it. A writer that locked a file which is no longer the
-/// one at `lock` (replaced between its open and its lock) starts again. Who
-/// already holds a too-open file's lock cannot be told apart from a writer of
-/// an older zring, so it still keeps this writer out (`Locked`) until it lets
-/// go: the next writer then tightens the file for good.
+/// A write lock needs a descriptor opened for writing, so only those who may
+/// write `lock` can take it ([`lock_mode`]: the owner, and the group or
+/// others only where the directory lets them write the store anyway). A
+/// reader can still take a *read* lock on any file it can read, and a `lock`
+/// made readable to all (by `chmod -R a+rX`, or an older zring's umask mode)
+/// lets it; no writer ever takes a read lock on `lock`, so a conflicting
+/// read lock is never a writer's, and the writer replaces the file
+/// ([`replace_lock`]): a new file of the right mode, locked and renamed over
+/// the old, which the reader may keep holding to no effect. A too-open file
+/// the writer did lock is replaced the same way, so descriptors opened on it
+/// before lock nothing. A writer that locked a file which is no longer the
+/// one at `lock` (replaced between its open and its lock) starts again.
+///
+/// The writer also takes `flock` on the file when it can, which keeps out
+/// writers of zring 0.x releases that took only `flock`. A `flock` held on a
+/// file only writers can open is such a writer's (`Locked`); on a too-open
+/// file it may be anyone's, and the file is replaced: run those older
+/// writers beside this one only on stores whose `lock` is not readable to
+/// others.
 pub(crate) fn lock(dir: &Path) -> Result<File> {
+    use crate::io::locks::{try_write_whole, Holder};
     let p = dir.join(LOCK_FILE);
     let dir_mode = std::fs::metadata(dir).map_err(io_err("stat", dir))?.mode();
     let mode = lock_mode(dir_mode);
@@ -68,28 +77,58 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
             OpenOptions::new()
                 .create(true)
                 .truncate(false)
+                .read(true)
                 .write(true)
                 .mode(mode)
                 .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC),
         )?;
-        match f.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
-            Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
-        }
         let held = f.metadata().map_err(io_err("stat", &p))?;
+        let too_open = held.mode() & 0o777 & !mode != 0;
+        match try_write_whole(&f) {
+            Ok(None) => {}
+            Ok(Some(Holder::Writer)) => return Err(Error::Locked { path: dir.into() }),
+            // Readers' locks: nobody's writer lock (above).
+            Ok(Some(Holder::Readers)) => match replace_lock(dir, &p, mode, &held)? {
+                Some(f) => return Ok(f),
+                None => continue,
+            },
+            Err(e) => return Err(io_err("lock", &p)(e)),
+        }
+        let older_writer = !flock_is_byte_range(&f)
+            && match f.try_lock() {
+                Ok(()) => false,
+                Err(std::fs::TryLockError::WouldBlock) => true,
+                Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
+            };
+        if older_writer && !too_open {
+            return Err(Error::Locked { path: dir.into() });
+        }
         match std::fs::symlink_metadata(&p) {
             Ok(m) if (m.dev(), m.ino()) == (held.dev(), held.ino()) => {}
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io_err("stat", &p)(e)),
         }
-        if held.mode() & 0o777 & !mode == 0 {
+        if !too_open {
             return Ok(f);
         }
-        return replace_lock(dir, &p, mode, &held);
+        match replace_lock(dir, &p, mode, &held)? {
+            Some(f) => return Ok(f),
+            None => continue,
+        }
     }
     Err(Error::Locked { path: dir.into() })
+}
+
+/// Whether `flock` on `file` is a whole-file byte-range lock (NFS and SMB
+/// clients emulate it so): it would then conflict with the writer's own OFD
+/// lock, and an older writer's `flock` there already conflicts with it, so
+/// the writer takes no `flock` ([`lock`]).
+fn flock_is_byte_range(file: &File) -> bool {
+    const NFS: u64 = 0x6969;
+    const CIFS: u64 = 0xff53_4d42;
+    const SMB2: u64 = 0xfe53_4d42;
+    rustix::fs::fstatfs(file).is_ok_and(|s| matches!(s.f_type as u64, NFS | CIFS | SMB2))
 }
 
 /// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
@@ -106,34 +145,70 @@ pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
     mode
 }
 
-/// Replaces the held, too-open lock file `p` with a new locked one of `mode`
-/// ([`lock`]); the old one is unlocked when its descriptor closes, after the
-/// rename, and a writer that then locks it sees that it is no longer `p`.
-/// The new file keeps the old one's owner and group where this process may
-/// give them (root may): root tightening a user's lock file must not leave
-/// the user a file only root can open.
-fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<File> {
+/// Replaces `p`, the lock file `old` (too open, or read-locked by someone
+/// who is no writer), with a new locked one of `mode` ([`lock`]); `None`
+/// when another writer replaced or took it first (the caller starts again).
+///
+/// Writers replacing at once meet at one temporary name, `lock.tmp`: it is
+/// created exclusively, and only the holder of its write lock renames it, and
+/// only while `p` is still `old`. A `lock.tmp` left by a crash is taken
+/// over by whoever locks it. The new file keeps the old one's owner and
+/// group where this process may give them (root may): root tightening a
+/// user's lock file must not leave the user a file only root can open.
+fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<Option<File>> {
+    use crate::io::locks::{try_write_whole, Holder};
     let tmp = dir.join(format!("{LOCK_FILE}.tmp"));
-    // A crash mid-replacement leaves it; only the holder of the lock makes one.
-    let _ = std::fs::remove_file(&tmp);
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
-    match f.try_lock() {
-        Ok(()) => {}
-        // No writer opens the temporary name: nobody else can hold it.
-        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
-        Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &tmp)(e)),
+    let opts = |new: bool| {
+        let mut o = OpenOptions::new();
+        o.read(true).write(true).mode(mode).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+        if new {
+            o.create_new(true);
+        }
+        o
+    };
+    let f = match opts(true).open(&tmp) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match opts(false).open(&tmp) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("open", &tmp)(e)),
+        },
+        Err(e) => return Err(io_err("create", &tmp)(e)),
+    };
+    let mine = f.metadata().map_err(io_err("stat", &tmp))?;
+    match try_write_whole(&f).map_err(io_err("lock", &tmp))? {
+        None => {}
+        Some(Holder::Writer) => return Err(Error::Locked { path: dir.into() }),
+        // A crash's leftover, made readable and read-locked since: no
+        // writer's. Removed (if it is still that file) for the next pass.
+        Some(Holder::Readers) => {
+            if std::fs::symlink_metadata(&tmp).is_ok_and(|m| (m.dev(), m.ino()) == (mine.dev(), mine.ino())) {
+                let _ = std::fs::remove_file(&tmp);
+            }
+            return Ok(None);
+        }
     }
+    let same = |path: &Path, m: &std::fs::Metadata| {
+        std::fs::symlink_metadata(path).is_ok_and(|n| (n.dev(), n.ino()) == (m.dev(), m.ino()))
+    };
+    // Locked, but renamed into place by its creator meanwhile; or `p` is
+    // no longer the file this writer found wanting.
+    if !same(&tmp, &mine) || !same(p, old) {
+        return Ok(None);
+    }
+    // A leftover keeps the mode it was made with.
+    f.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(io_err("chmod", &tmp))?;
     // Best effort: only root may give a file away, and a writer that is not
     // root made the new file its own, as it would have made a new store's.
     let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
+    // Older zring writers take only `flock`; nobody else can hold it yet.
+    if !flock_is_byte_range(&f) {
+        let _ = f.try_lock();
+    }
     std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
-    Ok(f)
+    // The one at `p` now is this file unless another writer renamed its own
+    // over it since; that writer locked it and this one starts again.
+    Ok(same(p, &mine).then_some(f))
 }
 
 /// The files in `dir` that hold (or describe) a store's records although
@@ -664,7 +739,12 @@ pub(crate) fn append_input(s: &Ctx<'_>, input: Input<'_, '_>, codec: Option<Code
     let first = w.records;
     let enc = Encoder { codec, level: s.level, dict: dict.as_deref() };
     let r = append::encode_and_write(input, &enc, &mut |blocks| {
-        let r = write_blocks(s, &mut w, blocks);
+        // A writer sealing as it goes looks at its entries after every
+        // block (1 MiB of input) rather than every batch of them.
+        let step = if w.survey.is_some() { 1 } else { blocks.len().max(1) };
+        let r = blocks
+            .chunks(step)
+            .try_for_each(|part| write_blocks(s, &mut w, part).and_then(|()| seal::as_you_go(s, &mut w)));
         w.yield_to_fork();
         r
     });
@@ -817,12 +897,48 @@ mod tests {
         assert_eq!(std::fs::metadata(&p).unwrap().uid(), owner, "the owner stays");
         assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
         drop(again);
-        // Held on the current file (an older zring's writer, or a reader
-        // before any writer tightened it), a too-open lock still counts.
-        drop(reader);
+    }
+
+    /// Issue 36: after `chmod -R a+rX`, a user who may only read the store
+    /// held `flock` on `lock` and every append, delete and compact failed.
+    /// Whatever a reader holds on a readable `lock` (`flock`, OFD read locks
+    /// on any range), the writer proceeds, and a second writer is still
+    /// kept out.
+    #[test]
+    fn locks_a_reader_can_take_keep_no_writer_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        drop(lock(dir.path()).unwrap());
+        let p = dir.path().join(LOCK_FILE);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let holder = File::open(&p).unwrap();
-        holder.try_lock().unwrap();
+        let squatter = File::open(&p).unwrap();
+        squatter.try_lock_shared().unwrap();
+        assert!(crate::io::locks::lock(&squatter, libc::F_RDLCK, 0, 0, false).unwrap());
+        // A leftover temporary name, made readable and read-locked too.
+        let tmp = dir.path().join(format!("{LOCK_FILE}.tmp"));
+        std::fs::write(&tmp, b"").unwrap();
+        let squat_tmp = File::open(&tmp).unwrap();
+        assert!(crate::io::locks::lock(&squat_tmp, libc::F_RDLCK, 0, 0, false).unwrap());
+        let writer = lock(dir.path()).expect("a reader's locks keep no writer out");
+        assert_eq!(mode(&p), 0o600);
+        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })), "one writer at a time");
+        drop(writer);
+        drop(lock(dir.path()).unwrap());
+    }
+
+    /// A writer holding the lock through a descriptor opened for writing
+    /// keeps the next out, whatever the file's mode.
+    #[test]
+    fn a_writers_lock_keeps_the_next_writer_out() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+        let held = lock(dir.path()).unwrap();
+        let p = dir.path().join(LOCK_FILE);
+        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        drop(held);
+        // An older zring's writer: `flock` on a file only writers can open.
+        let older = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
+        older.try_lock().unwrap();
         assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
     }
 }

@@ -18,6 +18,18 @@
 //! table. The new table is a new generation committed exactly as a delete
 //! commits its table: written, fsynced, then named by a new head, so a crash
 //! leaves the old table or the new one, never a mix.
+//!
+//! A writer that surveys its records (a sealable one that opened an empty
+//! store) also seals *as it goes* ([`as_you_go`]): once the format-1 entries
+//! past the sealed section outgrow a sixteenth of the data and sealed table
+//! (and 1 MiB), the table is sealed again over every record so far, and the
+//! old generation's file, entries and all, is removed. A one-shot write
+//! therefore never holds the 32-byte entries of all its records on disk:
+//! 4 M int64 labels (32 MB) would otherwise need 128 MB of entries before
+//! the final seal drops them. At any moment the store takes its data, its
+//! sealed table, at most a sixteenth more in entries (and those of one
+//! block of 1 MiB of input, after which the writer looks) and, while a
+//! seal writes, the next sealed table beside the old.
 
 use crate::error::{Error, Result};
 use crate::format::codec::Codec;
@@ -47,6 +59,8 @@ pub(crate) struct Survey {
     /// The chunk and end of the current variable page's last record.
     page_chunk: ChunkId,
     page_end: u64,
+    /// Stored bytes of the records seen.
+    bytes: u64,
 }
 
 /// A fixed section in the making.
@@ -66,7 +80,7 @@ struct Fixed {
 
 impl Default for Survey {
     fn default() -> Self {
-        Survey { records: 0, fixed: None, variable: true, page_chunk: ChunkId(0), page_end: 0 }
+        Survey { records: 0, fixed: None, variable: true, page_chunk: ChunkId(0), page_end: 0, bytes: 0 }
     }
 }
 
@@ -80,6 +94,7 @@ impl Survey {
     pub fn see(&mut self, e: &Entry) {
         let i = self.records;
         self.records += 1;
+        self.bytes += u64::from(e.stored_len);
         let Some(crc) = e.checksum.filter(|_| !e.is_part()) else {
             // A block's entry or a loaderx record without a checksum:
             // neither section can say what its own checksum is.
@@ -202,6 +217,34 @@ impl Shift {
     }
 }
 
+/// Format-1 entries past the sealed section below which [`as_you_go`]
+/// never seals: a small store is sealed once, at its end.
+const MIN_TAIL_BYTES: u64 = 1 << 20;
+
+/// Whether the writer's format-1 entries have outgrown what [`as_you_go`]
+/// lets them take: a sixteenth of the records' bytes and the sealed table,
+/// and [`MIN_TAIL_BYTES`].
+fn due(w: &crate::write::Writer) -> bool {
+    let Some(survey) = &w.survey else { return false };
+    if survey.records() != w.records || survey.kind().is_none() {
+        return false;
+    }
+    let layout = w.head.layout;
+    let tail = w.records.saturating_sub(layout.sealed).saturating_mul(crate::format::record::ENTRY_BYTES as u64);
+    tail >= MIN_TAIL_BYTES && tail.saturating_mul(16) > survey.bytes.saturating_add(layout.tail_at)
+}
+
+/// Seals the table of a surveying writer again when its format-1 entries
+/// are due ([module docs](self)), between two batches of an append: the
+/// records appended so far are published, synced and sealed.
+pub(crate) fn as_you_go(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<()> {
+    if !due(w) {
+        return Ok(());
+    }
+    crate::write::republish(s, w)?;
+    seal_with(s, w).map(|_| ())
+}
+
 /// Rewrites the table of a format-1 store in format 2 when its records are
 /// laid out as a sealed section needs ([module docs](self)); the records are
 /// not touched. Syncs first. A store that is already format 2, empty, or
@@ -229,7 +272,9 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
         table_bytes_before: snap.table.bytes(),
         table_bytes_after: snap.table.bytes(),
     };
-    if version != 1 {
+    // A table sealed as it went is sealed again over the entries since.
+    let resealable = w.survey.as_ref().is_some_and(|v| v.records() == records) && records > w.head.layout.sealed;
+    if version != 1 && !resealable {
         return Ok(report);
     }
     let survey = match w.survey.take() {
@@ -252,7 +297,7 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
     let gen = w.head.generation + 1;
     let written = (|| {
         let mut out = TableOut::create(s.dir, gen, Some(kind), records)?;
-        match (kind, survey.fixed) {
+        match (kind, &survey.fixed) {
             (Sealed::Fixed { .. }, Some(f)) => {
                 for c in f.blocks.iter().chain(&f.block) {
                     out.push_block(*c)?;
@@ -294,6 +339,8 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
     if let Err(e) = commit_table(s, w, table, None) {
         return w.poison(e);
     }
+    // The records stay where they are: later appends extend the survey.
+    w.survey = Some(survey);
     crate::write::republish(s, w)?;
     report.format_after = 2;
     Ok(report)
@@ -303,6 +350,44 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
 mod tests {
     use super::Shift;
     use crate::format::crc::crc32c;
+    use crate::{Codec, Store};
+
+    /// The bytes of every file under `dir`.
+    fn bytes(dir: &std::path::Path) -> u64 {
+        std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().metadata().unwrap().len()).sum()
+    }
+
+    /// Issue 36: a one-shot write of 4 M int64 labels (32 MB) peaked at
+    /// 163 MB on disk, the 32-byte format-1 entry of every record, before
+    /// the seal at its end dropped them. A writer that seals as it goes
+    /// stays within 1.25x the store it leaves, measured after every block
+    /// (where it looks), and leaves the same records, checksums and
+    /// fingerprint as one sealed once at the end.
+    #[test]
+    fn a_one_shot_write_stays_within_a_quarter_over_the_store_it_leaves() {
+        let (n, step) = (1u64 << 20, 1u64 << 17); // 8 MiB of labels, one 1 MiB block a call
+        let labels = |from: u64| (from..from + step).flat_map(u64::to_le_bytes).collect::<Vec<u8>>();
+        let dir = tempfile::tempdir().unwrap();
+        let once = tempfile::tempdir().unwrap();
+        let store = Store::builder(dir.path()).codec(Codec::Raw).sealable(true).create().unwrap();
+        let plain = Store::builder(once.path()).codec(Codec::Raw).create().unwrap();
+        let mut peak = 0;
+        let mut formats = Vec::new();
+        for from in (0..n).step_by(step as usize) {
+            store.append_fixed(&labels(from), 8, None).unwrap();
+            plain.append_fixed(&labels(from), 8, None).unwrap();
+            peak = peak.max(bytes(dir.path()));
+            formats.push(store.table_format().0);
+        }
+        assert!(formats.contains(&2), "sealed on the way: {formats:?}");
+        assert_eq!(store.seal().unwrap().format_after, 2);
+        assert_eq!(plain.seal().unwrap().format_after, 2);
+        let end = bytes(dir.path());
+        assert!(peak * 4 <= end * 5, "peak {peak} bytes for a store of {end}");
+        assert_eq!(store.verify().unwrap().records, n);
+        assert_eq!(store.fingerprint().unwrap(), plain.fingerprint().unwrap());
+        assert_eq!(bytes(once.path()), end);
+    }
 
     /// The block checksums of a fixed section are built from the records'
     /// own: the shift must give exactly the CRC of the concatenation.

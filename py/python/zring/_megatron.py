@@ -46,6 +46,10 @@ import numpy as np
 HEADER = b"MMIDIDX\x00\x00"
 #: Header, version, dtype code, sequence count, document count.
 PREAMBLE_BYTES = 9 + 8 + 1 + 8 + 8
+#: Sequences checked at a time (their temporaries: about 24 bytes each).
+CHECK_SEQUENCES = 1 << 20
+#: Bytes of tokens gathered with one index array (8 bytes an index).
+GATHER_BYTES = 1 << 20
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
           8: np.uint16}
 
@@ -104,14 +108,21 @@ class Index:
         if d[0] != 0 or d[-1] != sequences or (len(d) > 1 and np.any(np.diff(d) < 0)):
             raise ValueError(f"{idx}: the document indices must start at 0, never decrease and end at the "
                              f"{sequences} sequences; got {d[:3].tolist()} ... {d[-3:].tolist()}")
-        if sequences:
-            if np.any(self.lengths < 0) or np.any(self.pointers < 0):
+        # In slices, so the check's temporaries stay small whatever the
+        # index; in uint64 and by subtraction, so an offset near 2**63 cannot
+        # wrap past the check (an int64 end would).
+        for a in range(0, sequences, CHECK_SEQUENCES):
+            lens, ptrs = self.lengths[a:a + CHECK_SEQUENCES], self.pointers[a:a + CHECK_SEQUENCES]
+            if np.any(lens < 0) or np.any(ptrs < 0):
                 raise ValueError(f"{idx}: a sequence has a negative length or offset")
-            ends = self.pointers + self.lengths.astype(np.int64) * self.dtype.itemsize
-            worst = int(np.argmax(ends))
-            if int(ends[worst]) > bin_bytes:
-                raise ValueError(f"{idx}: sequence {worst} ends at byte {int(ends[worst])} of the .bin file, "
-                                 f"which holds {bin_bytes} bytes")
+            start = ptrs.astype(np.uint64)
+            nbytes = lens.astype(np.uint64) * np.uint64(self.dtype.itemsize)
+            past = (start > np.uint64(bin_bytes)) | (nbytes > np.uint64(bin_bytes) - np.minimum(start, np.uint64(bin_bytes)))
+            if np.any(past):
+                worst = int(np.argmax(past))
+                end = int(start[worst]) + int(nbytes[worst])  # Python ints: exact
+                raise ValueError(f"{idx}: sequence {a + worst} ends at byte {end} of the .bin file, which holds "
+                                 f"{bin_bytes} bytes")
 
     @property
     def document_count(self) -> int:
@@ -157,7 +168,7 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
                 first = int(ptr[0])
                 values = tokens[first:first + int(nbytes.sum())].view(index.dtype)
             else:
-                values = np.concatenate([tokens[int(p):int(p) + int(n)] for p, n in zip(ptr, nbytes)]).view(index.dtype)
+                values = gather(tokens, ptr, nbytes).view(index.dtype)
             sink.ragged(values, doc_tokens[d:stop + 1] - doc_tokens[d])
             if bar is not None:
                 bar.update(stop - d)
@@ -168,6 +179,43 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
             bar.close()
         sink.close(failed=not ok)
     return {"": sink.records}
+
+
+def gather(tokens: np.ndarray, ptr: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
+    """The bytes of sequences at offsets ``ptr`` of ``nbytes`` each, back to
+    back: runs of sequences that lie back to back are copied as one slice,
+    the rest through an index array of at most :data:`GATHER_BYTES` entries
+    at a time, so scattered sequences cost no Python call each."""
+    ptr = ptr.astype(np.int64)
+    nbytes = nbytes.astype(np.int64)
+    out = np.empty(int(nbytes.sum()), np.uint8)
+    # Where each sequence goes in `out`, and the runs of back-to-back ones.
+    at = np.concatenate([[0], np.cumsum(nbytes)])
+    breaks = np.flatnonzero(ptr[1:] != ptr[:-1] + nbytes[:-1]) + 1
+    run_first = np.concatenate([[0], breaks])
+    run_end = np.concatenate([breaks, [len(ptr)]])
+    run_ptr = ptr[run_first]
+    run_at = at[run_first]
+    run_len = at[run_end] - run_at
+    k = 0
+    while k < len(run_first):
+        if run_len[k] >= GATHER_BYTES:
+            o, p, n = int(run_at[k]), int(run_ptr[k]), int(run_len[k])
+            out[o:o + n] = tokens[p:p + n]
+            k += 1
+            continue
+        # Small runs up to GATHER_BYTES: one index array for them all.
+        stop = int(np.searchsorted(run_at, run_at[k] + GATHER_BYTES, side="right"))
+        stop = max(k + 1, min(stop, len(run_first)))
+        while stop > k + 1 and run_len[stop - 1] >= GATHER_BYTES:
+            stop -= 1
+        lens = run_len[k:stop]
+        base = int(run_at[k])
+        total = int(lens.sum())
+        shift = np.repeat(run_ptr[k:stop] - (run_at[k:stop] - base), lens)
+        out[base:base + total] = tokens[np.arange(total, dtype=np.int64) + shift]
+        k = stop
+    return out
 
 
 def describe(src: Path) -> str | None:

@@ -19,11 +19,15 @@ write and checks and removes on read; files written before it have none),
 so a flipped bit is a :class:`CorruptError` naming the file. :func:`loads`
 checks the fields themselves: anything else wrong with them is a
 :class:`CorruptError` naming the file too, never a bare ``KeyError``.
+Files without the checksum (zring 0.1.0's, loaderx's) are still read, and
+:func:`check_records` checks every schema against the store's records
+before a reader sizes anything from it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -139,6 +143,40 @@ def dumps(schema: dict[str, Any]) -> str:
 def _dims(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
                                            for d in value)
+
+
+#: The largest record the engine stores (lengths are 32-bit).
+MAX_RECORD_BYTES = (1 << 32) - 1
+
+
+def check_records(schema: dict[str, Any], dt: np.dtype, first_len: int | None, where: str) -> int:
+    """The bytes of one sample (or of one row of a ragged record) that
+    ``schema`` describes, checked against the records before anything is
+    sized from it: a sample never exceeds the largest record, and a store's
+    first record (``first_len``; ``None`` for an empty store) holds one sample
+    (a whole number of rows). ``schema.json`` files written before it had a
+    checksum, or by loaderx, carry none, so a damaged ``shape`` (``[2**40]``)
+    is caught here, as a :class:`CorruptError` naming the file, instead of
+    sizing a 4 TiB buffer."""
+    ragged = bool(schema.get("ragged"))
+    dims = schema["item_shape" if ragged else "shape"]
+    size = math.prod(dims) * dt.itemsize  # Python ints: no wrap at 2**63
+    what = "a row" if ragged else "a sample"
+
+    def bad(why: str) -> CorruptError:
+        return CorruptError(f"corrupted store: {where}: {why}; restore the file from a copy of the store")
+
+    if size > MAX_RECORD_BYTES:
+        raise bad(f"{what} of {dt} and shape {tuple(dims)} takes {size} bytes, more than a record holds "
+                  f"({MAX_RECORD_BYTES})")
+    if first_len is not None:
+        if not ragged and first_len != size:
+            raise bad(f"its {dt} samples of shape {tuple(dims)} take {size} bytes, but the store's records "
+                      f"are {first_len} bytes")
+        if ragged and (first_len % size if size else first_len):
+            raise bad(f"its rows of {dt} and shape {tuple(dims)} take {size} bytes, which does not divide "
+                      f"the store's first record ({first_len} bytes)")
+    return size
 
 
 def loads(text: str, where: str) -> dict[str, Any]:

@@ -24,7 +24,8 @@ class UnsupportedVersionError(ZringError):
     """The store's format version is not readable by this build."""
 
 class LockedError(ZringError):
-    """Another writer holds the store's lock."""
+    """Another writer holds the store's lock, or another process held a
+    write lock on the chunks a reader must pin for ``ZRING_LOCK_WAIT_MS``."""
 
 class PoisonedError(ZringError):
     """An earlier failure left the writer or loader unusable."""

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import _schema, _util
-from ._zring import Store
+from ._zring import CorruptError, Store
 
 
 def _open(path: str | os.PathLike[str], ragged: bool,
@@ -38,6 +38,12 @@ def _open(path: str | os.PathLike[str], ragged: bool,
             raise ValueError(f"{p} is a fixed-shape dataset; open it with Dataset")
         if not ragged and schema.get("ragged"):
             raise ValueError(f"{p} is a ragged dataset; open it with RaggedDataset")
+        try:
+            first = int(store.lengths(np.zeros(1, dtype=np.uint64))[0]) if len(store) else None
+        except CorruptError:
+            # A damaged table is the read's to report, naming what it reads.
+            first = None
+        _schema.check_records(schema, _schema.decode_dtype(schema), first, where)
     except BaseException:
         store.close()
         raise
