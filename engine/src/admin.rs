@@ -8,7 +8,6 @@ use crate::error::{io_err, Error, Result};
 use crate::format::codec::{Codec, Dict};
 use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
-use crate::io::fs::write_atomic;
 use crate::read::item::{carve, Want};
 use crate::write::append::{Block, Meta};
 use crate::write::Ctx;
@@ -117,7 +116,7 @@ pub(crate) fn import(from: &Ctx<'_>, to: &Ctx<'_>) -> Result<()> {
         let mut buf = vec![0u8; bytes as usize];
         let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::stored(i, *e)));
         crate::read::gather::read_items(&from.read_ctx(), &snap, items, true)?;
-        verify_imported(&buf, &entries, start, snap.dict.as_deref(), from.dir)?;
+        verify_imported(&buf, &entries, start, snap.dict.as_deref(), from.dir.path())?;
         let records = entries
             .iter()
             .scan(0usize, |pos, e| {
@@ -234,7 +233,7 @@ pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
     }
     let dict = Dict::new(bytes, Some(s.dict_level))?;
     let n = dict.bytes.len();
-    write_atomic(s.dir, DICT_FILE, &dict.bytes)?;
+    s.dir.write_atomic(DICT_FILE, &dict.bytes)?;
     // Pending appends are made durable and committed first; then a head
     // naming the dictionary.
     w.sync(s.dir)?;
@@ -261,7 +260,7 @@ pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
 /// checked against its checksum ([`crate::format::schema`]).
 pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
     let p = s.dir.join(SCHEMA_FILE);
-    match crate::io::fs::read(&p) {
+    match s.dir.read(SCHEMA_FILE) {
         Ok(b) => crate::format::schema::decode(&p, &b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", &p)(e)),
@@ -272,5 +271,5 @@ pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
 pub(crate) fn set_schema(s: &Ctx<'_>, json: &str) -> Result<()> {
     let bytes = crate::format::schema::encode(json)?;
     let _w = s.writer()?;
-    write_atomic(s.dir, SCHEMA_FILE, &bytes)
+    s.dir.write_atomic(SCHEMA_FILE, &bytes)
 }

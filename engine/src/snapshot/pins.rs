@@ -43,11 +43,11 @@
 //! [`crate::io::fds::ChunkFile`].
 
 use crate::format::names::PINS_FILE;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::fs::File;
+use std::sync::Arc;
 
 use crate::error::{io_err, Result};
+use crate::io::fs::Dir;
 
 /// A reader's pin on chunks `base..base + count`; released when dropped.
 #[derive(Debug)]
@@ -67,11 +67,11 @@ impl Pin {
 /// Pins chunks `base..base + count` of the store at `dir` (module docs).
 /// `None` when there is no pins file or its file system has no OFD locks:
 /// the snapshot is read unpinned.
-pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
+pub(crate) fn pin(dir: &Dir, base: u32, count: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
     // Readers never write to the store's directory: a store no writer of
     // this version has opened yet has no pins file, and is read unpinned.
-    let Ok(file) = OpenOptions::new().read(true).open(&p) else { return Ok(None) };
+    let Ok(file) = dir.open_read(PINS_FILE) else { return Ok(None) };
     // A store always has a chunk; a count of 0 would mean "to infinity".
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
@@ -87,15 +87,17 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
     }
 }
 
-/// Opens (creating it if needed) the pins file for a writer, which locks
+/// Opens (creating it if needed, with the store's file mode,
+/// [`crate::io::fs::file_mode`]) the pins file for a writer, which locks
 /// chunk bytes for writing.
-pub(crate) fn create(dir: &Path) -> std::io::Result<File> {
-    OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(0o644).open(dir.join(PINS_FILE))
+pub(crate) fn create(dir: &Dir) -> Result<File> {
+    dir.open_or_create(PINS_FILE)
 }
 
-/// Removes chunk file `path` (chunk `id`) unless a reader pins it; `true`
-/// when it is gone (or was already). `pins` is the writer's pins file.
-pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool> {
+/// Removes chunk file `name` of `dir` (chunk `id`) unless a reader pins it;
+/// `true` when it is gone (or was already). `pins` is the writer's pins file.
+pub(crate) fn remove_unpinned(pins: &File, dir: &Dir, name: &str, id: u32) -> Result<bool> {
+    let path = &dir.join(name);
     match lock(pins, libc::F_WRLCK as i16, id, 1) {
         Ok(true) => {}
         Ok(false) => return Ok(false),
@@ -103,7 +105,7 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => {}
         Err(e) => return Err(io_err("lock", path)(e)),
     }
-    let r = match crate::io::fs::remove(path) {
+    let r = match dir.remove(name) {
         Ok(()) => Ok(true),
         Err(crate::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(e),
@@ -116,14 +118,12 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
 /// first chunk of a committed head, so no later head names them) that no
 /// reader pins; returns the ids of those kept. `pins` is the pins file
 /// opened for writing.
-pub(crate) fn sweep(dir: &Path, pins: &File, base: u32) -> Result<Vec<u32>> {
+pub(crate) fn sweep(dir: &Dir, pins: &File, base: u32) -> Result<Vec<u32>> {
     let mut kept = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name();
-        let id = name.to_str().and_then(|n| n.strip_prefix("chunk-")?.strip_suffix(".zr")?.parse::<u32>().ok());
+    for (name, _) in dir.entries()? {
+        let id = name.strip_prefix("chunk-").and_then(|n| n.strip_suffix(".zr")?.parse::<u32>().ok());
         if let Some(id) = id.filter(|&id| id < base) {
-            if !remove_unpinned(pins, &e.path(), id)? {
+            if !remove_unpinned(pins, dir, &name, id)? {
                 kept.push(id);
             }
         }
@@ -141,7 +141,7 @@ pub(crate) struct Closing {
     /// The store's directory, and the first chunk of the snapshot the
     /// handle closed with; `None`: nothing to do (unpinned, a loaderx
     /// store, a forked child's copy).
-    pub at: Option<(std::path::PathBuf, u32)>,
+    pub at: Option<(Arc<Dir>, u32)>,
     /// A writer's: the first chunk of its last head, when it knew of chunks
     /// kept for readers (a writer that knew of none has nothing to sweep).
     pub deferred: Option<u32>,
@@ -160,7 +160,7 @@ impl Drop for Closing {
                 _ => return,
             },
         };
-        let Ok(pins) = OpenOptions::new().read(true).write(true).open(dir.join(PINS_FILE)) else { return };
+        let Ok(pins) = dir.open_rw(PINS_FILE) else { return };
         let _ = sweep(&dir, &pins, head_base);
     }
 }
@@ -194,27 +194,28 @@ mod tests {
     #[test]
     fn a_pin_keeps_its_own_chunks_only_and_frees_them_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = create(dir.path()).unwrap();
+        let d = Dir::open(dir.path()).unwrap();
+        let writer = create(&d).unwrap();
         for id in 0..8 {
             std::fs::write(dir.path().join(format!("c{id}")), b"x").unwrap();
         }
-        let p = pin(dir.path(), 3, 3).unwrap().expect("OFD locks on the test file system");
+        let p = pin(&d, 3, 3).unwrap().expect("OFD locks on the test file system");
         assert!(p.covers(3, 3) && p.covers(4, 2) && !p.covers(3, 4) && !p.covers(2, 1));
         assert!(!pinned(&writer, 2) && !pinned(&writer, 6) && !pinned(&writer, 1000));
         assert!(pinned(&writer, 3) && pinned(&writer, 5));
-        assert!(remove_unpinned(&writer, &dir.path().join("c2"), 2).unwrap());
-        assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c2", 2).unwrap());
+        assert!(!remove_unpinned(&writer, &d, "c4", 4).unwrap());
         // The chunks of a later head are not the reader's to keep.
-        assert!(remove_unpinned(&writer, &dir.path().join("c6"), 6).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c6", 6).unwrap());
         assert!(!dir.path().join("c2").exists() && dir.path().join("c4").exists());
         assert!(!dir.path().join("c6").exists() && dir.path().join("c7").exists());
         // A second reader's pin in the same process is its own.
-        let q = pin(dir.path(), 4, 1).unwrap().unwrap();
+        let q = pin(&d, 4, 1).unwrap().unwrap();
         drop(p);
-        assert!(remove_unpinned(&writer, &dir.path().join("c3"), 3).unwrap());
-        assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c3", 3).unwrap());
+        assert!(!remove_unpinned(&writer, &d, "c4", 4).unwrap());
         drop(q);
-        assert!(remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c4", 4).unwrap());
         assert!(!dir.path().join("c4").exists());
     }
 }

@@ -15,9 +15,9 @@ pub(crate) mod seal;
 use crate::format::names::{
     DICT_FILE, HEAD_FILE, LEGACY_NAMES_FILE, LOCK_FILE, NAMES_DIR, SCHEMA_FILE, TABLE_HEADER_BYTES,
 };
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use std::ops::Range;
@@ -30,7 +30,7 @@ use crate::format::names::chunk_name;
 use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
-use crate::io::fs;
+use crate::io::fs::{self, Dir};
 use crate::io::uring::BackendKind;
 use crate::io::uring::{self, ReqErrorKind};
 use crate::snapshot::chunk::open_chunk;
@@ -57,29 +57,21 @@ pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 /// already holds a too-open file's lock cannot be told apart from a writer of
 /// an older zring, so it still keeps this writer out (`Locked`) until it lets
 /// go: the next writer then tightens the file for good.
-pub(crate) fn lock(dir: &Path) -> Result<File> {
+pub(crate) fn lock(dir: &Dir) -> Result<File> {
     let p = dir.join(LOCK_FILE);
-    let dir_mode = std::fs::metadata(dir).map_err(io_err("stat", dir))?.mode();
+    let dir_mode = dir.metadata()?.mode();
     let mode = lock_mode(dir_mode);
     // Each pass that does not return met a replacement by another writer.
     for _ in 0..8 {
-        let f = fs::open(
-            &p,
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .mode(mode)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC),
-        )?;
+        let f = dir.open_or_create_mode(LOCK_FILE, mode)?;
         match f.try_lock() {
             Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
+            Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.path().into() }),
             Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
         }
         let held = f.metadata().map_err(io_err("stat", &p))?;
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if (m.dev(), m.ino()) == (held.dev(), held.ino()) => {}
+        match dir.stat(LOCK_FILE) {
+            Ok(m) if (m.st_dev, m.st_ino) == (held.dev(), held.ino()) => {}
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io_err("stat", &p)(e)),
@@ -87,9 +79,9 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
         if held.mode() & 0o777 & !mode == 0 {
             return Ok(f);
         }
-        return replace_lock(dir, &p, mode, &held);
+        return replace_lock(dir, mode, &held);
     }
-    Err(Error::Locked { path: dir.into() })
+    Err(Error::Locked { path: dir.path().into() })
 }
 
 /// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
@@ -112,27 +104,22 @@ pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
 /// The new file keeps the old one's owner and group where this process may
 /// give them (root may): root tightening a user's lock file must not leave
 /// the user a file only root can open.
-fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<File> {
-    let tmp = dir.join(format!("{LOCK_FILE}.tmp"));
+fn replace_lock(dir: &Dir, mode: u32, old: &std::fs::Metadata) -> Result<File> {
+    let tmp_name = format!("{LOCK_FILE}.tmp");
+    let tmp = dir.join(&tmp_name);
     // A crash mid-replacement leaves it; only the holder of the lock makes one.
-    let _ = std::fs::remove_file(&tmp);
-    let f = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(&tmp)
-        .map_err(io_err("create", &tmp))?;
+    let _ = dir.remove(&tmp_name);
+    let f = dir.create_new_mode(&tmp_name, Some(mode))?;
     match f.try_lock() {
         Ok(()) => {}
         // No writer opens the temporary name: nobody else can hold it.
-        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.into() }),
+        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.path().into() }),
         Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &tmp)(e)),
     }
     // Best effort: only root may give a file away, and a writer that is not
     // root made the new file its own, as it would have made a new store's.
     let _ = std::os::unix::fs::fchown(&f, Some(old.uid()), Some(old.gid()));
-    std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
+    dir.rename(&tmp_name, LOCK_FILE)?;
     Ok(f)
 }
 
@@ -143,26 +130,22 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Res
 /// Left alone: the lock and pins files (no data), `*.tmp` files (never
 /// committed), other files and directories (not the store's), and the
 /// empty table and chunk a create interrupted before its head leaves.
-pub(crate) fn orphaned_files(dir: &Path) -> Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("list", dir)(e)),
-    };
+pub(crate) fn orphaned_files(dir: &Dir) -> Result<Vec<String>> {
     let empty_table = table_name(1);
     let empty_chunk = chunk_name(Format::Native, ChunkId(0));
     let mut found = Vec::new();
-    for e in entries {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let meta = e.metadata().map_err(io_err("stat", e.path()))?;
-        let store_file = if meta.is_dir() {
+    for (name, ty) in dir.entries()? {
+        let len = match dir.stat(&name) {
+            Ok(m) => m.st_size as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("stat", dir.join(&name))(e)),
+        };
+        let store_file = if ty == rustix::fs::FileType::Directory {
             name == NAMES_DIR
         } else {
             name.ends_with(".zr") || name == SCHEMA_FILE || name == LEGACY_NAMES_FILE
         };
-        let unborn = (name == empty_table && meta.len() <= TABLE_HEADER_BYTES as u64)
-            || (name == empty_chunk && meta.len() == 0);
+        let unborn = (name == empty_table && len <= TABLE_HEADER_BYTES as u64) || (name == empty_chunk && len == 0);
         if store_file && !unborn {
             found.push(name);
         }
@@ -192,15 +175,16 @@ pub(crate) fn headless(dir: &Path, files: &[String]) -> Error {
 }
 
 /// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
-pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
+pub(crate) fn init(dir: &Dir, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
-    let mut t = fs::create(&tp)?;
+    let mut t = dir.create(&table_name(1))?;
     fs::write_all(&mut t, &tp, 0, &table_header(1))?;
     fs::fsync(&t, &tp)?;
-    let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
-    let c = fs::create(&cp)?;
+    let cname = chunk_name(Format::Native, ChunkId(0));
+    let cp = dir.join(&cname);
+    let c = dir.create(&cname)?;
     fs::fsync(&c, &cp)?;
-    fs::fsync_dir(dir)?;
+    dir.fsync()?;
     Head {
         generation: 1,
         records: 0,
@@ -223,11 +207,11 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
 /// extended: a crash cannot shorten them (both are synced before the head
 /// names them), so something else lost committed bytes. Nothing is changed
 /// then.
-pub(crate) fn recover(dir: &Path) -> Result<()> {
+pub(crate) fn recover(dir: &Dir) -> Result<()> {
     let head = Head::read(dir)?;
     let live_table = table_name(head.generation);
     let tp = dir.join(&live_table);
-    let t = fs::open_rw(&tp)?;
+    let t = dir.open_rw(&live_table)?;
     let table_size = t.metadata().map_err(io_err("stat", &tp))?.len();
     if table_size < head.table_bytes() {
         return Err(crate::error::corrupted(
@@ -241,8 +225,9 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             ),
         ));
     }
-    let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-    let c = fs::open_rw(&cp)?;
+    let cname = chunk_name(Format::Native, ChunkId(head.last_chunk()));
+    let cp = dir.join(&cname);
+    let c = dir.open_rw(&cname)?;
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
     if size < head.tail_len {
         return Err(crate::error::corrupted(
@@ -251,16 +236,13 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
-    let pins = crate::snapshot::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?;
-    let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
-    for e in entries {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    let pins = crate::snapshot::pins::create(dir)?;
+    for (name, _) in dir.entries()? {
         let stale = if let Some(id) = name.strip_prefix("chunk-").and_then(|s| s.strip_suffix(".zr")) {
             match id.parse::<u32>() {
                 // Chunks of an older head stay while a reader pins them.
                 Ok(id) if id < head.chunk_base => {
-                    crate::snapshot::pins::remove_unpinned(&pins, &e.path(), id)?;
+                    crate::snapshot::pins::remove_unpinned(&pins, dir, &name, id)?;
                     false
                 }
                 Ok(id) => !live_chunks.contains(&id),
@@ -272,13 +254,12 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             name.ends_with(".tmp") || (name == DICT_FILE && head.dict_len == 0)
         };
         if stale {
-            let p = e.path();
-            fs::remove(&p)?;
+            dir.remove(&name)?;
         }
     }
     fs::set_len(&t, &tp, head.table_bytes())?;
     fs::set_len(&c, &cp, head.tail_len)?;
-    fs::fsync_dir(dir)
+    dir.fsync()
 }
 
 /// The writer's state; lives behind the store's mutex.
@@ -315,25 +296,20 @@ pub(crate) struct Writer {
     pub survey: Option<seal::Survey>,
 }
 
-fn open_rw(p: &Path) -> Result<File> {
-    fs::open_rw(p)
-}
-
 impl Writer {
-    pub fn new(dir: &Path, lock: File, head: Head, sealable: bool) -> Result<Writer> {
+    pub fn new(dir: &Dir, lock: File, head: Head, sealable: bool) -> Result<Writer> {
         Ok(Writer {
             _lock: lock,
             head,
             records: head.records,
             chunk_count: head.chunk_count,
             tail_len: head.tail_len,
-            table: open_rw(&dir.join(table_name(head.generation)))?,
-            tail: open_rw(&dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk()))))?,
+            table: dir.open_rw(&table_name(head.generation))?,
+            tail: dir.open_rw(&chunk_name(Format::Native, ChunkId(head.last_chunk())))?,
             dirty: Vec::new(),
             new_files: false,
             poisoned: None,
-            pins: crate::snapshot::pins::create(dir)
-                .map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
+            pins: crate::snapshot::pins::create(dir)?,
             deferred: Vec::new(),
             rolled_back: false,
             sealable,
@@ -357,15 +333,14 @@ impl Writer {
     /// not at the next writer's recovery; the live state becomes the
     /// committed head's, the records the store holds. Best effort: what
     /// cannot be cut now, recovery cuts.
-    fn roll_back(&mut self, dir: &Path) {
+    fn roll_back(&mut self, dir: &Dir) {
         let head = self.head;
         // Chunks begun since the commit: no head names them, and only this
         // handle's snapshots (which it republishes) ever did.
         for id in head.chunk_base + head.chunk_count..head.chunk_base + self.chunk_count {
-            let _ = std::fs::remove_file(dir.join(chunk_name(Format::Native, ChunkId(id))));
+            let _ = dir.remove(&chunk_name(Format::Native, ChunkId(id)));
         }
-        let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-        if let Ok(f) = fs::open_rw(&cp) {
+        if let Ok(f) = dir.open_rw(&chunk_name(Format::Native, ChunkId(head.last_chunk()))) {
             let _ = f.set_len(head.tail_len);
             self.tail = f;
         }
@@ -381,19 +356,19 @@ impl Writer {
 
     /// Poisons the writer after a failure before anything was committed,
     /// rolling back to the committed state ([`Writer::roll_back`]).
-    fn fail<T>(&mut self, dir: &Path, e: Error) -> Result<T> {
+    fn fail<T>(&mut self, dir: &Dir, e: Error) -> Result<T> {
         self.roll_back(dir);
         self.poison(e)
     }
 
     /// Removes the chunk files of older heads that no reader pins any more;
     /// the rest stay in [`Writer::deferred`].
-    pub fn remove_old_chunks(&mut self, dir: &Path, ids: impl IntoIterator<Item = u32>) {
+    pub fn remove_old_chunks(&mut self, dir: &Dir, ids: impl IntoIterator<Item = u32>) {
         let mut keep = Vec::new();
         for id in ids {
-            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+            let name = chunk_name(Format::Native, ChunkId(id));
             // A failed removal leaves a file recovery removes later.
-            if !crate::snapshot::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
+            if !crate::snapshot::pins::remove_unpinned(&self.pins, dir, &name, id).unwrap_or(true) {
                 keep.push(id);
             }
         }
@@ -401,7 +376,7 @@ impl Writer {
     }
 
     /// Makes every appended byte durable and commits a head naming it.
-    pub fn sync(&mut self, dir: &Path) -> Result<()> {
+    pub fn sync(&mut self, dir: &Dir) -> Result<()> {
         if !self.deferred.is_empty() {
             let ids = std::mem::take(&mut self.deferred);
             self.remove_old_chunks(dir, ids);
@@ -439,14 +414,14 @@ impl Writer {
 
     /// fsyncs the chunk files written since the last sync, the table and, if
     /// files were created, the directory.
-    fn flush(&mut self, dir: &Path) -> Result<()> {
+    fn flush(&mut self, dir: &Dir) -> Result<()> {
         for id in std::mem::take(&mut self.dirty) {
-            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-            fs::fsync(&fs::open_read(&p)?, &p)?;
+            let name = chunk_name(Format::Native, ChunkId(id));
+            fs::fsync(&dir.open_read(&name)?, &dir.join(&name))?;
         }
         fs::fsync(&self.table, &dir.join(table_name(self.head.generation)))?;
         if std::mem::take(&mut self.new_files) {
-            fs::fsync_dir(dir)?;
+            dir.fsync()?;
         }
         Ok(())
     }
@@ -454,7 +429,7 @@ impl Writer {
     /// Places encoded blocks at the end of the tail chunk (starting a new
     /// chunk when the tail is full) and writes them and their table entries
     /// in one batch of transfers: one per block and chunk, one for the entries.
-    pub(crate) fn write_blocks(&mut self, dir: &Path, backend: uring::BackendKind, blocks: &[Block<'_>]) -> Result<()> {
+    pub(crate) fn write_blocks(&mut self, dir: &Dir, backend: uring::BackendKind, blocks: &[Block<'_>]) -> Result<()> {
         // Chunks sealed by this call stay open until its writes are done.
         let mut sealed: Vec<(u32, File)> = Vec::new();
         // Byte runs that go to one place: (chunk, offset, block, range in block).
@@ -474,8 +449,7 @@ impl Writer {
                     !self.sealable || index.is_multiple_of(VAR_PER_PAGE) || self.tail_len + len > u64::from(u32::MAX);
                 if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target && at_page {
                     let id = self.head.chunk_base + self.chunk_count;
-                    let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-                    let f = fs::create_new(&p)?;
+                    let f = dir.create_new(&chunk_name(Format::Native, ChunkId(id)))?;
                     let old = std::mem::replace(&mut self.tail, f);
                     sealed.push((id - 1, old));
                     self.chunk_count += 1;
@@ -564,7 +538,7 @@ impl Writer {
 /// read context for the records a compaction reads.
 #[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
-    pub dir: &'a std::path::Path,
+    pub dir: &'a std::sync::Arc<Dir>,
     pub backend: BackendKind,
     pub reads: &'a crate::memory::reads::Reads,
     pub codec: Codec,
@@ -597,7 +571,10 @@ impl<'a> Ctx<'a> {
     /// [`crate::fork`]).
     pub fn writer(&self) -> Result<Gated<MutexGuard<'a, Writer>>> {
         let w = self.writer.ok_or_else(|| {
-            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
+            Error::ReadOnly(format!(
+                "{} was opened read-only; open it writable to change it",
+                self.dir.path().display()
+            ))
         })?;
         if std::process::id() != self.pid {
             // Parent and child would write the same tail under one lock, and
@@ -605,7 +582,7 @@ impl<'a> Ctx<'a> {
             return Err(Error::ReadOnly(format!(
                 "{} was opened writable by process {}; a forked child cannot write through that handle: open the \
                  store again in this process",
-                self.dir.display(),
+                self.dir.path().display(),
                 self.pid
             )));
         }
@@ -707,7 +684,7 @@ pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
         let len = if k + 1 == w.chunk_count {
             w.tail_len
         } else {
-            std::fs::metadata(s.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
+            s.dir.stat(&chunk_name(Format::Native, ChunkId(id))).map_or(0, |m| m.st_size as u64)
         };
         match chunks.get_mut(k as usize) {
             Some(c) if c.len != len => {
