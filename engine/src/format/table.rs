@@ -563,8 +563,17 @@ mod tests {
         store.append(&refs, None).unwrap();
         store.sync().unwrap();
         drop(store);
-        let head = crate::format::head::Head::read(dir.path()).unwrap();
-        let open = |map| Table::open_native_with(dir.path(), head.generation, head.layout, head.records, map).unwrap();
+        let head = crate::format::head::Head::read(&crate::io::fs::Dir::open(dir.path()).unwrap()).unwrap();
+        let open = |map| {
+            Table::open_native_with(
+                &crate::io::fs::Dir::open(dir.path()).unwrap(),
+                head.generation,
+                head.layout,
+                head.records,
+                map,
+            )
+            .unwrap()
+        };
         let (mapped, unmapped) = (open(true), open(false));
         assert!(mapped.map.is_some() && unmapped.map.is_none());
         for i in 0..300 {

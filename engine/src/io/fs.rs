@@ -115,8 +115,13 @@ impl Dir {
     }
 
     fn openat(&self, name: &str, flags: OFlags, mode: u32) -> std::io::Result<OwnedFd> {
-        let c = cname(name)?;
         hit(Kind::Open)?;
+        self.openat_quiet(name, flags, mode)
+    }
+
+    /// [`Dir::openat`] outside the fault-injection seam.
+    fn openat_quiet(&self, name: &str, flags: OFlags, mode: u32) -> std::io::Result<OwnedFd> {
+        let c = cname(name)?;
         let flags = flags | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         rustix::fs::openat(self.fd(), c.as_c_str(), flags, Mode::from_raw_mode(mode)).map_err(errno)
     }
@@ -125,8 +130,15 @@ impl Dir {
     /// and `O_DIRECT` where wanted); never through a link, and a FIFO or
     /// device in its place is an error rather than a hang.
     pub(crate) fn open_with(&self, name: &str, flags: OFlags) -> Result<File> {
+        hit(Kind::Open).map_err(io_err("open", self.join(name)))?;
+        self.open_quiet(name, flags)
+    }
+
+    /// [`Dir::open_with`] outside the fault-injection seam: for the opens
+    /// whose failure only means "go without" (a reader's pins file).
+    pub(crate) fn open_quiet(&self, name: &str, flags: OFlags) -> Result<File> {
         let p = || self.join(name);
-        let fd = self.openat(name, flags | OFlags::NONBLOCK, 0).map_err(|e| io_err("open", p())(e))?;
+        let fd = self.openat_quiet(name, flags | OFlags::NONBLOCK, 0).map_err(|e| io_err("open", p())(e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", p())(errno(e)))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");

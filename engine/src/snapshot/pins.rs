@@ -71,7 +71,7 @@ pub(crate) fn pin(dir: &Dir, base: u32, count: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
     // Readers never write to the store's directory: a store no writer of
     // this version has opened yet has no pins file, and is read unpinned.
-    let Ok(file) = dir.open_read(PINS_FILE) else { return Ok(None) };
+    let Ok(file) = dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDONLY) else { return Ok(None) };
     // A store always has a chunk; a count of 0 would mean "to infinity".
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
@@ -160,7 +160,7 @@ impl Drop for Closing {
                 _ => return,
             },
         };
-        let Ok(pins) = dir.open_rw(PINS_FILE) else { return };
+        let Ok(pins) = dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDWR) else { return };
         let _ = sweep(&dir, &pins, head_base);
     }
 }

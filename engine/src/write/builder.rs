@@ -141,6 +141,17 @@ impl Staging {
     /// nothing is moved.
     pub fn publish(mut self) -> Result<()> {
         let parent = &self.parent;
+        // The name is renamed, not the descriptor: it must still be the
+        // directory built in (another user of the parent may have moved it
+        // and put something else, a link, at its name).
+        let held = self.dir.dev_ino()?;
+        if !parent.stat(&self.name).is_ok_and(|st| (st.st_dev, st.st_ino) == held) {
+            return Err(Error::Io {
+                op: "publish",
+                path: self.path.clone(),
+                source: std::io::Error::other("the staging directory was moved or replaced while the store was built"),
+            });
+        }
         if !parent.exists(&self.dest_name) {
             // RENAME_NOREPLACE: a destination created meanwhile is not
             // silently replaced (a plain rename would take an empty one).
@@ -364,7 +375,7 @@ fn gone(pid: u32) -> bool {
 /// Whether someone holds the writer lock of the store being built in `dir`
 /// (a `flock`, or an OFD lock).
 fn locked(dir: &Dir) -> bool {
-    let Ok(f) = dir.open_read(crate::format::names::LOCK_FILE) else { return false };
+    let Ok(f) = dir.open_quiet(crate::format::names::LOCK_FILE, rustix::fs::OFlags::RDONLY) else { return false };
     let held_flock = match f.try_lock_shared() {
         Ok(()) => {
             let _ = f.unlock();

@@ -760,11 +760,11 @@ mod tests {
         for (dir_mode, most) in [(0o755, 0o600), (0o700, 0o600), (0o775, 0o660), (0o777, 0o666)] {
             let dir = tempfile::tempdir().unwrap();
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
-            let held = lock(dir.path()).unwrap();
+            let held = lock(&Dir::open(dir.path()).unwrap()).unwrap();
             let m = mode(&dir.path().join(LOCK_FILE));
             assert_eq!(m & !most, 0, "dir {dir_mode:o}: lock {m:o}");
             assert_eq!(m & 0o600, 0o600);
-            assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+            assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
             drop(held);
         }
     }
@@ -785,14 +785,15 @@ mod tests {
         }
         let owner = std::fs::metadata(&p).unwrap().uid();
         let reader = File::open(&p).unwrap();
-        let writer = lock(dir.path()).unwrap();
+        let writer = lock(&Dir::open(dir.path()).unwrap()).unwrap();
         assert_eq!(mode(&p), 0o600);
         assert!(!dir.path().join(format!("{LOCK_FILE}.tmp")).exists());
         drop(writer);
         reader.try_lock().expect("the old file is nobody's lock now");
-        let again = lock(dir.path()).expect("a lock held on the replaced file keeps no writer out");
+        let again =
+            lock(&Dir::open(dir.path()).unwrap()).expect("a lock held on the replaced file keeps no writer out");
         assert_eq!(std::fs::metadata(&p).unwrap().uid(), owner, "the owner stays");
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
         drop(again);
         // Held on the current file (an older zring's writer, or a reader
         // before any writer tightened it), a too-open lock still counts.
@@ -800,6 +801,6 @@ mod tests {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let holder = File::open(&p).unwrap();
         holder.try_lock().unwrap();
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
     }
 }
