@@ -70,7 +70,7 @@ pub fn engine(err: zring_engine::Error) -> PyErr {
         E::RecordSize { .. } | E::InvalidArgument(_) => PyValueError::new_err(msg),
         E::Locked { .. } => LockedError::new_err(msg),
         E::Poisoned(_) => PoisonedError::new_err(msg),
-        E::AlreadyExists { .. } => PyFileExistsError::new_err(msg),
+        E::AlreadyExists { .. } | E::NotReplaceable { .. } => PyFileExistsError::new_err(msg),
         E::Stale { .. } => StaleError::new_err(msg),
         _ => ZringError::new_err(msg),
     }

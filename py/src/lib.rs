@@ -60,6 +60,15 @@ fn set_cache_bytes(cache_bytes: Option<u64>) -> Option<u64> {
     zring_engine::set_cache_bytes(cache_bytes)
 }
 
+/// Raise `FileExistsError` unless `path` may be replaced by a new store
+/// (`overwrite=True`): a zring store (a `head.zr` that reads as one), a
+/// loaderx store, a directory of stores, an empty directory, or nothing.
+/// Nothing is changed.
+#[pyfunction]
+fn check_replaceable(py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+    py.detach(|| zring_engine::check_replaceable(&path)).map_err(error::engine)
+}
+
 #[pymodule]
 fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -70,6 +79,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<loader::PyBatchBuffer>()?;
     m.add_function(wrap_pyfunction!(import_loaderx, m)?)?;
     m.add_function(wrap_pyfunction!(set_cache_bytes, m)?)?;
+    m.add_function(wrap_pyfunction!(check_replaceable, m)?)?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(ceiling::ceiling, m)?)?;
     m.add("ZringError", py.get_type::<error::ZringError>())?;

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import sys
 import warnings
 from itertools import chain
@@ -23,7 +24,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from . import _schema, _util
-from ._zring import CorruptError, Staging, Store, ZringError
+from ._zring import CorruptError, Staging, Store, ZringError, check_replaceable
 
 #: loaderx's name for the base error class; an alias of :class:`ZringError`.
 ZrecordError = ZringError
@@ -43,19 +44,69 @@ NAMES_DIR = "names"
 NAMES_INTENT = "names.intent"
 
 
+#: Flags of every open of a file in a store directory: never through a link.
+_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _store_dir(path: Path) -> int:
+    """A descriptor of the store directory ``path``, through which its files
+    are opened, renamed and removed (``dir_fd=``), as the engine does: a
+    link planted at a file's name is never followed. The directory the
+    caller names is resolved once, as given."""
+    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+def _file_mode(dir_fd: int) -> int:
+    """The engine's mode for a file made in a directory (``io::fs::file_mode``):
+    written by whom may write the directory, read by whom may read it."""
+    d = os.fstat(dir_fd).st_mode
+    mode = 0o600 | (0o060 if d & 0o020 else 0) | (0o006 if d & 0o002 else 0)
+    return mode | (d & 0o044)
+
+
 def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    """``path``'s contents replaced atomically, through its directory's
+    descriptor: a temporary file made anew (``O_CREAT|O_EXCL|O_NOFOLLOW``;
+    a stale one, or a link in its place, is unlinked first), fsynced, renamed
+    over ``path`` and the directory fsynced."""
+    dfd = _store_dir(path.parent)
+    try:
+        tmp = path.name + ".tmp"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dfd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _file_mode(dfd), dir_fd=dfd)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _read_small(path: Path) -> bytes:
+    """A small regular file's bytes, opened through its directory's
+    descriptor and never through a link (a FIFO is an error, not a hang)."""
+    dfd = _store_dir(path.parent)
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        return f.read()
 
 
 def _remove_durably(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    dfd = _store_dir(path.parent)
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path.name, dir_fd=dfd)
+        os.fsync(dfd)
+    finally:
+        os.close(dfd)
 
 
 def names_mismatch(path: Path, records: int, names: int) -> CorruptError:
@@ -132,7 +183,7 @@ class Zrecord(_util.Closeable):
         Its records are committed or not (the record count says which); the
         names follow them, then the intent goes."""
         try:
-            op = json.loads(intent.read_text(encoding="utf-8"))
+            op = json.loads(_read_small(intent).decode("utf-8"))
             before, after = int(op["records_before"]), int(op["records_after"])
             indices = np.asarray(op["indices"], dtype=np.uint64)
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -383,18 +434,6 @@ def _dict_target(sample_bytes: int, dict_size: int | None) -> int:
     return min(DICT_MAX, max(DICT_MIN, sample_bytes // 100))
 
 
-def _is_store(path: Path, nested: bool = True) -> bool:
-    """Whether ``path`` is a directory holding a store (zring's or loaderx's),
-    a directory of stores (what ``zring.convert`` makes of a Parquet file or
-    tar shards) or nothing at all: what ``overwrite=True`` may replace."""
-    if not path.is_dir() or path.is_symlink():
-        return False
-    names = set(os.listdir(path))
-    if not names or names & {"head.zr", _schema.SCHEMA, "meta.zr"}:
-        return True
-    return nested and all(n.endswith(".zr") and _is_store(path / n, nested=False) for n in names)
-
-
 def _release(store: Store, failed: bool) -> None:
     """Close a store being written. After a failure, quietly: the failure is
     what the caller must see (a full disk as the ``OSError`` it is), not any
@@ -406,14 +445,6 @@ def _release(store: Store, failed: bool) -> None:
         store.close()
     except Exception:  # noqa: BLE001 - the first failure is already propagating
         pass
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -437,10 +468,11 @@ def _target(path: Path, overwrite: bool, append: bool):
         raise FileExistsError(
             f"{path} already exists; pass overwrite=True to replace it, or append=True to add records to it"
         )
-    if exists and not _is_store(path):
-        raise FileExistsError(
-            f"{path} exists and is not a store (nor an empty directory); overwrite=True only replaces stores"
-        )
+    if exists:
+        # FileExistsError naming the path unless it is a store, a directory
+        # of stores or empty; the engine's replace checks again before it
+        # removes anything.
+        check_replaceable(str(path))
     # The engine makes the directory (with the mode any directory made here
     # gets), renames it into place, swapping it for an existing store in one
     # step where the file system can, and fsyncs the parent.

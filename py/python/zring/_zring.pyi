@@ -36,7 +36,10 @@ class Staging:
     """A hidden directory beside dest to build in; publish() renames it into
     place (swapping it for an existing dest when replace, in one step where
     the file system can) and fsyncs the parent; discard() removes it. An
-    existing dest without replace is FileExistsError."""
+    existing dest without replace is FileExistsError, and so is one that is
+    not a store, a directory of stores or an empty directory with replace
+    (nothing is removed). Staging directories of writers that are gone are
+    removed first."""
 
     def __init__(self, dest: str | os.PathLike[str], replace: bool = False) -> None: ...
     @property
@@ -214,6 +217,11 @@ def set_cache_bytes(cache_bytes: Optional[int]) -> Optional[int]:
     budget: this call states it until called again; without it, the first
     store still open that was opened with ``cache_bytes=`` states it; with
     neither, ``ZRING_CACHE_BYTES``, else the measured budget."""
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """Raise FileExistsError unless path may be replaced by a new store
+    (overwrite=True): a zring store (a head.zr that reads as one), a loaderx
+    store, a directory of stores, an empty directory, or nothing at all.
+    Nothing is changed."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",
