@@ -118,8 +118,8 @@ pub enum Error {
     /// is not a store, a directory of stores or an empty directory; nothing
     /// was removed.
     #[error(
-        "{path} exists and is not a zring store ({reason}); nothing was removed: a replace only replaces a store, a \
-         directory of stores or an empty directory; move it away or choose another path"
+        "{path} exists and is not a zring store ({reason}); nothing was removed: overwrite=True (a replace) only \
+         replaces a store, a directory of stores or an empty directory; move it away or choose another path"
     )]
     NotReplaceable {
         /// The destination.

@@ -47,7 +47,7 @@ use crate::io::fs::Dir;
 /// of the parent could swap for a link.
 #[derive(Debug)]
 pub struct Staging {
-    parent: Dir,
+    parent: Arc<Dir>,
     /// The staging directory's name in `parent`.
     name: String,
     /// The destination's name in `parent`.
@@ -80,8 +80,16 @@ impl Staging {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        std::fs::create_dir_all(&parent_path).map_err(crate::error::io_err("create directory", &parent_path))?;
-        let parent = Dir::open(&parent_path)?;
+        // A staging directory inside another (a names store built in its
+        // store's) is reached through the outer one's descriptor.
+        let parent = match resolve(&parent_path, true)? {
+            Some(d) => d,
+            None => {
+                std::fs::create_dir_all(&parent_path)
+                    .map_err(crate::error::io_err("create directory", &parent_path))?;
+                Arc::new(Dir::open(&parent_path)?)
+            }
+        };
         if parent.exists(&dest_name) {
             if !replace {
                 return Err(Error::AlreadyExists { path: dest });
@@ -274,7 +282,10 @@ pub fn check_replaceable(path: impl AsRef<Path>) -> Result<()> {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
     };
-    let parent = match Dir::open(parent) {
+    let parent = match resolve(parent, false).and_then(|d| match d {
+        Some(d) => Ok(d),
+        None => Dir::open(parent).map(Arc::new),
+    }) {
         Ok(d) => d,
         Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(e),
@@ -314,8 +325,9 @@ fn replaceable(parent: &Dir, name: &str, path: &Path) -> Result<Dir> {
         let mut names: Vec<&str> = entries.iter().map(|(n, _)| n.as_str()).take(4).collect();
         names.sort_unstable();
         format!(
-            "no {HEAD_FILE}; it holds {} entries ({}{})",
+            "no {HEAD_FILE}; it holds {} {} ({}{})",
             entries.len(),
+            if entries.len() == 1 { "entry" } else { "entries" },
             names.join(", "),
             if entries.len() > 4 { ", ..." } else { "" }
         )
