@@ -88,7 +88,7 @@ while not os.path.exists(stop):
         # And the links at names a writer needs removed again, so the
         # writes go on (the race is the point, not a denial of service).
         if random.random() < 0.3:
-            for name in ["pins", "schema.json"]:
+            for name in ["pins", "schema.json", "names.intent"]:
                 p = os.path.join(d, name)
                 if os.path.islink(p):
                     try:
