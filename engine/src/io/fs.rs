@@ -15,8 +15,9 @@
 //!   planted at a name the engine writes is never followed and never
 //!   truncated. A temporary file's stale copy is unlinked first (`unlinkat`
 //!   removes the link, not its target) and the name made new.
-//! * Opens for reading take `O_NONBLOCK` until the file is known to be a
-//!   regular one, so a FIFO planted at a chunk's name is an error, not a hang.
+//! * Whatever is opened must be a regular file: a FIFO or device planted at a
+//!   store file's name is an error (a FIFO's open still waits for a writer,
+//!   as before: readers open chunks outside every lock, [`crate::io::fds`]).
 //! * Every file created gets one mode, [`file_mode`], from the directory's:
 //!   written by those who may write the directory, read by those who may
 //!   read it (the umask still applies).
@@ -128,7 +129,7 @@ impl Dir {
 
     /// Opens an existing regular file `name` with `flags` (an access mode,
     /// and `O_DIRECT` where wanted); never through a link, and a FIFO or
-    /// device in its place is an error rather than a hang.
+    /// device in its place is an error.
     pub(crate) fn open_with(&self, name: &str, flags: OFlags) -> Result<File> {
         hit(Kind::Open).map_err(io_err("open", self.join(name)))?;
         self.open_quiet(name, flags)
@@ -138,16 +139,12 @@ impl Dir {
     /// whose failure only means "go without" (a reader's pins file).
     pub(crate) fn open_quiet(&self, name: &str, flags: OFlags) -> Result<File> {
         let p = || self.join(name);
-        let fd = self.openat_quiet(name, flags | OFlags::NONBLOCK, 0).map_err(|e| io_err("open", p())(e))?;
+        let fd = self.openat_quiet(name, flags, 0).map_err(|e| io_err("open", p())(e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", p())(errno(e)))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
             let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
             return Err(io_err("open", p())(e));
         }
-        // Reads of a regular file never block on O_NONBLOCK, but io_uring
-        // would answer EAGAIN instead of waiting for the disk.
-        let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| io_err("open", p())(errno(e)))?;
-        rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK).map_err(|e| io_err("open", p())(errno(e)))?;
         Ok(File::from(fd))
     }
 

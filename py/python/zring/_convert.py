@@ -792,7 +792,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         return {"": n}
     with _target(dst, overwrite, False) as where:
         if kind == "loaderx":
-            os.rmdir(where)  # the import creates its destination itself
+            # Built in the (empty) staging directory, which the engine holds
+            # by descriptor.
             stats = import_loaderx(str(src), str(where))
             return {"": int(stats["records"])}
         if kind == "parquet":
