@@ -440,3 +440,72 @@ pub(crate) fn set_len(f: &File, path: &Path, len: u64) -> Result<()> {
     record(|| Event::SetLen(path.into(), len));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777
+    }
+
+    /// Every file made through a directory gets the directory-derived mode
+    /// (written by those who may write the directory, read by those who may
+    /// read it), less the umask the test runs under.
+    #[test]
+    fn files_get_the_mode_of_their_directory() {
+        // Read, not set: setting it would race the other tests' files.
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let umask = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Umask:"))
+            .map(|v| u32::from_str_radix(v.trim(), 8).unwrap())
+            .unwrap();
+        for (dir_mode, want) in [(0o755, 0o644), (0o700, 0o600), (0o2775, 0o664), (0o750, 0o640), (0o777, 0o666)] {
+            assert_eq!(file_mode(dir_mode), want, "{dir_mode:o}");
+            let t = tempfile::tempdir().unwrap();
+            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
+            let d = Dir::open(t.path()).unwrap();
+            d.create_new("a").unwrap();
+            d.open_or_create("b").unwrap();
+            d.write_atomic("c", b"x").unwrap();
+            for n in ["a", "b", "c"] {
+                assert_eq!(mode(&t.path().join(n)), want & !umask, "{dir_mode:o} {n}");
+            }
+        }
+    }
+
+    /// A link at a name is removed (never its target) before a file is
+    /// made there, and never opened.
+    #[test]
+    fn links_are_neither_followed_nor_truncated() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        let target = outside.path().join("target");
+        std::fs::write(&target, b"keep").unwrap();
+        let d = Dir::open(t.path()).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("x.tmp")).unwrap();
+        std::os::unix::fs::symlink(&target, t.path().join("y")).unwrap();
+        assert!(d.open_read("y").is_err() && d.open_rw("y").is_err() && d.open_or_create("y").is_err());
+        assert!(d.read("y").is_err());
+        assert!(d.create_new("y").is_err(), "O_EXCL: a link at the name is not a new file");
+        d.write_atomic("x", b"new").unwrap();
+        assert_eq!(std::fs::read(t.path().join("x")).unwrap(), b"new");
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        // A directory tree with a link to a directory outside it is removed
+        // by descriptor; the outside directory keeps its file.
+        d.mkdir("tree").unwrap();
+        let tree = d.open_dir("tree").unwrap();
+        tree.mkdir("sub").unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("tree/sub/out")).unwrap();
+        std::os::unix::fs::symlink(outside.path(), t.path().join("tree/out")).unwrap();
+        tree.empty().unwrap();
+        d.remove_dir_held("tree", &tree).unwrap();
+        assert!(!t.path().join("tree").exists());
+        assert_eq!(std::fs::read(&target).unwrap(), b"keep");
+        // A link at a directory's name is not opened as the directory.
+        std::os::unix::fs::symlink(outside.path(), t.path().join("dirlink")).unwrap();
+        assert!(d.open_dir("dirlink").is_err());
+    }
+}
