@@ -546,9 +546,11 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     The store is built in a temporary directory beside ``path`` and renamed
     into place once complete and durable: an exception part-way (or a
     crash) leaves nothing at ``path`` (a crash may leave the hidden
-    ``.NAME.*.partial`` directory beside it, which is safe to delete). A ``path`` that exists already is an
-    error unless ``overwrite=True`` (replace it; only a store or an empty
-    directory is replaced) or ``append=True`` (add the records to it if dtype
+    ``.NAME.*.partial`` directory beside it, which is safe to delete and which
+    the next write to ``path`` removes). A ``path`` that exists already is an
+    error unless ``overwrite=True`` (replace it; only a store whose
+    ``head.zr`` reads as one, a directory of stores or an empty directory is
+    replaced, and anything else raises with every file kept) or ``append=True`` (add the records to it if dtype
     and shape agree, loaderx's behaviour; an exception part-way then keeps the
     records appended before it).
 
@@ -564,7 +566,8 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
 
     Raises:
         FileExistsError: ``path`` exists and neither ``overwrite`` nor
-            ``append`` is set (or ``overwrite`` is, and it is not a store).
+            ``append`` is set (or ``overwrite`` is, and it is not a store, a
+            directory of stores or an empty directory: nothing is removed).
         ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
             both ``overwrite`` and ``append``.
         CorruptError: ``append`` names a directory holding store files but
