@@ -15,7 +15,16 @@
 //!
 //! A crash before `publish` leaves the hidden `.NAME.*.partial` directory
 //! beside the destination, and the destination as it was; the directory is
-//! safe to delete.
+//! safe to delete, and the next staging for the same destination removes it
+//! once its process is gone ([`remove_stale`]).
+//!
+//! Every step goes through descriptors ([`crate::io::fs::Dir`]): the
+//! staging directory is made with `mkdirat` in the parent's descriptor and
+//! held open from then on, the store is built in it by descriptor, publish
+//! renames relative to the parent's descriptor after checking the name
+//! still holds the directory built in, and a replace checks that the
+//! destination is a store ([`check_replaceable`]) and removes what it
+//! swapped out by walking it by descriptor.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
