@@ -51,7 +51,7 @@ use crate::io::fs::Dir;
 /// staging for `dest` removes once its writer is gone.
 ///
 /// The parent directory and the staging directory are held by descriptor
-/// from the moment they are made ([`crate::io::fs::Dir`]): the store is
+/// from the moment they are made (`io::fs::Dir`): the store is
 /// built, published and removed through them, never by a path another user
 /// of the parent could swap for a link.
 #[derive(Debug)]
@@ -75,7 +75,7 @@ impl Staging {
     /// is [`Error::AlreadyExists`] unless `replace`, and with `replace`
     /// [`Error::NotReplaceable`] unless it is a store, a directory of stores
     /// or empty. Staging directories of writers that are gone (killed before
-    /// they published) are removed first ([`remove_stale`]).
+    /// they published) are removed first (by descriptor, as the module docs say).
     pub fn new(dest: impl AsRef<Path>, replace: bool) -> Result<Staging> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let dest = dest.as_ref().to_path_buf();
