@@ -346,72 +346,58 @@ impl Dir {
         if depth > 64 {
             return Err(std::io::Error::other("directory tree deeper than 64 levels"));
         }
-        let list = rustix::fs::Dir::read_from(self.fd()).map_err(errno)?;
+        // Listed whole first, then removed: no unlink under an open listing.
+        let mut names = Vec::new();
+        for e in rustix::fs::Dir::read_from(self.fd()).map_err(errno)? {
+            let e = e.map_err(errno)?;
+            let n = e.file_name();
+            if n.to_bytes() != b"." && n.to_bytes() != b".." {
+                names.push(n.to_owned());
+            }
+        }
         let mut first = Ok(());
-        let mut keep = |r: std::io::Result<()>| {
-            if let Err(e) = r {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-        };
-        for e in list {
-            let e = match e {
-                Ok(e) => e,
-                Err(e) => {
-                    keep(Err(errno(e)));
-                    break;
-                }
-            };
-            let name = e.file_name().to_string_lossy().into_owned();
-            if name == "." || name == ".." {
-                continue;
-            }
-            let c = match cname(&name) {
-                Ok(c) => c,
-                Err(e) => {
-                    keep(Err(e));
-                    continue;
-                }
-            };
-            match rustix::fs::unlinkat(self.fd(), c.as_c_str(), AtFlags::empty()) {
-                Ok(()) => {}
+        for c in names {
+            let r = match rustix::fs::unlinkat(self.fd(), c.as_c_str(), AtFlags::empty()) {
+                Ok(()) | Err(rustix::io::Errno::NOENT) => Ok(()),
                 // A directory: emptied by descriptor, then removed.
-                Err(rustix::io::Errno::ISDIR) | Err(rustix::io::Errno::PERM) => {
-                    keep(self.remove_tree_depth(&name, depth))
-                }
-                Err(rustix::io::Errno::NOENT) => {}
-                Err(e) => keep(Err(errno(e))),
+                Err(rustix::io::Errno::ISDIR) | Err(rustix::io::Errno::PERM) => self.remove_subtree(&c, depth),
+                Err(e) => Err(errno(e)),
+            };
+            if first.is_ok() {
+                first = r;
             }
         }
         first
     }
 
-    /// Removes directory `name` and everything in it by descriptor
-    /// ([`Dir::empty`]); a link at `name` is not followed (nor removed).
-    fn remove_tree_depth(&self, name: &str, depth: u32) -> std::io::Result<()> {
-        let sub = match self.open_dir(name) {
-            Ok(d) => d,
-            Err(crate::error::Error::Io { source, .. }) if source.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
-            Err(crate::error::Error::Io { source, .. }) => return Err(source),
-            Err(e) => return Err(std::io::Error::other(e.to_string())),
+    /// Removes directory `c` and everything in it by descriptor
+    /// ([`Dir::empty`]); a link at `c` is not followed (nor removed).
+    fn remove_subtree(&self, c: &std::ffi::CStr, depth: u32) -> std::io::Result<()> {
+        let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+        let fd = match rustix::fs::openat(self.fd(), c, flags, Mode::empty()) {
+            Ok(fd) => fd,
+            Err(rustix::io::Errno::NOENT) => return Ok(()),
+            Err(e) => return Err(errno(e)),
         };
+        let sub = Dir::from_fd(fd, self.join(c.to_string_lossy().as_ref()))
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
         sub.empty_depth(depth + 1)?;
-        self.remove_dir_held(name, &sub)
+        self.remove_dir_held_c(c, &sub)
     }
 
     /// Removes the (empty) directory `name`, if it is still `held`.
     pub(crate) fn remove_dir_held(&self, name: &str, held: &Dir) -> std::io::Result<()> {
-        let st = self.stat(name)?;
+        self.remove_dir_held_c(&cname(name)?, held)
+    }
+
+    fn remove_dir_held_c(&self, c: &std::ffi::CStr, held: &Dir) -> std::io::Result<()> {
+        let st = rustix::fs::statat(self.fd(), c, AtFlags::SYMLINK_NOFOLLOW).map_err(errno)?;
         let (dev, ino) = held.dev_ino().map_err(|e| std::io::Error::other(e.to_string()))?;
         if (st.st_dev, st.st_ino) != (dev, ino) {
-            return Err(std::io::Error::other(format!(
-                "{} was replaced while it was being removed",
-                self.join(name).display()
-            )));
+            let p = self.join(c.to_string_lossy().as_ref());
+            return Err(std::io::Error::other(format!("{} was replaced while it was being removed", p.display())));
         }
-        let c = cname(name)?;
-        rustix::fs::unlinkat(self.fd(), c.as_c_str(), AtFlags::REMOVEDIR).map_err(errno)
+        rustix::fs::unlinkat(self.fd(), c, AtFlags::REMOVEDIR).map_err(errno)
     }
 }
 
