@@ -108,3 +108,44 @@ def test_a_link_in_place_of_the_intent_is_an_error_not_a_read_of_its_target(tmp_
     with pytest.raises(zring.CorruptError, match="names.intent"):
         zring.Zrecord(store)
     assert target.exists() and os.path.islink(store / "names.intent")
+
+
+def test_a_killed_writes_staging_directory_is_removed_by_the_next_write(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+
+    dest = tmp_path / "d"
+    child = textwrap.dedent(
+        """
+        import sys, time
+        import numpy as np
+        import zring
+
+        def rows():
+            for i in range(100):
+                yield np.full(3, i, np.int32)
+            print("ready", flush=True)
+            time.sleep(600)
+
+        zring.write_ragged(sys.argv[1], rows())
+        """
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child, str(dest)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    left = [p for p in os.listdir(tmp_path) if p.startswith(".d.") and p.endswith(".partial")]
+    assert len(left) == 1, left
+    # A link planted in it is removed, not followed.
+    target = tmp_path / "target"
+    target.write_text("keep")
+    os.symlink(target, tmp_path / left[0] / "planted")
+    zring.write_dataset(dest, np.zeros((2, 3), np.int32))
+    assert [p for p in os.listdir(tmp_path) if p.startswith(".")] == []
+    assert target.read_text() == "keep"
+    with zring.Dataset(dest) as ds:
+        assert len(ds) == 2
