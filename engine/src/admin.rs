@@ -267,6 +267,33 @@ pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
     }
 }
 
+/// The names intent's bytes ([`crate::Store::names_intent`]), if any.
+pub(crate) fn names_intent(s: &Ctx<'_>) -> Result<Option<Vec<u8>>> {
+    use crate::format::names::NAMES_INTENT_FILE;
+    match s.dir.read(NAMES_INTENT_FILE) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", s.dir.join(NAMES_INTENT_FILE))(e)),
+    }
+}
+
+/// Writes (atomically) or durably removes the names intent.
+pub(crate) fn set_names_intent(s: &Ctx<'_>, bytes: Option<&[u8]>) -> Result<()> {
+    use crate::format::names::NAMES_INTENT_FILE;
+    let _w = s.writer()?;
+    match bytes {
+        Some(b) => s.dir.write_atomic(NAMES_INTENT_FILE, b),
+        None => {
+            match s.dir.remove(NAMES_INTENT_FILE) {
+                Ok(()) => {}
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            s.dir.fsync()
+        }
+    }
+}
+
 /// Replaces `schema.json` atomically, with a checksum.
 pub(crate) fn set_schema(s: &Ctx<'_>, json: &str) -> Result<()> {
     let bytes = crate::format::schema::encode(json)?;

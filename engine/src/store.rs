@@ -625,6 +625,21 @@ impl Store {
     pub fn set_schema(&self, json: &str) -> Result<()> {
         crate::admin::set_schema(&self.write_ctx(), json)
     }
+
+    /// The bytes of `names.intent`, the Python layer's record of a delete
+    /// whose records are committed and whose record names (`names/`) may
+    /// not be yet; `None` when there is none. Read through the store
+    /// directory's descriptor, never through a link.
+    pub fn names_intent(&self) -> Result<Option<Vec<u8>>> {
+        crate::admin::names_intent(&self.write_ctx())
+    }
+
+    /// Writes `names.intent` atomically (a temporary file made anew, fsync,
+    /// rename, fsync of the directory), or with `None` removes it durably.
+    /// Needs the writer.
+    pub fn set_names_intent(&self, bytes: Option<&[u8]>) -> Result<()> {
+        crate::admin::set_names_intent(&self.write_ctx(), bytes)
+    }
 }
 
 /// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 import sys
 import warnings
 from itertools import chain
@@ -42,71 +41,6 @@ NAMES_DIR = "names"
 #: A delete's intent, kept while its records are committed and its names
 #: not yet (see :meth:`Zrecord.delete`).
 NAMES_INTENT = "names.intent"
-
-
-#: Flags of every open of a file in a store directory: never through a link.
-_NOFOLLOW = os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _store_dir(path: Path) -> int:
-    """A descriptor of the store directory ``path``, through which its files
-    are opened, renamed and removed (``dir_fd=``), as the engine does: a
-    link planted at a file's name is never followed. The directory the
-    caller names is resolved once, as given."""
-    return os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-def _file_mode(dir_fd: int) -> int:
-    """The engine's mode for a file made in a directory (``io::fs::file_mode``):
-    written by whom may write the directory, read by whom may read it."""
-    d = os.fstat(dir_fd).st_mode
-    mode = 0o600 | (0o060 if d & 0o020 else 0) | (0o006 if d & 0o002 else 0)
-    return mode | (d & 0o044)
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    """``path``'s contents replaced atomically, through its directory's
-    descriptor: a temporary file made anew (``O_CREAT|O_EXCL|O_NOFOLLOW``;
-    a stale one, or a link in its place, is unlinked first), fsynced, renamed
-    over ``path`` and the directory fsynced."""
-    dfd = _store_dir(path.parent)
-    try:
-        tmp = path.name + ".tmp"
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp, dir_fd=dfd)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, _file_mode(dfd), dir_fd=dfd)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
-
-
-def _read_small(path: Path) -> bytes:
-    """A small regular file's bytes, opened through its directory's
-    descriptor and never through a link (a FIFO is an error, not a hang)."""
-    dfd = _store_dir(path.parent)
-    try:
-        fd = os.open(path.name, os.O_RDONLY | os.O_NONBLOCK | _NOFOLLOW, dir_fd=dfd)
-    finally:
-        os.close(dfd)
-    with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(f"{path} is not a regular file")
-        return f.read()
-
-
-def _remove_durably(path: Path) -> None:
-    dfd = _store_dir(path.parent)
-    try:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path.name, dir_fd=dfd)
-        os.fsync(dfd)
-    finally:
-        os.close(dfd)
 
 
 def names_mismatch(path: Path, records: int, names: int) -> CorruptError:
@@ -169,21 +103,31 @@ class Zrecord(_util.Closeable):
         number: a mismatch is a CorruptError naming both counts."""
         if not (self.path / NAMES_DIR).is_dir():
             return
-        intent = self.path / NAMES_INTENT
-        if not readonly and intent.exists():
+        if not readonly and self._has_intent():
             with self._names_store() as names:
-                self._replay(intent, names)
+                self._replay(names)
         with Store(str(self.path / NAMES_DIR), "r") as names:
             count = len(names)
         if count != len(self._s):
             raise names_mismatch(self.path, len(self._s), count)
 
-    def _replay(self, intent: Path, names: "Zrecord") -> None:
+    def _has_intent(self) -> bool:
+        """Whether a delete left its intent (one that cannot be read counts:
+        :meth:`_replay` reports it)."""
+        try:
+            return self._s.names_intent() is not None
+        except OSError:
+            return True
+
+    def _replay(self, names: "Zrecord") -> None:
         """Brings ``names`` to the state the intent of a delete describes.
         Its records are committed or not (the record count says which); the
-        names follow them, then the intent goes."""
+        names follow them, then the intent goes. The engine reads, writes
+        and removes the intent through the store directory's descriptor
+        (never through a link)."""
+        intent = self.path / NAMES_INTENT
         try:
-            op = json.loads(_read_small(intent).decode("utf-8"))
+            op = json.loads((self._s.names_intent() or b"").decode("utf-8"))
             before, after = int(op["records_before"]), int(op["records_after"])
             indices = np.asarray(op["indices"], dtype=np.uint64)
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -198,7 +142,7 @@ class Zrecord(_util.Closeable):
                 f"corrupted store: {intent}: a delete from {before} to {after} records, but the store holds "
                 f"{n} records and {m} names"
             )
-        _remove_durably(intent)
+        self._s.set_names_intent(None)
 
     @property
     def _s(self) -> Store:
@@ -313,17 +257,16 @@ class Zrecord(_util.Closeable):
             if len(names) != n:
                 raise names_mismatch(self.path, n, len(names))
             after = n - int(np.unique(idx).size)
-            intent = self.path / NAMES_INTENT
-            _write_atomic(intent, json.dumps(
+            self._s.set_names_intent(json.dumps(
                 {"op": "delete", "records_before": n, "records_after": after, "indices": idx.tolist()}
             ).encode())
             try:
                 self._s.delete(idx)
             except BaseException:
                 if len(self._s) == n:
-                    _remove_durably(intent)
+                    self._s.set_names_intent(None)
                 raise
-            self._replay(intent, names)
+            self._replay(names)
 
     def compact(self, format: int | None = None) -> dict[str, Any]:
         """Reclaim the space deleted records left behind; returns a report dict.

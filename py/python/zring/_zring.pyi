@@ -121,6 +121,11 @@ class Store:
         """The schema.json text, or None."""
     def set_schema(self, text: str) -> None:
         """Store the schema.json text."""
+    def names_intent(self) -> Optional[bytes]:
+        """The bytes of names.intent (a delete's record for the record
+        names), or None; read through the store directory's descriptor."""
+    def set_names_intent(self, data: Optional[bytes]) -> None:
+        """Write names.intent atomically, or remove it durably (None)."""
     def close(self) -> None:
         """Release this handle (a writer syncs first; after a failed write it
         raises nothing more: the failing call reported the error)."""
