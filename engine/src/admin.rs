@@ -8,7 +8,6 @@ use crate::error::{io_err, Error, Result};
 use crate::format::codec::{Codec, Dict};
 use crate::format::names::{DICT_FILE, SCHEMA_FILE};
 use crate::format::table::Format;
-use crate::io::fs::write_atomic;
 use crate::read::item::{carve, Want};
 use crate::write::append::{Block, Meta};
 use crate::write::Ctx;
@@ -117,7 +116,7 @@ pub(crate) fn import(from: &Ctx<'_>, to: &Ctx<'_>) -> Result<()> {
         let mut buf = vec![0u8; bytes as usize];
         let items = carve(&mut buf, (start..).zip(&entries).map(|(i, e)| Want::stored(i, *e)));
         crate::read::gather::read_items(&from.read_ctx(), &snap, items, true)?;
-        verify_imported(&buf, &entries, start, snap.dict.as_deref(), from.dir)?;
+        verify_imported(&buf, &entries, start, snap.dict.as_deref(), from.dir.path())?;
         let records = entries
             .iter()
             .scan(0usize, |pos, e| {
@@ -234,7 +233,7 @@ pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
     }
     let dict = Dict::new(bytes, Some(s.dict_level))?;
     let n = dict.bytes.len();
-    write_atomic(s.dir, DICT_FILE, &dict.bytes)?;
+    s.dir.write_atomic(DICT_FILE, &dict.bytes)?;
     // Pending appends are made durable and committed first; then a head
     // naming the dictionary.
     w.sync(s.dir)?;
@@ -261,10 +260,37 @@ pub(crate) fn install_dict(s: &Ctx<'_>, bytes: Vec<u8>) -> Result<usize> {
 /// checked against its checksum ([`crate::format::schema`]).
 pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
     let p = s.dir.join(SCHEMA_FILE);
-    match crate::io::fs::read(&p) {
+    match s.dir.read(SCHEMA_FILE) {
         Ok(b) => crate::format::schema::decode(&p, &b).map(Some),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(io_err("read", &p)(e)),
+    }
+}
+
+/// The names intent's bytes ([`crate::Store::names_intent`]), if any.
+pub(crate) fn names_intent(s: &Ctx<'_>) -> Result<Option<Vec<u8>>> {
+    use crate::format::names::NAMES_INTENT_FILE;
+    match s.dir.read(NAMES_INTENT_FILE) {
+        Ok(b) => Ok(Some(b)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read", s.dir.join(NAMES_INTENT_FILE))(e)),
+    }
+}
+
+/// Writes (atomically) or durably removes the names intent.
+pub(crate) fn set_names_intent(s: &Ctx<'_>, bytes: Option<&[u8]>) -> Result<()> {
+    use crate::format::names::NAMES_INTENT_FILE;
+    let _w = s.writer()?;
+    match bytes {
+        Some(b) => s.dir.write_atomic(NAMES_INTENT_FILE, b),
+        None => {
+            match s.dir.remove(NAMES_INTENT_FILE) {
+                Ok(()) => {}
+                Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+            s.dir.fsync()
+        }
     }
 }
 
@@ -272,5 +298,5 @@ pub(crate) fn schema(s: &Ctx<'_>) -> Result<Option<String>> {
 pub(crate) fn set_schema(s: &Ctx<'_>, json: &str) -> Result<()> {
     let bytes = crate::format::schema::encode(json)?;
     let _w = s.writer()?;
-    write_atomic(s.dir, SCHEMA_FILE, &bytes)
+    s.dir.write_atomic(SCHEMA_FILE, &bytes)
 }

@@ -134,6 +134,19 @@ pub enum Error {
         /// The directory.
         path: PathBuf,
     },
+    /// A replace (`overwrite=True`) found something at the destination that
+    /// is not a store, a directory of stores or an empty directory; nothing
+    /// was removed.
+    #[error(
+        "{path} exists and is not a zring store ({reason}); nothing was removed: overwrite=True (a replace) only \
+         replaces a store, a directory of stores or an empty directory; move it away or choose another path"
+    )]
+    NotReplaceable {
+        /// The destination.
+        path: PathBuf,
+        /// What was found there.
+        reason: String,
+    },
 }
 
 /// Result alias of the engine.

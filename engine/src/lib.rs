@@ -113,7 +113,7 @@ pub use read::request::{Gather, Slots, Span, Spans};
 pub use store::{
     import_loaderx, StagedStore, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL,
 };
-pub use write::builder::Staging;
+pub use write::builder::{check_replaceable, Staging};
 pub use write::compact::CompactReport;
 pub use write::MAX_RECORD_BYTES;
 

@@ -17,6 +17,7 @@ use crate::format::fingerprint::Fingerprint;
 use crate::format::names::HEAD_FILE;
 use crate::format::names::LOADERX_META;
 use crate::format::table::Format;
+use crate::io::fs::Dir;
 use crate::io::uring::BackendKind;
 use crate::memory::cache::NextUse;
 use crate::memory::reads::{ReadStats, Reads};
@@ -50,6 +51,8 @@ pub struct StoreBuilder {
     mmap: Option<bool>,
     cache_bytes: Option<u64>,
     sealable: bool,
+    /// The directory, already held by descriptor (a staging directory's).
+    handle: Option<Arc<Dir>>,
 }
 
 impl StoreBuilder {
@@ -137,27 +140,56 @@ impl StoreBuilder {
     /// Opens a store for reading and writing, creating it if the directory
     /// holds none. Takes the single-writer lock.
     pub fn open_writable(self) -> Result<Store> {
-        if !self.path.join(HEAD_FILE).exists() && !self.path.join(LOADERX_META).exists() {
-            return self.create();
+        let held = match self.held(false) {
+            Err(Error::Io { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
+            {
+                return self.create()
+            }
+            r => r?,
+        };
+        let dir = match held {
+            Some(d) => d,
+            None => match Dir::open(&self.path) {
+                Ok(d) => Arc::new(d),
+                Err(Error::Io { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
+                {
+                    return self.create()
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        if !dir.exists(HEAD_FILE) && !dir.exists(LOADERX_META) {
+            return self.create_in(dir);
         }
-        self.open_inner(true)
+        self.open_inner_in(dir, true)
     }
 
     /// Creates a new, empty store; fails if one is already there.
     pub fn create(self) -> Result<Store> {
-        let dir = &self.path;
-        std::fs::create_dir_all(dir).map_err(io_err("create directory", dir))?;
-        if dir.join(HEAD_FILE).exists() || dir.join(LOADERX_META).exists() {
-            return Err(Error::AlreadyExists { path: dir.clone() });
+        let dir = match self.held(true)? {
+            Some(d) => d,
+            None => {
+                std::fs::create_dir_all(&self.path).map_err(io_err("create directory", &self.path))?;
+                Arc::new(Dir::open(&self.path)?)
+            }
+        };
+        self.create_in(dir)
+    }
+
+    fn create_in(self, dir: Arc<Dir>) -> Result<Store> {
+        if dir.exists(HEAD_FILE) || dir.exists(LOADERX_META) {
+            return Err(Error::AlreadyExists { path: self.path.clone() });
         }
-        let lock = crate::write::lock(dir)?;
+        let lock = crate::write::lock(&dir)?;
         // Checked under the lock, so no other writer is making files here.
-        let orphans = crate::write::orphaned_files(dir)?;
+        let orphans = crate::write::orphaned_files(&dir)?;
         if !orphans.is_empty() {
-            return Err(crate::write::headless(dir, &orphans));
+            return Err(crate::write::headless(dir.path(), &orphans));
         }
-        crate::write::init(dir, self.chunk_bytes)?;
-        self.finish_open(Some(lock))
+        crate::write::init(&dir, self.chunk_bytes)?;
+        self.finish_open(dir, Some(lock))
     }
 
     /// Creates a new, empty store in a hidden directory beside the builder's
@@ -167,51 +199,83 @@ impl StoreBuilder {
     /// [`Error::AlreadyExists`] unless `replace`.
     pub fn create_staged(self, replace: bool) -> Result<StagedStore> {
         let staging = Staging::new(&self.path, replace)?;
-        let store = StoreBuilder { path: staging.path().to_path_buf(), ..self }.create()?;
+        let store =
+            StoreBuilder { path: staging.path().to_path_buf(), handle: Some(staging.handle()), ..self }.create()?;
         Ok(StagedStore::new(store, staging))
     }
 
-    fn open_inner(self, writable: bool) -> Result<Store> {
-        let dir = &self.path;
-        if !dir.is_dir() {
-            return Err(Error::NotAStore { path: dir.clone(), reason: "no such directory".into() });
+    /// The directory when it is already held by descriptor: given to the
+    /// builder, or a staging directory of this process or one under it
+    /// ([`crate::write::builder::resolve`]; `create` makes missing ones).
+    fn held(&self, create: bool) -> Result<Option<Arc<Dir>>> {
+        match &self.handle {
+            Some(d) => Ok(Some(Arc::clone(d))),
+            None => crate::write::builder::resolve(&self.path, create),
         }
-        if !dir.join(HEAD_FILE).exists() {
-            if dir.join(LOADERX_META).exists() {
+    }
+
+    fn open_inner(self, writable: bool) -> Result<Store> {
+        let held = match self.held(false) {
+            Err(Error::Io { source, .. })
+                if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
+            {
+                return Err(Error::NotAStore { path: self.path.clone(), reason: "no such directory".into() })
+            }
+            r => r?,
+        };
+        let dir = match held {
+            Some(d) => d,
+            None => match Dir::open(&self.path) {
+                Ok(d) => Arc::new(d),
+                Err(Error::Io { source, .. })
+                    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
+                {
+                    return Err(Error::NotAStore { path: self.path.clone(), reason: "no such directory".into() })
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        self.open_inner_in(dir, writable)
+    }
+
+    fn open_inner_in(self, dir: Arc<Dir>, writable: bool) -> Result<Store> {
+        if !dir.exists(HEAD_FILE) {
+            if dir.exists(LOADERX_META) {
                 if writable {
                     return Err(Error::ReadOnly(format!(
                         "{} is a loaderx store; convert it with import_loaderx to write to it",
-                        dir.display()
+                        self.path.display()
                     )));
                 }
-                return self.finish_open(None);
+                return self.finish_open(dir, None);
             }
-            let orphans = crate::write::orphaned_files(dir)?;
+            let orphans = crate::write::orphaned_files(&dir)?;
             if !orphans.is_empty() {
-                return Err(crate::write::headless(dir, &orphans));
+                return Err(crate::write::headless(dir.path(), &orphans));
             }
-            return Err(Error::NotAStore { path: dir.clone(), reason: "no head.zr (nor loaderx meta.zr)".into() });
+            return Err(Error::NotAStore {
+                path: self.path.clone(),
+                reason: "no head.zr (nor loaderx meta.zr)".into(),
+            });
         }
         let lock = if writable {
-            let lock = crate::write::lock(dir)?;
-            crate::write::recover(dir).map_err(|e| missing_is_damage(dir, e))?;
+            let lock = crate::write::lock(&dir)?;
+            crate::write::recover(&dir).map_err(|e| missing_is_damage(dir.path(), e))?;
             Some(lock)
         } else {
             None
         };
-        self.finish_open(lock)
+        self.finish_open(dir, lock)
     }
 
-    fn finish_open(self, lock: Option<File>) -> Result<Store> {
+    fn finish_open(self, dir: Arc<Dir>, lock: Option<File>) -> Result<Store> {
         let _gate = crate::fork::enter();
         let backend = self.backend.resolve().map_err(io_err("set up io_uring for", &self.path))?;
         // A reader can race a writer's compaction, which replaces files and
         // then the head: read the head again when a file it names is gone.
         let mut attempt = 0;
         let (snap, head, reads) = loop {
-            match load(&self.path, self.dict_level, &|data| {
-                Reads::open(&self.path, self.cache_bytes, self.direct, data)
-            }) {
+            match load(&dir, self.dict_level, &|data| Reads::open(&self.path, self.cache_bytes, self.direct, data)) {
                 Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound && attempt < 5 => {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(10));
@@ -221,12 +285,12 @@ impl StoreBuilder {
         };
         let writer = match (lock, head) {
             (Some(lock), Some(head)) => Some(Mutex::new(
-                Writer::new(&self.path, lock, head, self.sealable).map_err(|e| missing_is_damage(&self.path, e))?,
+                Writer::new(&dir, lock, head, self.sealable).map_err(|e| missing_is_damage(&self.path, e))?,
             )),
             _ => None,
         };
         Ok(Store {
-            dir: self.path,
+            dir,
             backend,
             reads,
             mmap: self.mmap.unwrap_or_else(mmap_default) && crate::io::mmap::guard_available(),
@@ -267,7 +331,7 @@ fn missing_is_damage(dir: &Path, e: Error) -> Error {
 /// concurrently with each other and with a writer's appends, deletes and
 /// compactions: each gather works on the snapshot it started with.
 pub struct Store {
-    pub(crate) dir: PathBuf,
+    pub(crate) dir: Arc<Dir>,
     pub(crate) backend: BackendKind,
     pub(crate) reads: Reads,
     pub(crate) mmap: bool,
@@ -297,6 +361,7 @@ impl Store {
             sealable: false,
             mmap: None,
             cache_bytes: None,
+            handle: None,
         }
     }
 
@@ -307,7 +372,7 @@ impl Store {
 
     /// The store's directory.
     pub fn path(&self) -> &Path {
-        &self.dir
+        self.dir.path()
     }
 
     /// Number of records.
@@ -401,7 +466,13 @@ impl Store {
 
     /// What this store's reads need of it ([`crate::read::Ctx`]).
     pub(crate) fn read_ctx(&self) -> crate::read::Ctx<'_> {
-        crate::read::Ctx { dir: &self.dir, backend: self.backend, mmap: self.mmap, reads: &self.reads, adopt: self }
+        crate::read::Ctx {
+            dir: self.dir.path(),
+            backend: self.backend,
+            mmap: self.mmap,
+            reads: &self.reads,
+            adopt: self,
+        }
     }
 
     pub(crate) fn publish(&self, snap: Snapshot) {
@@ -561,6 +632,21 @@ impl Store {
     pub fn set_schema(&self, json: &str) -> Result<()> {
         crate::admin::set_schema(&self.write_ctx(), json)
     }
+
+    /// The bytes of `names.intent`, the Python layer's record of a delete
+    /// whose records are committed and whose record names (`names/`) may
+    /// not be yet; `None` when there is none. Read through the store
+    /// directory's descriptor, never through a link.
+    pub fn names_intent(&self) -> Result<Option<Vec<u8>>> {
+        crate::admin::names_intent(&self.write_ctx())
+    }
+
+    /// Writes `names.intent` atomically (a temporary file made anew, fsync,
+    /// rename, fsync of the directory), or with `None` removes it durably.
+    /// Needs the writer.
+    pub fn set_names_intent(&self, bytes: Option<&[u8]>) -> Result<()> {
+        crate::admin::set_names_intent(&self.write_ctx(), bytes)
+    }
 }
 
 /// Converts the loaderx 0.7.3 store at `src` into a new native store at `dst`,
@@ -646,7 +732,7 @@ pub struct View {
 
 impl std::fmt::Debug for View {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("View").field("path", &self.store.dir).field("len", &self.len()).finish()
+        f.debug_struct("View").field("path", &self.store.dir.path()).field("len", &self.len()).finish()
     }
 }
 
@@ -746,7 +832,7 @@ impl Drop for Store {
         }
         let snap = self.snapshot();
         if snap.pin.is_some() {
-            self.closing.at = Some((self.dir.clone(), snap.chunk_base));
+            self.closing.at = Some((Arc::clone(&self.dir), snap.chunk_base));
         }
     }
 }

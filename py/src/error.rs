@@ -71,7 +71,7 @@ pub fn engine(err: zring_engine::Error) -> PyErr {
         E::RecordSize { .. } | E::InvalidArgument(_) => PyValueError::new_err(msg),
         E::Locked { .. } | E::PinWait { .. } => LockedError::new_err(msg),
         E::Poisoned(_) => PoisonedError::new_err(msg),
-        E::AlreadyExists { .. } => PyFileExistsError::new_err(msg),
+        E::AlreadyExists { .. } | E::NotReplaceable { .. } => PyFileExistsError::new_err(msg),
         E::Stale { .. } => StaleError::new_err(msg),
         _ => ZringError::new_err(msg),
     }

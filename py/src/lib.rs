@@ -102,6 +102,15 @@ fn state_cache_bytes(cache_bytes: u64) -> PyBudgetStatement {
     }
 }
 
+/// Raise `FileExistsError` unless `path` may be replaced by a new store
+/// (`overwrite=True`): a zring store (a `head.zr` that reads as one), a
+/// loaderx store, a directory of stores, an empty directory, or nothing.
+/// Nothing is changed.
+#[pyfunction]
+fn check_replaceable(py: Python<'_>, path: std::path::PathBuf) -> PyResult<()> {
+    py.detach(|| zring_engine::check_replaceable(&path)).map_err(error::engine)
+}
+
 #[pymodule]
 fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
@@ -115,6 +124,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(set_cache_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(state_cache_bytes, m)?)?;
     m.add_class::<PyBudgetStatement>()?;
+    m.add_function(wrap_pyfunction!(check_replaceable, m)?)?;
     #[cfg(feature = "bench")]
     m.add_function(wrap_pyfunction!(ceiling::ceiling, m)?)?;
     m.add("ZringError", py.get_type::<error::ZringError>())?;

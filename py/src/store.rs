@@ -354,6 +354,20 @@ impl PyStore {
         py.detach(|| store.set_schema(&text)).map_err(error::engine)
     }
 
+    /// The bytes of names.intent (a delete's record for the record names), or None.
+    fn names_intent<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, pyo3::types::PyBytes>>> {
+        let store = self.store()?;
+        let got = py.detach(|| store.names_intent()).map_err(error::engine)?;
+        Ok(got.map(|b| pyo3::types::PyBytes::new(py, &b)))
+    }
+
+    /// Write names.intent atomically, or remove it durably (None).
+    #[pyo3(signature = (data))]
+    fn set_names_intent(&self, py: Python<'_>, data: Option<Vec<u8>>) -> PyResult<()> {
+        let store = self.store()?;
+        py.detach(|| store.set_names_intent(data.as_deref())).map_err(error::engine)
+    }
+
     /// Release this handle; the store closes once running calls finish.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();

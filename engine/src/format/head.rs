@@ -155,16 +155,16 @@ impl Head {
         Ok(h)
     }
 
-    pub fn read(dir: &Path) -> Result<Head> {
+    pub fn read(dir: &crate::io::fs::Dir) -> Result<Head> {
         let p = dir.join(HEAD_FILE);
-        let b = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
-        Head::decode(dir, &b)
+        let b = dir.read(HEAD_FILE).map_err(io_err("read", &p))?;
+        Head::decode(dir.path(), &b)
     }
 
     /// Replaces the head atomically: write a temporary file, fsync it, rename
     /// it over the old head, fsync the directory. A crash leaves either head.
-    pub fn commit(&self, dir: &Path) -> Result<()> {
-        crate::io::fs::write_atomic(dir, HEAD_FILE, &self.encode())
+    pub fn commit(&self, dir: &crate::io::fs::Dir) -> Result<()> {
+        dir.write_atomic(HEAD_FILE, &self.encode())
     }
 
     /// Length of the committed table file (checked in `decode` not to overflow).

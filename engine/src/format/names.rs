@@ -32,6 +32,10 @@ pub(crate) const PINS_FILE: &str = "pins";
 pub(crate) const SCHEMA_FILE: &str = "schema.json";
 /// The Python layer's store of record names, one per record.
 pub(crate) const NAMES_DIR: &str = "names";
+/// A delete's intent while its records are committed and the record names
+/// (`names/`) not yet: written and removed by the Python layer through
+/// [`crate::Store::set_names_intent`].
+pub(crate) const NAMES_INTENT_FILE: &str = "names.intent";
 /// The record names of stores converted by earlier versions (one JSON list).
 pub(crate) const LEGACY_NAMES_FILE: &str = "names.json";
 /// loaderx 0.7.3: `meta.zr` is a 16-byte header and 16-byte entries.

@@ -33,6 +33,7 @@ use crate::error::{corrupted, io_err, Error, Result};
 use crate::format::codec::Codec;
 use crate::format::head::Layout;
 use crate::format::record::{u32_at, u64_at, ChunkId, Entry, ENTRY_BYTES};
+use crate::io::fs::Dir;
 use crate::io::mmap::{Mapping, Residency};
 
 const TABLE_MAGIC: &[u8; 4] = b"ZRTB";
@@ -164,13 +165,13 @@ pub(crate) struct Table {
 impl Table {
     /// Maps the native table file of generation `generation` holding
     /// `records` records laid out as `layout` says.
-    pub fn open_native(dir: &Path, generation: u64, layout: Layout, records: u64) -> Result<Table> {
+    pub fn open_native(dir: &Dir, generation: u64, layout: Layout, records: u64) -> Result<Table> {
         Table::open_native_with(dir, generation, layout, records, crate::io::mmap::allowed())
     }
 
-    fn open_native_with(dir: &Path, generation: u64, layout: Layout, records: u64, map: bool) -> Result<Table> {
+    fn open_native_with(dir: &Dir, generation: u64, layout: Layout, records: u64, map: bool) -> Result<Table> {
         let path = dir.join(table_name(generation));
-        let file = crate::io::fs::open_read(&path)?;
+        let file = dir.open_read(&table_name(generation))?;
         let need = layout.table_bytes(records).filter(|&n| usize::try_from(n).is_ok()).ok_or_else(|| {
             corrupted(dir.join(HEAD_FILE).display().to_string(), format!("a record count of {records} is impossible"))
         })?;
@@ -238,14 +239,16 @@ impl Table {
 
     /// Maps loaderx's `meta.zr`; returns the table and loaderx's header fields
     /// `(tail_chunk, tail_offset)`.
-    pub fn open_loaderx(dir: &Path) -> Result<(Table, u32, u64)> {
+    pub fn open_loaderx(dir: &Dir) -> Result<(Table, u32, u64)> {
         let path = dir.join(LOADERX_META);
-        let file = crate::io::fs::open_read(&path)?;
+        let file = dir.open_read(LOADERX_META)?;
         let mut head = [0u8; LOADERX_HEADER];
-        file.read_exact_at(&mut head, 0)
-            .map_err(|_| Error::NotAStore { path: dir.into(), reason: "meta.zr is shorter than its header".into() })?;
+        file.read_exact_at(&mut head, 0).map_err(|_| Error::NotAStore {
+            path: dir.path().into(),
+            reason: "meta.zr is shorter than its header".into(),
+        })?;
         if &head[0..4] != b"ZREC" {
-            return Err(Error::NotAStore { path: dir.into(), reason: "meta.zr has no ZREC magic".into() });
+            return Err(Error::NotAStore { path: dir.path().into(), reason: "meta.zr has no ZREC magic".into() });
         }
         let version = u32::from(u16::from_le_bytes([head[4], head[5]]));
         if version != 3 {
@@ -560,8 +563,17 @@ mod tests {
         store.append(&refs, None).unwrap();
         store.sync().unwrap();
         drop(store);
-        let head = crate::format::head::Head::read(dir.path()).unwrap();
-        let open = |map| Table::open_native_with(dir.path(), head.generation, head.layout, head.records, map).unwrap();
+        let head = crate::format::head::Head::read(&crate::io::fs::Dir::open(dir.path()).unwrap()).unwrap();
+        let open = |map| {
+            Table::open_native_with(
+                &crate::io::fs::Dir::open(dir.path()).unwrap(),
+                head.generation,
+                head.layout,
+                head.records,
+                map,
+            )
+            .unwrap()
+        };
         let (mapped, unmapped) = (open(true), open(false));
         assert!(mapped.map.is_some() && unmapped.map.is_none());
         for i in 0..300 {

@@ -51,15 +51,15 @@
 //! `fork()`.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::MetadataExt;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::{Arc, OnceLock};
 use std::time::SystemTime;
 
 use crate::error::{io_err, Error, Result};
+use crate::io::fs::Dir;
 use crate::io::process::{PerProcess, Write};
 
 /// Which store an entry belongs to: its directory's device, inode and birth
@@ -75,6 +75,12 @@ impl StoreId {
     /// The identity of the store in directory `dir`.
     pub fn of(dir: &Path) -> Result<StoreId> {
         let m = std::fs::metadata(dir).map_err(io_err("stat", dir))?;
+        Ok(StoreId { dev: m.dev(), ino: m.ino(), born: m.created().ok() })
+    }
+
+    /// The identity of the directory `dir` holds open.
+    pub fn of_dir(dir: &Dir) -> Result<StoreId> {
+        let m = dir.metadata()?;
         Ok(StoreId { dev: m.dev(), ino: m.ino(), born: m.created().ok() })
     }
 }
@@ -94,6 +100,10 @@ const DIRECT_REFUSED: u8 = 2;
 #[derive(Debug)]
 pub(crate) struct ChunkFile {
     id: u64,
+    /// The store directory, by descriptor: the file is opened in it by name.
+    dir: Arc<Dir>,
+    name: String,
+    /// `dir`'s path joined with `name`, for messages.
     path: PathBuf,
     /// The identity of the store directory when the snapshot naming this
     /// file was read; `None` where it could not be taken.
@@ -107,11 +117,19 @@ impl ChunkFile {
         &self.path
     }
 
-    /// The chunk file at `path` (not opened yet) of the store whose
+    /// The chunk file `name` (not opened yet) in `dir`, the store whose
     /// directory had identity `store` when its snapshot was read.
-    pub fn new(path: PathBuf, store: Option<StoreId>) -> Arc<ChunkFile> {
+    pub fn new(dir: Arc<Dir>, name: String, store: Option<StoreId>) -> Arc<ChunkFile> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        Arc::new(ChunkFile { id: NEXT.fetch_add(1, Relaxed), path, store, direct: AtomicU8::new(DIRECT_UNKNOWN) })
+        let path = dir.join(&name);
+        Arc::new(ChunkFile {
+            id: NEXT.fetch_add(1, Relaxed),
+            dir,
+            name,
+            path,
+            store,
+            direct: AtomicU8::new(DIRECT_UNKNOWN),
+        })
     }
 
     /// The identity of the store the file belongs to.
@@ -161,27 +179,28 @@ impl ChunkFile {
         Ok(lock().insert(key, f, capacity()))
     }
 
-    /// Opens the file; [`Error::Stale`] when it is gone or the directory now
-    /// holds another store (module docs of [`crate::snapshot::pins`]: a writer honouring
-    /// pins never removes a file a snapshot names).
+    /// Opens the file, relative to the store directory's descriptor and
+    /// never through a link ([`crate::io::fs`]); [`Error::Stale`] when it is
+    /// gone or the directory now holds another store (module docs of
+    /// [`crate::snapshot::pins`]: a writer honouring pins never removes a
+    /// file a snapshot names).
     fn open(&self, direct: bool) -> Result<File> {
-        let mut opts = OpenOptions::new();
-        opts.read(true);
+        let mut flags = rustix::fs::OFlags::RDONLY;
         if direct {
-            opts.custom_flags(libc::O_DIRECT);
+            flags |= rustix::fs::OFlags::DIRECT;
         }
-        let f = match crate::io::fs::open(&self.path, &opts) {
+        let f = match self.dir.open_with(&self.name, flags) {
             Err(Error::Io { source, .. }) if matches!(source.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) => {
                 lock().map.clear();
-                crate::io::fs::open(&self.path, &opts)
+                self.dir.open_with(&self.name, flags)
             }
             r => r,
         };
-        let dir = self.path.parent().unwrap_or(std::path::Path::new("."));
+        let dir = self.dir.path();
         let stale = |what: &str| Error::Stale { path: dir.to_path_buf(), detail: what.to_string() };
         match f {
             Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
-                let name = self.path.file_name().unwrap_or_default().to_string_lossy();
+                let name = &self.name;
                 Err(stale(&format!("{name}, which this handle's snapshot names, is gone")))
             }
             // Opened: if the directory is still the store the snapshot was
@@ -294,11 +313,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("c");
         std::fs::write(&p, b"abc").unwrap();
-        let cf = ChunkFile::new(p.clone(), None);
+        let d = Arc::new(Dir::open(dir.path()).unwrap());
+        let cf = ChunkFile::new(Arc::clone(&d), "c".into(), None);
         let a = cf.buffered().unwrap();
         let b = cf.buffered().unwrap();
         assert!(Arc::ptr_eq(&a, &b), "the second open is a cache hit");
-        let other = ChunkFile::new(p, None);
+        let other = ChunkFile::new(d, "c".into(), None);
         assert!(!Arc::ptr_eq(&a, &other.buffered().unwrap()), "another handle's file is another entry");
         let key = (cf.id, false);
         assert!(lock().map.contains_key(&key));
@@ -309,7 +329,7 @@ mod tests {
     #[test]
     fn a_missing_file_is_an_error_naming_it() {
         let dir = tempfile::tempdir().unwrap();
-        let cf = ChunkFile::new(dir.path().join("gone"), None);
+        let cf = ChunkFile::new(Arc::new(Dir::open(dir.path()).unwrap()), "gone".into(), None);
         let e = cf.buffered().unwrap_err().to_string();
         assert!(e.contains("gone"), "{e}");
     }

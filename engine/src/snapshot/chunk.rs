@@ -5,8 +5,8 @@ use crate::format::names::chunk_name;
 use crate::format::record::ChunkId;
 use crate::format::table::Format;
 use crate::io::fds::{ChunkFile, StoreId};
+use crate::io::fs::Dir;
 use once_cell::race::OnceBox;
-use std::path::Path;
 use std::sync::Arc;
 
 /// One chunk file as readers see it.
@@ -73,16 +73,18 @@ impl Chunk {
 }
 
 pub(crate) fn open_chunk(
-    dir: &Path,
+    dir: &Arc<Dir>,
     store: Option<StoreId>,
     format: Format,
     id: ChunkId,
     len: Option<u64>,
     direct: bool,
 ) -> Result<Chunk> {
-    let path = dir.join(chunk_name(format, id));
-    // Only its size is checked now; it is opened when first read.
-    let size = std::fs::metadata(&path).map_err(io_err("stat", &path))?.len();
+    let name = chunk_name(format, id);
+    let path = dir.join(&name);
+    // Only its size is checked now (a link is not followed, nor is it a
+    // chunk); it is opened when first read.
+    let size = dir.stat(&name).map_err(io_err("stat", &path))?.st_size as u64;
     let len = match len {
         Some(l) if l > size => {
             return Err(corrupted(
@@ -93,5 +95,5 @@ pub(crate) fn open_chunk(
         Some(l) => l,
         None => size,
     };
-    Ok(Chunk { file: ChunkFile::new(path, store), direct, len, map: Default::default() })
+    Ok(Chunk { file: ChunkFile::new(Arc::clone(dir), name, store), direct, len, map: Default::default() })
 }

@@ -14,9 +14,9 @@ use crate::format::names::{chunk_name, HEAD_FILE};
 use crate::format::record::{check_index, ChunkId, Entry};
 use crate::format::table::{Format, Table};
 use crate::io::fds::StoreId;
+use crate::io::fs::Dir;
 use crate::memory::reads::Reads;
 use chunk::{open_chunk, Chunk};
-use std::path::Path;
 use std::sync::Arc;
 
 /// An immutable view of the store; gathers hold one for their whole duration,
@@ -91,15 +91,15 @@ impl Snapshot {
 /// Loads a snapshot (and for native stores the head it came from), with the
 /// read policy `reads` chooses for the store's size.
 pub(crate) fn load(
-    dir: &Path,
+    dir: &Arc<Dir>,
     dict_level: i32,
     reads: &dyn Fn(u64) -> Result<Reads>,
 ) -> Result<(Snapshot, Option<Head>, Reads)> {
     // The store's identity before its head is read: a chunk file opened
     // later is checked against it, so a store replaced at this path is never
     // read under this snapshot's table ([`crate::io::fds::ChunkFile`]).
-    let store = StoreId::of(dir).ok();
-    if dir.join(HEAD_FILE).exists() {
+    let store = StoreId::of_dir(dir).ok();
+    if dir.exists(HEAD_FILE) {
         let head = Head::read(dir)?;
         // Pinned before the chunks are checked ([`crate::snapshot::pins`]).
         let pin = crate::snapshot::pins::pin(dir, head.chunk_base, head.chunk_count)?.map(Arc::new);
@@ -111,8 +111,12 @@ pub(crate) fn load(
             let len = (k + 1 == head.chunk_count).then_some(head.tail_len);
             chunks.push(open_chunk(dir, store, Format::Native, ChunkId(head.chunk_base + k), len, false)?);
         }
-        if store.is_some() && StoreId::of(dir).ok() != store {
-            return Err(Error::Io { op: "open", path: dir.to_path_buf(), source: std::io::ErrorKind::NotFound.into() });
+        if store.is_some() && StoreId::of(dir.path()).ok() != store {
+            return Err(Error::Io {
+                op: "open",
+                path: dir.path().to_path_buf(),
+                source: std::io::ErrorKind::NotFound.into(),
+            });
         }
         let reads = reads(chunks.iter().map(|c| c.len).sum())?;
         if reads.direct() {
@@ -120,7 +124,7 @@ pub(crate) fn load(
         }
         let dict = if head.dict_len > 0 {
             let p = dir.join(crate::format::names::DICT_FILE);
-            let bytes = crate::io::fs::read(&p).map_err(io_err("read", &p))?;
+            let bytes = dir.read(crate::format::names::DICT_FILE).map_err(io_err("read", &p))?;
             let crc = crate::format::crc::crc32c(&bytes);
             if bytes.len() != head.dict_len as usize || crc != head.dict_crc {
                 return Err(corrupted(
@@ -163,7 +167,7 @@ pub(crate) fn load(
             })
             .collect::<Result<Vec<_>>>()?;
         let p = dir.join(crate::format::names::DICT_FILE);
-        let dict = match crate::io::fs::read(&p) {
+        let dict = match dir.read(crate::format::names::DICT_FILE) {
             Ok(bytes) => Some(Arc::new(Dict::new(bytes, None)?)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             Err(e) => return Err(io_err("read", &p)(e)),

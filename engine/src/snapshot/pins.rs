@@ -48,11 +48,11 @@
 //! [`crate::io::fds::ChunkFile`].
 
 use crate::format::names::PINS_FILE;
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
-use std::path::Path;
+use std::fs::File;
+use std::sync::Arc;
 
 use crate::error::{io_err, Error, Result};
+use crate::io::fs::Dir;
 
 /// A reader's pin on chunks `base..base + count`; released when dropped.
 #[derive(Debug)]
@@ -72,11 +72,11 @@ impl Pin {
 /// Pins chunks `base..base + count` of the store at `dir` (module docs).
 /// `None` when there is no pins file or its file system has no OFD locks:
 /// the snapshot is read unpinned.
-pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
+pub(crate) fn pin(dir: &Dir, base: u32, count: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
     // Readers never write to the store's directory: a store no writer of
     // this version has opened yet has no pins file, and is read unpinned.
-    let Ok(file) = OpenOptions::new().read(true).open(&p) else { return Ok(None) };
+    let Ok(file) = dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDONLY) else { return Ok(None) };
     // A store always has a chunk; a count of 0 would mean "to infinity".
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
@@ -107,12 +107,11 @@ pub(crate) fn pin(dir: &Path, base: u32, count: u32) -> Result<Option<Pin>> {
 /// fewer of those bits (0644 in a group store) gets them where this
 /// process may change its mode (its owner), so every writer can remove
 /// chunks.
-pub(crate) fn create(dir: &Path) -> std::io::Result<File> {
+pub(crate) fn create(dir: &Dir) -> Result<File> {
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
-    let want = mode(std::fs::metadata(dir)?.mode());
-    let file =
-        OpenOptions::new().read(true).write(true).create(true).truncate(false).mode(want).open(dir.join(PINS_FILE))?;
-    let m = file.metadata()?;
+    let want = mode(dir.metadata()?.mode());
+    let file = dir.open_or_create_mode(PINS_FILE, want)?;
+    let m = file.metadata().map_err(io_err("stat", dir.join(PINS_FILE)))?;
     if m.mode() & want != want && m.uid() == rustix::process::geteuid().as_raw() {
         let _ = file.set_permissions(std::fs::Permissions::from_mode((m.mode() | want) & 0o777));
     }
@@ -126,9 +125,10 @@ pub(crate) fn mode(dir_mode: u32) -> u32 {
     crate::write::lock_mode(dir_mode) | (dir_mode & 0o444)
 }
 
-/// Removes chunk file `path` (chunk `id`) unless a reader pins it; `true`
-/// when it is gone (or was already). `pins` is the writer's pins file.
-pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool> {
+/// Removes chunk file `name` of `dir` (chunk `id`) unless a reader pins it;
+/// `true` when it is gone (or was already). `pins` is the writer's pins file.
+pub(crate) fn remove_unpinned(pins: &File, dir: &Dir, name: &str, id: u32) -> Result<bool> {
+    let path = &dir.join(name);
     match lock(pins, libc::F_WRLCK as i16, id, 1) {
         Ok(true) => {}
         Ok(false) => return Ok(false),
@@ -136,7 +136,7 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => {}
         Err(e) => return Err(io_err("lock", path)(e)),
     }
-    let r = match crate::io::fs::remove(path) {
+    let r = match dir.remove(name) {
         Ok(()) => Ok(true),
         Err(crate::error::Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(e),
@@ -149,14 +149,12 @@ pub(crate) fn remove_unpinned(pins: &File, path: &Path, id: u32) -> Result<bool>
 /// first chunk of a committed head, so no later head names them) that no
 /// reader pins; returns the ids of those kept. `pins` is the pins file
 /// opened for writing.
-pub(crate) fn sweep(dir: &Path, pins: &File, base: u32) -> Result<Vec<u32>> {
+pub(crate) fn sweep(dir: &Dir, pins: &File, base: u32) -> Result<Vec<u32>> {
     let mut kept = Vec::new();
-    for e in std::fs::read_dir(dir).map_err(io_err("list", dir))? {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name();
-        let id = name.to_str().and_then(|n| n.strip_prefix("chunk-")?.strip_suffix(".zr")?.parse::<u32>().ok());
+    for (name, _) in dir.entries()? {
+        let id = name.strip_prefix("chunk-").and_then(|n| n.strip_suffix(".zr")?.parse::<u32>().ok());
         if let Some(id) = id.filter(|&id| id < base) {
-            if !remove_unpinned(pins, &e.path(), id)? {
+            if !remove_unpinned(pins, dir, &name, id)? {
                 kept.push(id);
             }
         }
@@ -174,7 +172,7 @@ pub(crate) struct Closing {
     /// The store's directory, and the first chunk of the snapshot the
     /// handle closed with; `None`: nothing to do (unpinned, a loaderx
     /// store, a forked child's copy).
-    pub at: Option<(std::path::PathBuf, u32)>,
+    pub at: Option<(Arc<Dir>, u32)>,
     /// A writer's: the first chunk of its last head, when it knew of chunks
     /// kept for readers (a writer that knew of none has nothing to sweep).
     pub deferred: Option<u32>,
@@ -193,7 +191,7 @@ impl Drop for Closing {
                 _ => return,
             },
         };
-        let Ok(pins) = OpenOptions::new().read(true).write(true).open(dir.join(PINS_FILE)) else { return };
+        let Ok(pins) = dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDWR) else { return };
         let _ = sweep(&dir, &pins, head_base);
     }
 }
@@ -234,7 +232,7 @@ mod tests {
             std::fs::write(dir.path().join(PINS_FILE), b"").unwrap();
             std::fs::set_permissions(dir.path().join(PINS_FILE), std::fs::Permissions::from_mode(0o644 & want))
                 .unwrap();
-            drop(create(dir.path()).unwrap());
+            drop(create(&Dir::open(dir.path()).unwrap()).unwrap());
             let got = std::fs::metadata(dir.path().join(PINS_FILE)).unwrap().permissions().mode() & 0o777;
             assert_eq!(got & want, want, "dir {dir_mode:o}: pins {got:o}");
         }
@@ -243,27 +241,28 @@ mod tests {
     #[test]
     fn a_pin_keeps_its_own_chunks_only_and_frees_them_when_dropped() {
         let dir = tempfile::tempdir().unwrap();
-        let writer = create(dir.path()).unwrap();
+        let d = Dir::open(dir.path()).unwrap();
+        let writer = create(&d).unwrap();
         for id in 0..8 {
             std::fs::write(dir.path().join(format!("c{id}")), b"x").unwrap();
         }
-        let p = pin(dir.path(), 3, 3).unwrap().expect("OFD locks on the test file system");
+        let p = pin(&d, 3, 3).unwrap().expect("OFD locks on the test file system");
         assert!(p.covers(3, 3) && p.covers(4, 2) && !p.covers(3, 4) && !p.covers(2, 1));
         assert!(!pinned(&writer, 2) && !pinned(&writer, 6) && !pinned(&writer, 1000));
         assert!(pinned(&writer, 3) && pinned(&writer, 5));
-        assert!(remove_unpinned(&writer, &dir.path().join("c2"), 2).unwrap());
-        assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c2", 2).unwrap());
+        assert!(!remove_unpinned(&writer, &d, "c4", 4).unwrap());
         // The chunks of a later head are not the reader's to keep.
-        assert!(remove_unpinned(&writer, &dir.path().join("c6"), 6).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c6", 6).unwrap());
         assert!(!dir.path().join("c2").exists() && dir.path().join("c4").exists());
         assert!(!dir.path().join("c6").exists() && dir.path().join("c7").exists());
         // A second reader's pin in the same process is its own.
-        let q = pin(dir.path(), 4, 1).unwrap().unwrap();
+        let q = pin(&d, 4, 1).unwrap().unwrap();
         drop(p);
-        assert!(remove_unpinned(&writer, &dir.path().join("c3"), 3).unwrap());
-        assert!(!remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c3", 3).unwrap());
+        assert!(!remove_unpinned(&writer, &d, "c4", 4).unwrap());
         drop(q);
-        assert!(remove_unpinned(&writer, &dir.path().join("c4"), 4).unwrap());
+        assert!(remove_unpinned(&writer, &d, "c4", 4).unwrap());
         assert!(!dir.path().join("c4").exists());
     }
 }

@@ -15,7 +15,7 @@ use crate::format::head::Head;
 use crate::format::names::{chunk_name, table_name, FORMAT_VERSION};
 use crate::format::record::{check_index, ChunkId, Entry};
 use crate::format::table::{Format, Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_PAGE};
-use crate::io::fs;
+use crate::io::fs::{self, Dir};
 use crate::read::item::{carve, Want};
 use crate::snapshot::Snapshot;
 use crate::write::new_table::{NewTable, TableOut};
@@ -141,7 +141,7 @@ fn materialize(
 
 /// Sequential writer of compaction's new chunk files.
 struct NewChunks<'a> {
-    dir: &'a std::path::Path,
+    dir: &'a Dir,
     base: u32,
     /// Chunks finished so far.
     count: u32,
@@ -151,8 +151,12 @@ struct NewChunks<'a> {
 }
 
 impl NewChunks<'_> {
+    fn name(&self) -> String {
+        chunk_name(Format::Native, ChunkId(self.base + self.count))
+    }
+
     fn path(&self) -> std::path::PathBuf {
-        self.dir.join(chunk_name(Format::Native, ChunkId(self.base + self.count)))
+        self.dir.join(self.name())
     }
 
     /// Writes `bytes` at the end of the current chunk, or of a new one when
@@ -164,8 +168,7 @@ impl NewChunks<'_> {
             self.len = 0;
         }
         if self.file.is_none() {
-            let p = self.path();
-            let f = fs::create_new(&p)?;
+            let f = self.dir.create_new(&self.name())?;
             self.file = Some(std::io::BufWriter::with_capacity(8 << 20, f));
         }
         let p = self.path();
@@ -190,11 +193,10 @@ impl NewChunks<'_> {
     fn finish(&mut self) -> Result<()> {
         if self.file.is_none() {
             // An empty store still has one (empty) chunk.
-            let p = self.path();
-            fs::create(&p)?;
+            self.dir.create(&self.name())?;
         }
         self.seal()?;
-        fs::fsync_dir(self.dir)
+        self.dir.fsync()
     }
 }
 
@@ -238,7 +240,7 @@ fn delete_with(s: &Ctx<'_>, w: &mut Locked<'_>, indices: &[u64]) -> Result<()> {
             // Nothing committed: the new file is garbage. A record that
             // does not read leaves the store as it was; after a failed
             // write what reached the device is unknown: no more writes.
-            let _ = fs::remove(&s.dir.join(table_name(w.head.generation + 1)));
+            let _ = s.dir.remove(&table_name(w.head.generation + 1));
             return match e {
                 e @ Error::Io { op, .. } if op != "read" => w.poison(e),
                 e => Err(e),
@@ -374,9 +376,9 @@ fn compact_with(s: &Ctx<'_>, w: &mut Locked<'_>, format: Option<u32>) -> Result<
             // Nothing committed: the new chunks and table are garbage,
             // removed now or by the next writer's recovery.
             for k in 0..=out.count {
-                let _ = fs::remove(&s.dir.join(chunk_name(Format::Native, ChunkId(base + k))));
+                let _ = s.dir.remove(&chunk_name(Format::Native, ChunkId(base + k)));
             }
-            let _ = fs::remove(&s.dir.join(table_name(gen)));
+            let _ = s.dir.remove(&table_name(gen));
             // The committed state is untouched, but what the failed write
             // or fsync left on the device is unknown: refuse further writes
             // (an argument error found before anything was written does
@@ -424,7 +426,7 @@ pub(crate) fn commit_table(
     fs::fsync(&table.file, &table.path)?;
     crate::io::fault::crash_point("table.written");
     w.sync(s.dir)?;
-    fs::fsync_dir(s.dir)?;
+    s.dir.fsync()?;
     let mut head =
         Head { generation: gen, records: table.records, content: table.content, layout: table.layout, ..w.head };
     if let Some((base, count, tail)) = chunks {
@@ -434,8 +436,7 @@ pub(crate) fn commit_table(
     }
     head.commit(s.dir)?;
     crate::io::fault::crash_point("table.committed");
-    let old_table = s.dir.join(table_name(w.head.generation));
-    let _ = fs::remove(&old_table);
+    let _ = s.dir.remove(&table_name(w.head.generation));
     w.head = head;
     w.records = head.records;
     w.chunk_count = head.chunk_count;
@@ -445,8 +446,7 @@ pub(crate) fn commit_table(
     // describes their order (a delete) or their chunks (a compaction).
     w.survey = None;
     if chunks.is_some() {
-        let cp = s.dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-        w.tail = fs::open_rw(&cp)?;
+        w.tail = s.dir.open_rw(&chunk_name(Format::Native, ChunkId(head.last_chunk())))?;
     }
     Ok(())
 }

@@ -15,9 +15,9 @@ pub(crate) mod seal;
 use crate::format::names::{
     DICT_FILE, HEAD_FILE, LEGACY_NAMES_FILE, LOCK_FILE, NAMES_DIR, SCHEMA_FILE, TABLE_HEADER_BYTES,
 };
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 
 use std::ops::Range;
@@ -30,7 +30,7 @@ use crate::format::names::chunk_name;
 use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
-use crate::io::fs;
+use crate::io::fs::{self, Dir};
 use crate::io::uring::BackendKind;
 use crate::io::uring::{self, ReqErrorKind};
 use crate::snapshot::chunk::open_chunk;
@@ -65,30 +65,21 @@ pub const MAX_RECORD_BYTES: u64 = u32::MAX as u64;
 /// file it may be anyone's, and the file is replaced: run those older
 /// writers beside this one only on stores whose `lock` is not readable to
 /// others.
-pub(crate) fn lock(dir: &Path) -> Result<File> {
+pub(crate) fn lock(dir: &Dir) -> Result<File> {
     use crate::io::locks::{try_write_whole, Holder};
     let p = dir.join(LOCK_FILE);
-    let dir_mode = std::fs::metadata(dir).map_err(io_err("stat", dir))?.mode();
+    let dir_mode = dir.metadata()?.mode();
     let mode = lock_mode(dir_mode);
     // Each pass that does not return met a replacement by another writer.
     for _ in 0..8 {
-        let f = fs::open(
-            &p,
-            OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .read(true)
-                .write(true)
-                .mode(mode)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC),
-        )?;
+        let f = dir.open_or_create_mode(LOCK_FILE, mode)?;
         let held = f.metadata().map_err(io_err("stat", &p))?;
         let too_open = held.mode() & 0o777 & !mode != 0;
         match try_write_whole(&f) {
             Ok(None) => {}
-            Ok(Some(Holder::Writer)) => return Err(Error::Locked { path: dir.into() }),
+            Ok(Some(Holder::Writer)) => return Err(Error::Locked { path: dir.path().into() }),
             // Readers' locks: nobody's writer lock (above).
-            Ok(Some(Holder::Readers)) => match replace_lock(dir, &p, mode, &held)? {
+            Ok(Some(Holder::Readers)) => match replace_lock(dir, mode, &held)? {
                 Some(f) => return Ok(f),
                 None => continue,
             },
@@ -101,10 +92,10 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
                 Err(std::fs::TryLockError::Error(e)) => return Err(io_err("lock", &p)(e)),
             };
         if older_writer && !too_open {
-            return Err(Error::Locked { path: dir.into() });
+            return Err(Error::Locked { path: dir.path().into() });
         }
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if (m.dev(), m.ino()) == (held.dev(), held.ino()) => {}
+        match dir.stat(LOCK_FILE) {
+            Ok(m) if (m.st_dev, m.st_ino) == (held.dev(), held.ino()) => {}
             Ok(_) => continue,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(io_err("stat", &p)(e)),
@@ -112,12 +103,12 @@ pub(crate) fn lock(dir: &Path) -> Result<File> {
         if !too_open {
             return Ok(f);
         }
-        match replace_lock(dir, &p, mode, &held)? {
+        match replace_lock(dir, mode, &held)? {
             Some(f) => return Ok(f),
             None => continue,
         }
     }
-    Err(Error::Locked { path: dir.into() })
+    Err(Error::Locked { path: dir.path().into() })
 }
 
 /// Whether `flock` on `file` is a whole-file byte-range lock (NFS and SMB
@@ -145,55 +136,50 @@ pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
     mode
 }
 
-/// Replaces `p`, the lock file `old` (too open, or read-locked by someone
+/// Replaces `lock`, the lock file `old` (too open, or read-locked by someone
 /// who is no writer), with a new locked one of `mode` ([`lock`]); `None`
 /// when another writer replaced or took it first (the caller starts again).
 ///
 /// Writers replacing at once meet at one temporary name, `lock.tmp`: it is
 /// created exclusively, and only the holder of its write lock renames it, and
-/// only while `p` is still `old`. A `lock.tmp` left by a crash is taken
+/// only while `lock` is still `old`. A `lock.tmp` left by a crash is taken
 /// over by whoever locks it. The new file keeps the old one's owner and
 /// group where this process may give them (root may): root tightening a
 /// user's lock file must not leave the user a file only root can open.
-fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Result<Option<File>> {
+fn replace_lock(dir: &Dir, mode: u32, old: &std::fs::Metadata) -> Result<Option<File>> {
     use crate::io::locks::{try_write_whole, Holder};
-    let tmp = dir.join(format!("{LOCK_FILE}.tmp"));
-    let opts = |new: bool| {
-        let mut o = OpenOptions::new();
-        o.read(true).write(true).mode(mode).custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
-        if new {
-            o.create_new(true);
-        }
-        o
-    };
-    let f = match opts(true).open(&tmp) {
+    let tmp_name = format!("{LOCK_FILE}.tmp");
+    let tmp = dir.join(&tmp_name);
+    let not_found = |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound);
+    let exists =
+        |e: &Error| matches!(e, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists);
+    let f = match dir.create_new_mode(&tmp_name, Some(mode)) {
         Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => match opts(false).open(&tmp) {
+        Err(e) if exists(&e) => match dir.open_rw(&tmp_name) {
             Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(io_err("open", &tmp)(e)),
+            Err(e) if not_found(&e) => return Ok(None),
+            Err(e) => return Err(e),
         },
-        Err(e) => return Err(io_err("create", &tmp)(e)),
+        Err(e) => return Err(e),
     };
     let mine = f.metadata().map_err(io_err("stat", &tmp))?;
     match try_write_whole(&f).map_err(io_err("lock", &tmp))? {
         None => {}
-        Some(Holder::Writer) => return Err(Error::Locked { path: dir.into() }),
+        Some(Holder::Writer) => return Err(Error::Locked { path: dir.path().into() }),
         // A crash's leftover, made readable and read-locked since: no
         // writer's. Removed (if it is still that file) for the next pass.
         Some(Holder::Readers) => {
-            if std::fs::symlink_metadata(&tmp).is_ok_and(|m| (m.dev(), m.ino()) == (mine.dev(), mine.ino())) {
-                let _ = std::fs::remove_file(&tmp);
+            if dir.stat(&tmp_name).is_ok_and(|m| (m.st_dev, m.st_ino) == (mine.dev(), mine.ino())) {
+                let _ = dir.remove(&tmp_name);
             }
             return Ok(None);
         }
     }
-    let same = |path: &Path, m: &std::fs::Metadata| {
-        std::fs::symlink_metadata(path).is_ok_and(|n| (n.dev(), n.ino()) == (m.dev(), m.ino()))
-    };
-    // Locked, but renamed into place by its creator meanwhile; or `p` is
+    let same =
+        |name: &str, m: &std::fs::Metadata| dir.stat(name).is_ok_and(|n| (n.st_dev, n.st_ino) == (m.dev(), m.ino()));
+    // Locked, but renamed into place by its creator meanwhile; or `lock` is
     // no longer the file this writer found wanting.
-    if !same(&tmp, &mine) || !same(p, old) {
+    if !same(&tmp_name, &mine) || !same(LOCK_FILE, old) {
         return Ok(None);
     }
     // A leftover keeps the mode it was made with.
@@ -205,10 +191,10 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Res
     if !flock_is_byte_range(&f) {
         let _ = f.try_lock();
     }
-    std::fs::rename(&tmp, p).map_err(io_err("rename", &tmp))?;
-    // The one at `p` now is this file unless another writer renamed its own
-    // over it since; that writer locked it and this one starts again.
-    Ok(same(p, &mine).then_some(f))
+    dir.rename(&tmp_name, LOCK_FILE)?;
+    // The one at `lock` now is this file unless another writer renamed its
+    // own over it since; that writer locked it and this one starts again.
+    Ok(same(LOCK_FILE, &mine).then_some(f))
 }
 
 /// The files in `dir` that hold (or describe) a store's records although
@@ -218,26 +204,22 @@ fn replace_lock(dir: &Path, p: &Path, mode: u32, old: &std::fs::Metadata) -> Res
 /// Left alone: the lock and pins files (no data), `*.tmp` files (never
 /// committed), other files and directories (not the store's), and the
 /// empty table and chunk a create interrupted before its head leaves.
-pub(crate) fn orphaned_files(dir: &Path) -> Result<Vec<String>> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(io_err("list", dir)(e)),
-    };
+pub(crate) fn orphaned_files(dir: &Dir) -> Result<Vec<String>> {
     let empty_table = table_name(1);
     let empty_chunk = chunk_name(Format::Native, ChunkId(0));
     let mut found = Vec::new();
-    for e in entries {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name().to_string_lossy().into_owned();
-        let meta = e.metadata().map_err(io_err("stat", e.path()))?;
-        let store_file = if meta.is_dir() {
+    for (name, ty) in dir.entries()? {
+        let len = match dir.stat(&name) {
+            Ok(m) => m.st_size as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(io_err("stat", dir.join(&name))(e)),
+        };
+        let store_file = if ty == rustix::fs::FileType::Directory {
             name == NAMES_DIR
         } else {
             name.ends_with(".zr") || name == SCHEMA_FILE || name == LEGACY_NAMES_FILE
         };
-        let unborn = (name == empty_table && meta.len() <= TABLE_HEADER_BYTES as u64)
-            || (name == empty_chunk && meta.len() == 0);
+        let unborn = (name == empty_table && len <= TABLE_HEADER_BYTES as u64) || (name == empty_chunk && len == 0);
         if store_file && !unborn {
             found.push(name);
         }
@@ -267,15 +249,16 @@ pub(crate) fn headless(dir: &Path, files: &[String]) -> Error {
 }
 
 /// Lays out a new, empty store: table generation 1, an empty chunk 0, a head.
-pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
+pub(crate) fn init(dir: &Dir, chunk_target: u64) -> Result<()> {
     let tp = dir.join(table_name(1));
-    let mut t = fs::create(&tp)?;
+    let mut t = dir.create(&table_name(1))?;
     fs::write_all(&mut t, &tp, 0, &table_header(1))?;
     fs::fsync(&t, &tp)?;
-    let cp = dir.join(chunk_name(Format::Native, ChunkId(0)));
-    let c = fs::create(&cp)?;
+    let cname = chunk_name(Format::Native, ChunkId(0));
+    let cp = dir.join(&cname);
+    let c = dir.create(&cname)?;
     fs::fsync(&c, &cp)?;
-    fs::fsync_dir(dir)?;
+    dir.fsync()?;
     Head {
         generation: 1,
         records: 0,
@@ -298,11 +281,11 @@ pub(crate) fn init(dir: &Path, chunk_target: u64) -> Result<()> {
 /// extended: a crash cannot shorten them (both are synced before the head
 /// names them), so something else lost committed bytes. Nothing is changed
 /// then.
-pub(crate) fn recover(dir: &Path) -> Result<()> {
+pub(crate) fn recover(dir: &Dir) -> Result<()> {
     let head = Head::read(dir)?;
     let live_table = table_name(head.generation);
     let tp = dir.join(&live_table);
-    let t = fs::open_rw(&tp)?;
+    let t = dir.open_rw(&live_table)?;
     let table_size = t.metadata().map_err(io_err("stat", &tp))?.len();
     if table_size < head.table_bytes() {
         return Err(crate::error::corrupted(
@@ -316,8 +299,9 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             ),
         ));
     }
-    let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-    let c = fs::open_rw(&cp)?;
+    let cname = chunk_name(Format::Native, ChunkId(head.last_chunk()));
+    let cp = dir.join(&cname);
+    let c = dir.open_rw(&cname)?;
     let size = c.metadata().map_err(io_err("stat", &cp))?.len();
     if size < head.tail_len {
         return Err(crate::error::corrupted(
@@ -326,16 +310,13 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
         ));
     }
     let live_chunks = head.chunk_base..head.chunk_base + head.chunk_count;
-    let pins = crate::snapshot::pins::create(dir).map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?;
-    let entries = std::fs::read_dir(dir).map_err(io_err("list", dir))?;
-    for e in entries {
-        let e = e.map_err(io_err("list", dir))?;
-        let name = e.file_name().to_string_lossy().into_owned();
+    let pins = crate::snapshot::pins::create(dir)?;
+    for (name, _) in dir.entries()? {
         let stale = if let Some(id) = name.strip_prefix("chunk-").and_then(|s| s.strip_suffix(".zr")) {
             match id.parse::<u32>() {
                 // Chunks of an older head stay while a reader pins them.
                 Ok(id) if id < head.chunk_base => {
-                    crate::snapshot::pins::remove_unpinned(&pins, &e.path(), id)?;
+                    crate::snapshot::pins::remove_unpinned(&pins, dir, &name, id)?;
                     false
                 }
                 Ok(id) => !live_chunks.contains(&id),
@@ -347,13 +328,12 @@ pub(crate) fn recover(dir: &Path) -> Result<()> {
             name.ends_with(".tmp") || (name == DICT_FILE && head.dict_len == 0)
         };
         if stale {
-            let p = e.path();
-            fs::remove(&p)?;
+            dir.remove(&name)?;
         }
     }
     fs::set_len(&t, &tp, head.table_bytes())?;
     fs::set_len(&c, &cp, head.tail_len)?;
-    fs::fsync_dir(dir)
+    dir.fsync()
 }
 
 /// The writer's state; lives behind the store's mutex.
@@ -390,25 +370,20 @@ pub(crate) struct Writer {
     pub survey: Option<seal::Survey>,
 }
 
-fn open_rw(p: &Path) -> Result<File> {
-    fs::open_rw(p)
-}
-
 impl Writer {
-    pub fn new(dir: &Path, lock: File, head: Head, sealable: bool) -> Result<Writer> {
+    pub fn new(dir: &Dir, lock: File, head: Head, sealable: bool) -> Result<Writer> {
         Ok(Writer {
             _lock: lock,
             head,
             records: head.records,
             chunk_count: head.chunk_count,
             tail_len: head.tail_len,
-            table: open_rw(&dir.join(table_name(head.generation)))?,
-            tail: open_rw(&dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk()))))?,
+            table: dir.open_rw(&table_name(head.generation))?,
+            tail: dir.open_rw(&chunk_name(Format::Native, ChunkId(head.last_chunk())))?,
             dirty: Vec::new(),
             new_files: false,
             poisoned: None,
-            pins: crate::snapshot::pins::create(dir)
-                .map_err(io_err("open", dir.join(crate::format::names::PINS_FILE)))?,
+            pins: crate::snapshot::pins::create(dir)?,
             deferred: Vec::new(),
             rolled_back: false,
             sealable,
@@ -432,15 +407,14 @@ impl Writer {
     /// not at the next writer's recovery; the live state becomes the
     /// committed head's, the records the store holds. Best effort: what
     /// cannot be cut now, recovery cuts.
-    fn roll_back(&mut self, dir: &Path) {
+    fn roll_back(&mut self, dir: &Dir) {
         let head = self.head;
         // Chunks begun since the commit: no head names them, and only this
         // handle's snapshots (which it republishes) ever did.
         for id in head.chunk_base + head.chunk_count..head.chunk_base + self.chunk_count {
-            let _ = std::fs::remove_file(dir.join(chunk_name(Format::Native, ChunkId(id))));
+            let _ = dir.remove(&chunk_name(Format::Native, ChunkId(id)));
         }
-        let cp = dir.join(chunk_name(Format::Native, ChunkId(head.last_chunk())));
-        if let Ok(f) = fs::open_rw(&cp) {
+        if let Ok(f) = dir.open_rw(&chunk_name(Format::Native, ChunkId(head.last_chunk()))) {
             let _ = f.set_len(head.tail_len);
             self.tail = f;
         }
@@ -456,19 +430,19 @@ impl Writer {
 
     /// Poisons the writer after a failure before anything was committed,
     /// rolling back to the committed state ([`Writer::roll_back`]).
-    fn fail<T>(&mut self, dir: &Path, e: Error) -> Result<T> {
+    fn fail<T>(&mut self, dir: &Dir, e: Error) -> Result<T> {
         self.roll_back(dir);
         self.poison(e)
     }
 
     /// Removes the chunk files of older heads that no reader pins any more;
     /// the rest stay in [`Writer::deferred`].
-    pub fn remove_old_chunks(&mut self, dir: &Path, ids: impl IntoIterator<Item = u32>) {
+    pub fn remove_old_chunks(&mut self, dir: &Dir, ids: impl IntoIterator<Item = u32>) {
         let mut keep = Vec::new();
         for id in ids {
-            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
+            let name = chunk_name(Format::Native, ChunkId(id));
             // A failed removal leaves a file recovery removes later.
-            if !crate::snapshot::pins::remove_unpinned(&self.pins, &p, id).unwrap_or(true) {
+            if !crate::snapshot::pins::remove_unpinned(&self.pins, dir, &name, id).unwrap_or(true) {
                 keep.push(id);
             }
         }
@@ -476,7 +450,7 @@ impl Writer {
     }
 
     /// Makes every appended byte durable and commits a head naming it.
-    pub fn sync(&mut self, dir: &Path) -> Result<()> {
+    pub fn sync(&mut self, dir: &Dir) -> Result<()> {
         if !self.deferred.is_empty() {
             let ids = std::mem::take(&mut self.deferred);
             self.remove_old_chunks(dir, ids);
@@ -514,14 +488,14 @@ impl Writer {
 
     /// fsyncs the chunk files written since the last sync, the table and, if
     /// files were created, the directory.
-    fn flush(&mut self, dir: &Path) -> Result<()> {
+    fn flush(&mut self, dir: &Dir) -> Result<()> {
         for id in std::mem::take(&mut self.dirty) {
-            let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-            fs::fsync(&fs::open_read(&p)?, &p)?;
+            let name = chunk_name(Format::Native, ChunkId(id));
+            fs::fsync(&dir.open_read(&name)?, &dir.join(&name))?;
         }
         fs::fsync(&self.table, &dir.join(table_name(self.head.generation)))?;
         if std::mem::take(&mut self.new_files) {
-            fs::fsync_dir(dir)?;
+            dir.fsync()?;
         }
         Ok(())
     }
@@ -529,7 +503,7 @@ impl Writer {
     /// Places encoded blocks at the end of the tail chunk (starting a new
     /// chunk when the tail is full) and writes them and their table entries
     /// in one batch of transfers: one per block and chunk, one for the entries.
-    pub(crate) fn write_blocks(&mut self, dir: &Path, backend: uring::BackendKind, blocks: &[Block<'_>]) -> Result<()> {
+    pub(crate) fn write_blocks(&mut self, dir: &Dir, backend: uring::BackendKind, blocks: &[Block<'_>]) -> Result<()> {
         // Chunks sealed by this call stay open until its writes are done.
         let mut sealed: Vec<(u32, File)> = Vec::new();
         // Byte runs that go to one place: (chunk, offset, block, range in block).
@@ -549,8 +523,7 @@ impl Writer {
                     !self.sealable || index.is_multiple_of(VAR_PER_PAGE) || self.tail_len + len > u64::from(u32::MAX);
                 if self.tail_len > 0 && self.tail_len + len > self.head.chunk_target && at_page {
                     let id = self.head.chunk_base + self.chunk_count;
-                    let p = dir.join(chunk_name(Format::Native, ChunkId(id)));
-                    let f = fs::create_new(&p)?;
+                    let f = dir.create_new(&chunk_name(Format::Native, ChunkId(id)))?;
                     let old = std::mem::replace(&mut self.tail, f);
                     sealed.push((id - 1, old));
                     self.chunk_count += 1;
@@ -639,7 +612,7 @@ impl Writer {
 /// read context for the records a compaction reads.
 #[derive(Clone, Copy)]
 pub(crate) struct Ctx<'a> {
-    pub dir: &'a std::path::Path,
+    pub dir: &'a std::sync::Arc<Dir>,
     pub backend: BackendKind,
     pub reads: &'a crate::memory::reads::Reads,
     pub codec: Codec,
@@ -672,7 +645,10 @@ impl<'a> Ctx<'a> {
     /// [`crate::fork`]).
     pub fn writer(&self) -> Result<Gated<MutexGuard<'a, Writer>>> {
         let w = self.writer.ok_or_else(|| {
-            Error::ReadOnly(format!("{} was opened read-only; open it writable to change it", self.dir.display()))
+            Error::ReadOnly(format!(
+                "{} was opened read-only; open it writable to change it",
+                self.dir.path().display()
+            ))
         })?;
         if std::process::id() != self.pid {
             // Parent and child would write the same tail under one lock, and
@@ -680,7 +656,7 @@ impl<'a> Ctx<'a> {
             return Err(Error::ReadOnly(format!(
                 "{} was opened writable by process {}; a forked child cannot write through that handle: open the \
                  store again in this process",
-                self.dir.display(),
+                self.dir.path().display(),
                 self.pid
             )));
         }
@@ -787,7 +763,7 @@ pub(crate) fn republish(s: &Ctx<'_>, w: &Writer) -> Result<()> {
         let len = if k + 1 == w.chunk_count {
             w.tail_len
         } else {
-            std::fs::metadata(s.dir.join(chunk_name(Format::Native, ChunkId(id)))).map_or(0, |m| m.len())
+            s.dir.stat(&chunk_name(Format::Native, ChunkId(id))).map_or(0, |m| m.st_size as u64)
         };
         match chunks.get_mut(k as usize) {
             Some(c) if c.len != len => {
@@ -863,11 +839,11 @@ mod tests {
         for (dir_mode, most) in [(0o755, 0o600), (0o700, 0o600), (0o775, 0o660), (0o777, 0o666)] {
             let dir = tempfile::tempdir().unwrap();
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(dir_mode)).unwrap();
-            let held = lock(dir.path()).unwrap();
+            let held = lock(&Dir::open(dir.path()).unwrap()).unwrap();
             let m = mode(&dir.path().join(LOCK_FILE));
             assert_eq!(m & !most, 0, "dir {dir_mode:o}: lock {m:o}");
             assert_eq!(m & 0o600, 0o600);
-            assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+            assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
             drop(held);
         }
     }
@@ -888,14 +864,15 @@ mod tests {
         }
         let owner = std::fs::metadata(&p).unwrap().uid();
         let reader = File::open(&p).unwrap();
-        let writer = lock(dir.path()).unwrap();
+        let writer = lock(&Dir::open(dir.path()).unwrap()).unwrap();
         assert_eq!(mode(&p), 0o600);
         assert!(!dir.path().join(format!("{LOCK_FILE}.tmp")).exists());
         drop(writer);
         reader.try_lock().expect("the old file is nobody's lock now");
-        let again = lock(dir.path()).expect("a lock held on the replaced file keeps no writer out");
+        let again =
+            lock(&Dir::open(dir.path()).unwrap()).expect("a lock held on the replaced file keeps no writer out");
         assert_eq!(std::fs::metadata(&p).unwrap().uid(), owner, "the owner stays");
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
         drop(again);
     }
 
@@ -908,7 +885,7 @@ mod tests {
     fn locks_a_reader_can_take_keep_no_writer_out() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        drop(lock(dir.path()).unwrap());
+        drop(lock(&Dir::open(dir.path()).unwrap()).unwrap());
         let p = dir.path().join(LOCK_FILE);
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let squatter = File::open(&p).unwrap();
@@ -919,11 +896,11 @@ mod tests {
         std::fs::write(&tmp, b"").unwrap();
         let squat_tmp = File::open(&tmp).unwrap();
         assert!(crate::io::locks::lock(&squat_tmp, libc::F_RDLCK, 0, 0, false).unwrap());
-        let writer = lock(dir.path()).expect("a reader's locks keep no writer out");
+        let writer = lock(&Dir::open(dir.path()).unwrap()).expect("a reader's locks keep no writer out");
         assert_eq!(mode(&p), 0o600);
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })), "one writer at a time");
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })), "one writer at a time");
         drop(writer);
-        drop(lock(dir.path()).unwrap());
+        drop(lock(&Dir::open(dir.path()).unwrap()).unwrap());
     }
 
     /// A writer holding the lock through a descriptor opened for writing
@@ -932,13 +909,13 @@ mod tests {
     fn a_writers_lock_keeps_the_next_writer_out() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-        let held = lock(dir.path()).unwrap();
+        let held = lock(&Dir::open(dir.path()).unwrap()).unwrap();
         let p = dir.path().join(LOCK_FILE);
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
         drop(held);
         // An older zring's writer: `flock` on a file only writers can open.
         let older = std::fs::OpenOptions::new().write(true).open(&p).unwrap();
         older.try_lock().unwrap();
-        assert!(matches!(lock(dir.path()), Err(Error::Locked { .. })));
+        assert!(matches!(lock(&Dir::open(dir.path()).unwrap()), Err(Error::Locked { .. })));
     }
 }

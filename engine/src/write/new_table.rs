@@ -9,7 +9,7 @@
 //! leaves a file recovery removes.
 
 use std::fs::File;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use crate::error::Result;
 use crate::format::fingerprint::{over_records, SEED};
@@ -17,7 +17,7 @@ use crate::format::head::Layout;
 use crate::format::names::table_name;
 use crate::format::record::Entry;
 use crate::format::table::{page_crc, table_header, Sealed, CRCS_PER_PAGE, PAGE, VAR_ENTRY, VAR_PER_PAGE};
-use crate::io::fs;
+use crate::io::fs::{self, Dir};
 
 /// Bytes gathered before they are written.
 const WRITE_BYTES: usize = 1 << 20;
@@ -58,9 +58,9 @@ impl TableOut {
     /// Creates (or truncates) table generation `generation` in `dir`, to hold
     /// `records` records in format 1 (`kind` `None`) or in a format-2
     /// section of `kind`.
-    pub fn create(dir: &Path, generation: u64, kind: Option<Sealed>, records: u64) -> Result<TableOut> {
+    pub fn create(dir: &Dir, generation: u64, kind: Option<Sealed>, records: u64) -> Result<TableOut> {
         let path = dir.join(table_name(generation));
-        let file = fs::create(&path)?;
+        let file = dir.create(&table_name(generation))?;
         let (buf, page) = match kind {
             None => (table_header(generation).to_vec(), Vec::new()),
             Some(k) => (k.header(generation, records), vec![0u8; PAGE]),

@@ -36,7 +36,6 @@ use crate::format::codec::Codec;
 use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry};
 use crate::format::table::{Sealed, BLOCK_BYTES, VAR_MAX_RECORD, VAR_PER_PAGE};
-use crate::io::fs;
 use crate::write::compact::{commit_table, CompactReport};
 use crate::write::new_table::TableOut;
 use crate::write::Ctx;
@@ -328,7 +327,7 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
         Ok(t) => t,
         Err(e) => {
             // Nothing committed: the new file is garbage.
-            let _ = fs::remove(&s.dir.join(table_name(gen)));
+            let _ = s.dir.remove(&table_name(gen));
             return match e {
                 e @ Error::Io { op, .. } if op != "read" => w.poison(e),
                 e => Err(e),

@@ -41,7 +41,9 @@ def write_dataset(
     """Store array one record per slice along axis 0; returns the record count.
 
     Built beside path and renamed into place when complete; an existing path
-    is FileExistsError unless overwrite=True (replace) or append=True (add).
+    is FileExistsError unless overwrite=True (replace; only a store, a
+    directory of stores or an empty directory, else FileExistsError with
+    every file kept) or append=True (add).
     A new store's table is sealed in format 2 (no entry per record for raw
     records of one length); append=True keeps the table's format."""
 
@@ -61,7 +63,9 @@ def write_ragged(
     """Store variable-length arrays one record each; returns the record count.
 
     Built beside path and renamed into place when complete; an existing path
-    is FileExistsError unless overwrite=True (replace) or append=True (add).
+    is FileExistsError unless overwrite=True (replace; only a store, a
+    directory of stores or an empty directory, else FileExistsError with
+    every file kept) or append=True (add).
     A new store's table is sealed in format 2 (12 bytes a record);
     append=True keeps the table's format. A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
     ValueError naming the value and the dtype."""

@@ -767,7 +767,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         progress: Show a tqdm bar; by default only when stderr is a terminal.
 
     Raises:
-        FileExistsError: ``dst`` exists and ``overwrite`` is not set.
+        FileExistsError: ``dst`` exists and ``overwrite`` is not set, or it
+            is set and ``dst`` is not a store, a directory of stores or an
+            empty directory (nothing is removed).
         ValueError: A column or member that cannot be mapped, a null without
             ``fill``, a sample missing an extension, an unknown ``kind``, a
             HuggingFace ``DatasetDict`` folder (convert one split's folder) or
@@ -792,7 +794,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         return {"": n}
     with _target(dst, overwrite, False) as where:
         if kind == "loaderx":
-            os.rmdir(where)  # the import creates its destination itself
+            # Built in the (empty) staging directory, which the engine holds
+            # by descriptor.
             stats = import_loaderx(str(src), str(where))
             return {"": int(stats["records"])}
         if kind == "parquet":

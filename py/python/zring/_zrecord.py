@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 
 from . import _schema, _util
-from ._zring import CorruptError, Staging, Store, ZringError
+from ._zring import CorruptError, Staging, Store, ZringError, check_replaceable
 
 #: loaderx's name for the base error class; an alias of :class:`ZringError`.
 ZrecordError = ZringError
@@ -41,21 +41,6 @@ NAMES_DIR = "names"
 #: A delete's intent, kept while its records are committed and its names
 #: not yet (see :meth:`Zrecord.delete`).
 NAMES_INTENT = "names.intent"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_dir(path.parent)
-
-
-def _remove_durably(path: Path) -> None:
-    path.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
 
 
 def names_mismatch(path: Path, records: int, names: int) -> CorruptError:
@@ -118,21 +103,31 @@ class Zrecord(_util.Closeable):
         number: a mismatch is a CorruptError naming both counts."""
         if not (self.path / NAMES_DIR).is_dir():
             return
-        intent = self.path / NAMES_INTENT
-        if not readonly and intent.exists():
+        if not readonly and self._has_intent():
             with self._names_store() as names:
-                self._replay(intent, names)
+                self._replay(names)
         with Store(str(self.path / NAMES_DIR), "r") as names:
             count = len(names)
         if count != len(self._s):
             raise names_mismatch(self.path, len(self._s), count)
 
-    def _replay(self, intent: Path, names: "Zrecord") -> None:
+    def _has_intent(self) -> bool:
+        """Whether a delete left its intent (one that cannot be read counts:
+        :meth:`_replay` reports it)."""
+        try:
+            return self._s.names_intent() is not None
+        except OSError:
+            return True
+
+    def _replay(self, names: "Zrecord") -> None:
         """Brings ``names`` to the state the intent of a delete describes.
         Its records are committed or not (the record count says which); the
-        names follow them, then the intent goes."""
+        names follow them, then the intent goes. The engine reads, writes
+        and removes the intent through the store directory's descriptor
+        (never through a link)."""
+        intent = self.path / NAMES_INTENT
         try:
-            op = json.loads(intent.read_text(encoding="utf-8"))
+            op = json.loads((self._s.names_intent() or b"").decode("utf-8"))
             before, after = int(op["records_before"]), int(op["records_after"])
             indices = np.asarray(op["indices"], dtype=np.uint64)
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -147,7 +142,7 @@ class Zrecord(_util.Closeable):
                 f"corrupted store: {intent}: a delete from {before} to {after} records, but the store holds "
                 f"{n} records and {m} names"
             )
-        _remove_durably(intent)
+        self._s.set_names_intent(None)
 
     @property
     def _s(self) -> Store:
@@ -262,17 +257,16 @@ class Zrecord(_util.Closeable):
             if len(names) != n:
                 raise names_mismatch(self.path, n, len(names))
             after = n - int(np.unique(idx).size)
-            intent = self.path / NAMES_INTENT
-            _write_atomic(intent, json.dumps(
+            self._s.set_names_intent(json.dumps(
                 {"op": "delete", "records_before": n, "records_after": after, "indices": idx.tolist()}
             ).encode())
             try:
                 self._s.delete(idx)
             except BaseException:
                 if len(self._s) == n:
-                    _remove_durably(intent)
+                    self._s.set_names_intent(None)
                 raise
-            self._replay(intent, names)
+            self._replay(names)
 
     def compact(self, format: int | None = None) -> dict[str, Any]:
         """Reclaim the space deleted records left behind; returns a report dict.
@@ -383,18 +377,6 @@ def _dict_target(sample_bytes: int, dict_size: int | None) -> int:
     return min(DICT_MAX, max(DICT_MIN, sample_bytes // 100))
 
 
-def _is_store(path: Path, nested: bool = True) -> bool:
-    """Whether ``path`` is a directory holding a store (zring's or loaderx's),
-    a directory of stores (what ``zring.convert`` makes of a Parquet file or
-    tar shards) or nothing at all: what ``overwrite=True`` may replace."""
-    if not path.is_dir() or path.is_symlink():
-        return False
-    names = set(os.listdir(path))
-    if not names or names & {"head.zr", _schema.SCHEMA, "meta.zr"}:
-        return True
-    return nested and all(n.endswith(".zr") and _is_store(path / n, nested=False) for n in names)
-
-
 def _release(store: Store, failed: bool) -> None:
     """Close a store being written. After a failure, quietly: the failure is
     what the caller must see (a full disk as the ``OSError`` it is), not any
@@ -406,14 +388,6 @@ def _release(store: Store, failed: bool) -> None:
         store.close()
     except Exception:  # noqa: BLE001 - the first failure is already propagating
         pass
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -437,10 +411,11 @@ def _target(path: Path, overwrite: bool, append: bool):
         raise FileExistsError(
             f"{path} already exists; pass overwrite=True to replace it, or append=True to add records to it"
         )
-    if exists and not _is_store(path):
-        raise FileExistsError(
-            f"{path} exists and is not a store (nor an empty directory); overwrite=True only replaces stores"
-        )
+    if exists:
+        # FileExistsError naming the path unless it is a store, a directory
+        # of stores or empty; the engine's replace checks again before it
+        # removes anything.
+        check_replaceable(str(path))
     # The engine makes the directory (with the mode any directory made here
     # gets), renames it into place, swapping it for an existing store in one
     # step where the file system can, and fsyncs the parent.
@@ -514,9 +489,11 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     The store is built in a temporary directory beside ``path`` and renamed
     into place once complete and durable: an exception part-way (or a
     crash) leaves nothing at ``path`` (a crash may leave the hidden
-    ``.NAME.*.partial`` directory beside it, which is safe to delete). A ``path`` that exists already is an
-    error unless ``overwrite=True`` (replace it; only a store or an empty
-    directory is replaced) or ``append=True`` (add the records to it if dtype
+    ``.NAME.*.partial`` directory beside it, which is safe to delete and which
+    the next write to ``path`` removes). A ``path`` that exists already is an
+    error unless ``overwrite=True`` (replace it; only a store whose
+    ``head.zr`` reads as one, a directory of stores or an empty directory is
+    replaced, and anything else raises with every file kept) or ``append=True`` (add the records to it if dtype
     and shape agree, loaderx's behaviour; an exception part-way then keeps the
     records appended before it).
 
@@ -532,7 +509,8 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
 
     Raises:
         FileExistsError: ``path`` exists and neither ``overwrite`` nor
-            ``append`` is set (or ``overwrite`` is, and it is not a store).
+            ``append`` is set (or ``overwrite`` is, and it is not a store, a
+            directory of stores or an empty directory: nothing is removed).
         ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
             both ``overwrite`` and ``append``.
         CorruptError: ``append`` names a directory holding store files but

@@ -37,7 +37,10 @@ class Staging:
     """A hidden directory beside dest to build in; publish() renames it into
     place (swapping it for an existing dest when replace, in one step where
     the file system can) and fsyncs the parent; discard() removes it. An
-    existing dest without replace is FileExistsError."""
+    existing dest without replace is FileExistsError, and so is one that is
+    not a store, a directory of stores or an empty directory with replace
+    (nothing is removed). Staging directories of writers that are gone are
+    removed first."""
 
     def __init__(self, dest: str | os.PathLike[str], replace: bool = False) -> None: ...
     @property
@@ -119,6 +122,11 @@ class Store:
         """The schema.json text, or None."""
     def set_schema(self, text: str) -> None:
         """Store the schema.json text."""
+    def names_intent(self) -> Optional[bytes]:
+        """The bytes of names.intent (a delete's record for the record
+        names), or None; read through the store directory's descriptor."""
+    def set_names_intent(self, data: Optional[bytes]) -> None:
+        """Write names.intent atomically, or remove it durably (None)."""
     def close(self) -> None:
         """Release this handle (a writer syncs first; after a failed write it
         raises nothing more: the failing call reported the error)."""
@@ -232,6 +240,11 @@ class BudgetStatement:
 
 def state_cache_bytes(cache_bytes: int) -> BudgetStatement:
     """State ``cache_bytes`` as the process's budget until the statement's release()."""
+def check_replaceable(path: str | os.PathLike[str]) -> None:
+    """Raise FileExistsError unless path may be replaced by a new store
+    (overwrite=True): a zring store (a head.zr that reads as one), a loaderx
+    store, a directory of stores, an empty directory, or nothing at all.
+    Nothing is changed."""
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",
