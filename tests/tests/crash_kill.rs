@@ -324,12 +324,18 @@ fn named_crash_points() {
                 .env(CHILD_FOCUS_ENV, focus.name())
                 .env("ZRING_CRASH_AT", format!("{point}:{k}"))
                 .stdout(Stdio::piped())
-                .stderr(Stdio::null())
+                .stderr(Stdio::piped())
                 .spawn()
                 .expect("spawn child");
             let stdout = child.stdout.take().expect("child stdout");
             let reader = std::thread::spawn(move || {
                 BufReader::new(stdout).lines().map_while(Result::ok).collect::<Vec<String>>()
+            });
+            // What a child that ends otherwise than aborting said (a panic's
+            // message), for the failure report.
+            let stderr = child.stderr.take().expect("child stderr");
+            let err_reader = std::thread::spawn(move || {
+                BufReader::new(stderr).lines().map_while(Result::ok).collect::<Vec<String>>()
             });
             // The child runs until it aborts at the point; one that never gets
             // there k times within the deadline is killed (and checked all the same).
@@ -346,6 +352,7 @@ fn named_crash_points() {
                 std::thread::sleep(Duration::from_millis(2));
             };
             let lines = reader.join().expect("reader thread");
+            let err_lines = err_reader.join().expect("stderr reader thread");
             let mut t = Transcript { ready: None, acked: None, pending: None, ops_done: 0 };
             for line in &lines {
                 parse_line(&mut t, line);
@@ -353,7 +360,13 @@ fn named_crash_points() {
             match status {
                 Some(s) if std::os::unix::process::ExitStatusExt::signal(&s) == Some(libc::SIGABRT) => aborts += 1,
                 Some(s) => {
-                    failures.push(format!("{point}:{k}: child ended with {s} instead of aborting"));
+                    let from = err_lines.iter().position(|l| l.contains("panicked")).unwrap_or(0);
+                    let said: Vec<&str> = err_lines.iter().skip(from).take(3).map(String::as_str).collect();
+                    failures.push(format!(
+                        "{point}:{k}: child ended with {s} instead of aborting (last operation: {}); it said: {}",
+                        t.pending.as_ref().map_or("none", |(op, _)| op.name()),
+                        said.join(" | ")
+                    ));
                     continue;
                 }
                 None => unreached += 1,
