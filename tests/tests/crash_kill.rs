@@ -87,7 +87,19 @@ fn child(dir: &Path) {
     let seed: u64 = std::env::var(CHILD_SEED_ENV).expect("seed").parse().expect("seed number");
     let focus = Op::parse(&std::env::var(CHILD_FOCUS_ENV).expect("focus")).expect("focus op");
     let mut rng = Rng::new(seed);
-    let store = Store::builder(dir).chunk_bytes(16 << 10).open_writable().expect("child open");
+    // The parent closed its handle before spawning this child, but the
+    // other test of this binary spawns children at the same time, and a
+    // child forked before that close holds a copy of the lock's descriptor
+    // until its exec closes it: `Locked` for that instant only.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let store = loop {
+        match Store::builder(dir).chunk_bytes(16 << 10).open_writable() {
+            Err(zring_engine::Error::Locked { .. }) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
+            r => break r.expect("child open"),
+        }
+    };
     let mut ids: Vec<u64> = read_all(&store)
         .expect("child read")
         .iter()
