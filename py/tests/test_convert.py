@@ -324,8 +324,9 @@ def test_delete_with_names_held_by_another_handle_keeps_them_aligned(tmp_path):
 def test_a_delete_interrupted_between_records_and_names_is_finished_on_open(tmp_path):
     """A crash after the records' commit and before the names': the intent
     written before the records' commit is replayed by the next writable
-    open; until then a reader's names are a CorruptError naming both
-    counts, as is any other count mismatch."""
+    open. Until then a reader (which may not write the store) reads the
+    names as the finished delete leaves them, writing nothing; a count
+    mismatch no intent explains is a CorruptError naming both counts."""
     import json
 
     store = _named_store(tmp_path)
@@ -335,14 +336,27 @@ def test_a_delete_interrupted_between_records_and_names_is_finished_on_open(tmp_
         (store / "names.intent").write_text(json.dumps(
             {"op": "delete", "records_before": 6, "records_after": 4, "indices": [4, 0]}))
         z._s.delete(np.array([4, 0], dtype=np.uint64))
+    finished = ["f5.bin", "f1.bin", "f2.bin", "f3.bin"]
+    assert _aligned(store) == finished
+    with zring.RaggedDataset(store) as d:
+        assert d.names[0] == "f5.bin" and d.names[-1] == "f3.bin" and d.names[1:3] == ["f1.bin", "f2.bin"]
+    zring.Zrecord(store, readonly=True).close()
+    assert (store / "names.intent").exists(), "a reader writes nothing"
+    with zring.Zrecord(store / "names", readonly=True) as names:
+        assert len(names) == 6
+    # An intent that does not explain the counts is no excuse.
+    (store / "names.intent").write_text(json.dumps(
+        {"op": "delete", "records_before": 7, "records_after": 4, "indices": [4, 0, 1]}))
     with zring.RaggedDataset(store) as d:
         with pytest.raises(zring.CorruptError, match="6 names for 4 records.*interrupted"):
             d.names
     with pytest.raises(zring.CorruptError, match="6 names for 4 records"):
         zring.Zrecord(store, readonly=True)
+    (store / "names.intent").write_text(json.dumps(
+        {"op": "delete", "records_before": 6, "records_after": 4, "indices": [4, 0]}))
     zring.Zrecord(store).close()  # finishes the delete
     assert not (store / "names.intent").exists()
-    assert _aligned(store) == ["f5.bin", "f1.bin", "f2.bin", "f3.bin"]
+    assert _aligned(store) == finished
     # A mismatch without an intent (names damaged or written apart).
     with zring.Zrecord(store / "names") as names:
         names.delete([0])

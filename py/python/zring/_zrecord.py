@@ -43,6 +43,47 @@ NAMES_DIR = "names"
 NAMES_INTENT = "names.intent"
 
 
+def read_intent(path: Path, raw: Callable[[], bytes | None]) -> tuple[int, int, np.ndarray]:
+    """The interrupted delete of the store at ``path``: the record counts
+    before and after it and the indices it deletes. ``raw`` reads the
+    intent through the store (its directory's descriptor); one that cannot
+    be read or parsed is a CorruptError naming it."""
+    try:
+        op = json.loads((raw() or b"").decode("utf-8"))
+        return int(op["records_before"]), int(op["records_after"]), np.asarray(op["indices"], dtype=np.uint64)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CorruptError(f"corrupted store: {path / NAMES_INTENT}: unreadable ({exc}); restore the store from a "
+                           "copy") from None
+
+
+def pending_delete(path: Path, records: int, names: int,
+                   raw: Callable[[], bytes | None]) -> tuple[int, dict[int, int]] | None:
+    """For a reader of a store whose delete was interrupted after its
+    records' commit and before its names' (``records`` records, ``names``
+    names, the intent still there): the names' view the finished delete
+    would leave, as (its length, {new index: old index} for the holes the
+    delete filled), so a read-only handle reads the right names without
+    writing. ``None`` when no intent explains the counts."""
+    try:
+        if raw() is None:
+            return None
+    except OSError:
+        return None
+    before, after, indices = read_intent(path, raw)
+    if (records, names) != (after, before) or before == after:
+        return None
+    # The engine's delete: holes filled by the last record, highest first.
+    moved: dict[int, int] = {}
+    n = before
+    for i in sorted({int(i) for i in indices}, reverse=True):
+        last = n - 1
+        src = moved.pop(last, last)
+        if i != last:
+            moved[i] = src
+        n -= 1
+    return (n, moved) if n == after else None
+
+
 def names_mismatch(path: Path, records: int, names: int) -> CorruptError:
     """The error for a store whose names and records disagree in number."""
     hint = ""
@@ -100,7 +141,9 @@ class Zrecord(_util.Closeable):
     def _check_names(self, readonly: bool) -> None:
         """Finishes a delete interrupted between its records and its names
         (writable handles), then checks that names and records agree in
-        number: a mismatch is a CorruptError naming both counts."""
+        number: a mismatch is a CorruptError naming both counts, unless a
+        read-only handle finds it is the interrupted delete's (which its
+        names then apply as they read, :func:`pending_delete`)."""
         if not (self.path / NAMES_DIR).is_dir():
             return
         if not readonly and self._has_intent():
@@ -108,7 +151,7 @@ class Zrecord(_util.Closeable):
                 self._replay(names)
         with Store(str(self.path / NAMES_DIR), "r") as names:
             count = len(names)
-        if count != len(self._s):
+        if count != len(self._s) and pending_delete(self.path, len(self._s), count, self._s.names_intent) is None:
             raise names_mismatch(self.path, len(self._s), count)
 
     def _has_intent(self) -> bool:
@@ -125,22 +168,15 @@ class Zrecord(_util.Closeable):
         names follow them, then the intent goes. The engine reads, writes
         and removes the intent through the store directory's descriptor
         (never through a link)."""
-        intent = self.path / NAMES_INTENT
-        try:
-            op = json.loads((self._s.names_intent() or b"").decode("utf-8"))
-            before, after = int(op["records_before"]), int(op["records_after"])
-            indices = np.asarray(op["indices"], dtype=np.uint64)
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CorruptError(f"corrupted store: {intent}: unreadable ({exc}); restore the store from a copy") \
-                from None
+        before, after, indices = read_intent(self.path, self._s.names_intent)
         n, m = len(self._s), len(names)
         if n == after and m == before and before != after:
             names._s.delete(indices)
             names.sync()
         elif (n, m) not in ((after, after), (before, before)):
             raise CorruptError(
-                f"corrupted store: {intent}: a delete from {before} to {after} records, but the store holds "
-                f"{n} records and {m} names"
+                f"corrupted store: {self.path / NAMES_INTENT}: a delete from {before} to {after} records, but the "
+                f"store holds {n} records and {m} names"
             )
         self._s.set_names_intent(None)
 

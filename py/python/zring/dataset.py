@@ -12,7 +12,7 @@ import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -90,7 +90,7 @@ class _Base(_util.Closeable):
         aligned with the records."""
         if not hasattr(self, "_names"):
 
-            self._names = read_names(self.path, len(self))
+            self._names = read_names(self.path, len(self), intent=self._s.names_intent)
         return self._names
 
     def fingerprint(self) -> dict[str, Any]:
@@ -303,16 +303,28 @@ class Names(Sequence[str]):
 
     _BLOCK = 65_536
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, pending: tuple[int, dict[int, int]] | None = None):
+        """``pending``: a delete interrupted before the names followed
+        (``_zrecord.pending_delete``), applied as the names are read."""
         self._ds = RaggedDataset(path)
+        self._len = len(self._ds)
+        self._moved_from = self._moved_to = np.zeros(0, dtype=np.int64)
+        if pending is not None:
+            self._len, moved = pending
+            keys = np.array(sorted(moved), dtype=np.int64)
+            self._moved_from = keys
+            self._moved_to = np.array([moved[int(k)] for k in keys], dtype=np.int64)
 
     def __len__(self) -> int:
-        return len(self._ds)
+        return self._len
 
     def _block(self, start: int, stop: int) -> list[str]:
         if start >= stop:
             return []
-        values, splits = self._ds[np.arange(start, stop, dtype=np.int64)]
+        rows = np.arange(start, stop, dtype=np.int64)
+        a, b = np.searchsorted(self._moved_from, [start, stop])
+        rows[self._moved_from[a:b] - start] = self._moved_to[a:b]
+        values, splits = self._ds[rows]
         raw = values.tobytes()
         return [raw[a:b].decode("utf-8") for a, b in zip(splits[:-1], splits[1:])]
 
@@ -342,17 +354,23 @@ class Names(Sequence[str]):
         return f"<zring names of {len(self)} records>"
 
 
-def read_names(path: str | os.PathLike[str], records: int | None = None) -> Sequence[str] | None:
+def read_names(path: str | os.PathLike[str], records: int | None = None,
+               intent: Callable[[], bytes | None] | None = None) -> Sequence[str] | None:
     """The names kept with the store at ``path``, or None. With ``records``
     (the store's record count), names of another count are a CorruptError
-    naming both counts."""
-    from ._zrecord import NAMES_DIR, names_mismatch
+    naming both counts, unless ``intent`` (the store's ``names_intent``)
+    holds the delete that was interrupted between the records and the
+    names: the names then read as that delete leaves them, nothing written."""
+    from ._zrecord import NAMES_DIR, names_mismatch, pending_delete
 
     p = Path(path)
     if (p / NAMES_DIR).is_dir():
         names = Names(p / NAMES_DIR)
         if records is not None and len(names) != records:
-            raise names_mismatch(p, records, len(names))
+            pending = pending_delete(p, records, len(names), intent) if intent is not None else None
+            if pending is None:
+                raise names_mismatch(p, records, len(names))
+            names = Names(p / NAMES_DIR, pending)
         return names
     legacy = p / LEGACY_NAMES
     try:
