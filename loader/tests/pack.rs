@@ -69,7 +69,7 @@ impl Source for Docs {
 }
 
 fn pack(seq_len: u64, mode: PackMode) -> Pack {
-    Pack { seq_len, mode, pad_id: 7, token_bytes: 4 }
+    Pack::new(seq_len, mode, 7, 4)
 }
 
 fn config(mode: Mode, batch: u64) -> LoaderConfig {
