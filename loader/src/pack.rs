@@ -1176,5 +1176,19 @@ mod tests {
         assert_eq!(Pack { seq_len: 0, ..ok }.check().map(|c| c.0), Some("seq_len"));
         assert_eq!(Pack { token_bytes: 3, ..ok }.check().map(|c| c.0), Some("token_bytes"));
         assert_eq!(Pack { pad_id: 256, ..ok }.check().map(|c| c.0), Some("pad_id"));
+        assert_eq!(Pack { eod_id: Some(300), ..ok }.check().map(|c| c.0), Some("eod_id"));
+        assert_eq!(Pack { mask_boundaries: true, ..ok }.check().map(|c| c.0), Some("mask_boundaries"));
+    }
+
+    #[test]
+    fn a_pack_saved_before_labels_reads_back_as_nothing_added() {
+        let old: Pack = serde_json::from_str(r#"{"seq_len":4,"mode":"first_fit","pad_id":0,"token_bytes":2}"#).unwrap();
+        assert_eq!(old, Pack::new(4, PackMode::FirstFit, 0, 2));
+        // And a pack without the new fields writes what older versions read.
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"seq_len":4,"mode":"first_fit","pad_id":0,"token_bytes":2}"#
+        );
+        assert!(Pack { signed: true, ..old }.resumes(&old));
     }
 }
