@@ -24,6 +24,34 @@
 //!   with room for it (a new row when none has); rows are padded. The rows
 //!   of window 0 of cycle 0 come first, then window 1, and so on.
 //!
+//! # Added tokens, labels, token types
+//!
+//! * [`Pack::bos_id`] / [`Pack::eod_id`]: the packer adds a BOS token
+//!   before and an EOD token after every document (nothing is stored): a
+//!   document of `n` tokens is `n + 2` tokens of the stream, everywhere
+//!   (lengths, rows, positions: BOS is position 0). An empty document is
+//!   then `[BOS, EOD]`.
+//! * [`Pack::labels`]: two more columns. `labels` holds each token's next
+//!   token, `loss_mask` (`u8`) 1 where that label is to be trained. In
+//!   concat mode, the label of row `g`'s last token is row `g + 1`'s first
+//!   token: a row is tokens `g·L .. g·L + L + 1` of the stream, overlapping
+//!   the next row by one (Megatron's `seq_length + 1` samples), so every
+//!   token of the stream but the first is some row's label, once. The
+//!   token past a stretch of consecutive rows is read as one more piece.
+//!   With [`Pack::mask_boundaries`], `loss_mask` is 0 at each document's
+//!   last token (its EOD, with `eod_id`), whose label is the next document's
+//!   first token. In first-fit mode a row stands alone: a token's label is
+//!   the next token of the row, except that a piece of a document cut at
+//!   `seq_len` takes its document's next token as its last label (read as
+//!   one more piece); labels of padding, of a row's last token (unless cut),
+//!   and of a document's last token before padding are `pad_id`, masked.
+//! * Token types: each source's stored tokens have their own integer type
+//!   ([`TokenType`]; [`Loader::new_packed_typed`](crate::Loader::new_packed_typed)),
+//!   delivered as `token_bytes` (and [`Pack::signed`]). Runs of whole
+//!   documents are then gathered into a scratch buffer and widened into
+//!   the batch; a token the delivered type cannot hold fails the step,
+//!   naming the source, the document and the value.
+//!
 //! # Seeking, and what is kept
 //!
 //! Row `g` is found without replaying the stream. Each cycle has an index,
