@@ -612,7 +612,9 @@ impl Loader {
     /// records are documents of little-endian tokens of `pack.token_bytes`:
     /// each batch has the columns `tokens` (`seq_len` tokens a row),
     /// `segment_ids` and `positions` (little-endian `i32`, `seq_len` a row),
-    /// see [`PackMode`](crate::PackMode) for what a row holds. The documents
+    /// then with `pack.labels` `labels` (tokens) and `loss_mask` (`u8`);
+    /// see [`PackMode`](crate::PackMode) and the `pack` module docs for what
+    /// a row holds. The documents
     /// come in the order of `config.mode` and `config.seed` (a sampler of
     /// batch 1 over the documents); the rows of a step are the next
     /// `batch_size` rows of the packed stream, a shard's a contiguous slice

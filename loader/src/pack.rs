@@ -575,7 +575,7 @@ impl Packer {
         // With labels: the one token each label run needs past the tokens
         // delivered (module docs, "Labels"), and the label slot it fills.
         let mut tails: Vec<Piece> = Vec::new();
-        let mut tail_at: Vec<u64> = Vec::new();
+        let mut tail_at: Vec<(u64, bool)> = Vec::new();
         match self.pack.mode {
             PackMode::Concat => {
                 // Stretches of consecutive rows are one stretch of tokens.
@@ -598,7 +598,8 @@ impl Packer {
                             pieces.pop();
                         }
                         tails.push(tail);
-                        tail_at.push(k as u64 * l - 1);
+                        // Its first token: the stretch ends a document.
+                        tail_at.push((k as u64 * l - 1, tail.start == 0));
                     }
                     i = k;
                 }
@@ -618,7 +619,7 @@ impl Packer {
                     // label is the document's next token.
                     for p in pieces.iter().filter(|p| p.start + p.len < p.doc_len) {
                         tails.push(Piece { start: p.start + p.len, len: 1, dst: tails.len() as u64, ..*p });
-                        tail_at.push(p.dst + p.len - 1);
+                        tail_at.push((p.dst + p.len - 1, false));
                     }
                 }
             }
@@ -636,7 +637,8 @@ impl Packer {
 
     /// The labels and loss mask of `rows` rows (module docs, "Labels"):
     /// each token's label is the next token of the row, or for the slots
-    /// `tail_at` the tokens `tail`; padding and, with `mask_boundaries`,
+    /// `tail_at` (and whether the tail starts a document) the tokens
+    /// `tail`; padding and, with `mask_boundaries`,
     /// documents' last tokens are masked.
     #[allow(clippy::too_many_arguments)]
     fn write_labels(
@@ -648,7 +650,7 @@ impl Packer {
         lab: &mut [u8],
         mask: &mut [u8],
         tail: &[u8],
-        tail_at: &[u64],
+        tail_at: &[(u64, bool)],
     ) {
         let l = self.pack.seq_len as usize;
         let tb = self.pack.token_bytes as usize;
@@ -658,44 +660,39 @@ impl Packer {
         }
         let pad = &self.pack.pad_id.to_le_bytes()[..tb];
         lab[..(n - 1) * tb].copy_from_slice(&tok[tb..n * tb]);
-        for (m, s) in mask[..n].iter_mut().zip(seg.chunks_exact(4)) {
-            *m = u8::from(s != [0, 0, 0, 0]);
-        }
-        let padded = |x: usize| seg[x * 4..x * 4 + 4] == [0, 0, 0, 0];
         let first_fit = self.pack.mode == PackMode::FirstFit;
+        let padded = |x: usize| seg[x * 4..x * 4 + 4] == [0, 0, 0, 0];
         if first_fit {
-            // Rows stand alone: a row's last slot has a label only through
-            // a tail, and padding's label is padding.
+            // Rows stand alone and end in padding (whose tokens, and so
+            // labels, are already the pad): a row's last slot has a label
+            // only through a tail.
+            mask[..n].fill(0);
+            for p in pieces {
+                mask[p.dst as usize..(p.dst + p.len) as usize].fill(1);
+            }
             for r in 0..rows as usize {
                 let x = (r + 1) * l - 1;
                 lab[x * tb..(x + 1) * tb].copy_from_slice(pad);
                 mask[x] = 0;
             }
-            for x in (0..n).filter(|&x| padded(x)) {
-                lab[x * tb..(x + 1) * tb].copy_from_slice(pad);
-            }
+        } else {
+            mask[..n].fill(1);
         }
-        for p in pieces.iter().filter(|p| p.start + p.len == p.doc_len) {
-            // A document's last token: its label is whatever follows it in
-            // the row (in first fit, another document or padding).
-            let x = (p.dst + p.len - 1) as usize;
-            let row_end = (x + 1) % l == 0;
-            if self.pack.mask_boundaries || (first_fit && (row_end || padded(x + 1))) {
-                mask[x] = 0;
-                if first_fit && (row_end || padded(x + 1)) {
-                    lab[x * tb..(x + 1) * tb].copy_from_slice(pad);
+        if self.pack.mask_boundaries || first_fit {
+            for p in pieces.iter().filter(|p| p.start + p.len == p.doc_len) {
+                // A document's last token: its label is whatever follows it
+                // in the row (in first fit, another document or padding).
+                let x = (p.dst + p.len - 1) as usize;
+                let alone = first_fit && ((x + 1).is_multiple_of(l) || padded(x + 1));
+                if self.pack.mask_boundaries || alone {
+                    mask[x] = 0;
                 }
             }
         }
-        for (j, &x) in tail_at.iter().enumerate() {
+        for (j, &(x, ends_doc)) in tail_at.iter().enumerate() {
             let x = x as usize;
             lab[x * tb..(x + 1) * tb].copy_from_slice(&tail[j * tb..(j + 1) * tb]);
-            // Masked only at a document's end (concat, mask_boundaries).
-            let ends_doc = pieces
-                .iter()
-                .rev()
-                .find(|p| (p.dst + p.len) as usize == x + 1)
-                .is_some_and(|p| p.start + p.len == p.doc_len);
+            // Masked only after a document's end (concat, mask_boundaries).
             mask[x] = u8::from(!(self.pack.mask_boundaries && ends_doc));
         }
     }

@@ -73,6 +73,9 @@ class Mixture:
     names: list[str]
     lengths: list[int]
     given_weights: list[float]
+    #: Per stream whose sources differ in dtype (integer documents, for
+    #: pack), the sources' dtypes.
+    mixed_dtypes: dict[str, list[np.dtype[Any]]]
     def allocation(self, rows: int, batch_size: Optional[int] = None) -> npt.NDArray[np.int64]:
         """Rows per source among the first rows of the mixture (largest
         remainder); with batch_size, as a loader of that many rows per batch
