@@ -136,7 +136,7 @@ pub use batch::{Batch, Column};
 pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
-pub use pack::{Pack, PackMode, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};
+pub use pack::{Pack, PackMode, PackSource, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};
 pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};

@@ -97,7 +97,7 @@ use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
-use crate::pack::{self, Pack, PackColumn, Packer, TokenType};
+use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
 use crate::source::{Fingerprint, Layout, Request, Source};
@@ -628,18 +628,18 @@ impl Loader {
     /// [`Error::CannotGrow`] for a source that grew since the state was
     /// saved.
     pub fn new_packed(source: Arc<dyn Source>, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
-        let same = TokenType { bytes: pack.token_bytes, signed: pack.signed };
-        Loader::packed(vec![(1.0, source, same)], false, pack, config)
+        let tokens = TokenType { bytes: pack.token_bytes, signed: pack.signed };
+        Loader::packed(vec![PackSource { weight: 1.0, source, tokens, name: None }], false, pack, config)
     }
 
     /// A packed loader over sources whose tokens may be of other integer
     /// types than the delivered ones (`pack.token_bytes`, `pack.signed`):
-    /// `sources` are `(weight, source, its token type)`, a mixture when
+    /// `sources` give each source's token type (and name), a mixture when
     /// `mixture` (else one source, weight ignored). Tokens are widened
     /// without loss; a token the delivered type cannot hold fails the step
     /// with an error naming the source, the document and the value.
     pub fn new_packed_typed(
-        sources: Vec<(f64, Arc<dyn Source>, TokenType)>,
+        sources: Vec<PackSource>,
         mixture: bool,
         pack: Pack,
         config: LoaderConfig,
@@ -650,9 +650,10 @@ impl Loader {
         if !mixture && sources.len() != 1 {
             return Err(Error::InvalidConfig { field: "sources", value: sources.len() as u64, expected: "one source" });
         }
-        for (_, _, t) in &sources {
-            if ![1, 2, 4, 8].contains(&t.bytes) {
-                return Err(Error::InvalidConfig { field: "token bytes", value: t.bytes, expected: "1, 2, 4 or 8" });
+        for s in &sources {
+            if ![1, 2, 4, 8].contains(&s.tokens.bytes) {
+                let value = s.tokens.bytes;
+                return Err(Error::InvalidConfig { field: "token bytes", value, expected: "1, 2, 4 or 8" });
             }
         }
         Loader::packed(sources, mixture, pack, config)
@@ -672,16 +673,12 @@ impl Loader {
         if sources.is_empty() {
             return Err(zring_sampler::Error::NoSources.into());
         }
-        let same = TokenType { bytes: pack.token_bytes, signed: pack.signed };
-        Loader::packed(sources.into_iter().map(|(w, s)| (w, s, same)).collect(), true, pack, config)
+        let tokens = TokenType { bytes: pack.token_bytes, signed: pack.signed };
+        let sources = sources.into_iter().map(|(weight, source)| PackSource { weight, source, tokens, name: None });
+        Loader::packed(sources.collect(), true, pack, config)
     }
 
-    fn packed(
-        sources: Vec<(f64, Arc<dyn Source>, TokenType)>,
-        mixture: bool,
-        pack: Pack,
-        config: LoaderConfig,
-    ) -> Result<Loader, Error> {
+    fn packed(sources: Vec<PackSource>, mixture: bool, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
         if let Some((field, value, expected)) = pack.check() {
             return Err(Error::InvalidConfig { field, value, expected });
         }
@@ -713,9 +710,13 @@ impl Loader {
         let mut packers = Vec::with_capacity(sources.len());
         let mut by_source = Vec::with_capacity(sources.len());
         let mut weights = Vec::with_capacity(sources.len());
-        for (k, (weight, source, tokens)) in sources.into_iter().enumerate() {
+        for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
             let seed = config.seed.wrapping_add(k as u64);
-            let name = if mixture { format!("source {k}") } else { "the source".to_owned() };
+            let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
+            if let Some(name) = name {
+                what = format!("{what} ({name})");
+            }
+            let name = what;
             let packer = Packer::new(source, pack, config.mode, seed, tokens, name)
                 .map_err(|source| Error::Pack { stream: label(k), source })?;
             let packer = Arc::new(packer);

@@ -296,6 +296,20 @@ impl TokenType {
     }
 }
 
+/// One source of a packed loader that may hold tokens of another type than
+/// the delivered ones ([`Loader::new_packed_typed`](crate::Loader::new_packed_typed)).
+#[derive(Clone)]
+pub struct PackSource {
+    /// Its weight in a mixture.
+    pub weight: f64,
+    /// A ragged source of token documents.
+    pub source: Arc<dyn Source>,
+    /// The type of its stored tokens.
+    pub tokens: TokenType,
+    /// How errors name it besides its number (a path, say).
+    pub name: Option<String>,
+}
+
 /// The names of a packed batch's columns, in order.
 pub const COLUMNS: [&str; 3] = ["tokens", "segment_ids", "positions"];
 

@@ -11,8 +11,8 @@ use std::sync::Arc;
 
 use common::{with_timeout, MemSource, DEADLOCK};
 use zring_loader::{
-    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Request, Shard, Source, SourceError, TokenType,
-    PACKED_ROWS,
+    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, PackSource, Request, Shard, Source, SourceError,
+    TokenType, PACKED_ROWS,
 };
 
 /// Documents of `u32` tokens; token `j` of document `d` is `d * 10_000 + j`
@@ -521,11 +521,13 @@ fn sources_of_other_token_types_are_widened_and_a_value_too_wide_is_refused() {
         let u16t = TokenType { bytes: 2, signed: false };
         let i32t = TokenType { bytes: 4, signed: true };
         let out = Pack { signed: true, ..pack(32, PackMode::Concat) };
-        let sources = vec![
-            (0.6, small.clone(), u16t),
-            (0.3, big.clone() as Arc<dyn Source>, i32t),
-            (0.1, big.clone() as Arc<dyn Source>, i32t),
-        ];
+        let src = |weight: f64, source: Arc<dyn Source>, tokens: TokenType| PackSource {
+            weight,
+            source,
+            tokens,
+            name: Some(format!("{}-byte", tokens.bytes)),
+        };
+        let sources = vec![src(0.6, small.clone(), u16t), src(0.3, big.clone(), i32t), src(0.1, big.clone(), i32t)];
         let mut loader = Loader::new_packed_typed(sources, true, out, config(Mode::Cyclic, 10)).unwrap();
         for _ in 0..5 {
             let batch = loader.next().unwrap();
@@ -543,10 +545,10 @@ fn sources_of_other_token_types_are_widened_and_a_value_too_wide_is_refused() {
         // Delivered as uint16: source 1's tokens do not fit.
         let narrow = pack(32, PackMode::Concat);
         let narrow = Pack { token_bytes: 2, ..narrow };
-        let sources = vec![(0.5, small, u16t), (0.5, big as Arc<dyn Source>, i32t)];
+        let sources = vec![src(0.5, small, u16t), src(0.5, big, i32t)];
         let mut loader = Loader::new_packed_typed(sources, true, narrow, config(Mode::Cyclic, 4)).unwrap();
         let e = (0..3).find_map(|_| loader.next().err()).expect("a token too wide fails its step");
         let text = e.to_string();
-        assert!(text.contains("source 1: document") && text.contains("uint16 tokens cannot hold"), "{text}");
+        assert!(text.contains("source 1 (4-byte): document") && text.contains("uint16 tokens cannot hold"), "{text}");
     });
 }

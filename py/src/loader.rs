@@ -16,12 +16,12 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PooledBuf, Shard, Source, StoreSource, Stream,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PooledBuf, Shard, StoreSource, Stream,
     TokenType,
 };
 
 /// The `pack=` argument of `Loader(...)` (its docs).
-type PackSpec = (u64, String, u64, u64, bool, bool, bool, Option<u64>, Option<u64>, Vec<(u64, bool)>);
+type PackSpec = (u64, String, u64, u64, bool, bool, bool, Option<u64>, Option<u64>, Vec<(u64, bool, String)>);
 
 use crate::convert::{from_json, to_py};
 use crate::error;
@@ -157,7 +157,7 @@ impl PyLoader {
     /// token documents (a list of one tuple; a list of such lists with
     /// `weights`), and batches have the fixed columns `tokens`,
     /// `segment_ids` and `positions` (then `labels` and `loss_mask` with
-    /// `labels`). `stored` is each source's `(token_bytes, signed)`; the
+    /// `labels`). `stored` is each source's `(token_bytes, signed, name)`; the
     /// `*_bits` are tokens as the bits of one delivered little-endian token.
     ///
     /// `block_records` and `window_blocks` set mode 3's block shape (each
@@ -290,13 +290,16 @@ impl PyLoader {
                     sources.len()
                 )));
             }
-            let mut docs: Vec<(f64, Arc<dyn Source>, TokenType)> = Vec::with_capacity(sources.len());
+            let mut docs: Vec<PackSource> = Vec::with_capacity(sources.len());
             let given = weights.clone().unwrap_or_else(|| vec![1.0]);
-            for (k, ((w, streams), (bytes, signed))) in given.into_iter().zip(sources).zip(stored).enumerate() {
+            for (k, ((weight, streams), (bytes, signed, name))) in
+                given.into_iter().zip(sources).zip(stored).enumerate()
+            {
                 let [stream] = <[Stream; 1]>::try_from(streams).map_err(|s| {
                     PyValueError::new_err(format!("packed source {k} must be one stream of documents, got {}", s.len()))
                 })?;
-                docs.push((w, stream.source, TokenType { bytes, signed }));
+                let tokens = TokenType { bytes, signed };
+                docs.push(PackSource { weight, source: stream.source, tokens, name: Some(name) });
             }
             let mixture = weights.is_some();
             let loader = py.detach(|| Loader::new_packed_typed(docs, mixture, pack, config)).map_err(error::loader)?;

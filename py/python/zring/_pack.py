@@ -202,7 +202,7 @@ class Packed:
         """The ``pack=`` argument of the Rust loader."""
         return (self.seq_len, self.mode, self._pad_bits, self.dtype.itemsize, self.dtype.kind == "i", self.labels,
                 self.mask_boundaries, self._eod_bits, self._bos_bits,
-                [(d.dtype.itemsize, d.dtype.kind == "i") for d in self.datasets])
+                [(d.dtype.itemsize, d.dtype.kind == "i", str(d.path)) for d in self.datasets])
 
     def __repr__(self) -> str:
         what = f"mixture of {len(self.datasets)}" if self.mixture is not None else repr(self.datasets[0])

@@ -173,7 +173,7 @@ class Loader:
         state: Optional[str] = None,
         weights: Optional[list[float]] = None,
         pack: Optional[
-            tuple[int, str, int, int, bool, bool, bool, Optional[int], Optional[int], list[tuple[int, bool]]]
+            tuple[int, str, int, int, bool, bool, bool, Optional[int], Optional[int], list[tuple[int, bool, str]]]
         ] = None,
         block_records: Optional[int] = None,
         window_blocks: Optional[int] = None,
@@ -183,7 +183,7 @@ class Loader:
         42); with it, a batch_size, mode or seed that differs from the
         state's raises ValueError. With pack=(seq_len, "concat" |
         "first_fit", pad_bits, token_bytes, signed, labels, mask_boundaries,
-        eod_bits, bos_bits, [(token_bytes, signed) per source]), packed token
+        eod_bits, bos_bits, [(token_bytes, signed, name) per source]), packed token
         rows: each source is one ragged stream of documents, and batches have
         the columns tokens, segment_ids and positions (then labels and
         loss_mask with labels)."""
