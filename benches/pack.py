@@ -23,8 +23,16 @@ and of real tokens/s (segment id > 0), and the real-token fraction.
 ``--rss SECS`` instead runs zring concat (then first_fit) for SECS each and
 samples the process's RSS every 10 s, reporting first/last/max.
 
+``--labels`` instead times zring's packing with and without labels, in
+interleaved rounds in one run: concat and first fit, each plain and with
+``labels=True, mask_boundaries=True`` (the ``labels`` and ``loss_mask``
+columns as well); tokens/s counts the ``tokens`` column (``B x seq_len``),
+and the ratio is labelled over plain (the issue asks >= 0.8), of the
+medians and the median of each round's ratio (the two run back to back).
+
     python benches/pack.py --docs 200000 --secs 5 --rounds 5 [--out bench-results/pack.md]
     python benches/pack.py --docs 200000 --rss 300
+    python benches/pack.py --docs 100000 --secs 3 --rounds 5 --labels
 """
 
 from __future__ import annotations
@@ -134,7 +142,7 @@ def fractions(ds, docs, batches: int = 200) -> str:
     row lengths, over the first ``batches`` batches."""
     lines = ["| seq_len | zring first_fit | Grain FirstFit (32 bins, documents cut to seq_len) |", "|---:|---:|---:|"]
     for seq_len in (1024, SEQ_LEN):
-        z = iter(zring.DataLoader(zring.pack(ds, seq_len, mode="first_fit"), batch_size=BATCH, **LOADER))
+        z = iter(zring.DataLoader(zring.pack(ds, seq_len, mode="first_fit", pad_id=0), batch_size=BATCH, **LOADER))
         g = grain_pipelines(docs, seq_len)[1]()
         out = []
         for it, count in ((z, packed_count), (g, grain_count)):
@@ -153,7 +161,7 @@ def bench(args, ds, docs) -> str:
         Contestant("zring pack concat",
                    lambda: iter(zring.DataLoader(zring.pack(ds, SEQ_LEN), batch_size=BATCH, **LOADER)), packed_count),
         Contestant("zring pack first_fit",
-                   lambda: iter(zring.DataLoader(zring.pack(ds, SEQ_LEN, mode="first_fit"), batch_size=BATCH,
+                   lambda: iter(zring.DataLoader(zring.pack(ds, SEQ_LEN, mode="first_fit", pad_id=0), batch_size=BATCH,
                                                  **LOADER)), packed_count),
         Contestant("zring ragged (unpacked)", lambda: iter(zring.DataLoader({"tokens": ds}, batch_size=BATCH, **LOADER)),
                    ragged_count),
@@ -180,10 +188,35 @@ def bench(args, ds, docs) -> str:
     return "\n".join(lines)
 
 
+def labels_run(args, ds) -> str:
+    """Packed tokens/s with labels against without, interleaved rounds."""
+    def loader(how: str, labels: bool):
+        packed = zring.pack(ds, SEQ_LEN, mode=how, pad_id=0, labels=labels, mask_boundaries=labels)
+        return lambda: iter(zring.DataLoader(packed, batch_size=BATCH, **LOADER))
+
+    who = [Contestant(f"zring pack {how}{' + labels' if labels else ''}", loader(how, labels), packed_count)
+           for how in ("concat", "first_fit") for labels in (False, True)]
+    for r in range(args.rounds):
+        for c in who:
+            c.run(args.secs)
+        print(f"round {r}: " + ", ".join(f"{c.name} {c.rates[-1] / 1e6:.1f}" for c in who) + " M tokens/s",
+              file=sys.stderr, flush=True)
+    med = {c.name: statistics.median(c.rates) for c in who}
+    rates = {c.name: c.rates for c in who}
+    lines = ["| loader | M tokens/s | with labels over without (medians) | median of the rounds' ratios |",
+             "|---|---:|---:|---:|"]
+    for how in ("concat", "first_fit"):
+        plain, lab = med[f"zring pack {how}"], med[f"zring pack {how} + labels"]
+        paired = statistics.median(b / a for a, b in zip(rates[f"zring pack {how}"], rates[f"zring pack {how} + labels"]))
+        lines.append(f"| zring pack {how} | {plain / 1e6:.1f} | | |")
+        lines.append(f"| zring pack {how} + labels, loss_mask | {lab / 1e6:.1f} | {lab / plain:.2f}x | {paired:.2f}x |")
+    return "\n".join(lines)
+
+
 def rss_run(args, ds) -> str:
     lines = ["| loader | seconds | RSS first MiB | RSS last MiB | RSS max MiB | M tokens/s |", "|---|---:|---:|---:|---:|---:|"]
     for how in ("concat", "first_fit"):
-        dl = zring.DataLoader(zring.pack(ds, SEQ_LEN, mode=how), batch_size=BATCH, **LOADER)
+        dl = zring.DataLoader(zring.pack(ds, SEQ_LEN, mode=how, pad_id=0), batch_size=BATCH, **LOADER)
         samples = []
         tokens = 0
         t0 = time.perf_counter()
@@ -207,6 +240,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=5.0)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rss", type=float, default=0.0, help="run the memory test for this many seconds per mode")
+    ap.add_argument("--labels", action="store_true", help="time packing with labels against without")
     ap.add_argument("--out", type=Path, default=None, help="write the Markdown report here")
     args = ap.parse_args()
     root = Path(os.environ.get("ZRING_BENCH_DIR") or tempfile.gettempdir())
@@ -215,7 +249,12 @@ def main() -> None:
     ds = store(docs, root)
     common.note(f"{args.docs} documents, {sum(d.size for d in docs) / 1e6:.0f} M tokens, "
                 f"ready in {time.perf_counter() - t:.0f} s")
-    if args.rss:
+    if args.labels:
+        del docs
+        table = labels_run(args, ds)
+        title = (f"## Packed tokens/s with and without labels, seq_len {SEQ_LEN}, batch {BATCH} "
+                 f"(median of {args.rounds} rounds of {args.secs:g} s)")
+    elif args.rss:
         del docs
         table = rss_run(args, ds)
         title = f"## Memory over {args.rss:g} s per mode (RSS sampled every 10 s)"

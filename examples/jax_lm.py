@@ -3,12 +3,17 @@
 What it shows:
 
 1. Three ragged token stores, "web", "code" and "math" (``zring.write_ragged``
-   of int32 documents, 20 to 300 tokens each, each source with its own
-   learnable structure), mixed 0.7/0.2/0.1 and packed into rows of
-   ``seq_len`` tokens: ``zring.pack(zring.mix(...), seq_len)``. Each batch
-   holds ``tokens``, ``segment_ids`` (1, 2, ... for the pieces of documents
-   in a row, 0 for padding) and ``positions`` (each token's offset in its
-   document).
+   of documents of 20 to 300 tokens, each source with its own learnable
+   structure; "web" holds uint16 tokens as a Megatron import would, the
+   others int32), mixed 0.7/0.2/0.1 and packed into rows of ``seq_len``
+   tokens, an EOD token added after every document:
+   ``zring.pack(zring.mix(...), seq_len, labels=True, mask_boundaries=True,
+   eod_id=EOD)``, delivered as int32. Each batch holds ``tokens``,
+   ``segment_ids`` (1, 2, ... for the pieces of documents in a row),
+   ``positions`` (each token's offset in its document), ``labels`` (each
+   token's next token: a row's last label is the next row's first token, so
+   every target is trained) and ``loss_mask`` (0 on each EOD, whose label
+   starts another document).
 2. ``jax.distributed`` joins ``--processes`` processes (CPU, on this host;
    the launcher starts them); ``zring.jax.global_loader`` gives each step
    as global ``jax.Array``s laid out over the mesh's ``data`` axis, every
@@ -16,8 +21,9 @@ What it shows:
    interleaved, each process's rows hold each source's share).
 3. The model is a plain-JAX decoder (token embedding plus sinusoidal
    embeddings of the ``positions``; attention causal and within a
-   segment, so packed documents do not see each other; the loss counts
-   next tokens of the same segment only), trained with Adam written out.
+   segment, so packed documents do not see each other; the loss is the
+   cross-entropy of ``labels`` weighted by ``loss_mask``), trained with Adam
+   written out.
 4. Half-way, each process saves the loader state (JSON) with the model's
    parameters and optimiser state (``np.savez``) in one checkpoint
    directory; the loader is closed; a new one built from the checkpoint
@@ -45,6 +51,7 @@ from typing import Any
 import numpy as np
 
 VOCAB = 64
+EOD = VOCAB  # added by the packer after every document
 SOURCES = ("web", "code", "math")
 WEIGHTS = (0.7, 0.2, 0.1)
 DIM, HEADS, LAYERS = 64, 4, 2
@@ -56,7 +63,7 @@ DIM, HEADS, LAYERS = 64, 4, 2
 
 
 def make_corpus(root: Path, docs: int, seed: int = 0) -> None:
-    """Three ragged int32 token stores a small model can learn from: "web"
+    """Three ragged token stores (uint16, int32, int32) a small model can learn from: "web"
     walks up the vocabulary by 1 or 2, "code" repeats a short random motif,
     "math" counts in steps of a per-document stride."""
     import zring
@@ -74,16 +81,17 @@ def make_corpus(root: Path, docs: int, seed: int = 0) -> None:
                 doc = np.resize(motif, n)
             else:
                 doc = start + int(rng.integers(3, 6)) * np.arange(n)
-            out.append((doc % VOCAB).astype(np.int32))
+            out.append((doc % VOCAB).astype(np.uint16 if name == "web" else np.int32))
         zring.write_ragged(root / name, out, overwrite=True)
 
 
 def packed_source(root: Path, seq_len: int) -> Any:
-    """The 0.7/0.2/0.1 mixture of the three stores, packed into rows."""
+    """The 0.7/0.2/0.1 mixture of the three stores, packed into rows with
+    labels, an EOD after every document (int32, the widest source dtype)."""
     import zring
 
     mix = zring.mix([{"tokens": zring.RaggedDataset(root / name)} for name in SOURCES], WEIGHTS)
-    return zring.pack(mix, seq_len)
+    return zring.pack(mix, seq_len, labels=True, mask_boundaries=True, eod_id=EOD)
 
 
 # --------------------------------------------------------------------------
@@ -97,7 +105,7 @@ def init_params(key: Any) -> dict[str, Any]:
 
     keys = iter(jax.random.split(key, 2 + 4 * LAYERS))
     normal = lambda shape, scale: jax.random.normal(next(keys), shape) * scale  # noqa: E731
-    params: dict[str, Any] = {"embed": normal((VOCAB, DIM), 1.0), "unembed": normal((DIM, VOCAB), DIM ** -0.5),
+    params: dict[str, Any] = {"embed": normal((VOCAB + 1, DIM), 1.0), "unembed": normal((DIM, VOCAB + 1), DIM ** -0.5),
                               "out_norm": jnp.ones(DIM)}
     for i in range(LAYERS):
         params[f"l{i}"] = {
@@ -148,18 +156,18 @@ def logits_fn(params: dict[str, Any], tokens: Any, segments: Any, positions: Any
 
 
 def loss_fn(params: dict[str, Any], batch: dict[str, Any]) -> Any:
-    """Mean next-token cross-entropy over pairs of tokens of the same
-    segment (a row's boundary between two documents predicts nothing)."""
+    """Mean cross-entropy of the packer's labels where its loss_mask is 1:
+    every token of a row predicts its label, the last one too (its label is
+    the next row's first token); an EOD's label (another document) is
+    masked."""
     import jax
     import jax.numpy as jnp
 
-    tokens, segments = batch["tokens"], batch["segment_ids"]
-    logits = logits_fn(params, tokens[:, :-1], segments[:, :-1], batch["positions"][:, :-1])
-    target = tokens[:, 1:]
-    valid = (segments[:, 1:] == segments[:, :-1]) & (segments[:, 1:] > 0)
+    logits = logits_fn(params, batch["tokens"], batch["segment_ids"], batch["positions"])
     logp = jax.nn.log_softmax(logits)
-    nll = -jnp.take_along_axis(logp, target[..., None], axis=-1)[..., 0]
-    return jnp.sum(nll * valid) / jnp.maximum(jnp.sum(valid), 1)
+    nll = -jnp.take_along_axis(logp, batch["labels"][..., None], axis=-1)[..., 0]
+    mask = batch["loss_mask"].astype(jnp.float32)
+    return jnp.sum(nll * mask) / jnp.maximum(jnp.sum(mask), 1)
 
 
 def make_train_step() -> Any:

@@ -72,8 +72,12 @@
 //!   module `pack`): each batch has the columns `tokens`, `segment_ids` and
 //!   `positions`, made by the workers from the documents of the loader's
 //!   sampling order, concatenated and cut ([`PackMode::Concat`]) or packed
-//!   first-fit ([`PackMode::FirstFit`]). Rows are found by number, so a
-//!   packed run seeks, shards and resumes like any other.
+//!   first-fit ([`PackMode::FirstFit`]); with [`Pack::labels`] also
+//!   `labels` and `loss_mask` (rows overlapping by one token), with
+//!   [`Pack::eod_id`] / [`Pack::bos_id`] tokens added at document edges;
+//!   [`Loader::new_packed_typed`] takes sources of other token types
+//!   ([`TokenType`]). Rows are found by number, so a packed run seeks,
+//!   shards and resumes like any other.
 //! * [`LoaderConfig`] holds batch size, sampling mode, seed, shard, pipeline
 //!   depth (in steps, and in bytes: `ahead_bytes`), thread count and start
 //!   step; [`LoaderState`] is the serde-able
@@ -132,7 +136,7 @@ pub use batch::{Batch, Column};
 pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
-pub use pack::{Pack, PackMode, FIRST_FIT_WINDOW, PACKED_ROWS};
+pub use pack::{Pack, PackMode, PackSource, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};
 pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};

@@ -97,7 +97,7 @@ use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
-use crate::pack::{self, Pack, PackColumn, Packer};
+use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
 use crate::source::{Fingerprint, Layout, Request, Source};
@@ -612,7 +612,9 @@ impl Loader {
     /// records are documents of little-endian tokens of `pack.token_bytes`:
     /// each batch has the columns `tokens` (`seq_len` tokens a row),
     /// `segment_ids` and `positions` (little-endian `i32`, `seq_len` a row),
-    /// see [`PackMode`](crate::PackMode) for what a row holds. The documents
+    /// then with `pack.labels` `labels` (tokens) and `loss_mask` (`u8`);
+    /// see [`PackMode`](crate::PackMode) and the `pack` module docs for what
+    /// a row holds. The documents
     /// come in the order of `config.mode` and `config.seed` (a sampler of
     /// batch 1 over the documents); the rows of a step are the next
     /// `batch_size` rows of the packed stream, a shard's a contiguous slice
@@ -626,7 +628,35 @@ impl Loader {
     /// [`Error::CannotGrow`] for a source that grew since the state was
     /// saved.
     pub fn new_packed(source: Arc<dyn Source>, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
-        Loader::packed(vec![(1.0, source)], false, pack, config)
+        let tokens = TokenType { bytes: pack.token_bytes, signed: pack.signed };
+        Loader::packed(vec![PackSource { weight: 1.0, source, tokens, name: None }], false, pack, config)
+    }
+
+    /// A packed loader over sources whose tokens may be of other integer
+    /// types than the delivered ones (`pack.token_bytes`, `pack.signed`):
+    /// `sources` give each source's token type (and name), a mixture when
+    /// `mixture` (else one source, weight ignored). Tokens are widened
+    /// without loss; a token the delivered type cannot hold fails the step
+    /// with an error naming the source, the document and the value.
+    pub fn new_packed_typed(
+        sources: Vec<PackSource>,
+        mixture: bool,
+        pack: Pack,
+        config: LoaderConfig,
+    ) -> Result<Loader, Error> {
+        if sources.is_empty() {
+            return Err(zring_sampler::Error::NoSources.into());
+        }
+        if !mixture && sources.len() != 1 {
+            return Err(Error::InvalidConfig { field: "sources", value: sources.len() as u64, expected: "one source" });
+        }
+        for s in &sources {
+            if ![1, 2, 4, 8].contains(&s.tokens.bytes) {
+                let value = s.tokens.bytes;
+                return Err(Error::InvalidConfig { field: "token bytes", value, expected: "1, 2, 4 or 8" });
+            }
+        }
+        Loader::packed(sources, mixture, pack, config)
     }
 
     /// A loader of packed token rows over a weighted mixture of sources, as
@@ -643,24 +673,32 @@ impl Loader {
         if sources.is_empty() {
             return Err(zring_sampler::Error::NoSources.into());
         }
-        Loader::packed(sources, true, pack, config)
+        let tokens = TokenType { bytes: pack.token_bytes, signed: pack.signed };
+        let sources = sources.into_iter().map(|(weight, source)| PackSource { weight, source, tokens, name: None });
+        Loader::packed(sources.collect(), true, pack, config)
     }
 
-    fn packed(
-        sources: Vec<(f64, Arc<dyn Source>)>,
-        mixture: bool,
-        pack: Pack,
-        config: LoaderConfig,
-    ) -> Result<Loader, Error> {
+    fn packed(sources: Vec<PackSource>, mixture: bool, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
         if let Some((field, value, expected)) = pack.check() {
             return Err(Error::InvalidConfig { field, value, expected });
         }
         check_config(&config)?;
         let show = |p: &Pack| {
-            format!("rows of {} tokens ({:?}, pad {}, {}-byte tokens)", p.seq_len, p.mode, p.pad_id, p.token_bytes)
+            let mut s =
+                format!("rows of {} tokens ({:?}, pad {}, {}-byte tokens", p.seq_len, p.mode, p.pad_id, p.token_bytes);
+            if p.labels {
+                s += if p.mask_boundaries { ", labels, boundaries masked" } else { ", labels" };
+            }
+            if let Some(b) = p.bos_id {
+                s += &format!(", bos {b}");
+            }
+            if let Some(e) = p.eod_id {
+                s += &format!(", eod {e}");
+            }
+            s + ")"
         };
         match (&config.expect_pack, config.expect_length) {
-            (Some(saved), _) if *saved != pack => {
+            (Some(saved), _) if !pack.resumes(saved) => {
                 return Err(Error::PackMismatch { saved: show(saved), loader: show(&pack) });
             }
             (None, Some(_)) => {
@@ -672,15 +710,20 @@ impl Loader {
         let mut packers = Vec::with_capacity(sources.len());
         let mut by_source = Vec::with_capacity(sources.len());
         let mut weights = Vec::with_capacity(sources.len());
-        for (k, (weight, source)) in sources.into_iter().enumerate() {
+        for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
             let seed = config.seed.wrapping_add(k as u64);
-            let packer = Packer::new(source, pack, config.mode, seed)
+            let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
+            if let Some(name) = name {
+                what = format!("{what} ({name})");
+            }
+            let name = what;
+            let packer = Packer::new(source, pack, config.mode, seed, tokens, name)
                 .map_err(|source| Error::Pack { stream: label(k), source })?;
             let packer = Arc::new(packer);
             let streams: Vec<Stream> = PackColumn::all(&packer)
                 .into_iter()
-                .zip(pack::COLUMNS)
-                .map(|(column, name)| Stream::new(name, Arc::new(column) as Arc<dyn Source>))
+                .zip(pack.columns())
+                .map(|(column, name)| Stream::new(*name, Arc::new(column) as Arc<dyn Source>))
                 .collect();
             packers.push(packer);
             by_source.push(streams);
@@ -1333,17 +1376,13 @@ fn pack_step(
     current: &mut Option<Arc<str>>,
 ) -> Result<Vec<Column>, Error> {
     let widths = packing.pack.row_bytes();
-    let mut data: Vec<_> = ctx.streams.iter().zip(widths).map(|(s, w)| s.data.take(indices.len() * w)).collect();
+    let mut data: Vec<_> = ctx.streams.iter().zip(&widths).map(|(s, w)| s.data.take(indices.len() * w)).collect();
     for (k, rows) in runs {
         let label = &ctx.streams[0].labels[*k];
         *current = Some(Arc::clone(label));
-        let [tok, seg, pos] = &mut data[..] else { unreachable!("a packed loader has three streams") };
-        let bufs = [
-            &mut tok[rows.start * widths[0]..rows.end * widths[0]],
-            &mut seg[rows.start * widths[1]..rows.end * widths[1]],
-            &mut pos[rows.start * widths[2]..rows.end * widths[2]],
-        ];
-        packing.packers[*k].fill(&indices[rows.clone()], bufs, ctx.fan_out).map_err(|source| Error::Gather {
+        let mut bufs: Vec<&mut [u8]> =
+            data.iter_mut().zip(&widths).map(|(d, w)| &mut d[rows.start * w..rows.end * w]).collect();
+        packing.packers[*k].fill(&indices[rows.clone()], &mut bufs, ctx.fan_out).map_err(|source| Error::Gather {
             step,
             stream: label.to_string(),
             source,

@@ -24,6 +24,34 @@
 //!   with room for it (a new row when none has); rows are padded. The rows
 //!   of window 0 of cycle 0 come first, then window 1, and so on.
 //!
+//! # Added tokens, labels, token types
+//!
+//! * [`Pack::bos_id`] / [`Pack::eod_id`]: the packer adds a BOS token
+//!   before and an EOD token after every document (nothing is stored): a
+//!   document of `n` tokens is `n + 2` tokens of the stream, everywhere
+//!   (lengths, rows, positions: BOS is position 0). An empty document is
+//!   then `[BOS, EOD]`.
+//! * [`Pack::labels`]: two more columns. `labels` holds each token's next
+//!   token, `loss_mask` (`u8`) 1 where that label is to be trained. In
+//!   concat mode, the label of row `g`'s last token is row `g + 1`'s first
+//!   token: a row is tokens `g·L .. g·L + L + 1` of the stream, overlapping
+//!   the next row by one (Megatron's `seq_length + 1` samples), so every
+//!   token of the stream but the first is some row's label, once. The
+//!   token past a stretch of consecutive rows is read as one more piece.
+//!   With [`Pack::mask_boundaries`], `loss_mask` is 0 at each document's
+//!   last token (its EOD, with `eod_id`), whose label is the next document's
+//!   first token. In first-fit mode a row stands alone: a token's label is
+//!   the next token of the row, except that a piece of a document cut at
+//!   `seq_len` takes its document's next token as its last label (read as
+//!   one more piece); labels of padding, of a row's last token (unless cut),
+//!   and of a document's last token before padding are `pad_id`, masked.
+//! * Token types: each source's stored tokens have their own integer type
+//!   ([`TokenType`]; [`Loader::new_packed_typed`](crate::Loader::new_packed_typed)),
+//!   delivered as `token_bytes` (and [`Pack::signed`]). Runs of whole
+//!   documents are then gathered into a scratch buffer and widened into
+//!   the batch; a token the delivered type cannot hold fails the step,
+//!   naming the source, the document and the value.
+//!
 //! # Seeking, and what is kept
 //!
 //! Row `g` is found without replaying the stream. Each cycle has an index,
@@ -119,7 +147,8 @@ pub enum PackMode {
 
 /// What a packed loader makes of its sources' documents; a saved
 /// [`LoaderState`](crate::LoaderState) carries it, and a resume must give
-/// the same.
+/// the same. The fields added after the first four default to what a state
+/// saved without them meant, so older states resume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Pack {
     /// Tokens per row.
@@ -129,16 +158,80 @@ pub struct Pack {
     /// The token written into padding (first fit), as the bits of one
     /// little-endian token of `token_bytes`.
     pub pad_id: u64,
-    /// The size of one token in bytes: 1, 2, 4 or 8.
+    /// The size of one delivered token in bytes: 1, 2, 4 or 8.
     pub token_bytes: u64,
+    /// Whether delivered tokens are signed (only for range checks when a
+    /// source's tokens are of another type; not part of a resume's check).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub signed: bool,
+    /// Two more columns, `labels` (each token's next token, module docs
+    /// "Labels") and `loss_mask`.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub labels: bool,
+    /// With `labels`: `loss_mask` 0 at each document's last token (whose
+    /// label is the first token of another document).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub mask_boundaries: bool,
+    /// A token added after every document (bits as `pad_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eod_id: Option<u64>,
+    /// A token added before every document (bits as `pad_id`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bos_id: Option<u64>,
+}
+
+fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 impl Pack {
-    /// Bytes of one row of each column: tokens, segment ids, positions.
-    pub fn row_bytes(&self) -> [usize; 3] {
+    /// Rows of `seq_len` tokens of `token_bytes` bytes, nothing added.
+    pub fn new(seq_len: u64, mode: PackMode, pad_id: u64, token_bytes: u64) -> Pack {
+        Pack {
+            seq_len,
+            mode,
+            pad_id,
+            token_bytes,
+            signed: false,
+            labels: false,
+            mask_boundaries: false,
+            eod_id: None,
+            bos_id: None,
+        }
+    }
+
+    /// The names of the batch's columns, in order: `tokens`, `segment_ids`,
+    /// `positions`, then with `labels` `labels` and `loss_mask`.
+    pub fn columns(&self) -> &'static [&'static str] {
+        if self.labels {
+            &COLUMNS_LABELS
+        } else {
+            &COLUMNS
+        }
+    }
+
+    /// Bytes of one row of each column ([`Pack::columns`]): tokens, segment
+    /// ids and positions (`i32`), labels (tokens), loss mask (`u8`).
+    pub fn row_bytes(&self) -> Vec<usize> {
         // Lossless after `check`: seq_len * token_bytes fits a usize.
         let l = self.seq_len as usize;
-        [l * self.token_bytes as usize, l * 4, l * 4]
+        let t = l * self.token_bytes as usize;
+        let mut w = vec![t, l * 4, l * 4];
+        if self.labels {
+            w.extend([t, l]);
+        }
+        w
+    }
+
+    /// Tokens added to every document: BOS and EOD.
+    pub(crate) fn added(&self) -> u64 {
+        u64::from(self.bos_id.is_some()) + u64::from(self.eod_id.is_some())
+    }
+
+    /// Whether a state saved with `saved` resumes a loader of `self`
+    /// (everything but `signed`).
+    pub(crate) fn resumes(&self, saved: &Pack) -> bool {
+        Pack { signed: false, ..*self } == Pack { signed: false, ..*saved }
     }
 
     /// `Some((field, value, expected))` for the first field out of range.
@@ -149,15 +242,79 @@ impl Pack {
         if ![1, 2, 4, 8].contains(&self.token_bytes) {
             return Some(("token_bytes", self.token_bytes, "1, 2, 4 or 8"));
         }
-        if self.token_bytes < 8 && self.pad_id >> (8 * self.token_bytes) != 0 {
-            return Some(("pad_id", self.pad_id, "a value of the token type"));
+        let fits = |v: u64| self.token_bytes == 8 || v >> (8 * self.token_bytes) == 0;
+        for (field, v) in [("pad_id", Some(self.pad_id)), ("eod_id", self.eod_id), ("bos_id", self.bos_id)] {
+            if let Some(v) = v.filter(|&v| !fits(v)) {
+                return Some((field, v, "a value of the token type"));
+            }
+        }
+        if self.mask_boundaries && !self.labels {
+            return Some(("mask_boundaries", 1, "only with labels"));
         }
         None
     }
 }
 
+/// The integer type of a source's stored tokens.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct TokenType {
+    /// Bytes per token: 1, 2, 4 or 8.
+    pub bytes: u64,
+    /// Signed (two's complement) or unsigned.
+    pub signed: bool,
+}
+
+impl TokenType {
+    fn name(&self) -> String {
+        format!("{}int{}", if self.signed { "" } else { "u" }, self.bytes * 8)
+    }
+
+    /// The token at the start of `b`, widened losslessly.
+    fn read(&self, b: &[u8]) -> i128 {
+        let mut raw = [0u8; 8];
+        // Lossless: bytes is 1, 2, 4 or 8.
+        let n = self.bytes as usize;
+        raw[..n].copy_from_slice(&b[..n]);
+        let u = u64::from_le_bytes(raw);
+        if self.signed && n < 8 {
+            let shift = 64 - 8 * n as u32;
+            i128::from(((u << shift) as i64) >> shift)
+        } else if self.signed {
+            i128::from(u as i64)
+        } else {
+            i128::from(u)
+        }
+    }
+
+    fn range(&self) -> (i128, i128) {
+        let bits = 8 * self.bytes as u32;
+        if self.signed {
+            (-(1i128 << (bits - 1)), (1i128 << (bits - 1)) - 1)
+        } else {
+            (0, (1i128 << bits) - 1)
+        }
+    }
+}
+
+/// One source of a packed loader that may hold tokens of another type than
+/// the delivered ones ([`Loader::new_packed_typed`](crate::Loader::new_packed_typed)).
+#[derive(Clone)]
+pub struct PackSource {
+    /// Its weight in a mixture.
+    pub weight: f64,
+    /// A ragged source of token documents.
+    pub source: Arc<dyn Source>,
+    /// The type of its stored tokens.
+    pub tokens: TokenType,
+    /// How errors name it besides its number (a path, say).
+    pub name: Option<String>,
+}
+
 /// The names of a packed batch's columns, in order.
 pub const COLUMNS: [&str; 3] = ["tokens", "segment_ids", "positions"];
+
+/// The columns of a packed batch with labels, in order.
+pub const COLUMNS_LABELS: [&str; 5] = ["tokens", "segment_ids", "positions", "labels", "loss_mask"];
 
 /// One piece of a document placed in a batch: tokens `start .. start + len`
 /// of `doc` (of `doc_len` tokens), at token `dst` of the batch's rows.
@@ -168,6 +325,9 @@ struct Piece {
     start: u64,
     len: u64,
     dst: u64,
+    /// Set on stored pieces (`Packer::stored`) that follow the one before
+    /// them with only added tokens (EOD, BOS) between.
+    joined: bool,
 }
 
 impl Piece {
@@ -206,6 +366,11 @@ pub(crate) struct Packer {
     pack: Pack,
     docs: u64,
     order: Sampler,
+    /// The type of the source's stored tokens, and of the delivered ones.
+    stored: TokenType,
+    out: TokenType,
+    /// The source as errors name it.
+    name: String,
     /// Tokens per cycle, in concat mode over a mode whose cycles are all
     /// permutations of the documents.
     uniform: Option<u64>,
@@ -227,7 +392,16 @@ fn err(msg: String) -> SourceError {
 impl Packer {
     /// A packer over `source` (a ragged source of tokens) in `mode` from
     /// `seed`. Reads the lengths of the first cycle (to find its tokens).
-    pub(crate) fn new(source: Arc<dyn Source>, pack: Pack, mode: Mode, seed: u64) -> Result<Packer, SourceError> {
+    /// `stored` is the type of the source's tokens (delivered as
+    /// `pack.token_bytes`, `pack.signed`), `name` how errors name it.
+    pub(crate) fn new(
+        source: Arc<dyn Source>,
+        pack: Pack,
+        mode: Mode,
+        seed: u64,
+        stored: TokenType,
+        name: String,
+    ) -> Result<Packer, SourceError> {
         if source.layout() != Layout::Ragged {
             return Err(err("a packed source must be ragged: one record per document of tokens".into()));
         }
@@ -243,6 +417,9 @@ impl Packer {
             pack,
             docs,
             order,
+            stored,
+            out: TokenType { bytes: pack.token_bytes, signed: pack.signed },
+            name,
             uniform: None,
             cycles: Mutex::new(Cycles { starts: vec![0], recent: VecDeque::new() }),
             windows: Mutex::new(VecDeque::new()),
@@ -281,12 +458,13 @@ impl Packer {
     fn docs_at(&self, src: &dyn Source, first: u64, docs: &mut [u64], lens: &mut [u64]) -> Result<(), SourceError> {
         self.order_fill(first, docs)?;
         src.lengths(docs, lens)?;
-        let tb = self.pack.token_bytes;
+        let tb = self.stored.bytes;
+        let added = self.pack.added();
         for (d, l) in docs.iter().zip(lens.iter_mut()) {
             if *l % tb != 0 {
                 return Err(err(format!("record {d} holds {l} bytes, not a whole number of {tb}-byte tokens")));
             }
-            *l /= tb;
+            *l = *l / tb + added;
             if *l > i32::MAX as u64 {
                 return Err(err(format!("document {d} has {l} tokens; positions are int32, at most 2^31 - 1")));
             }
@@ -395,14 +573,23 @@ impl Packer {
     }
 
     /// Fills the rows `rows` (numbers in this packer's row stream) into the
-    /// three column buffers, row `i` at `i`'s place in each; the documents'
-    /// gathers fan out as `fan_out` says ([`Request::fan_out`]).
-    pub(crate) fn fill(&self, rows: &[u64], bufs: [&mut [u8]; 3], fan_out: bool) -> Result<(), SourceError> {
+    /// column buffers ([`Pack::columns`]), row `i` at `i`'s place in each;
+    /// the documents' gathers fan out as `fan_out` says
+    /// ([`Request::fan_out`]).
+    pub(crate) fn fill(&self, rows: &[u64], bufs: &mut [&mut [u8]], fan_out: bool) -> Result<(), SourceError> {
         let view = self.source.view()?;
         let src: &dyn Source = view.as_deref().unwrap_or(&*self.source);
         let l = self.pack.seq_len;
-        let [tok, seg, pos] = bufs;
+        let labels = self.pack.labels;
+        let (tok, seg, pos, rest) = match bufs {
+            [tok, seg, pos, rest @ ..] => (&mut **tok, &mut **seg, &mut **pos, rest),
+            _ => return Err(err("a packed fill needs at least three column buffers".into())),
+        };
         let mut pieces = Vec::new();
+        // With labels: the one token each label run needs past the tokens
+        // delivered (module docs, "Labels"), and the label slot it fills.
+        let mut tails: Vec<Piece> = Vec::new();
+        let mut tail_at: Vec<(u64, bool)> = Vec::new();
         match self.pack.mode {
             PackMode::Concat => {
                 // Stretches of consecutive rows are one stretch of tokens.
@@ -412,7 +599,22 @@ impl Packer {
                     while k < rows.len() && rows[k] == rows[k - 1].wrapping_add(1) {
                         k += 1;
                     }
-                    self.concat_pieces(rows[i], (k - i) as u64, i as u64 * l, src, &mut pieces)?;
+                    let t0 =
+                        rows[i].checked_mul(l).ok_or_else(|| err(format!("row {} is past 2^64 tokens", rows[i])))?;
+                    let n = (k - i) as u64 * l;
+                    self.concat_pieces(t0, n + u64::from(labels), i as u64 * l, src, &mut pieces)?;
+                    if labels {
+                        // The stretch's one token more is the last label.
+                        let last = pieces.last_mut().expect("a stretch has tokens");
+                        let tail = Piece { start: last.start + last.len - 1, len: 1, dst: tails.len() as u64, ..*last };
+                        last.len -= 1;
+                        if last.len == 0 {
+                            pieces.pop();
+                        }
+                        tails.push(tail);
+                        // Its first token: the stretch ends a document.
+                        tail_at.push((k as u64 * l - 1, tail.start == 0));
+                    }
                     i = k;
                 }
             }
@@ -426,24 +628,98 @@ impl Packer {
                     let row0 = i as u64 * l;
                     pieces.extend(w.pieces[from..w.ends[r]].iter().map(|p| Piece { dst: row0 + p.dst, ..*p }));
                 }
+                if labels {
+                    // A piece cut before its document's end: its last
+                    // label is the document's next token.
+                    for p in pieces.iter().filter(|p| p.start + p.len < p.doc_len) {
+                        tails.push(Piece { start: p.start + p.len, len: 1, dst: tails.len() as u64, ..*p });
+                        tail_at.push((p.dst + p.len - 1, false));
+                    }
+                }
             }
         }
         self.write_layout(&pieces, rows.len() as u64, seg, pos, tok);
-        self.copy_tokens(&pieces, src, tok, fan_out)
+        self.copy_tokens(&pieces, src, tok, fan_out)?;
+        if let [lab, mask, ..] = rest {
+            let tb = self.pack.token_bytes as usize;
+            let mut tail = vec![0u8; tails.len() * tb];
+            self.copy_tokens(&tails, src, &mut tail, fan_out)?;
+            self.write_labels(&pieces, rows.len() as u64, tok, seg, lab, mask, &tail, &tail_at);
+        }
+        Ok(())
     }
 
-    /// The pieces of rows `g0 .. g0 + count`, the first token at `dst`.
+    /// The labels and loss mask of `rows` rows (module docs, "Labels"):
+    /// each token's label is the next token of the row, or for the slots
+    /// `tail_at` (and whether the tail starts a document) the tokens
+    /// `tail`; padding and, with `mask_boundaries`,
+    /// documents' last tokens are masked.
+    #[allow(clippy::too_many_arguments)]
+    fn write_labels(
+        &self,
+        pieces: &[Piece],
+        rows: u64,
+        tok: &[u8],
+        seg: &[u8],
+        lab: &mut [u8],
+        mask: &mut [u8],
+        tail: &[u8],
+        tail_at: &[(u64, bool)],
+    ) {
+        let l = self.pack.seq_len as usize;
+        let tb = self.pack.token_bytes as usize;
+        let n = rows as usize * l;
+        if n == 0 {
+            return;
+        }
+        let pad = &self.pack.pad_id.to_le_bytes()[..tb];
+        lab[..(n - 1) * tb].copy_from_slice(&tok[tb..n * tb]);
+        let first_fit = self.pack.mode == PackMode::FirstFit;
+        let padded = |x: usize| seg[x * 4..x * 4 + 4] == [0, 0, 0, 0];
+        if first_fit {
+            // Rows stand alone and end in padding (whose tokens, and so
+            // labels, are already the pad): a row's last slot has a label
+            // only through a tail.
+            mask[..n].fill(0);
+            for p in pieces {
+                mask[p.dst as usize..(p.dst + p.len) as usize].fill(1);
+            }
+            for r in 0..rows as usize {
+                let x = (r + 1) * l - 1;
+                lab[x * tb..(x + 1) * tb].copy_from_slice(pad);
+                mask[x] = 0;
+            }
+        } else {
+            mask[..n].fill(1);
+        }
+        if self.pack.mask_boundaries || first_fit {
+            for p in pieces.iter().filter(|p| p.start + p.len == p.doc_len) {
+                // A document's last token: its label is whatever follows it
+                // in the row (in first fit, another document or padding).
+                let x = (p.dst + p.len - 1) as usize;
+                let alone = first_fit && ((x + 1).is_multiple_of(l) || padded(x + 1));
+                if self.pack.mask_boundaries || alone {
+                    mask[x] = 0;
+                }
+            }
+        }
+        for (j, &(x, ends_doc)) in tail_at.iter().enumerate() {
+            let x = x as usize;
+            lab[x * tb..(x + 1) * tb].copy_from_slice(&tail[j * tb..(j + 1) * tb]);
+            // Masked only after a document's end (concat, mask_boundaries).
+            mask[x] = u8::from(!(self.pack.mask_boundaries && ends_doc));
+        }
+    }
+
+    /// The pieces of stream tokens `t0 .. t0 + count`, the first at `dst`.
     fn concat_pieces(
         &self,
-        g0: u64,
+        t0: u64,
         count: u64,
         dst: u64,
         src: &dyn Source,
         out: &mut Vec<Piece>,
     ) -> Result<(), SourceError> {
-        let l = self.pack.seq_len;
-        let overflow = || err(format!("row {g0} is past 2^64 tokens"));
-        let t0 = g0.checked_mul(l).ok_or_else(overflow)?;
         let (c, o, idx) = self.locate(t0, src)?;
         let j = idx.marks.partition_point(|&m| m <= o) - 1;
         let mut acc = idx.marks[j];
@@ -467,11 +743,11 @@ impl Packer {
         }
         let mut start = o - acc;
         let mut at = dst;
-        let end = dst + count * l;
+        let end = dst + count;
         loop {
             let take = (len - start).min(end - at);
             if take > 0 {
-                out.push(Piece { doc, doc_len: len, start, len: take, dst: at });
+                out.push(Piece { doc, doc_len: len, start, len: take, dst: at, joined: false });
             }
             at += take;
             if at == end {
@@ -533,8 +809,8 @@ impl Packer {
         }
     }
 
-    /// Copies the tokens of `pieces` into `tok`: runs of whole documents
-    /// straight from the store, pieces of documents through a scratch buffer.
+    /// Copies the tokens of `pieces` into `tok`: the stored tokens
+    /// ([`Packer::copy_stored`]), then the added ones (EOD, BOS).
     fn copy_tokens(
         &self,
         pieces: &[Piece],
@@ -542,17 +818,112 @@ impl Packer {
         tok: &mut [u8],
         fan_out: bool,
     ) -> Result<(), SourceError> {
-        let tb = self.pack.token_bytes;
+        if self.pack.added() == 0 {
+            return self.copy_stored(pieces, src, tok, fan_out);
+        }
+        let (stored, added) = self.stored_pieces(pieces);
+        self.copy_stored(&stored, src, tok, fan_out)?;
+        let tb = self.pack.token_bytes as usize;
+        for (dst, id) in added {
+            // Lossless: inside the batch.
+            let d = dst as usize * tb;
+            tok[d..d + tb].copy_from_slice(&id.to_le_bytes()[..tb]);
+        }
+        Ok(())
+    }
+
+    /// `pieces` of documents with BOS and EOD added as pieces of the stored
+    /// documents, and the added tokens as `(dst, token)`.
+    fn stored_pieces(&self, pieces: &[Piece]) -> (Vec<Piece>, Vec<(u64, u64)>) {
+        let b = u64::from(self.pack.bos_id.is_some());
+        let mut stored: Vec<Piece> = Vec::with_capacity(pieces.len());
+        let mut added = Vec::new();
+        let mut last: Option<Piece> = None;
+        for p in pieces {
+            let m = p.doc_len - self.pack.added();
+            let end = p.start + p.len;
+            if let (Some(bos), 0) = (self.pack.bos_id, p.start) {
+                added.push((p.dst, bos));
+            }
+            let (s0, s1) = (p.start.max(b), end.min(b + m));
+            if s1 > s0 {
+                // Right after the stored piece of the piece just before,
+                // which ended its document, with only added tokens between.
+                let joined = last.is_some_and(|q| q.dst + q.len == p.dst && q.start + q.len == q.doc_len)
+                    && p.start == 0
+                    && stored.last().is_some_and(|q| q.doc == last.map_or(u64::MAX, |l| l.doc));
+                stored.push(Piece {
+                    doc: p.doc,
+                    doc_len: m,
+                    start: s0 - b,
+                    len: s1 - s0,
+                    dst: p.dst + (s0 - p.start),
+                    joined,
+                });
+            }
+            if let (Some(eod), true) = (self.pack.eod_id, end == p.doc_len) {
+                added.push((p.dst + p.len - 1, eod));
+            }
+            last = Some(*p);
+        }
+        (stored, added)
+    }
+
+    /// Writes the stored tokens `from` (of [`Packer::stored`] type) as
+    /// delivered tokens into `to`, refusing a token the delivered type
+    /// cannot hold.
+    fn put(&self, from: &[u8], to: &mut [u8], doc: u64) -> Result<(), SourceError> {
+        if self.stored == self.out {
+            to.copy_from_slice(from);
+            return Ok(());
+        }
+        let (sb, tb) = (self.stored.bytes as usize, self.out.bytes as usize);
+        let (lo, hi) = self.out.range();
+        for (a, z) in from.chunks_exact(sb).zip(to.chunks_exact_mut(tb)) {
+            let v = self.stored.read(a);
+            if v < lo || v > hi {
+                return Err(err(format!(
+                    "{}: document {doc} holds the token {v}, which the delivered {} tokens cannot hold; deliver a \
+                     wider type (zring.pack(..., dtype=...)) or rewrite the store",
+                    self.name,
+                    self.out.name()
+                )));
+            }
+            z.copy_from_slice(&v.to_le_bytes()[..tb]);
+        }
+        Ok(())
+    }
+
+    /// Copies the stored tokens of `pieces` (pieces of stored documents)
+    /// into `tok`: runs of whole documents straight from the store (through
+    /// a scratch buffer when tokens change type or added tokens lie between
+    /// them), pieces of documents as [`Packer::copy_cut`] says.
+    fn copy_stored(
+        &self,
+        pieces: &[Piece],
+        src: &dyn Source,
+        tok: &mut [u8],
+        fan_out: bool,
+    ) -> Result<(), SourceError> {
+        let (sb, tb) = (self.stored.bytes, self.pack.token_bytes);
+        let same = self.stored == self.out;
         let mut docs = Vec::new();
         let mut offsets = Vec::new();
+        let mut scratch = Vec::new();
         let mut i = 0;
         while i < pieces.len() {
             if !pieces[i].whole() {
                 i += 1;
                 continue;
             }
+            let mut gaps = false;
             let mut k = i + 1;
-            while k < pieces.len() && pieces[k].whole() && pieces[k].dst == pieces[k - 1].dst + pieces[k - 1].len {
+            while k < pieces.len() && pieces[k].whole() {
+                let next_to = pieces[k].dst == pieces[k - 1].dst + pieces[k - 1].len;
+                if !next_to && !pieces[k].joined {
+                    break;
+                }
+                gaps |= !next_to;
                 k += 1;
             }
             docs.clear();
@@ -560,11 +931,23 @@ impl Packer {
             offsets.push(0);
             for p in &pieces[i..k] {
                 docs.push(p.doc);
-                offsets.push(offsets.last().copied().unwrap_or(0) + p.len * tb);
+                offsets.push(offsets.last().copied().unwrap_or(0) + p.len * sb);
             }
-            let a = (pieces[i].dst * tb) as usize;
-            let z = a + *offsets.last().unwrap_or(&0) as usize;
-            src.gather(&Request::ragged(&docs, &offsets).fan_out(fan_out), &mut tok[a..z])?;
+            let bytes = *offsets.last().unwrap_or(&0) as usize;
+            let req = Request::ragged(&docs, &offsets).fan_out(fan_out);
+            if same && !gaps {
+                let a = (pieces[i].dst * tb) as usize;
+                src.gather(&req, &mut tok[a..a + bytes])?;
+            } else {
+                scratch.clear();
+                scratch.resize(bytes, 0);
+                src.gather(&req, &mut scratch)?;
+                for (p, w) in pieces[i..k].iter().zip(offsets.windows(2)) {
+                    let d = (p.dst * tb) as usize;
+                    let n = (p.len * tb) as usize;
+                    self.put(&scratch[w[0] as usize..w[1] as usize], &mut tok[d..d + n], p.doc)?;
+                }
+            }
             i = k;
         }
         self.copy_cut(pieces, src, tok, fan_out)
@@ -575,15 +958,16 @@ impl Packer {
     /// spans of the documents the source reads in part, else from the
     /// document read whole, which this thread then keeps.
     fn copy_cut(&self, pieces: &[Piece], src: &dyn Source, tok: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
-        let tb = self.pack.token_bytes;
+        let (sb, tb) = (self.stored.bytes, self.pack.token_bytes);
         let cut: Vec<&Piece> = pieces.iter().filter(|p| !p.whole()).collect();
         if cut.is_empty() {
             return Ok(());
         }
         let copy = |p: &Piece, doc: &[u8], tok: &mut [u8]| {
             // Lossless: the piece lies inside its document and the rows.
-            let (from, n, d) = ((p.start * tb) as usize, (p.len * tb) as usize, (p.dst * tb) as usize);
-            tok[d..d + n].copy_from_slice(&doc[from..from + n]);
+            let (from, n) = ((p.start * sb) as usize, (p.len * sb) as usize);
+            let (d, m) = ((p.dst * tb) as usize, (p.len * tb) as usize);
+            self.put(&doc[from..from + n], &mut tok[d..d + m], p.doc)
         };
         // Each cut document once, in the order of its first piece.
         let mut docs: Vec<(u64, u64)> = Vec::new();
@@ -592,36 +976,57 @@ impl Packer {
                 docs.push((p.doc, p.doc_len));
             }
         }
+        let mut failed = Ok(());
         KEPT.with(|kept| {
             let kept = kept.borrow();
             docs.retain(|&(doc, len)| {
-                let Some(k) = kept.as_ref().filter(|k| k.holds(self.id, doc, len * tb)) else { return true };
+                let Some(k) = kept.as_ref().filter(|k| k.holds(self.id, doc, len * sb)) else { return true };
                 for p in cut.iter().filter(|p| p.doc == doc) {
-                    copy(p, &k.tokens, tok);
+                    if let Err(e) = copy(p, &k.tokens, tok) {
+                        failed = Err(e);
+                    }
                 }
                 false
             });
         });
+        failed?;
         if docs.is_empty() {
             return Ok(());
         }
         let ids: Vec<u64> = docs.iter().map(|&(d, _)| d).collect();
         let mut in_part = vec![false; ids.len()];
         src.reads_in_part(&ids, &mut in_part)?;
-        let spans: Vec<Span> = cut
-            .iter()
-            // Pieces of documents still to read (not kept) read in part.
-            .filter(|p| ids.iter().position(|&d| d == p.doc).is_some_and(|k| in_part[k]))
-            .map(|p| Span { index: p.doc, from: p.start * tb, len: p.len * tb, at: p.dst * tb })
-            .collect();
-        if !spans.is_empty() {
-            src.gather_spans(&spans, tok, fan_out)?;
+        // Pieces of documents still to read (not kept) read in part.
+        let parts: Vec<&&Piece> =
+            cut.iter().filter(|p| ids.iter().position(|&d| d == p.doc).is_some_and(|k| in_part[k])).collect();
+        if !parts.is_empty() {
+            if self.stored == self.out {
+                let spans: Vec<Span> = parts
+                    .iter()
+                    .map(|p| Span { index: p.doc, from: p.start * sb, len: p.len * sb, at: p.dst * tb })
+                    .collect();
+                src.gather_spans(&spans, tok, fan_out)?;
+            } else {
+                // Through a scratch buffer, one span after another.
+                let mut at = 0;
+                let mut spans = Vec::with_capacity(parts.len());
+                for p in &parts {
+                    spans.push(Span { index: p.doc, from: p.start * sb, len: p.len * sb, at });
+                    at += p.len * sb;
+                }
+                let mut scratch = vec![0u8; at as usize];
+                src.gather_spans(&spans, &mut scratch, fan_out)?;
+                for (p, s) in parts.iter().zip(&spans) {
+                    let (d, m) = ((p.dst * tb) as usize, (p.len * tb) as usize);
+                    self.put(&scratch[s.at as usize..(s.at + s.len) as usize], &mut tok[d..d + m], p.doc)?;
+                }
+            }
         }
         // The rest are read whole, one at a time into this thread's kept
         // buffer; the last stays kept (in concat, the document the next row
         // goes on with).
         for (&(doc, len), _) in docs.iter().zip(&in_part).filter(|(_, &part)| !part) {
-            let bytes = usize::try_from(len * tb).map_err(|_| err(format!("document {doc} is too large")))?;
+            let bytes = usize::try_from(len * sb).map_err(|_| err(format!("document {doc} is too large")))?;
             let mut buf = KEPT.with(|k| k.borrow_mut().take()).map(|k| k.tokens).unwrap_or_default();
             if buf.capacity() > 2 * bytes.max(1 << 20) {
                 // Give back the memory of a much longer document.
@@ -629,9 +1034,9 @@ impl Packer {
             }
             buf.clear();
             buf.resize(bytes, 0);
-            src.gather(&Request::ragged(&[doc], &[0, len * tb]).fan_out(fan_out), &mut buf)?;
+            src.gather(&Request::ragged(&[doc], &[0, len * sb]).fan_out(fan_out), &mut buf)?;
             for p in cut.iter().filter(|p| p.doc == doc) {
-                copy(p, &buf, tok);
+                copy(p, &buf, tok)?;
             }
             KEPT.with(|k| *k.borrow_mut() = Some(Kept { packer: self.id, doc, tokens: buf }));
         }
@@ -695,7 +1100,7 @@ fn first_fit(docs: &[u64], lens: &[u64], l: u64) -> Window {
                 bins.push(Vec::new());
             }
             let used = l - tree[node];
-            bins[row].push(Piece { doc, doc_len: n, start, len, dst: used });
+            bins[row].push(Piece { doc, doc_len: n, start, len, dst: used, joined: false });
             tree[node] -= len;
             while node > 1 {
                 node /= 2;
@@ -729,8 +1134,8 @@ pub(crate) struct PackColumn {
 }
 
 impl PackColumn {
-    pub(crate) fn all(packer: &Arc<Packer>) -> [PackColumn; 3] {
-        [0, 1, 2].map(|column| PackColumn { packer: Arc::clone(packer), column })
+    pub(crate) fn all(packer: &Arc<Packer>) -> Vec<PackColumn> {
+        (0..packer.pack.columns().len()).map(|column| PackColumn { packer: Arc::clone(packer), column }).collect()
     }
 }
 
@@ -745,10 +1150,10 @@ impl Source for PackColumn {
 
     fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
         let n = req.indices.len();
-        let [a, b, c] = self.packer.pack.row_bytes();
-        let mut bufs = [vec![0u8; n * a], vec![0u8; n * b], vec![0u8; n * c]];
-        let [x, y, z] = &mut bufs;
-        self.packer.fill(req.indices, [x, y, z], req.fan_out)?;
+        let widths = self.packer.pack.row_bytes();
+        let mut bufs: Vec<Vec<u8>> = widths.iter().map(|w| vec![0u8; n * w]).collect();
+        let mut views: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+        self.packer.fill(req.indices, &mut views, req.fan_out)?;
         let width = self.packer.pack.row_bytes()[self.column];
         for (slot, row) in req.slots(self, dst)?.into_iter().zip(bufs[self.column].chunks_exact(width.max(1))) {
             slot.copy_from_slice(row);
@@ -805,10 +1210,24 @@ mod tests {
 
     #[test]
     fn pack_checks_its_fields() {
-        let ok = Pack { seq_len: 4, mode: PackMode::Concat, pad_id: 255, token_bytes: 1 };
+        let ok = Pack::new(4, PackMode::Concat, 255, 1);
         assert_eq!(ok.check(), None);
         assert_eq!(Pack { seq_len: 0, ..ok }.check().map(|c| c.0), Some("seq_len"));
         assert_eq!(Pack { token_bytes: 3, ..ok }.check().map(|c| c.0), Some("token_bytes"));
         assert_eq!(Pack { pad_id: 256, ..ok }.check().map(|c| c.0), Some("pad_id"));
+        assert_eq!(Pack { eod_id: Some(300), ..ok }.check().map(|c| c.0), Some("eod_id"));
+        assert_eq!(Pack { mask_boundaries: true, ..ok }.check().map(|c| c.0), Some("mask_boundaries"));
+    }
+
+    #[test]
+    fn a_pack_saved_before_labels_reads_back_as_nothing_added() {
+        let old: Pack = serde_json::from_str(r#"{"seq_len":4,"mode":"first_fit","pad_id":0,"token_bytes":2}"#).unwrap();
+        assert_eq!(old, Pack::new(4, PackMode::FirstFit, 0, 2));
+        // And a pack without the new fields writes what older versions read.
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"seq_len":4,"mode":"first_fit","pad_id":0,"token_bytes":2}"#
+        );
+        assert!(Pack { signed: true, ..old }.resumes(&old));
     }
 }

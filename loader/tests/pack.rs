@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use common::{with_timeout, MemSource, DEADLOCK};
 use zring_loader::{
-    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Request, Shard, Source, SourceError, PACKED_ROWS,
+    Batch, Error, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, PackSource, Request, Shard, Source, SourceError,
+    TokenType, PACKED_ROWS,
 };
 
 /// Documents of `u32` tokens; token `j` of document `d` is `d * 10_000 + j`
@@ -69,7 +70,7 @@ impl Source for Docs {
 }
 
 fn pack(seq_len: u64, mode: PackMode) -> Pack {
-    Pack { seq_len, mode, pad_id: 7, token_bytes: 4 }
+    Pack::new(seq_len, mode, 7, 4)
 }
 
 fn config(mode: Mode, batch: u64) -> LoaderConfig {
@@ -315,4 +316,239 @@ fn bad_arguments_are_refused_clearly() {
     let records = vec![zring_loader::Stream::new("x", docs as Arc<dyn Source>)];
     let e = Loader::new(records, LoaderConfig::from_state(&state)).unwrap_err();
     assert!(matches!(e, Error::PackMismatch { .. }), "{e}");
+}
+
+/// Every column of a batch, raw.
+fn raw(b: &Batch) -> Vec<Vec<u8>> {
+    b.columns.iter().map(|c| c.data().to_vec()).collect()
+}
+
+fn take_raw(loader: &mut Loader, steps: usize) -> Vec<Vec<Vec<u8>>> {
+    (0..steps).map(|_| raw(&loader.next().unwrap())).collect()
+}
+
+/// `(token, label, loss_mask)` of every slot of a batch of `u32` tokens.
+fn labelled(b: &Batch) -> Vec<(u32, u32, u8)> {
+    let ints = |name: &str| -> Vec<u32> {
+        b.column(name).unwrap().data().chunks_exact(4).map(|c| u32::from_le_bytes(c.try_into().unwrap())).collect()
+    };
+    let (t, l) = (ints("tokens"), ints("labels"));
+    let m = b.column("loss_mask").unwrap().data().to_vec();
+    assert_eq!((t.len(), l.len()), (m.len(), m.len()));
+    t.into_iter().zip(l).zip(m).map(|((t, l), m)| (t, l, m)).collect()
+}
+
+fn with_labels(seq_len: u64, mode: PackMode, mask_boundaries: bool) -> Pack {
+    Pack { labels: true, mask_boundaries, ..pack(seq_len, mode) }
+}
+
+#[test]
+fn labels_pair_every_adjacent_token_of_every_document_exactly_once_per_cycle() {
+    with_timeout(DEADLOCK, || {
+        let lens = Docs::spread(300, 1, 90, 1);
+        let total: u64 = lens.iter().sum();
+        let docs = Docs::new(lens.clone());
+        let (l, b) = (32usize, 8u64);
+        for mode in [Mode::Cyclic, Mode::Sequential] {
+            for masked in [false, true] {
+                let p = with_labels(l as u64, PackMode::Concat, masked);
+                let mut loader = Loader::new_packed(docs.clone(), p, config(mode, b)).unwrap();
+                let steps = (total as usize).div_ceil(l * b as usize) + 1;
+                let slots: Vec<(u32, u32, u8)> = (0..steps).flat_map(|_| labelled(&loader.next().unwrap())).collect();
+                // Rows overlap by one: a row's last label is the next row's first token.
+                for (i, w) in slots.windows(2).enumerate() {
+                    assert_eq!(w[0].1, w[1].0, "{mode:?}: slot {i}'s label is the next token");
+                }
+                // One cycle: positions 0 .. total. Each pair inside a
+                // document once, trained; each pair across documents
+                // masked only with mask_boundaries.
+                let mut pairs: HashMap<(u32, u32), u32> = HashMap::new();
+                for &(t, lab, m) in &slots[..total as usize] {
+                    let same_doc = lab == t + 1 && t / 10_000 == lab / 10_000;
+                    if same_doc {
+                        assert_eq!(m, 1, "{mode:?}: pair ({t}, {lab}) inside a document is trained");
+                        *pairs.entry((t, lab)).or_default() += 1;
+                    } else {
+                        assert_eq!(
+                            m,
+                            u8::from(!masked),
+                            "{mode:?} masked={masked}: pair ({t}, {lab}) across documents"
+                        );
+                    }
+                }
+                let want: u64 = lens.iter().map(|n| n - 1).sum();
+                assert_eq!(pairs.len() as u64, want, "{mode:?}: every pair inside a document");
+                assert!(pairs.values().all(|&n| n == 1), "{mode:?}: each pair exactly once");
+                for (d, &n) in lens.iter().enumerate() {
+                    for j in 0..n.saturating_sub(1) {
+                        let key = (docs.token(d as u64, j), docs.token(d as u64, j + 1));
+                        assert!(pairs.contains_key(&key), "{mode:?}: document {d} pair {j}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn labelled_runs_resume_after_seven_steps_and_shard_exactly() {
+    with_timeout(DEADLOCK * 3, || {
+        let docs = Docs::new(Docs::spread(2500, 5, 700, 3));
+        for how in [PackMode::Concat, PackMode::FirstFit] {
+            for mode in [Mode::Cyclic, Mode::Iid] {
+                let p = Pack { eod_id: Some(1), bos_id: Some(2), ..with_labels(64, how, true) };
+                let mut first = Loader::new_packed(docs.clone(), p, config(mode, 16)).unwrap();
+                let all = take_raw(&mut first, 12);
+                let mut again = Loader::new_packed(docs.clone(), p, config(mode, 16)).unwrap();
+                take_raw(&mut again, 7);
+                let json = serde_json::to_string(&again.state()).unwrap();
+                let state = serde_json::from_str(&json).unwrap();
+                let mut resumed = Loader::new_packed(docs.clone(), p, LoaderConfig::from_state(&state)).unwrap();
+                assert_eq!(take_raw(&mut resumed, 5), all[7..], "{mode:?} {how:?}");
+                // Two shards: each column of a global batch is the two
+                // halves, one after the other.
+                let halves: Vec<Vec<Vec<Vec<u8>>>> = (0..2)
+                    .map(|k| {
+                        let mut c = config(mode, 16);
+                        c.shard = Shard::new(k, 2).unwrap();
+                        take_raw(&mut Loader::new_packed(docs.clone(), p, c).unwrap(), 12)
+                    })
+                    .collect();
+                for (s, want) in all.iter().enumerate() {
+                    for (c, col) in want.iter().enumerate() {
+                        assert_eq!([&halves[0][s][c][..], &halves[1][s][c][..]].concat(), *col, "{how:?} step {s}");
+                    }
+                }
+            }
+        }
+    });
+}
+
+#[test]
+fn first_fit_labels_follow_documents_and_mask_padding() {
+    with_timeout(DEADLOCK, || {
+        let lens = Docs::spread(400, 1, 150, 8);
+        let docs = Docs::new(lens.clone());
+        let l = 64;
+        let mut loader =
+            Loader::new_packed(docs.clone(), with_labels(l, PackMode::FirstFit, true), config(Mode::Cyclic, 8))
+                .unwrap();
+        let (mut trained, mut cut_tails) = (0, 0);
+        for _ in 0..30 {
+            let batch = loader.next().unwrap();
+            let slots = labelled(&batch);
+            let segs = rows(&batch, l as usize).concat();
+            for (x, (&(t, lab, m), &(_, id, pos))) in slots.iter().zip(&segs).enumerate() {
+                if id == 0 {
+                    assert_eq!((lab, m), (7, 0), "padding: pad label, masked");
+                    continue;
+                }
+                let d = u64::from(t) / 10_000;
+                let last_of_doc = pos as u64 + 1 == lens[d as usize];
+                if last_of_doc {
+                    assert_eq!(m, 0, "a document's last token has no label of its own");
+                } else {
+                    assert_eq!((lab, m), (t + 1, 1), "slot {x}: the document's next token, trained");
+                    trained += 1;
+                    if (x + 1) % l as usize == 0 || segs.get(x + 1).is_none_or(|s| s.1 != id) {
+                        cut_tails += 1;
+                    }
+                }
+            }
+        }
+        assert!(trained > 0 && cut_tails > 0, "{trained} trained, {cut_tails} at cut ends");
+    });
+}
+
+/// Documents of `u16` tokens: token `j` of document `d` is `d * 100 + j`.
+struct Small {
+    lens: Vec<u64>,
+}
+
+impl Source for Small {
+    fn len(&self) -> u64 {
+        self.lens.len() as u64
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Ragged
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        for (&i, o) in indices.iter().zip(out) {
+            *o = self.lens[i as usize] * 2;
+        }
+        Ok(())
+    }
+
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        for (&d, out) in req.indices.iter().zip(req.slots(self, dst)?) {
+            for (j, t) in out.chunks_exact_mut(2).enumerate() {
+                t.copy_from_slice(&((d * 100) as u16 + j as u16).to_le_bytes());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn eod_and_bos_frame_every_document_and_count_in_positions() {
+    with_timeout(DEADLOCK, || {
+        let lens = Docs::spread(50, 0, 20, 9);
+        let total: u64 = lens.iter().map(|n| n + 2).sum();
+        let docs = Docs::new(lens.clone());
+        let (bos, eod) = (4_000_000_001u32, 4_000_000_002u32);
+        let p = Pack { bos_id: Some(bos.into()), eod_id: Some(eod.into()), ..pack(16, PackMode::Concat) };
+        let mut loader = Loader::new_packed(docs.clone(), p, config(Mode::Sequential, 4)).unwrap();
+        let steps = (total as usize).div_ceil(64) + 1;
+        let stream: Vec<(u32, i32, i32)> = take(&mut loader, steps, 16).into_iter().flatten().flatten().collect();
+        let mut want = Vec::new();
+        for (d, &n) in lens.iter().enumerate() {
+            want.push((bos, 0));
+            want.extend((0..n).map(|j| (docs.token(d as u64, j), j as i32 + 1)));
+            want.push((eod, n as i32 + 1));
+        }
+        let got: Vec<(u32, i32)> = stream[..total as usize].iter().map(|&(t, _, p)| (t, p)).collect();
+        assert_eq!(got, want, "BOS, the document, EOD; positions count them");
+    });
+}
+
+#[test]
+fn sources_of_other_token_types_are_widened_and_a_value_too_wide_is_refused() {
+    with_timeout(DEADLOCK, || {
+        let small: Arc<dyn Source> = Arc::new(Small { lens: Docs::spread(60, 1, 40, 10) });
+        let big = Arc::new(Docs { lens: Docs::spread(60, 1, 40, 11), base: 1 << 20 });
+        let u16t = TokenType { bytes: 2, signed: false };
+        let i32t = TokenType { bytes: 4, signed: true };
+        let out = Pack { signed: true, ..pack(32, PackMode::Concat) };
+        let src = |weight: f64, source: Arc<dyn Source>, tokens: TokenType| PackSource {
+            weight,
+            source,
+            tokens,
+            name: Some(format!("{}-byte", tokens.bytes)),
+        };
+        let sources = vec![src(0.6, small.clone(), u16t), src(0.3, big.clone(), i32t), src(0.1, big.clone(), i32t)];
+        let mut loader = Loader::new_packed_typed(sources, true, out, config(Mode::Cyclic, 10)).unwrap();
+        for _ in 0..5 {
+            let batch = loader.next().unwrap();
+            let src = batch.sources.as_deref().unwrap().to_vec();
+            for (r, row) in rows(&batch, 32).into_iter().enumerate() {
+                for (t, _, pos) in row {
+                    if src[r] == 0 {
+                        assert!(t < 65_536 && t % 100 == pos as u32 % 100, "uint16 token {t} widened as is");
+                    } else {
+                        assert!(t >= 1 << 20, "int32 token {t} kept");
+                    }
+                }
+            }
+        }
+        // Delivered as uint16: source 1's tokens do not fit.
+        let narrow = pack(32, PackMode::Concat);
+        let narrow = Pack { token_bytes: 2, ..narrow };
+        let sources = vec![src(0.5, small, u16t), src(0.5, big, i32t)];
+        let mut loader = Loader::new_packed_typed(sources, true, narrow, config(Mode::Cyclic, 4)).unwrap();
+        let e = (0..3).find_map(|_| loader.next().err()).expect("a token too wide fails its step");
+        let text = e.to_string();
+        assert!(text.contains("source 1 (4-byte): document") && text.contains("uint16 tokens cannot hold"), "{text}");
+    });
 }

@@ -78,7 +78,7 @@ fn touched(store: &Store) -> u64 {
 }
 
 fn loader(source: Arc<dyn Source>, how: PackMode, threads: usize) -> Loader {
-    let pack = Pack { seq_len: SEQ, mode: how, pad_id: 0, token_bytes: TOKEN };
+    let pack = Pack::new(SEQ, how, 0, TOKEN);
     let cfg = LoaderConfig { mode: Mode::Sequential, seed: 1, threads, depth: 3, ..LoaderConfig::new(BATCH) };
     Loader::new_packed(source, pack, cfg).unwrap()
 }

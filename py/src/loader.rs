@@ -16,8 +16,12 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PooledBuf, Shard, Source, StoreSource, Stream,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PooledBuf, Shard, StoreSource, Stream,
+    TokenType,
 };
+
+/// The `pack=` argument of `Loader(...)` (its docs).
+type PackSpec = (u64, String, u64, u64, bool, bool, bool, Option<u64>, Option<u64>, Vec<(u64, bool, String)>);
 
 use crate::convert::{from_json, to_py};
 use crate::error;
@@ -147,11 +151,14 @@ impl PyLoader {
     /// equal the state's. Without a state, `batch_size` is required and
     /// `mode` and `seed` default to 1 and 42.
     ///
-    /// With `pack=(seq_len, "concat" | "first_fit", pad_bits, token_bytes)`,
-    /// a loader of packed token rows: each source is one ragged stream of
+    /// With `pack=(seq_len, "concat" | "first_fit", pad_bits, token_bytes,
+    /// signed, labels, mask_boundaries, eod_bits, bos_bits, stored)`, a
+    /// loader of packed token rows: each source is one ragged stream of
     /// token documents (a list of one tuple; a list of such lists with
     /// `weights`), and batches have the fixed columns `tokens`,
-    /// `segment_ids` and `positions`.
+    /// `segment_ids` and `positions` (then `labels` and `loss_mask` with
+    /// `labels`). `stored` is each source's `(token_bytes, signed, name)`; the
+    /// `*_bits` are tokens as the bits of one delivered little-endian token.
     ///
     /// `block_records` and `window_blocks` set mode 3's block shape (each
     /// left out is chosen from the first stream: a block of at least 1 MiB
@@ -171,7 +178,7 @@ impl PyLoader {
         threads: usize,
         state: Option<&str>,
         weights: Option<Vec<f64>>,
-        pack: Option<(u64, String, u64, u64)>,
+        pack: Option<PackSpec>,
         block_records: Option<u64>,
         window_blocks: Option<u64>,
     ) -> PyResult<Self> {
@@ -257,7 +264,8 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
-        if let Some((seq_len, how, pad_id, token_bytes)) = pack {
+        if let Some((seq_len, how, pad_id, token_bytes, signed, labels, mask_boundaries, eod_id, bos_id, stored)) = pack
+        {
             let mode = match how.as_str() {
                 "concat" => PackMode::Concat,
                 "first_fit" => PackMode::FirstFit,
@@ -267,23 +275,34 @@ impl PyLoader {
                     )))
                 }
             };
-            let pack = Pack { seq_len, mode, pad_id, token_bytes };
-            let mut docs: Vec<(f64, Arc<dyn Source>)> = Vec::with_capacity(sources.len());
+            let pack = Pack {
+                signed,
+                labels,
+                mask_boundaries,
+                eod_id,
+                bos_id,
+                ..Pack::new(seq_len, mode, pad_id, token_bytes)
+            };
+            if stored.len() != sources.len() {
+                return Err(PyValueError::new_err(format!(
+                    "{} token types for {} packed sources",
+                    stored.len(),
+                    sources.len()
+                )));
+            }
+            let mut docs: Vec<PackSource> = Vec::with_capacity(sources.len());
             let given = weights.clone().unwrap_or_else(|| vec![1.0]);
-            for (k, (w, streams)) in given.into_iter().zip(sources).enumerate() {
+            for (k, ((weight, streams), (bytes, signed, name))) in
+                given.into_iter().zip(sources).zip(stored).enumerate()
+            {
                 let [stream] = <[Stream; 1]>::try_from(streams).map_err(|s| {
                     PyValueError::new_err(format!("packed source {k} must be one stream of documents, got {}", s.len()))
                 })?;
-                docs.push((w, stream.source));
+                let tokens = TokenType { bytes, signed };
+                docs.push(PackSource { weight, source: stream.source, tokens, name: Some(name) });
             }
-            let loader = match weights {
-                None => {
-                    let (_, source) = docs.pop().ok_or_else(|| PyValueError::new_err("no source to pack"))?;
-                    py.detach(|| Loader::new_packed(source, pack, config))
-                }
-                Some(_) => py.detach(|| Loader::new_packed_mixture(docs, pack, config)),
-            }
-            .map_err(error::loader)?;
+            let mixture = weights.is_some();
+            let loader = py.detach(|| Loader::new_packed_typed(docs, mixture, pack, config)).map_err(error::loader)?;
             return Ok(PyLoader { inner: Mutex::new(Some(loader)), pid: std::process::id() });
         }
         let loader = match weights {

@@ -206,3 +206,46 @@ def test_huggingface_tokenized_parquet_keeps_dtypes_and_values(tmp_path):
             assert len(d) == n
             for i, row in enumerate(rows):
                 assert d[i].dtype == np.dtype(dtype) and d[i].tobytes() == row.tobytes(), f"{name} row {i}"
+
+
+def test_a_uint16_megatron_import_packs_with_int32_stores_without_a_rewrite(tmp_path):
+    """A 0.6/0.3/0.1 mixture of a Megatron import (uint16, as Megatron writes
+    vocabularies under 65,500) and two int32 stores packs as int32, each
+    token widened as it is; delivering uint16 instead is an error naming
+    the source whose token does not fit."""
+    # Token j of Megatron document d is d * 300 + j (documents under 300 tokens).
+    rng = np.random.default_rng(7)
+    mega = [[np.arange(d * 300, d * 300 + int(rng.integers(1, 300)))] for d in range(200)]
+    write_megatron(tmp_path / "mega_text_document", mega, np.uint16)
+    zring.convert(tmp_path / "mega_text_document", tmp_path / "mega")
+    others = []
+    for k, base in enumerate((1 << 22, 1 << 23)):
+        docs = [(base + d * 1000 + np.arange(int(rng.integers(1, 900)))).astype(np.int32) for d in range(300)]
+        zring.write_ragged(tmp_path / f"hf{k}", docs)
+        others.append(zring.RaggedDataset(tmp_path / f"hf{k}"))
+    megatron = zring.RaggedDataset(tmp_path / "mega")
+    assert megatron.dtype == np.uint16 and others[0].dtype == np.int32
+    mix = zring.mix([megatron, *others], [0.6, 0.3, 0.1])
+    packed = zring.pack(mix, 128, labels=True, eod_id=-1)
+    assert packed.dtype == np.int32
+    rows = np.zeros(3)
+    with zring.DataLoader(packed, batch_size=20, mode=2) as dl:
+        for _ in range(30):
+            b = next(dl)
+            src = dl.last_sources
+            tok, pos, seg = b["tokens"], b["positions"], b["segment_ids"]
+            assert tok.dtype == np.int32 and b["labels"].dtype == np.int32
+            real = tok != -1
+            m = (src == 0)[:, None] & real
+            assert np.array_equal(tok[m] % 300, pos[m]), "Megatron tokens widened as they are"
+            for k, base in ((1, 1 << 22), (2, 1 << 23)):
+                o = (src == k)[:, None] & real
+                assert np.array_equal((tok[o] - base) % 1000, pos[o]), "int32 tokens kept"
+            rows += np.bincount(src, minlength=3)
+            assert np.all(seg > 0)
+    assert np.allclose(rows / rows.sum(), [0.6, 0.3, 0.1], atol=0.01)
+    with zring.DataLoader(zring.pack(mix, 128, dtype=np.uint16), batch_size=20, mode=2) as dl:
+        with pytest.raises(zring.ZringError, match=r"source [12] \(.*hf[01]\): document \d+ holds the token \d+, which the delivered "
+                                            r"uint16 tokens cannot hold"):
+            for _ in range(5):
+                next(dl)

@@ -77,6 +77,9 @@ class Mixture:
     names: list[str]
     lengths: list[int]
     given_weights: list[float]
+    #: Per stream whose sources differ in dtype (integer documents, for
+    #: pack), the sources' dtypes.
+    mixed_dtypes: dict[str, list[np.dtype[Any]]]
     def allocation(self, rows: int, batch_size: Optional[int] = None) -> npt.NDArray[np.int64]:
         """Rows per source among the first rows of the mixture (largest
         remainder); with batch_size, as a loader of that many rows per batch
@@ -95,7 +98,9 @@ def mix(
     a row of its share while at most three are that small); each source is
     drawn by its own sampler; last_sources/last_indices name each row;
     state()/state= resume.
-    A bare dataset is the stream dict {"tokens": ds} (a mixture for pack)."""
+    A bare dataset is the stream dict {"tokens": ds} (a mixture for pack).
+    RaggedDatasets of integer documents may differ in dtype (uint16 and
+    int32): pack delivers one; a loader of records over them refuses."""
 
 class Packed:
     """Packed token rows (from pack); pass it to DataLoader."""
@@ -104,8 +109,14 @@ class Packed:
     dtype: np.dtype[Any]
     seq_len: int
     mode: str
-    pad_id: int
-    def spec(self) -> tuple[int, str, int, int]:
+    pad_id: Optional[int]
+    labels: bool
+    mask_boundaries: bool
+    eod_id: Optional[int]
+    bos_id: Optional[int]
+    #: The batch's arrays, in order.
+    names: list[str]
+    def spec(self) -> tuple[Any, ...]:
         """The pack= argument of the Rust loader."""
 
 def pack(
@@ -113,19 +124,33 @@ def pack(
     seq_len: int,
     *,
     mode: str = "concat",
-    pad_id: int = 0,
+    pad_id: Optional[int] = None,
+    labels: bool = False,
+    mask_boundaries: bool = False,
+    eod_id: Optional[int] = None,
+    bos_id: Optional[int] = None,
+    dtype: Any = None,
 ) -> Packed:
     """Rows of seq_len tokens from a RaggedDataset of 1-D token documents (or a
-    mix of them) for DataLoader: each batch is {"tokens": (B, seq_len) store
-    dtype, "segment_ids": int32 (1, 2, ... per document piece, 0 = padding),
-    "positions": int32 (offset in the document)}. mode="concat": documents
-    in the sampler's order back to back, cut every seq_len tokens, nothing
-    padded; mode="first_fit": each window of 1,024 documents placed first-fit
-    into rows padded with pad_id, longer documents cut into pieces of seq_len
-    (none dropped). Rows are a pure function of (seed, step): state()/state=,
-    shard= as usual; a mixture's weights count tokens. ValueError for
-    seq_len < 1, an unknown mode, records that are not 1-D integers or a
-    pad_id outside the dtype; TypeError for a fixed-size Dataset."""
+    mix of them, of any integer dtypes) for DataLoader: each batch is
+    {"tokens": (B, seq_len) in dtype (default: the narrowest integer dtype
+    holding every source's), "segment_ids": int32 (1, 2, ... per document
+    piece, 0 = padding), "positions": int32 (offset in the document)}, plus
+    with labels=True "labels" (each token's next token; in concat mode a
+    row's last label is the next row's first token: rows of seq_len + 1
+    overlapping by one) and "loss_mask" (uint8; 0 on padding and, with
+    mask_boundaries=True, at each document's last token). eod_id/bos_id add
+    a token after/before every document (not stored). mode="concat":
+    documents in the sampler's order back to back, cut every seq_len tokens,
+    nothing padded; mode="first_fit": each window of 1,024 documents placed
+    first-fit into rows padded with pad_id (required there), longer
+    documents cut into pieces of seq_len (none dropped). A token the dtype
+    cannot hold fails the step, naming source, document and value. Rows are
+    a pure function of (seed, step): state()/state=, shard= as usual; a
+    mixture's weights count tokens. ValueError for seq_len < 1, an unknown
+    mode, records that are not 1-D integers, first_fit without pad_id, a
+    pad_id/eod_id/bos_id outside the dtype, or mask_boundaries without
+    labels; TypeError for a fixed-size Dataset."""
 
 def convert(
     src: _Path,

@@ -1,7 +1,8 @@
 """Weighted mixtures of datasets (:func:`zring.mix`), exact over the run.
 
 A mixture is a list of stream dicts (the same names, dtypes and item shapes
-in each) and a weight per source. ``zring.DataLoader(zring.mix(...), ...)``
+in each; RaggedDatasets of integer documents may differ in dtype, which
+:func:`zring.pack` turns into one) and a weight per source. ``zring.DataLoader(zring.mix(...), ...)``
 delivers batches in which source ``s`` holds its share of the rows: after
 ``t + 1`` steps of ``B`` rows, source ``s`` has contributed the
 largest-remainder (Hamilton) rounding of ``w_s * (t + 1) * B`` rows, that
@@ -110,10 +111,19 @@ class Mixture:
                     raise TypeError(f"source {k} stream {n!r} is a {type(ds).__name__}, not a zring dataset")
                 kind = (type(ds), ds.dtype, getattr(ds, "shape", None), getattr(ds, "item_shape", None))
                 want = (type(ref), ref.dtype, getattr(ref, "shape", None), getattr(ref, "item_shape", None))
+                if isinstance(ds, RaggedDataset) and ds.dtype.kind in "iu" and ref.dtype.kind in "iu":
+                    # Integer documents of other dtypes: zring.pack delivers
+                    # one dtype (a loader of records refuses them).
+                    kind = (kind[0], ref.dtype, *kind[2:])
                 if kind != want:
                     raise ValueError(f"source {k} stream {n!r} holds {kind[1:]} in a {kind[0].__name__}, "
                                      f"source 0 holds {want[1:]} in a {want[0].__name__}")
         self.names = names
+        #: Per stream, the dtypes of its sources where they differ (integer
+        #: documents only, for zring.pack); empty when each stream has one.
+        self.mixed_dtypes = {
+            n: [s[n].dtype for s in self.sources] for n in names if len({s[n].dtype for s in self.sources}) > 1
+        }
         self.lengths = [len(next(iter(s.values()))) for s in self.sources]
         if 0 in self.lengths:
             raise ValueError(f"source {self.lengths.index(0)} is empty")
@@ -174,6 +184,8 @@ def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | Ragg
     Raises:
         ValueError: No sources, weights that are not positive or do not
             match the sources, or sources whose streams differ in names,
-            dtypes or item shapes.
+            item shapes or dtypes (integer RaggedDatasets may differ in
+            dtype: ``zring.pack`` delivers one; a DataLoader of records over
+            them refuses).
     """
     return Mixture(sources, weights)

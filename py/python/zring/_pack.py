@@ -1,15 +1,51 @@
 """Packed token rows for language-model training (:func:`zring.pack`).
 
-``zring.DataLoader(zring.pack(docs, 2048), batch_size=32, mode=2)`` reads a
+``zring.DataLoader(zring.pack(docs, 2048, labels=True), batch_size=32, mode=2)`` reads a
 :class:`zring.RaggedDataset` of token documents (1-D records of an integer
 dtype) as rows of ``seq_len`` tokens. Every batch is a dict of ``(B,
 seq_len)`` arrays:
 
-* ``"tokens"``: the tokens, in the store's dtype;
+* ``"tokens"``: the tokens, in one dtype (``dtype=``; default the
+  narrowest integer dtype that holds every source's: a mixture of a uint16
+  Megatron import and int32 stores delivers int32);
 * ``"segment_ids"``: int32, ``1, 2, ...`` for the document pieces of a row
   in order, ``0`` for padding;
 * ``"positions"``: int32, each token's offset in its document (0 in
   padding).
+
+With ``labels=True`` two more ``(B, seq_len)`` columns:
+
+* ``"labels"``: each token's next token. In concat mode the last label of
+  row ``g`` is the first token of row ``g + 1``: a row is ``seq_len + 1``
+  tokens of the stream overlapping the next row by one (Megatron's
+  ``seq_length + 1`` samples, split into ``tokens`` and ``labels``), so
+  over a cycle every adjacent pair of tokens is one ``(token, label)``
+  once and no target goes untrained; nothing to shift in the loss.
+* ``"loss_mask"``: uint8, 1 where the label is to be trained, 0 on padding
+  and, with ``mask_boundaries=True``, at each document's last token (its
+  EOD with ``eod_id``), whose label is the next document's first token
+  (Megatron's ``eod_mask_loss``).
+
+In first-fit mode a row stands alone: labels follow the row, a document
+piece cut at ``seq_len`` takes its document's next token as its last label,
+and the last token of a row, of padding and of a document followed by
+padding is masked with ``pad_id`` as its label.
+
+``eod_id=`` / ``bos_id=`` add a token after / before every document as the
+packer reads it (nothing is stored): a document of ``n`` tokens counts
+``n + 2`` everywhere (rows, positions, a mixture's token shares), BOS at
+position 0.
+
+``pad_id`` is only needed where rows are padded (first fit): there it is
+required, since no token id is free in every vocabulary. Runs saved before
+it was required used 0: resume them with ``pad_id=0``.
+
+Sources of different integer dtypes pack together without a rewrite: each
+source's tokens are widened to the delivered dtype as they are copied. A
+narrower ``dtype=`` than a source's is allowed; a token that does not fit
+fails the step with an error naming the source, the document and the
+value. (A loader of records over such a mixture, without ``pack``, refuses
+it: it delivers each stream in one dtype.)
 
 The documents come in the loader's sampling order (``mode`` and ``seed``: a
 sampler over the documents, one at a time; cyclic mode reads each document
@@ -88,12 +124,27 @@ def _documents(ds: Any, what: str) -> RaggedDataset:
     return ds
 
 
+def _token(value: Any, name: str, dtype: np.dtype) -> int | None:
+    """``value`` checked to be a token of ``dtype``; the bits of one
+    little-endian token of it (what the Rust loader writes)."""
+    if value is None:
+        return None
+    if not _util.is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    info = np.iinfo(dtype)
+    if not info.min <= value <= info.max:
+        raise ValueError(f"{name}={value} is not a {dtype} token ({info.min} ..= {info.max})")
+    return int.from_bytes(np.array(value, dtype=dtype).astype(dtype.newbyteorder("<")).tobytes(), "little")
+
+
 class Packed:
     """A source of packed token rows; pass it to :class:`zring.DataLoader` in
     place of a stream dict. Made by :func:`zring.pack`, whose docstring says
     how the rows are built."""
 
-    def __init__(self, source: RaggedDataset | Mixture, seq_len: int, mode: str, pad_id: int):
+    def __init__(self, source: RaggedDataset | Mixture, seq_len: int, mode: str, pad_id: int | None,
+                 labels: bool = False, mask_boundaries: bool = False, eod_id: int | None = None,
+                 bos_id: int | None = None, dtype: Any = None):
         if not _util.is_int(seq_len):
             raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__} {seq_len!r}")
         if not 1 <= seq_len <= 2**31 - 1:
@@ -111,43 +162,95 @@ class Packed:
         else:
             self.datasets = [_documents(source, "source")]
             self.mixture = None
-        dtypes = {str(d.dtype) for d in self.datasets}
-        if len(dtypes) != 1:
-            raise ValueError(f"a packed mixture's sources must hold one token dtype, got {sorted(dtypes)}")
-        self.dtype: np.dtype = self.datasets[0].dtype
-        if not _util.is_int(pad_id):
-            raise TypeError(f"pad_id must be an int, got {type(pad_id).__name__} {pad_id!r}")
-        info = np.iinfo(self.dtype)
-        if not info.min <= pad_id <= info.max:
-            raise ValueError(f"pad_id={pad_id} is not a {self.dtype} token ({info.min} ..= {info.max})")
+        if dtype is None:
+            widest = np.result_type(*[d.dtype for d in self.datasets])
+            if widest.kind not in "iu":
+                raise ValueError(
+                    f"the sources hold {', '.join(str(d.dtype) for d in self.datasets)}, which no integer dtype holds "
+                    f"all of; pass dtype= (np.int64, say): a token it cannot hold is then an error"
+                )
+            self.dtype: np.dtype = widest
+        else:
+            self.dtype = np.dtype(dtype)
+            if self.dtype.kind not in "iu":
+                raise ValueError(f"dtype must be an integer dtype, got {self.dtype}")
+        self.dtype = self.dtype.newbyteorder("=")
+        if not isinstance(labels, bool) or not isinstance(mask_boundaries, bool):
+            raise TypeError("labels and mask_boundaries must be True or False")
+        if mask_boundaries and not labels:
+            raise ValueError("mask_boundaries=True masks labels: pass labels=True with it")
+        if pad_id is None and mode == "first_fit":
+            raise ValueError(
+                "mode=\"first_fit\" pads rows: pass pad_id= (a token id your model ignores; runs saved before "
+                "pad_id had to be given used pad_id=0: pass pad_id=0 to resume them)"
+            )
         self.seq_len = int(seq_len)
         self.mode = mode
-        self.pad_id = int(pad_id)
-        # The pad token's bytes as the store holds tokens; the Rust loader
-        # writes the low bytes of this integer in little-endian order.
-        self._pad_bits = int.from_bytes(np.array(pad_id, dtype=self.dtype).tobytes(), "little")
+        self.labels = labels
+        #: The batch's arrays, in order.
+        self.names = ["tokens", "segment_ids", "positions"] + (["labels", "loss_mask"] if labels else [])
+        self.mask_boundaries = mask_boundaries
+        self.pad_id = None if pad_id is None else int(pad_id)
+        self.eod_id = None if eod_id is None else int(eod_id)
+        self.bos_id = None if bos_id is None else int(bos_id)
+        # The Rust loader writes the low bytes of these integers, little-endian.
+        self._pad_bits = _token(pad_id, "pad_id", self.dtype) or 0
+        self._eod_bits = _token(eod_id, "eod_id", self.dtype)
+        self._bos_bits = _token(bos_id, "bos_id", self.dtype)
 
-    def spec(self) -> tuple[int, str, int, int]:
+    def spec(self) -> tuple[Any, ...]:
         """The ``pack=`` argument of the Rust loader."""
-        return (self.seq_len, self.mode, self._pad_bits, self.dtype.itemsize)
+        return (self.seq_len, self.mode, self._pad_bits, self.dtype.itemsize, self.dtype.kind == "i", self.labels,
+                self.mask_boundaries, self._eod_bits, self._bos_bits,
+                [(d.dtype.itemsize, d.dtype.kind == "i", str(d.path)) for d in self.datasets])
 
     def __repr__(self) -> str:
         what = f"mixture of {len(self.datasets)}" if self.mixture is not None else repr(self.datasets[0])
-        return f"zring.pack({what}, seq_len={self.seq_len}, mode={self.mode!r}, pad_id={self.pad_id})"
+        extra = "".join(f", {k}={v!r}" for k, v in (("labels", self.labels), ("mask_boundaries", self.mask_boundaries),
+                                                      ("eod_id", self.eod_id), ("bos_id", self.bos_id)) if v)
+        return (f"zring.pack({what}, seq_len={self.seq_len}, mode={self.mode!r}, pad_id={self.pad_id}{extra}, "
+                f"dtype={self.dtype})")
 
 
-def pack(source: RaggedDataset | Mixture, seq_len: int, *, mode: str = "concat", pad_id: int = 0) -> Packed:
+def pack(source: RaggedDataset | Mixture, seq_len: int, *, mode: str = "concat", pad_id: int | None = None,
+         labels: bool = False, mask_boundaries: bool = False, eod_id: int | None = None, bos_id: int | None = None,
+         dtype: Any = None) -> Packed:
     """Rows of ``seq_len`` tokens from a RaggedDataset of token documents, or a
     :func:`zring.mix` of them, for :class:`zring.DataLoader` (module docs).
+
+    Args:
+        source: A RaggedDataset of 1-D integer documents, or a ``zring.mix``
+            of them (their dtypes may differ).
+        seq_len: Tokens per row.
+        mode: ``"concat"`` or ``"first_fit"``.
+        pad_id: The token written into padding. Concat mode never pads and
+            needs none; ``"first_fit"`` requires it (no token id is assumed
+            to be free).
+        labels: Add ``labels`` (each token's next token; in concat mode the
+            last label of a row is the next row's first token, so rows
+            overlap by one and every token is some row's target) and
+            ``loss_mask`` (uint8, 0 where the label is not to be trained).
+        mask_boundaries: With ``labels``: ``loss_mask`` 0 at every
+            document's last token (its EOD with ``eod_id``), whose label
+            would be the next document's first token.
+        eod_id: A token added after every document (not stored).
+        bos_id: A token added before every document (not stored).
+        dtype: The delivered token dtype; default the narrowest integer
+            dtype that holds every source's dtype (uint16 and int32: int32).
+            A narrower one is allowed: a token it cannot hold fails the step
+            with an error naming the source, the document and the value.
 
     Raises:
         ValueError: ``seq_len`` below 1, ``mode`` not ``"concat"`` or
             ``"first_fit"``, records that are not 1-D or not integers,
-            sources of different dtypes, or a ``pad_id`` outside the dtype.
+            sources whose dtypes no integer dtype holds together (uint64 and
+            int64) without ``dtype=``, ``first_fit`` without ``pad_id``, a
+            ``pad_id``, ``eod_id`` or ``bos_id`` outside the dtype, or
+            ``mask_boundaries`` without ``labels``.
         TypeError: ``source`` is not a RaggedDataset (a fixed-size
             ``Dataset``, say) or a mixture of them.
     """
-    return Packed(source, seq_len, mode, pad_id)
+    return Packed(source, seq_len, mode, pad_id, labels, mask_boundaries, eod_id, bos_id, dtype)
 
 
 def _views(packed: Packed) -> list[tuple[str, Any]]:
@@ -156,11 +259,14 @@ def _views(packed: Packed) -> list[tuple[str, Any]]:
         def __init__(self, dtype: Any, seq_len: int):
             self.dtype, self.shape = np.dtype(dtype), (seq_len,)
 
-    return [
+    views = [
         ("tokens", _Column(packed.dtype, packed.seq_len)),
         ("segment_ids", _Column("<i4", packed.seq_len)),
         ("positions", _Column("<i4", packed.seq_len)),
     ]
+    if packed.labels:
+        views += [("labels", _Column(packed.dtype, packed.seq_len)), ("loss_mask", _Column("u1", packed.seq_len))]
+    return views
 
 
 __all__: Sequence[str] = ["Packed", "pack"]

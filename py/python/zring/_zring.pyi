@@ -181,7 +181,9 @@ class Loader:
         threads: int = 4,
         state: Optional[str] = None,
         weights: Optional[list[float]] = None,
-        pack: Optional[tuple[int, str, int, int]] = None,
+        pack: Optional[
+            tuple[int, str, int, int, bool, bool, bool, Optional[int], Optional[int], list[tuple[int, bool, str]]]
+        ] = None,
         block_records: Optional[int] = None,
         window_blocks: Optional[int] = None,
     ) -> None:
@@ -189,9 +191,11 @@ class Loader:
         Without state, batch_size is required (mode defaults to 1, seed to
         42); with it, a batch_size, mode or seed that differs from the
         state's raises ValueError. With pack=(seq_len, "concat" |
-        "first_fit", pad_bits, token_bytes), packed token rows: each source is
-        one ragged stream of documents, and batches have the columns tokens,
-        segment_ids and positions."""
+        "first_fit", pad_bits, token_bytes, signed, labels, mask_boundaries,
+        eod_bits, bos_bits, [(token_bytes, signed, name) per source]), packed token
+        rows: each source is one ragged stream of documents, and batches have
+        the columns tokens, segment_ids and positions (then labels and
+        loss_mask with labels)."""
     def next(
         self,
     ) -> tuple[

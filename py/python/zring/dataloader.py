@@ -450,6 +450,12 @@ class DataLoader(_util.Closeable):
             self._views = _packed_views(packed)
             weights = None if mixture is None else list(mixture.given_weights)
         elif mixture is not None:
+            for name, dtypes in mixture.mixed_dtypes.items():
+                raise ValueError(
+                    f"the mixture's sources hold stream {name!r} as {', '.join(map(str, dtypes))} (source 0, 1, ...); "
+                    f"a loader of records delivers one dtype per stream: read token documents with "
+                    f"zring.pack(mix, seq_len), which delivers one dtype, or rewrite the sources in one dtype"
+                )
             specs: list[Any] = [specs_of({n: src[n] for n in mixture.names}, f"{k}/")
                                 for k, src in enumerate(mixture.sources)]
             self._views = [(name, mixture.sources[0][name]) for name in mixture.names]
