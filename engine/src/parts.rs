@@ -401,6 +401,11 @@ impl Parts {
         }
     }
 
+    /// Records in part `k`.
+    pub fn part_records(&self, k: usize) -> u64 {
+        self.manifest.parts[k].records
+    }
+
     /// Part `k`'s directory.
     pub fn part_path(&self, k: usize) -> PathBuf {
         self.root.join(&self.manifest.parts[k].dir)
