@@ -219,7 +219,7 @@ pub fn commit_manifest(dir: &Path, schema: Value, parts: Vec<PartEntry>, replace
         if !seen.insert(p.dir.as_str()) {
             return Err(Error::InvalidArgument(format!("part {:?} is listed twice", p.dir)));
         }
-        check_part(dir, k, p, &schema)?;
+        check_part(dir, k, p, Some(&schema))?;
     }
     let generation = old.as_ref().map_or(0, |m| m.generation) + 1;
     let m = Manifest::new(generation, schema, parts);
@@ -258,8 +258,8 @@ pub fn schema_of(text: Option<&str>, path: &Path) -> Result<Value> {
 }
 
 /// Opens part `k` (entry `p`) of the dataset at `root` read-only and checks
-/// it against its entry and `schema`.
-fn check_part(root: &Path, k: usize, p: &PartEntry, schema: &Value) -> Result<Store> {
+/// it against its entry and, when given, `schema`.
+fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> Result<Store> {
     let path = root.join(&p.dir);
     let store = Store::builder(&path).open().map_err(|e| match e {
         Error::NotAStore { reason, .. } => Error::NotAStore {
@@ -280,6 +280,7 @@ fn check_part(root: &Path, k: usize, p: &PartEntry, schema: &Value) -> Result<St
             ),
         ));
     }
+    let Some(schema) = schema else { return Ok(store) };
     let s = schema_of(store.schema()?.as_deref(), &path)?;
     if &s != schema {
         return Err(corrupted(
@@ -354,7 +355,7 @@ impl Parts {
         };
         let mut open = parts.lock();
         for (k, p) in parts.manifest.parts.iter().enumerate() {
-            let store = check_part(&parts.root, k, p, &parts.manifest.schema)?;
+            let store = check_part(&parts.root, k, p, Some(&parts.manifest.schema))?;
             if open.map.len() < capacity {
                 open.map.insert(k, (Arc::new(store), 0));
             }
@@ -445,7 +446,8 @@ impl Parts {
             if slot.is_some() {
                 continue;
             }
-            let store = Arc::new(check_part(&self.root, k, &self.manifest.parts[k], &self.manifest.schema)?);
+            // Checked whole at open; a part opened again is checked for its records.
+            let store = Arc::new(check_part(&self.root, k, &self.manifest.parts[k], None)?);
             let mut open = self.lock();
             open.clock += 1;
             let now = open.clock;

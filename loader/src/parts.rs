@@ -91,10 +91,11 @@ impl PartsSource {
         Ok(Split { order, groups, local })
     }
 
-    /// The stores of the groups' parts, in group order.
-    fn stores(&self, split: &Split) -> Result<Vec<Arc<Store>>, SourceError> {
-        let ks: Vec<usize> = split.groups.iter().map(|g| g.0).collect();
-        Ok(self.parts.stores(&ks)?)
+    /// The store of part `k`. Taken for one part's call at a time and
+    /// dropped after it: a call over hundreds of parts holds no more
+    /// descriptors than one part's, whatever the dataset's open set keeps.
+    fn store(&self, k: usize) -> Result<Arc<Store>, SourceError> {
+        Ok(self.parts.store(k)?)
     }
 
     /// The start of each record's slot in `dst`, checked as far as the
@@ -142,10 +143,10 @@ impl Source for PartsSource {
     fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
         let starts = self.starts(req, dst)?;
         let split = self.split(req.indices)?;
-        let stores = self.stores(&split)?;
         let next = next_uses(req.next);
         let (mut idx, mut at, mut hints) = (Vec::new(), Vec::new(), Vec::new());
-        for ((_, range), store) in split.groups.iter().zip(&stores) {
+        for (k, range) in &split.groups {
+            let store = self.store(*k)?;
             idx.clear();
             at.clear();
             hints.clear();
@@ -171,9 +172,9 @@ impl Source for PartsSource {
             return Err(format!("lengths: {} outputs for {} records", out.len(), indices.len()).into());
         }
         let split = self.split(indices)?;
-        let stores = self.stores(&split)?;
         let (mut idx, mut lens) = (Vec::new(), Vec::new());
-        for ((_, range), store) in split.groups.iter().zip(&stores) {
+        for (k, range) in &split.groups {
+            let store = self.store(*k)?;
             idx.clear();
             idx.extend(split.order[range.clone()].iter().map(|&p| split.local[p]));
             lens.resize(idx.len(), 0);
@@ -204,9 +205,9 @@ impl Source for PartsSource {
     fn gather_spans(&self, spans: &[Span], dst: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
         let indices: Vec<u64> = spans.iter().map(|s| s.index).collect();
         let split = self.split(&indices)?;
-        let stores = self.stores(&split)?;
         let mut local = Vec::new();
-        for ((_, range), store) in split.groups.iter().zip(&stores) {
+        for (k, range) in &split.groups {
+            let store = self.store(*k)?;
             local.clear();
             local.extend(split.order[range.clone()].iter().map(|&p| Span { index: split.local[p], ..spans[p] }));
             store.view().read_spans(&engine::Spans::new(&local).fan_out(fan_out), dst)?;
@@ -216,9 +217,9 @@ impl Source for PartsSource {
 
     fn reads_in_part(&self, indices: &[u64], out: &mut [bool]) -> Result<(), SourceError> {
         let split = self.split(indices)?;
-        let stores = self.stores(&split)?;
         let (mut idx, mut codecs) = (Vec::new(), Vec::new());
-        for ((_, range), store) in split.groups.iter().zip(&stores) {
+        for (k, range) in &split.groups {
+            let store = self.store(*k)?;
             idx.clear();
             idx.extend(split.order[range.clone()].iter().map(|&p| split.local[p]));
             codecs.clear();
@@ -259,10 +260,8 @@ impl Source for PartsSource {
                 i = end;
             }
         }
-        let ks: Vec<usize> = per.iter().map(|e| e.0).collect();
-        let stores = self.parts.stores(&ks)?;
-        for ((_, ranges, hints), store) in per.iter().zip(&stores) {
-            store.view().prefetch(ranges, hints)?;
+        for (k, ranges, hints) in &per {
+            self.store(*k)?.view().prefetch(ranges, hints)?;
         }
         Ok(())
     }

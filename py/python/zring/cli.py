@@ -15,12 +15,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import _schema
-from ._zring import Store, ZringError
+from ._zring import Parts, Store, ZringError
 from ._convert import KINDS, convert
 from ._zrecord import WRITE_CHUNK_BYTES
 
@@ -62,8 +62,15 @@ def _describe_schema(text: str | None) -> tuple[str, str, str]:
     return "dataset", str(dtype), str(tuple(schema.get("shape", [])))
 
 
+def _open(path: str) -> Any:
+    """A read-only handle on the store, or on the dataset of parts, at ``path``."""
+    if (Path(path) / "manifest.json").is_file():
+        return Parts(path)
+    return Store(path, "r")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    with Store(args.path, "r") as store:
+    with _open(args.path) as store:
         stats = store.stats()
         reads = store.read_stats()
         kind, dtype, shape = _describe_schema(store.schema())
@@ -72,6 +79,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     logical = stats.get("logical_bytes", stats.get("live_bytes", 0))
     print(f"path          {args.path}")
     print(f"kind          {kind}")
+    if "parts" in stats:
+        print(f"parts         {stats['parts']} (manifest generation {stats['generation']})")
     print(f"records       {stats.get('records', 0)}")
     print(f"codec         {codec}")
     print(f"dtype         {dtype}")
@@ -96,7 +105,16 @@ def _print_reads(r: dict) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with Store(args.path, "r") as store:
+    parts = (Path(args.path) / "manifest.json").is_file()
+    try:
+        handle = _open(args.path)
+    except ZringError as exc:
+        if not parts:
+            raise
+        # Opening a dataset of parts checks each part against its manifest.
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    with handle as store:
         try:
             report = store.verify()
         except ZringError as exc:

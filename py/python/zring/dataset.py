@@ -17,7 +17,10 @@ from typing import Any
 import numpy as np
 
 from . import _schema, _util
-from ._zring import Store
+from ._zring import Parts, Store
+
+#: The manifest that makes a folder a dataset of parts (:mod:`zring.parts`).
+_PARTS_MANIFEST = "manifest.json"
 
 
 def _open(path: str | os.PathLike[str], ragged: bool,
@@ -25,7 +28,11 @@ def _open(path: str | os.PathLike[str], ragged: bool,
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
-    store = Store(str(p), "r", cache_bytes=_util.cache_bytes(cache_bytes))
+    if (p / _PARTS_MANIFEST).is_file():
+        # A dataset of parts: one read-only handle over every part.
+        store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes))
+    else:
+        store = Store(str(p), "r", cache_bytes=_util.cache_bytes(cache_bytes))
     try:
         text = store.schema()
         where = str(p / _schema.SCHEMA)
