@@ -59,10 +59,10 @@
 //! any part does, and a dataset grown by an append commit
 //! [extends](Parts::extends) the one before.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -70,7 +70,7 @@ use serde_json::Value;
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::format::crc::crc32c_append;
 use crate::format::fingerprint::Fingerprint;
-use crate::store::Store;
+use crate::store::{Store, View};
 
 /// The manifest's file name, at the dataset's root.
 pub const MANIFEST_FILE: &str = "manifest.json";
@@ -297,10 +297,19 @@ pub fn open_capacity() -> usize {
     (crate::io::fds::nofile_limit() / 16).clamp(4, 1 << 20) as usize
 }
 
-/// The stores open now, by part, each with its last use.
+/// An open part: its store, and the one snapshot of it every read uses
+/// (a committed part does not change).
+pub struct OpenPart {
+    /// The part's store, open read-only.
+    pub store: Arc<Store>,
+    /// A view of it, taken when it was opened.
+    pub view: View,
+}
+
+/// The parts open now: a slot per part, and how many are filled.
 struct Open {
-    map: HashMap<usize, (Arc<Store>, u64)>,
-    clock: u64,
+    slots: Vec<Option<Arc<OpenPart>>>,
+    count: usize,
 }
 
 /// An open dataset of parts (module docs).
@@ -310,7 +319,10 @@ pub struct Parts {
     /// `ends[k]`: records in parts `0..=k`.
     ends: Vec<u64>,
     fingerprints: Vec<Fingerprint>,
-    open: Mutex<Open>,
+    open: RwLock<Open>,
+    /// Each part's last use, by [`Parts::clock`].
+    stamps: Vec<AtomicU64>,
+    clock: AtomicU64,
     capacity: usize,
 }
 
@@ -345,27 +357,37 @@ impl Parts {
             fingerprints.push(p.fingerprint()?);
         }
         let capacity = capacity.max(1);
+        let n = manifest.parts.len();
         let parts = Parts {
             root,
             manifest,
             ends,
             fingerprints,
-            open: Mutex::new(Open { map: HashMap::new(), clock: 0 }),
+            open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
+            stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            clock: AtomicU64::new(0),
             capacity,
         };
-        let mut open = parts.lock();
-        for (k, p) in parts.manifest.parts.iter().enumerate() {
-            let store = check_part(&parts.root, k, p, Some(&parts.manifest.schema))?;
-            if open.map.len() < capacity {
-                open.map.insert(k, (Arc::new(store), 0));
+        {
+            let mut open = parts.write();
+            for (k, p) in parts.manifest.parts.iter().enumerate() {
+                let store = Arc::new(check_part(&parts.root, k, p, Some(&parts.manifest.schema))?);
+                if open.count < capacity {
+                    let view = store.view();
+                    open.slots[k] = Some(Arc::new(OpenPart { store, view }));
+                    open.count += 1;
+                }
             }
         }
-        drop(open);
         Ok(parts)
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Open> {
+        self.open.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Open> {
+        self.open.write().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The dataset's directory.
@@ -422,54 +444,49 @@ impl Parts {
         Ok((k, index - self.start(k)))
     }
 
-    /// The store of part `k`, opened (and checked) if it is not open now.
-    pub fn store(&self, k: usize) -> Result<Arc<Store>> {
-        Ok(self.stores(&[k])?.pop().expect("one store asked for"))
+    /// Part `k`, opened (and checked against its entry) if it is not open
+    /// now, the part used longest ago closing to make room. A hit takes the
+    /// open set's lock shared.
+    pub fn part(&self, k: usize) -> Result<Arc<OpenPart>> {
+        if k >= self.part_count() {
+            return Err(Error::InvalidArgument(format!("part {k} of a dataset of {} parts", self.part_count())));
+        }
+        let now = self.clock.fetch_add(1, Relaxed) + 1;
+        if let Some(p) = &self.read().slots[k] {
+            self.stamps[k].store(now, Relaxed);
+            return Ok(Arc::clone(p));
+        }
+        // Checked whole at open; a part opened again is checked for its records.
+        let store = Arc::new(check_part(&self.root, k, &self.manifest.parts[k], None)?);
+        let view = store.view();
+        let part = Arc::new(OpenPart { store, view });
+        let mut open = self.write();
+        if let Some(p) = &open.slots[k] {
+            // Another thread opened it meanwhile: use that one.
+            return Ok(Arc::clone(p));
+        }
+        while open.count >= self.capacity {
+            let oldest = (0..open.slots.len())
+                .filter(|&j| open.slots[j].is_some())
+                .min_by_key(|&j| self.stamps[j].load(Relaxed))
+                .expect("a full open set");
+            open.slots[oldest] = None;
+            open.count -= 1;
+        }
+        open.slots[k] = Some(Arc::clone(&part));
+        open.count += 1;
+        self.stamps[k].store(now, Relaxed);
+        Ok(part)
     }
 
-    /// The stores of `parts` (distinct part numbers), one lock for the
-    /// ones open and an open each for the others.
-    pub fn stores(&self, parts: &[usize]) -> Result<Vec<Arc<Store>>> {
-        let mut out: Vec<Option<Arc<Store>>> = Vec::with_capacity(parts.len());
-        {
-            let mut open = self.lock();
-            for &k in parts {
-                open.clock += 1;
-                let now = open.clock;
-                out.push(open.map.get_mut(&k).map(|e| {
-                    e.1 = now;
-                    Arc::clone(&e.0)
-                }));
-            }
-        }
-        for (slot, &k) in out.iter_mut().zip(parts) {
-            if slot.is_some() {
-                continue;
-            }
-            // Checked whole at open; a part opened again is checked for its records.
-            let store = Arc::new(check_part(&self.root, k, &self.manifest.parts[k], None)?);
-            let mut open = self.lock();
-            open.clock += 1;
-            let now = open.clock;
-            if let Some(e) = open.map.get_mut(&k) {
-                // Another thread opened it meanwhile: use that one.
-                e.1 = now;
-                *slot = Some(Arc::clone(&e.0));
-                continue;
-            }
-            while open.map.len() >= self.capacity {
-                let oldest = open.map.iter().min_by_key(|(_, e)| e.1).map(|(&k, _)| k).expect("a full map");
-                open.map.remove(&oldest);
-            }
-            open.map.insert(k, (Arc::clone(&store), now));
-            *slot = Some(store);
-        }
-        Ok(out.into_iter().map(|s| s.expect("every store found or opened")).collect())
+    /// The store of part `k` ([`Parts::part`]).
+    pub fn store(&self, k: usize) -> Result<Arc<Store>> {
+        Ok(Arc::clone(&self.part(k)?.store))
     }
 
     /// Stores open now (at most the capacity).
     pub fn open_stores(&self) -> Vec<Arc<Store>> {
-        self.lock().map.values().map(|e| Arc::clone(&e.0)).collect()
+        self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
     }
 
     /// The fingerprint of parts `0..n`: their records, and a CRC-32C over

@@ -4,6 +4,7 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use zring_engine::parts::OpenPart;
 use zring_engine::{self as engine, Codec, Fingerprint, Parts, Store};
 
 use crate::source::{Layout, Request, Slots, Source, SourceError, Span};
@@ -91,11 +92,11 @@ impl PartsSource {
         Ok(Split { order, groups, local })
     }
 
-    /// The store of part `k`. Taken for one part's call at a time and
-    /// dropped after it: a call over hundreds of parts holds no more
-    /// descriptors than one part's, whatever the dataset's open set keeps.
-    fn store(&self, k: usize) -> Result<Arc<Store>, SourceError> {
-        Ok(self.parts.store(k)?)
+    /// Part `k`. Taken for one part's call at a time and dropped after
+    /// it: a call over hundreds of parts holds no more descriptors than one
+    /// part's, whatever the dataset's open set keeps.
+    fn part(&self, k: usize) -> Result<Arc<OpenPart>, SourceError> {
+        Ok(self.parts.part(k)?)
     }
 
     /// The start of each record's slot in `dst`, checked as far as the
@@ -146,7 +147,7 @@ impl Source for PartsSource {
         let next = next_uses(req.next);
         let (mut idx, mut at, mut hints) = (Vec::new(), Vec::new(), Vec::new());
         for (k, range) in &split.groups {
-            let store = self.store(*k)?;
+            let part = self.part(*k)?;
             idx.clear();
             at.clear();
             hints.clear();
@@ -162,7 +163,7 @@ impl Source for PartsSource {
                 Layout::Ragged => engine::Slots::Ragged(&at),
             };
             let g = engine::Gather { indices: &idx, slots, next: &hints, fan_out: req.fan_out };
-            store.view().gather(&g, dst)?;
+            part.view.gather(&g, dst)?;
         }
         Ok(())
     }
@@ -174,11 +175,11 @@ impl Source for PartsSource {
         let split = self.split(indices)?;
         let (mut idx, mut lens) = (Vec::new(), Vec::new());
         for (k, range) in &split.groups {
-            let store = self.store(*k)?;
+            let part = self.part(*k)?;
             idx.clear();
             idx.extend(split.order[range.clone()].iter().map(|&p| split.local[p]));
             lens.resize(idx.len(), 0);
-            store.lengths(&idx, &mut lens)?;
+            part.view.lengths(&idx, &mut lens)?;
             for (&p, &l) in split.order[range.clone()].iter().zip(&lens) {
                 out[p] = l;
             }
@@ -207,10 +208,10 @@ impl Source for PartsSource {
         let split = self.split(&indices)?;
         let mut local = Vec::new();
         for (k, range) in &split.groups {
-            let store = self.store(*k)?;
+            let part = self.part(*k)?;
             local.clear();
             local.extend(split.order[range.clone()].iter().map(|&p| Span { index: split.local[p], ..spans[p] }));
-            store.view().read_spans(&engine::Spans::new(&local).fan_out(fan_out), dst)?;
+            part.view.read_spans(&engine::Spans::new(&local).fan_out(fan_out), dst)?;
         }
         Ok(())
     }
@@ -219,12 +220,12 @@ impl Source for PartsSource {
         let split = self.split(indices)?;
         let (mut idx, mut codecs) = (Vec::new(), Vec::new());
         for (k, range) in &split.groups {
-            let store = self.store(*k)?;
+            let part = self.part(*k)?;
             idx.clear();
             idx.extend(split.order[range.clone()].iter().map(|&p| split.local[p]));
             codecs.clear();
             codecs.resize(idx.len(), Codec::Raw);
-            store.view().codecs(&idx, &mut codecs)?;
+            part.view.codecs(&idx, &mut codecs)?;
             for (&p, &c) in split.order[range.clone()].iter().zip(&codecs) {
                 out[p] = c == Codec::Raw;
             }
@@ -261,7 +262,7 @@ impl Source for PartsSource {
             }
         }
         for (k, ranges, hints) in &per {
-            self.store(*k)?.view().prefetch(ranges, hints)?;
+            self.part(*k)?.view.prefetch(ranges, hints)?;
         }
         Ok(())
     }
