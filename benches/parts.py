@@ -1,7 +1,8 @@
 """A dataset of many parts against one store of the same records, in one run.
 
 Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
-``--records`` records of 16 bytes (two int64: ``i`` and ``3 * i``) with
+``--records`` records of ``--record-bytes`` (int64s: ``i``, ``3 * i``, then
+``i`` again; 16 bytes by default) with
 :mod:`zring.parts`, and one store of the same records with
 ``write_dataset``. Then reports:
 
@@ -19,6 +20,7 @@ Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
   had open.
 
     python benches/parts.py --dir DIR                     # 1,000 parts, 1 M records
+    python benches/parts.py --dir DIR --records 100000 --record-bytes 4096
     python benches/parts.py --dir DIR --parts 100 --records 100000 --secs 0.5
 """
 
@@ -41,21 +43,26 @@ import zring
 from zring import parts
 
 
-def records(lo: int, hi: int) -> np.ndarray:
+def records(lo: int, hi: int, width: int = 2) -> np.ndarray:
+    """Records lo..hi of ``width`` int64: ``i``, ``3 * i``, then ``i`` again."""
     i = np.arange(lo, hi, dtype=np.int64)
-    return np.stack([i, 3 * i], axis=1)
+    out = np.repeat(i[:, None], width, axis=1)
+    out[:, 1] = 3 * i
+    return out
 
 
-def build(root: Path, n_parts: int, n: int) -> tuple[Path, Path]:
-    ds, single = root / f"parts-{n_parts}-{n}", root / f"single-{n}"
+def build(root: Path, n_parts: int, n: int, width: int) -> tuple[Path, Path]:
+    tag = f"{n}" if width == 2 else f"{n}x{width * 8}"
+    ds, single = root / f"parts-{n_parts}-{tag}", root / f"single-{tag}"
     if not (ds / "manifest.json").is_file():
         t = time.perf_counter()
         bounds = np.linspace(0, n, n_parts + 1).astype(np.int64)
-        infos = [parts.write_part(ds, records(int(a), int(b)), codec="raw") for a, b in zip(bounds, bounds[1:])]
+        infos = [parts.write_part(ds, records(int(a), int(b), width), codec="raw")
+                 for a, b in zip(bounds, bounds[1:])]
         parts.commit(ds, infos, mode="overwrite")
         print(f"wrote {n_parts} parts in {time.perf_counter() - t:.1f} s", flush=True)
     if not single.is_dir():
-        zring.write_dataset(single, records(0, n), codec="raw", progress=False)
+        zring.write_dataset(single, records(0, n, width), codec="raw", progress=False)
     return ds, single
 
 
@@ -139,6 +146,7 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None, help="where the data is built (kept for reruns)")
     ap.add_argument("--parts", type=int, default=1000)
     ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--record-bytes", type=int, default=16, help="a multiple of 8, at least 16")
     ap.add_argument("--batch", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--secs", type=float, default=1.0)
@@ -146,7 +154,8 @@ def main() -> None:
     a = ap.parse_args()
     root = a.dir or Path(tempfile.mkdtemp(prefix="zring-parts-"))
     root.mkdir(parents=True, exist_ok=True)
-    ds_path, single_path = build(root, a.parts, a.records)
+    width = max(2, a.record_bytes // 8)
+    ds_path, single_path = build(root, a.parts, a.records, width)
 
     print(f"open, dataset of {a.parts} parts: {open_secs(ds_path, a.opens) * 1e3:.0f} ms "
           f"(median of {a.opens} processes)")
@@ -181,7 +190,7 @@ def main() -> None:
     opened, most = out.stdout.split()
     print(f"ulimit -n 256: open {float(opened) * 1e3:.0f} ms, 50 gathers and 50 loader batches checked, "
           f"at most {most} descriptors open")
-    print(json.dumps({"parts": a.parts, "records": a.records, "batch": a.batch}))
+    print(json.dumps({"parts": a.parts, "records": a.records, "record_bytes": width * 8, "batch": a.batch}))
 
 
 if __name__ == "__main__":

@@ -291,6 +291,25 @@ fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> R
     Ok(store)
 }
 
+/// The rank that reads each part when `ranks` ranks each read only their
+/// own parts: each part in manifest order goes to the rank with the fewest
+/// records so far (the lowest such rank on a tie). Deterministic, within
+/// one part's records of balanced, and prefix-stable: parts appended later
+/// never move an earlier part, so each rank's parts after an append commit
+/// are its parts before plus some new ones, and a state saved over a rank's
+/// parts resumes over them grown.
+pub fn assign_ranks(records: &[u64], ranks: u32) -> Vec<u32> {
+    let mut load = vec![0u64; ranks.max(1) as usize];
+    records
+        .iter()
+        .map(|&r| {
+            let k = (0..load.len()).min_by_key(|&k| (load[k], k)).expect("at least one rank");
+            load[k] += r;
+            k as u32
+        })
+        .collect()
+}
+
 /// Stores a dataset keeps open at most: an eighth of the soft
 /// `RLIMIT_NOFILE` in descriptors, two per store, at least 4.
 pub fn open_capacity() -> usize {
@@ -316,6 +335,9 @@ struct Open {
 pub struct Parts {
     root: PathBuf,
     manifest: Manifest,
+    /// Each part's number in the manifest on disk (all of them, or a
+    /// rank's: [`Parts::open_rank`]).
+    numbers: Vec<usize>,
     /// `ends[k]`: records in parts `0..=k`.
     ends: Vec<u64>,
     fingerprints: Vec<Fingerprint>,
@@ -344,8 +366,29 @@ impl Parts {
 
     /// [`Parts::open`] keeping at most `capacity` stores open (at least 1).
     pub fn open_with_capacity(dir: impl AsRef<Path>, capacity: usize) -> Result<Parts> {
+        Parts::open_selected(dir, capacity, None)
+    }
+
+    /// Opens only the parts of rank `rank` of `ranks` ([`assign_ranks`]):
+    /// the dataset they make, in manifest order; the other parts need not
+    /// be on this host. `manifest()` then lists those parts only.
+    pub fn open_rank(dir: impl AsRef<Path>, rank: u32, ranks: u32) -> Result<Parts> {
+        if ranks == 0 || rank >= ranks {
+            return Err(Error::InvalidArgument(format!("rank {rank} of {ranks}: need 0 <= rank < ranks")));
+        }
+        Parts::open_selected(dir, open_capacity(), Some((rank, ranks)))
+    }
+
+    fn open_selected(dir: impl AsRef<Path>, capacity: usize, rank: Option<(u32, u32)>) -> Result<Parts> {
         let root = dir.as_ref().to_path_buf();
-        let manifest = read_manifest(&root)?;
+        let mut manifest = read_manifest(&root)?;
+        let mut numbers: Vec<usize> = (0..manifest.parts.len()).collect();
+        if let Some((rank, ranks)) = rank {
+            let records: Vec<u64> = manifest.parts.iter().map(|p| p.records).collect();
+            let owner = assign_ranks(&records, ranks);
+            numbers.retain(|&k| owner[k] == rank);
+            manifest.parts = numbers.iter().map(|&k| manifest.parts[k].clone()).collect();
+        }
         let mut ends = Vec::with_capacity(manifest.parts.len());
         let mut fingerprints = Vec::with_capacity(manifest.parts.len());
         let mut total = 0u64;
@@ -361,6 +404,7 @@ impl Parts {
         let parts = Parts {
             root,
             manifest,
+            numbers,
             ends,
             fingerprints,
             open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
@@ -371,7 +415,7 @@ impl Parts {
         {
             let mut open = parts.write();
             for (k, p) in parts.manifest.parts.iter().enumerate() {
-                let store = Arc::new(check_part(&parts.root, k, p, Some(&parts.manifest.schema))?);
+                let store = Arc::new(check_part(&parts.root, parts.numbers[k], p, Some(&parts.manifest.schema))?);
                 if open.count < capacity {
                     let view = store.view();
                     open.slots[k] = Some(Arc::new(OpenPart { store, view }));
@@ -395,7 +439,14 @@ impl Parts {
         &self.root
     }
 
-    /// The manifest read at open.
+    /// Part `k`'s number in the manifest on disk (`k` itself unless the
+    /// dataset was opened for a rank).
+    pub fn number(&self, k: usize) -> usize {
+        self.numbers[k]
+    }
+
+    /// The manifest read at open (only the rank's parts, for
+    /// [`Parts::open_rank`]).
     pub fn manifest(&self) -> &Manifest {
         &self.manifest
     }
@@ -457,7 +508,7 @@ impl Parts {
             return Ok(Arc::clone(p));
         }
         // Checked whole at open; a part opened again is checked for its records.
-        let store = Arc::new(check_part(&self.root, k, &self.manifest.parts[k], None)?);
+        let store = Arc::new(check_part(&self.root, self.numbers[k], &self.manifest.parts[k], None)?);
         let view = store.view();
         let part = Arc::new(OpenPart { store, view });
         let mut open = self.write();
@@ -566,6 +617,32 @@ mod tests {
         // An overwrite that drops a part is not a continuation.
         commit_manifest(root, Value::Null, vec![b.clone(), c.clone()], true).unwrap();
         assert!(!Parts::open(root).unwrap().extends(before));
+    }
+
+    #[test]
+    fn ranks_get_balanced_prefix_stable_parts_and_need_only_theirs() {
+        assert_eq!(assign_ranks(&[10, 3, 3, 3, 3, 1], 2), vec![0, 1, 1, 1, 1, 0]);
+        let before = assign_ranks(&[5, 9, 2, 7], 3);
+        assert_eq!(assign_ranks(&[5, 9, 2, 7, 4, 4, 8], 3)[..4], before[..]);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let entries: Vec<PartEntry> =
+            (0..5u32).map(|k| part(root, &format!("p{k}"), k * 10..k * 10 + 10 - k)).collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        // Records 10, 9, 8, 7, 6: loads 10/0, 10/9, 10/17, 17/17, then the tie goes to rank 0.
+        let owner = assign_ranks(&[10, 9, 8, 7, 6], 2);
+        assert_eq!(owner, vec![0, 1, 1, 0, 0]);
+        // Rank 1 reads with rank 0's parts gone.
+        for k in [0, 3, 4] {
+            std::fs::remove_dir_all(root.join(format!("p{k}"))).unwrap();
+        }
+        let r1 = Parts::open_rank(root, 1, 2).unwrap();
+        assert_eq!((r1.part_count(), r1.len(), r1.number(1)), (2, 17, 2));
+        assert!(r1.store(1).unwrap().path().ends_with("p2"));
+        let err = Parts::open_rank(root, 0, 2).unwrap_err();
+        assert!(matches!(&err, Error::NotAStore { path, .. } if path.ends_with("p0")), "{err}");
+        assert!(err.to_string().contains("part 0 "), "{err}");
+        assert!(Parts::open_rank(root, 2, 2).is_err());
     }
 
     #[test]

@@ -109,11 +109,30 @@ impl PyParts {
     /// NotAStoreError, a part whose records or schema differ from the
     /// manifest's a CorruptError, each naming the part. `cache_bytes` is
     /// stated for the process until `close()` (`set_cache_bytes`).
+    ///
+    /// With `rank_parts=(rank, ranks)`, only the parts rank `rank` of
+    /// `ranks` reads (`rank_plan`) are opened and make the dataset; the
+    /// others need not be on this host.
     #[new]
-    #[pyo3(signature = (path, *, cache_bytes = None))]
-    fn new(py: Python<'_>, path: std::path::PathBuf, cache_bytes: Option<u64>) -> PyResult<Self> {
+    #[pyo3(signature = (path, *, cache_bytes = None, rank_parts = None))]
+    fn new(
+        py: Python<'_>,
+        path: std::path::PathBuf,
+        cache_bytes: Option<u64>,
+        rank_parts: Option<(u32, u32)>,
+    ) -> PyResult<Self> {
+        if let Some((rank, ranks)) = rank_parts {
+            if ranks == 0 || rank >= ranks {
+                return Err(PyValueError::new_err(format!("rank_parts=({rank}, {ranks}): need 0 <= rank < ranks")));
+            }
+        }
         let budget = cache_bytes.map(zring_engine::state_cache_bytes);
-        let parts = py.detach(|| Parts::open(&path)).map_err(error::engine)?;
+        let parts = py
+            .detach(|| match rank_parts {
+                None => Parts::open(&path),
+                Some((rank, ranks)) => Parts::open_rank(&path, rank, ranks),
+            })
+            .map_err(error::engine)?;
         Ok(PyParts {
             inner: Mutex::new(Some(Arc::new(parts))),
             path: path.display().to_string(),
@@ -145,9 +164,10 @@ impl PyParts {
         Ok(self.parts()?.manifest().generation)
     }
 
-    /// The committed parts, in order: a list of dicts `dir` (relative to
-    /// the dataset), `records`, `content` (8 hex digits), `start` (the
-    /// dataset index of its first record).
+    /// The committed parts read, in order: a list of dicts `dir` (relative
+    /// to the dataset), `records`, `content` (8 hex digits), `start` (the
+    /// dataset index of its first record), `number` (its place in the
+    /// manifest).
     fn parts_list<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let parts = self.parts()?;
         let list = pyo3::types::PyList::empty(py);
@@ -157,6 +177,7 @@ impl PyParts {
             d.set_item("records", p.records)?;
             d.set_item("content", &p.content)?;
             d.set_item("start", parts.start(k))?;
+            d.set_item("number", parts.number(k))?;
             list.append(d)?;
         }
         Ok(list.into_any())
@@ -354,4 +375,19 @@ pub fn commit_parts(
         Ok(commit_manifest(&path, schema, entries, replace)?.generation)
     })
     .map_err(error::engine)
+}
+
+/// Which rank reads each committed part of the dataset at `path` when
+/// `ranks` ranks each read only their own (`zring_engine::parts::assign_ranks`):
+/// a list of `(dir, records, rank)` in manifest order. Reads the manifest
+/// only.
+#[pyfunction]
+pub fn rank_plan(py: Python<'_>, path: std::path::PathBuf, ranks: u32) -> PyResult<Vec<(String, u64, u32)>> {
+    if ranks == 0 {
+        return Err(PyValueError::new_err("ranks must be at least 1"));
+    }
+    let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
+    let records: Vec<u64> = m.parts.iter().map(|p| p.records).collect();
+    let owner = zring_engine::parts::assign_ranks(&records, ranks);
+    Ok(m.parts.into_iter().zip(owner).map(|(p, r)| (p.dir, p.records, r)).collect())
 }

@@ -252,3 +252,50 @@ def test_hundreds_of_parts_under_ulimit_64(tmp_path):
     out = subprocess.run([sys.executable, "-c", CHILD, root, str(k * PER)],
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_four_ranks_each_reading_only_its_parts_cover_every_record_once(tmp_path, capsys):
+    root = str(tmp_path / "ranked")
+    sizes = [37, 5, 60, 12, 33, 8, 41, 20, 3, 50, 27, 14]
+    infos, start = [], 0
+    for n in sizes:
+        ids = np.arange(start, start + n, dtype=np.int64)
+        infos.append(parts.write_part(root, np.stack([ids, -ids], axis=1)))
+        start += n
+    parts.commit(root, infos)
+    total = start
+    plan = parts.rank_plan(root, 4)
+    assert sorted(d for dirs in plan for d in dirs) == sorted(p["dir"] for p in parts.list_parts(root))
+    loads = [sum(p["records"] for p in parts.list_parts(root) if p["dir"] in dirs) for dirs in plan]
+    assert max(loads) - min(loads) <= max(sizes), loads
+    assert cli.main(["parts", root, "--ranks", "4"]) == 0
+    printed = [line.split("\t") for line in capsys.readouterr().out.splitlines()]
+    assert sorted((int(r), d) for r, d in printed) == sorted((r, d) for r, dirs in enumerate(plan) for d in dirs)
+
+    seen = []
+    for rank in range(4):
+        # The rank's host holds only its own parts.
+        host = tmp_path / f"host{rank}"
+        shutil.copytree(root, host)
+        for r, dirs in enumerate(plan):
+            if r != rank:
+                for d in dirs:
+                    shutil.rmtree(host / d)
+        with pytest.raises(zring.NotAStoreError):
+            zring.Dataset(host)  # the whole dataset is not on this host
+        ds = zring.Dataset(host, rank_parts=(rank, 4))
+        assert len(ds) == loads[rank]
+        with zring.DataLoader({"x": ds}, batch_size=8, mode=2, seed=rank) as dl:
+            for _ in range(3):
+                b = next(dl)
+                assert np.array_equal(b["x"][:, 1], -b["x"][:, 0])
+            state = dl.state()
+            after = [next(dl)["x"][:, 0].tolist() for _ in range(2)]
+        with zring.DataLoader({"x": ds}, state=state) as dl:
+            assert [next(dl)["x"][:, 0].tolist() for _ in range(2)] == after, "resume is exact"
+        # One cycle of the rank's loader: a batch of all its records.
+        with zring.DataLoader({"x": ds}, batch_size=len(ds), mode=2, seed=rank) as dl:
+            seen.extend(next(dl)["x"][:, 0].tolist())
+    assert sorted(seen) == list(range(total)), "the ranks' cycles cover every record exactly once"
+    with pytest.raises(ValueError, match="rank_parts"):
+        zring.Dataset(root, rank_parts=(4, 4))

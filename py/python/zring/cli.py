@@ -2,6 +2,7 @@
 
     zring info PATH
     zring verify PATH
+    zring parts PATH [--ranks N]
     zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
@@ -124,6 +125,16 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_parts(args: argparse.Namespace) -> int:
+    from .parts import rank_plan
+
+    plan = rank_plan(args.path, args.ranks)
+    for rank, dirs in enumerate(plan):
+        for d in dirs:
+            print(f"{rank}\t{d}" if args.ranks > 1 else d)
+    return 0
+
+
 def _fill(text: str) -> int | float:
     try:
         return int(text)
@@ -221,6 +232,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="read and checksum every record")
     s.add_argument("path")
     s.set_defaults(func=cmd_verify)
+    s = sub.add_parser("parts", help="a dataset of parts' committed part directories, and with --ranks N the rank "
+                                     "that reads each (rank, tab, directory): what to stage on each host")
+    s.add_argument("path")
+    s.add_argument("--ranks", type=int, default=1)
+    s.set_defaults(func=cmd_parts)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
                                        "WebDataset tar shards (one store per extension), or a Megatron-LM .bin/.idx "

@@ -50,7 +50,7 @@ import numpy as np
 from . import _zring
 from ._zrecord import write_dataset, write_ragged
 
-__all__ = ["PartInfo", "commit", "list_parts", "write_part"]
+__all__ = ["PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
 
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
@@ -127,14 +127,35 @@ def _fsync_dir(path: Path) -> None:
 
 def list_parts(dataset: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The committed parts of the dataset at ``dataset``, in order: dicts of
-    ``dir`` (relative to the dataset), ``records``, ``content`` and
-    ``start`` (the dataset index of the part's first record); ``[]`` for a
-    folder with no manifest yet. Opens (and checks) every part."""
+    ``dir`` (relative to the dataset), ``records``, ``content``, ``start``
+    (the dataset index of the part's first record) and ``number`` (its place
+    in the manifest); ``[]`` for a folder with no manifest yet. Opens (and
+    checks) every part."""
     root = Path(dataset)
     if not (root / MANIFEST).is_file():
         return []
     with contextlib.closing(_zring.Parts(str(root))) as p:
         return list(p.parts_list())
+
+
+def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
+    """The part directories (relative to the dataset) each of ``ranks`` ranks
+    reads when each opens only its own parts (``Dataset(path,
+    rank_parts=(rank, ranks))``): ``plan[rank]``, in manifest order. Reads
+    the manifest only, so it runs where the parts are not.
+
+    Each part, in manifest order, goes to the rank with the fewest records so
+    far (the lowest on a tie): deterministic, balanced within one part's
+    records, and stable under appends (a part never moves to another rank
+    when parts are appended after it, so a rank's saved loader state resumes
+    over its grown parts). A run with another rank count is another split of
+    the parts: a state saved with ``ranks`` ranks does not resume with
+    another count (the loader refuses it: its stream changed).
+    """
+    plan: list[list[str]] = [[] for _ in range(int(ranks))]
+    for d, _records, rank in _zring.rank_plan(str(dataset), int(ranks)):
+        plan[rank].append(d)
+    return plan
 
 
 def _listed(root: Path) -> list[tuple[str, int, str]]:
