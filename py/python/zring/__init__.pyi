@@ -154,7 +154,9 @@ class Dataset:
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
+    def __init__(
+        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
+    ) -> None: ...
     @property
     def record_bytes(self) -> int:
         """Bytes in one sample."""
@@ -185,7 +187,9 @@ class RaggedDataset:
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
+    def __init__(
+        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
+    ) -> None: ...
     @property
     def row_bytes(self) -> int:
         """Bytes in one row."""

@@ -235,7 +235,13 @@ class Parts:
     """A dataset of parts (a folder with a manifest.json) read as one store:
     the read methods of Store. Opening checks every part against the manifest."""
 
-    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: Optional[int] = None) -> None: ...
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        cache_bytes: Optional[int] = None,
+        rank_parts: Optional[tuple[int, int]] = None,
+    ) -> None: ...
     @property
     def path(self) -> str: ...
     @property
@@ -246,7 +252,7 @@ class Parts:
     def generation(self) -> int:
         """The manifest's generation (commits so far)."""
     def parts_list(self) -> list[dict[str, Any]]:
-        """The committed parts: dir, records, content, start."""
+        """The parts read: dir, records, content, start, number."""
     def __len__(self) -> int: ...
     def lengths(self, idx: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]: ...
     def gather(self, idx: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], stride: int) -> None: ...
@@ -262,6 +268,9 @@ class Parts:
 
 def part_fingerprint(path: str | os.PathLike[str]) -> tuple[int, str, Optional[str]]:
     """(records, content as 8 hex digits, schema as the manifest keeps it) of the store at path."""
+
+def rank_plan(path: str | os.PathLike[str], ranks: int) -> list[tuple[str, int, int]]:
+    """(dir, records, rank) of every committed part, from the manifest alone."""
 
 def commit_parts(path: str | os.PathLike[str], parts: Sequence[tuple[str, int, str]], replace: bool) -> int:
     """Replace the manifest at path with parts ((dir, records, content)) in one rename; the new generation."""

@@ -65,7 +65,7 @@ class PartInfo:
     Plain data (picklable), so a worker process can return it to the driver.
     """
 
-    #: The part's id: its directory name under ``staging/`` (and ``parts/``).
+    #: The part's id, its directory name under ``staging/`` (and ``parts/``).
     name: str
     #: Records in the part.
     records: int
