@@ -299,3 +299,20 @@ def test_four_ranks_each_reading_only_its_parts_cover_every_record_once(tmp_path
     assert sorted(seen) == list(range(total)), "the ranks' cycles cover every record exactly once"
     with pytest.raises(ValueError, match="rank_parts"):
         zring.Dataset(root, rank_parts=(4, 4))
+
+
+def test_global_loader_reads_a_dataset_of_parts_as_one_store(tmp_path):
+    jax = pytest.importorskip("jax")
+    import zring.jax as zjax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    root = _fixed(tmp_path, n=4)
+    single = str(tmp_path / "single")
+    zring.write_dataset(single, np.concatenate([_rows(k) for k in range(4)]))
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), P("data"))
+    got = {}
+    for name, path in (("parts", root), ("single", single)):
+        with zjax.global_loader({"x": zring.Dataset(path)}, 16, sharding, mode=2, seed=3, num_workers=1) as g:
+            got[name] = [np.asarray(next(g)["x"]) for _ in range(4)]
+    for a, b in zip(got["parts"], got["single"]):
+        np.testing.assert_array_equal(a, b)
