@@ -535,6 +535,19 @@ impl Parts {
         Ok(Arc::clone(&self.part(k)?.store))
     }
 
+    /// An open part, any (the first open slot), or part 0 opened when none
+    /// is: what stands for all parts in what a store says of its reads
+    /// (read policy, hints), without opening a part for the question.
+    pub fn any_part(&self) -> Result<Option<Arc<OpenPart>>> {
+        if let Some(p) = self.read().slots.iter().flatten().next() {
+            return Ok(Some(Arc::clone(p)));
+        }
+        if self.part_count() == 0 {
+            return Ok(None);
+        }
+        self.part(0).map(Some)
+    }
+
     /// Stores open now (at most the capacity).
     pub fn open_stores(&self) -> Vec<Arc<Store>> {
         self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()

@@ -125,10 +125,10 @@ impl PartsSource {
         }
     }
 
-    /// The store of the first part, which stands for all in what a store
-    /// says of its reads (policy, shape).
+    /// The store of an open part, which stands for all in what a store
+    /// says of its reads (policy, shape); no part is opened to ask.
     fn first(&self) -> Option<Arc<Store>> {
-        (self.parts.part_count() > 0).then(|| self.parts.store(0).ok()).flatten()
+        self.parts.any_part().ok().flatten().map(|p| Arc::clone(&p.store))
     }
 }
 
