@@ -9,7 +9,7 @@
 //! # The manifest
 //!
 //! `manifest.json` at the dataset's root, with a CRC-32C member first as
-//! `schema.json` has ([`crate::format::schema`]):
+//! `schema.json` has (`format/schema.rs`):
 //!
 //! ```text
 //! {
@@ -48,7 +48,7 @@
 //!
 //! Each open store holds two descriptors (its table and its pins file), and
 //! its chunk files' descriptors live in the process's shared cache
-//! ([`crate::io::fds`]). So the parts are kept open in a bounded set, least
+//! (`io/fds.rs`). So the parts are kept open in a bounded set, least
 //! recently used out: [`open_capacity`] stores, an eighth of the soft
 //! `RLIMIT_NOFILE` in descriptors. A part evicted is opened again (and its
 //! fingerprint checked again) when next read; a gather in flight keeps the
