@@ -502,11 +502,14 @@ impl Parts {
         if k >= self.part_count() {
             return Err(Error::InvalidArgument(format!("part {k} of a dataset of {} parts", self.part_count())));
         }
-        let now = self.clock.fetch_add(1, Relaxed) + 1;
         if let Some(p) = &self.read().slots[k] {
-            self.stamps[k].store(now, Relaxed);
+            self.stamps[k].store(self.clock.load(Relaxed), Relaxed);
             return Ok(Arc::clone(p));
         }
+        // The clock ticks at each open only, so a hit writes no shared line
+        // but its own stamp: the part used longest ago is the one whose last
+        // use came before the most opens.
+        let now = self.clock.fetch_add(1, Relaxed) + 1;
         // Checked whole at open; a part opened again is checked for its records.
         let store = Arc::new(check_part(&self.root, self.numbers[k], &self.manifest.parts[k], None)?);
         let view = store.view();
@@ -528,6 +531,21 @@ impl Parts {
         open.count += 1;
         self.stamps[k].store(now, Relaxed);
         Ok(part)
+    }
+
+    /// `f` of part `k`, opened as [`Parts::part`] opens it; when the part
+    /// is open, under the open set's lock taken shared, with no reference
+    /// count touched.
+    pub fn with_part<R>(&self, k: usize, f: impl FnOnce(&OpenPart) -> R) -> Result<R> {
+        {
+            let open = self.read();
+            if let Some(p) = open.slots.get(k).and_then(Option::as_ref) {
+                self.stamps[k].store(self.clock.load(Relaxed), Relaxed);
+                return Ok(f(p));
+            }
+        }
+        let part = self.part(k)?;
+        Ok(f(&part))
     }
 
     /// The store of part `k` ([`Parts::part`]).

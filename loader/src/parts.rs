@@ -147,7 +147,6 @@ impl Source for PartsSource {
         let next = next_uses(req.next);
         let (mut idx, mut at, mut hints) = (Vec::new(), Vec::new(), Vec::new());
         for (k, range) in &split.groups {
-            let part = self.part(*k)?;
             idx.clear();
             at.clear();
             hints.clear();
@@ -163,7 +162,7 @@ impl Source for PartsSource {
                 Layout::Ragged => engine::Slots::Ragged(&at),
             };
             let g = engine::Gather { indices: &idx, slots, next: &hints, fan_out: req.fan_out };
-            part.view.gather(&g, dst)?;
+            self.parts.with_part(*k, |p| p.view.gather(&g, dst))??;
         }
         Ok(())
     }
@@ -175,11 +174,10 @@ impl Source for PartsSource {
         let split = self.split(indices)?;
         let (mut idx, mut lens) = (Vec::new(), Vec::new());
         for (k, range) in &split.groups {
-            let part = self.part(*k)?;
             idx.clear();
             idx.extend(split.order[range.clone()].iter().map(|&p| split.local[p]));
             lens.resize(idx.len(), 0);
-            part.view.lengths(&idx, &mut lens)?;
+            self.parts.with_part(*k, |p| p.view.lengths(&idx, &mut lens))??;
             for (&p, &l) in split.order[range.clone()].iter().zip(&lens) {
                 out[p] = l;
             }
