@@ -357,6 +357,62 @@ mod tests {
         assert_eq!(seen, (0..120).collect::<Vec<_>>());
     }
 
+    /// Writes parts `from..` of `sizes` (record `i` of the whole being
+    /// `record(i)`) and appends them to the dataset at `root` in one commit.
+    fn commit_more(root: &std::path::Path, sizes: &[u64], from: usize) {
+        let m = zring_engine::parts::read_manifest(root).unwrap();
+        let mut entries = m.parts.clone();
+        let mut i: u64 = m.records();
+        for (k, &n) in sizes.iter().enumerate().skip(from) {
+            let name = format!("p{k}");
+            let s = Store::builder(root.join(&name)).create().unwrap();
+            let recs: Vec<Vec<u8>> = (i..i + n).map(record).collect();
+            let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+            s.append(&refs, None).unwrap();
+            s.sync().unwrap();
+            entries.push(PartEntry::new(name, s.fingerprint().unwrap()));
+            i += n;
+        }
+        commit_manifest(root, serde_json::Value::Null, entries, false).unwrap();
+    }
+
+    #[test]
+    fn a_state_over_one_manifest_resumes_over_appended_parts() {
+        let (dir, parts) = dataset(&[30, 18, 12]);
+        let source = |p: Arc<Parts>| vec![Stream::new("x", Arc::new(PartsSource::ragged(p)) as Arc<dyn Source>)];
+        let cfg = LoaderConfig { mode: Mode::Cyclic, seed: 9, ..LoaderConfig::new(12) };
+        let mut whole = Loader::new(source(parts), cfg).unwrap();
+        let step = |l: &mut Loader| {
+            let b = l.next().unwrap();
+            for (k, &i) in b.indices.iter().enumerate() {
+                assert_eq!(b.record("x", k).unwrap(), &record(i)[..]);
+            }
+            b.indices.to_vec()
+        };
+        step(&mut whole);
+        step(&mut whole);
+        let state = whole.state();
+        let uninterrupted: Vec<Vec<u64>> = (2..5).map(|_| step(&mut whole)).collect();
+        drop(whole);
+        // Ten parts appended: 60 records become 60 + 10 * 6.
+        commit_more(dir.path(), &[30, 18, 12, 6, 6, 6, 6, 6, 6, 6, 6, 6, 6], 3);
+        let grown = Arc::new(Parts::open(dir.path()).unwrap());
+        assert_eq!(grown.len(), 120);
+        let mut resumed = Loader::new(source(grown), LoaderConfig::from_state(&state)).unwrap();
+        let before: Vec<Vec<u64>> = (2..5).map(|_| step(&mut resumed)).collect();
+        assert_eq!(before, uninterrupted, "the saved cycle ends as it would have");
+        let mut next: Vec<u64> = (0..10).flat_map(|_| step(&mut resumed)).collect();
+        next.sort_unstable();
+        assert_eq!(next, (0..120).collect::<Vec<_>>(), "the next cycle holds every record once");
+
+        // An overwrite that drops the first part: the state does not resume.
+        let m = zring_engine::parts::read_manifest(dir.path()).unwrap();
+        commit_manifest(dir.path(), serde_json::Value::Null, m.parts[1..].to_vec(), true).unwrap();
+        let dropped = Arc::new(Parts::open(dir.path()).unwrap());
+        let err = Loader::new(source(dropped), LoaderConfig::from_state(&state)).unwrap_err();
+        assert!(matches!(&err, crate::Error::StreamChanged { stream, .. } if stream == "x"), "{err:?}");
+    }
+
     #[test]
     fn mode_3_prefetches_ranges_across_part_edges() {
         let (_d, parts) = dataset(&[10, 10, 10]);
