@@ -502,6 +502,9 @@ impl Parts {
         if k >= self.part_count() {
             return Err(Error::InvalidArgument(format!("part {k} of a dataset of {} parts", self.part_count())));
         }
+        // Inside the fork gate (`fork.rs`): a child never inherits the open
+        // set's lock held by another thread.
+        let _gate = crate::fork::enter();
         if let Some(p) = &self.read().slots[k] {
             self.stamps[k].store(self.clock.load(Relaxed), Relaxed);
             return Ok(Arc::clone(p));
@@ -537,6 +540,7 @@ impl Parts {
     /// is open, under the open set's lock taken shared, with no reference
     /// count touched.
     pub fn with_part<R>(&self, k: usize, f: impl FnOnce(&OpenPart) -> R) -> Result<R> {
+        let _gate = crate::fork::enter();
         {
             let open = self.read();
             if let Some(p) = open.slots.get(k).and_then(Option::as_ref) {
@@ -557,6 +561,7 @@ impl Parts {
     /// is: what stands for all parts in what a store says of its reads
     /// (read policy, hints), without opening a part for the question.
     pub fn any_part(&self) -> Result<Option<Arc<OpenPart>>> {
+        let _gate = crate::fork::enter();
         if let Some(p) = self.read().slots.iter().flatten().next() {
             return Ok(Some(Arc::clone(p)));
         }
@@ -568,6 +573,7 @@ impl Parts {
 
     /// Stores open now (at most the capacity).
     pub fn open_stores(&self) -> Vec<Arc<Store>> {
+        let _gate = crate::fork::enter();
         self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
     }
 

@@ -156,8 +156,10 @@ def test_a_part_missing_changed_or_of_another_dtype_is_an_error_naming_it(tmp_pa
     # A damaged manifest.
     root2 = _fixed(tmp_path, n=2, name="e")
     m = os.path.join(root2, "manifest.json")
-    text = open(m).read()
-    open(m, "w").write(text.replace('"records": 37', '"records": 36', 1))
+    with open(m) as f:
+        text = f.read()
+    with open(m, "w") as f:
+        f.write(text.replace('"records": 37', '"records": 36', 1))
     with pytest.raises(zring.CorruptError, match="manifest.json"):
         zring.Dataset(root2)
 
@@ -316,3 +318,33 @@ def test_global_loader_reads_a_dataset_of_parts_as_one_store(tmp_path):
             got[name] = [np.asarray(next(g)["x"]) for _ in range(4)]
     for a, b in zip(got["parts"], got["single"]):
         np.testing.assert_array_equal(a, b)
+
+
+FORK = textwrap.dedent(
+    """
+    import os, sys
+    import numpy as np, zring
+    ds = zring.Dataset(sys.argv[1])
+    want = ds[:]
+    with zring.DataLoader({"x": ds}, batch_size=16, mode=1, num_workers=2) as dl:
+        next(dl)  # the gather threads are busy while the parent forks
+        pid = os.fork()
+        if pid == 0:
+            ok = 0
+            try:
+                idx = np.random.default_rng(0).integers(0, len(want), 100)
+                ok = int(np.array_equal(ds[idx], want[idx]))
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        next(dl)
+    print("ok" if os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0 else f"child {status}")
+    """
+)
+
+
+def test_a_forked_child_reads_a_dataset_of_parts_a_loader_was_reading(tmp_path):
+    # In a process of its own: this one may have imported jax, which warns at fork.
+    root = _fixed(tmp_path, n=5)
+    out = subprocess.run([sys.executable, "-c", FORK, root], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr[-2000:]
