@@ -90,6 +90,7 @@ mod fork;
 pub(crate) mod format;
 pub(crate) mod io;
 pub(crate) mod memory;
+pub mod parts;
 mod pool;
 pub(crate) mod read;
 pub(crate) mod snapshot;
@@ -109,6 +110,7 @@ pub use io::uring::BackendKind;
 pub use memory::cache::NextUse;
 pub use memory::owner::{set_cache_bytes, state_cache_bytes, Statement as BudgetStatement};
 pub use memory::reads::ReadStats;
+pub use parts::{Manifest, PartEntry, Parts};
 pub use read::request::{Gather, Slots, Span, Spans};
 pub use store::{
     import_loaderx, StagedStore, Store, StoreBuilder, View, DEFAULT_CHUNK_BYTES, DEFAULT_DICT_LEVEL, DEFAULT_LEVEL,

@@ -125,6 +125,7 @@ mod error;
 mod loader;
 mod lookahead;
 mod pack;
+mod parts;
 mod plan;
 mod pool;
 mod prefetch;
@@ -137,6 +138,7 @@ pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pack::{Pack, PackMode, PackSource, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};
+pub use parts::PartsSource;
 pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};

@@ -195,7 +195,7 @@ const BLOCK_BYTES: u64 = 1 << 20;
 /// bench-results/engine-notes.md), and windows of a quarter of the memory that holds them (the
 /// record cache of an O_DIRECT store, the budget of a buffered one), so the
 /// window gathered from and the one loading fit with room to spare.
-fn block_shape(store: &Store, layout: Layout) -> Blocks {
+pub(crate) fn block_shape(store: &Store, layout: Layout) -> Blocks {
     let records = store.len().max(1);
     let record_bytes = match layout {
         Layout::Fixed { record_bytes } => record_bytes as u64,
@@ -211,7 +211,7 @@ fn block_shape(store: &Store, layout: Layout) -> Blocks {
 
 /// The loader's hints in the store's terms: a later step, or later than any
 /// step known.
-fn next_uses(next: &[Option<u64>]) -> Vec<NextUse> {
+pub(crate) fn next_uses(next: &[Option<u64>]) -> Vec<NextUse> {
     next.iter().map(|n| NextUse::At(n.unwrap_or(u64::MAX))).collect()
 }
 

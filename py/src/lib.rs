@@ -6,6 +6,8 @@
 //! (`Dataset`, `DataLoader`, `write_dataset`, ...) on these classes:
 //!
 //! - `Store` ([`store::PyStore`]): an open record store.
+//! - `Parts` ([`parts::PyParts`]): a dataset of parts read as one store;
+//!   `commit_parts` writes its manifest.
 //! - `Staging` ([`staging::PyStaging`]): a directory built beside its
 //!   destination and renamed into place.
 //! - `Sampler` ([`sampler::PySampler`]): the index stream on its own.
@@ -20,6 +22,7 @@ mod ceiling;
 mod convert;
 mod error;
 mod loader;
+mod parts;
 mod sampler;
 mod staging;
 mod store;
@@ -116,6 +119,10 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<store::PyStore>()?;
     m.add_class::<staging::PyStaging>()?;
+    m.add_class::<parts::PyParts>()?;
+    m.add_function(wrap_pyfunction!(parts::commit_parts, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::part_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::rank_plan, m)?)?;
     m.add_class::<sampler::PySampler>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;

@@ -16,8 +16,8 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PooledBuf, Shard, StoreSource, Stream,
-    TokenType,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, Shard,
+    StoreSource, Stream, TokenType,
 };
 
 /// The `pack=` argument of `Loader(...)` (its docs).
@@ -70,8 +70,19 @@ fn stream_list(streams: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<Stream>>
             .cast::<PyTuple>()
             .map_err(|_| PyTypeError::new_err("each stream must be a (name, Store, record_bytes) tuple"))?;
         let name: String = tuple.get_item(0)?.extract()?;
-        let store = extract_store(&tuple.get_item(1)?, &format!("{what}stream {name:?}"))?;
+        let handle = tuple.get_item(1)?;
         let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
+        // A dataset of parts reads as one source over all its parts.
+        if let Ok(parts) = handle.cast::<crate::parts::PyParts>() {
+            let parts = parts.get().parts()?;
+            let source = match record_bytes {
+                Some(record_bytes) => PartsSource::fixed(parts, record_bytes),
+                None => PartsSource::ragged(parts),
+            };
+            list.push(Stream::new(name, Arc::new(source)));
+            continue;
+        }
+        let store = extract_store(&handle, &format!("{what}stream {name:?}"))?;
         let source = match record_bytes {
             Some(record_bytes) => StoreSource::fixed(store, record_bytes),
             None => StoreSource::ragged(store),

@@ -23,6 +23,7 @@ RUNS = {
     "vision.py": ([], None),
     "lm_mixture.py": ([], None),
     "ranks.py": ([], None),
+    "parts.py": ([], None),
     "torch_loop.py": ([], "torch"),
 }
 # Examples that another test module already runs.

@@ -270,7 +270,7 @@ fn lock() -> Write<Fds> {
 }
 
 /// The soft descriptor limit (module docs: why it is not raised).
-fn nofile_limit() -> u64 {
+pub(crate) fn nofile_limit() -> u64 {
     static LIMIT: OnceLock<u64> = OnceLock::new();
     *LIMIT.get_or_init(|| {
         let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

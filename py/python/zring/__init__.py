@@ -31,6 +31,7 @@ from ._mix import Mixture, mix
 from ._pack import Packed, pack
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
+from . import parts
 
 __all__ = [
     "ChecksumError",
@@ -55,6 +56,7 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "parts",
     "set_cache_bytes",
     "write_dataset",
     "write_ragged",

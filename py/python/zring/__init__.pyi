@@ -176,13 +176,16 @@ def pad(
     """Packed (values, row_splits) to a dense (B, max_len, *tail) array plus lengths."""
 
 class Dataset:
-    """Fixed-shape samples stored one per record."""
+    """Fixed-shape samples stored one per record; a folder with a
+    manifest.json (a dataset of parts, zring.parts) opens as one dataset."""
 
     path: Any
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
+    def __init__(
+        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
+    ) -> None: ...
     @property
     def record_bytes(self) -> int:
         """Bytes in one sample."""
@@ -206,13 +209,16 @@ class Dataset:
     def __exit__(self, *exc: object) -> None: ...
 
 class RaggedDataset:
-    """Variable-length records read back packed as (values, row_splits)."""
+    """Variable-length records read back packed as (values, row_splits); a
+    dataset of parts (zring.parts) opens as one dataset."""
 
     path: Any
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
     codec: str
-    def __init__(self, path: _Path, *, cache_bytes: Optional[int] = None) -> None: ...
+    def __init__(
+        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
+    ) -> None: ...
     @property
     def row_bytes(self) -> int:
         """Bytes in one row."""
@@ -373,6 +379,8 @@ class Sampler:
         """The resumable state."""
     def __iter__(self) -> "Sampler": ...
     def __next__(self) -> npt.NDArray[np.uint64]: ...
+
+from . import parts as parts
 
 # Optional submodules, imported explicitly (``import zring.jax``,
 # ``import zring.adapters``) so that ``import zring`` imports neither jax nor

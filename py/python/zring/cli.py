@@ -2,6 +2,7 @@
 
     zring info PATH
     zring verify PATH
+    zring parts PATH [--ranks N]
     zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
@@ -15,12 +16,12 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
 from . import _schema
-from ._zring import Store, ZringError
+from ._zring import Parts, Store, ZringError
 from ._convert import KINDS, convert
 from ._zrecord import WRITE_CHUNK_BYTES
 
@@ -62,8 +63,15 @@ def _describe_schema(text: str | None) -> tuple[str, str, str]:
     return "dataset", str(dtype), str(tuple(schema.get("shape", [])))
 
 
+def _open(path: str) -> Any:
+    """A read-only handle on the store, or on the dataset of parts, at ``path``."""
+    if (Path(path) / "manifest.json").is_file():
+        return Parts(path)
+    return Store(path, "r")
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    with Store(args.path, "r") as store:
+    with _open(args.path) as store:
         stats = store.stats()
         reads = store.read_stats()
         kind, dtype, shape = _describe_schema(store.schema())
@@ -72,6 +80,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     logical = stats.get("logical_bytes", stats.get("live_bytes", 0))
     print(f"path          {args.path}")
     print(f"kind          {kind}")
+    if "parts" in stats:
+        print(f"parts         {stats['parts']} (manifest generation {stats['generation']})")
     print(f"records       {stats.get('records', 0)}")
     print(f"codec         {codec}")
     print(f"dtype         {dtype}")
@@ -96,13 +106,32 @@ def _print_reads(r: dict) -> None:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    with Store(args.path, "r") as store:
+    parts = (Path(args.path) / "manifest.json").is_file()
+    try:
+        handle = _open(args.path)
+    except ZringError as exc:
+        if not parts:
+            raise
+        # Opening a dataset of parts checks each part against its manifest.
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    with handle as store:
         try:
             report = store.verify()
         except ZringError as exc:
             print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
             return 1
     print("ok: " + ", ".join(f"{k}={v}" for k, v in report.items()))
+    return 0
+
+
+def cmd_parts(args: argparse.Namespace) -> int:
+    from .parts import rank_plan
+
+    plan = rank_plan(args.path, args.ranks)
+    for rank, dirs in enumerate(plan):
+        for d in dirs:
+            print(f"{rank}\t{d}" if args.ranks > 1 else d)
     return 0
 
 
@@ -203,6 +232,11 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("verify", help="read and checksum every record")
     s.add_argument("path")
     s.set_defaults(func=cmd_verify)
+    s = sub.add_parser("parts", help="a dataset of parts' committed part directories, and with --ranks N the rank "
+                                     "that reads each (rank, tab, directory): what to stage on each host")
+    s.add_argument("path")
+    s.add_argument("--ranks", type=int, default=1)
+    s.set_defaults(func=cmd_parts)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
                                        "WebDataset tar shards (one store per extension), or a Megatron-LM .bin/.idx "

@@ -17,15 +17,26 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _schema, _util
-from ._zring import CorruptError, Store
+from ._zring import CorruptError, Parts, Store
+
+#: The manifest that makes a folder a dataset of parts (:mod:`zring.parts`).
+_PARTS_MANIFEST = "manifest.json"
 
 
 def _open(path: str | os.PathLike[str], ragged: bool,
-          cache_bytes: int | None = None) -> tuple[Path, Store, dict[str, Any]]:
+          cache_bytes: int | None = None,
+          rank_parts: tuple[int, int] | None = None) -> tuple[Path, Store, dict[str, Any]]:
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
-    store = Store(str(p), "r", cache_bytes=_util.cache_bytes(cache_bytes))
+    if (p / _PARTS_MANIFEST).is_file():
+        # A dataset of parts: one read-only handle over every part (or a rank's).
+        store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes),
+                      rank_parts=None if rank_parts is None else _rank_parts(rank_parts))
+    elif rank_parts is not None:
+        raise ValueError(f"rank_parts= reads a dataset of parts (zring.parts); {p} has no {_PARTS_MANIFEST}")
+    else:
+        store = Store(str(p), "r", cache_bytes=_util.cache_bytes(cache_bytes))
     try:
         text = store.schema()
         where = str(p / _schema.SCHEMA)
@@ -48,6 +59,14 @@ def _open(path: str | os.PathLike[str], ragged: bool,
         store.close()
         raise
     return p, store, schema
+
+
+def _rank_parts(rank_parts: Any) -> tuple[int, int]:
+    try:
+        rank, ranks = (int(x) for x in rank_parts)
+    except (TypeError, ValueError):
+        raise TypeError(f"rank_parts must be a (rank, ranks) pair, got {rank_parts!r}") from None
+    return rank, ranks
 
 
 class _Base(_util.Closeable):
@@ -114,8 +133,15 @@ class Dataset(_Base):
     ``(n, *shape)``. Negative indices count from the end.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None,
+                 rank_parts: tuple[int, int] | None = None):
         """Open the dataset at ``path`` (written by :func:`write_dataset`, or by loaderx).
+
+        A folder with a ``manifest.json`` is a dataset of parts
+        (:mod:`zring.parts`) and opens as one dataset over its committed
+        parts. With ``rank_parts=(rank, ranks)`` only the parts rank
+        ``rank`` of ``ranks`` reads (:func:`zring.parts.rank_plan`) are
+        opened and make the dataset, so a host needs only its own parts.
 
         ``cache_bytes`` is the memory the process may fill with store data (page
         cache or zring's record caches), one budget for the whole process:
@@ -139,7 +165,8 @@ class Dataset(_Base):
             NotAStoreError: ``path`` holds no store.
         """
         self._store = None
-        self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes)
+        self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes,
+                                               rank_parts=rank_parts)
         #: The dtype of a sample.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         #: The shape of one sample (a batch is ``(n, *shape)``).
@@ -217,16 +244,19 @@ class RaggedDataset(_Base):
     alone, shaped ``(rows, *item_shape)``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None):
+    def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None,
+                 rank_parts: tuple[int, int] | None = None):
         """Open the ragged dataset at ``path`` (written by :func:`write_ragged`).
-        ``cache_bytes`` as for :class:`Dataset`.
+        ``cache_bytes``, and a dataset of parts and ``rank_parts``, as for
+        :class:`Dataset`.
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
             ValueError: ``path`` is a fixed-shape dataset.
         """
         self._store = None
-        self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes)
+        self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes,
+                                               rank_parts=rank_parts)
         #: The dtype of the values.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         #: The shape of one row of a record (a record is ``(rows, *item_shape)``).

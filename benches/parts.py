@@ -1,0 +1,197 @@
+"""A dataset of many parts against one store of the same records, in one run.
+
+Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
+``--records`` records of ``--record-bytes`` (int64s: ``i``, ``3 * i``, then
+``i`` again; 16 bytes by default) with
+:mod:`zring.parts`, and one store of the same records with
+``write_dataset``. Then reports:
+
+* open: ``zring.Dataset(path)`` of the dataset of parts in a fresh process
+  (the manifest read, every part opened once and checked against it),
+  median of ``--opens`` processes, with the page cache warm; and the same
+  for the one store;
+* hot random gathers: ``ds[idx]`` of ``--batch`` random indices (the same
+  index batches for both), rounds interleaved, records/s and the ratio
+  parts ÷ one store, round by round;
+* hot DataLoader: batch ``--batch``, 2 workers, iid, records/s and ratio;
+* ``ulimit -n 256``: a process limited to 256 descriptors opens the
+  dataset, checks 50 random gathers and 50 loader batches against the
+  records' values, and reports its open time and the most descriptors it
+  had open.
+
+    python benches/parts.py --dir DIR                     # 1,000 parts, 1 M records
+    python benches/parts.py --dir DIR --records 100000 --record-bytes 4096
+    python benches/parts.py --dir DIR --parts 100 --records 100000 --secs 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+import zring
+from zring import parts
+
+
+def records(lo: int, hi: int, width: int = 2) -> np.ndarray:
+    """Records lo..hi of ``width`` int64: ``i``, ``3 * i``, then ``i`` again."""
+    i = np.arange(lo, hi, dtype=np.int64)
+    out = np.repeat(i[:, None], width, axis=1)
+    out[:, 1] = 3 * i
+    return out
+
+
+def build(root: Path, n_parts: int, n: int, width: int) -> tuple[Path, Path]:
+    tag = f"{n}" if width == 2 else f"{n}x{width * 8}"
+    ds, single = root / f"parts-{n_parts}-{tag}", root / f"single-{tag}"
+    if not (ds / "manifest.json").is_file():
+        t = time.perf_counter()
+        bounds = np.linspace(0, n, n_parts + 1).astype(np.int64)
+        infos = [parts.write_part(ds, records(int(a), int(b), width), codec="raw")
+                 for a, b in zip(bounds, bounds[1:])]
+        parts.commit(ds, infos, mode="overwrite")
+        print(f"wrote {n_parts} parts in {time.perf_counter() - t:.1f} s", flush=True)
+    if not single.is_dir():
+        zring.write_dataset(single, records(0, n, width), codec="raw", progress=False)
+    return ds, single
+
+
+OPEN = textwrap.dedent(
+    """
+    import sys, time
+    limit = int(sys.argv[2])
+    if limit:
+        import resource
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    import zring
+    t = time.perf_counter()
+    ds = zring.Dataset(sys.argv[1])
+    print(time.perf_counter() - t, len(ds))
+    """
+)
+
+
+def open_secs(path: Path, runs: int, limit: int = 0) -> float:
+    times = []
+    for _ in range(runs):
+        out = subprocess.run([sys.executable, "-c", OPEN, str(path), str(limit)], capture_output=True, text=True,
+                             check=True)
+        times.append(float(out.stdout.split()[0]))
+    return statistics.median(times)
+
+
+def gather_rate(ds, batches: list[np.ndarray], secs: float) -> float:
+    done, t0 = 0, time.perf_counter()
+    while True:
+        for idx in batches:
+            ds[idx]
+            done += idx.size
+        el = time.perf_counter() - t0
+        if el >= secs:
+            return done / el
+
+
+def loader_rate(ds, batch: int, secs: float) -> float:
+    with zring.DataLoader({"x": ds}, batch_size=batch, mode=1, num_workers=2, seed=1) as dl:
+        for _ in range(5):
+            next(dl)
+        done, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < secs:
+            done += len(next(dl)["x"])
+        return done / (time.perf_counter() - t0)
+
+
+LIMITED = textwrap.dedent(
+    """
+    import os, resource, sys, time
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+    import numpy as np, zring
+    most = 0
+    def fds():
+        global most
+        most = max(most, len(os.listdir("/proc/self/fd")))
+    t = time.perf_counter()
+    ds = zring.Dataset(sys.argv[1])
+    opened = time.perf_counter() - t
+    fds()
+    n = len(ds)
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        idx = rng.integers(0, n, 256)
+        got = ds[idx]
+        assert np.array_equal(got[:, 0], idx) and np.array_equal(got[:, 1], 3 * idx)
+        fds()
+    with zring.DataLoader({"x": ds}, batch_size=256, num_workers=2, mode=1) as dl:
+        for _ in range(50):
+            b = next(dl)
+            assert np.array_equal(b["x"][:, 0], dl.last_indices)
+            fds()
+    print(opened, most)
+    """
+)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", type=Path, default=None, help="where the data is built (kept for reruns)")
+    ap.add_argument("--parts", type=int, default=1000)
+    ap.add_argument("--records", type=int, default=1_000_000)
+    ap.add_argument("--record-bytes", type=int, default=16, help="a multiple of 8, at least 16")
+    ap.add_argument("--batch", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--secs", type=float, default=1.0)
+    ap.add_argument("--opens", type=int, default=5)
+    a = ap.parse_args()
+    root = a.dir or Path(tempfile.mkdtemp(prefix="zring-parts-"))
+    root.mkdir(parents=True, exist_ok=True)
+    width = max(2, a.record_bytes // 8)
+    ds_path, single_path = build(root, a.parts, a.records, width)
+
+    print(f"open, dataset of {a.parts} parts: {open_secs(ds_path, a.opens) * 1e3:.0f} ms "
+          f"(median of {a.opens} processes)")
+    print(f"open, one store:               {open_secs(single_path, a.opens) * 1e3:.0f} ms")
+
+    ds, single = zring.Dataset(ds_path), zring.Dataset(single_path)
+    rng = np.random.default_rng(7)
+    batches = [rng.integers(0, a.records, a.batch) for _ in range(64)]
+    for idx in batches[:4]:  # same records either way
+        assert np.array_equal(ds[idx], single[idx])
+    gathers, loads = [], []
+    for r in range(a.rounds):
+        p, s = gather_rate(ds, batches, a.secs), gather_rate(single, batches, a.secs)
+        lp, ls = loader_rate(ds, a.batch, a.secs), loader_rate(single, a.batch, a.secs)
+        gathers.append((p, s))
+        loads.append((lp, ls))
+        print(f"round {r}: gather {p / 1e6:.2f} vs {s / 1e6:.2f} M rec/s ({p / s:.2f}x); "
+              f"DataLoader {lp / 1e6:.2f} vs {ls / 1e6:.2f} M rec/s ({lp / ls:.2f}x)", flush=True)
+    med = lambda xs: statistics.median(xs)  # noqa: E731
+    print(f"hot random gathers of {a.batch}: parts / one store = {med([p / s for p, s in gathers]):.2f}x "
+          f"(median of rounds; {med([p for p, _ in gathers]) / 1e6:.2f} vs {med([s for _, s in gathers]) / 1e6:.2f} "
+          "M records/s)")
+    print(f"hot DataLoader, batch {a.batch}, 2 workers: parts / one store = {med([p / s for p, s in loads]):.2f}x "
+          f"({med([p for p, _ in loads]) / 1e6:.2f} vs {med([s for _, s in loads]) / 1e6:.2f} M records/s)")
+    ds.close()
+    single.close()
+
+    out = subprocess.run([sys.executable, "-c", LIMITED, str(ds_path)], capture_output=True, text=True)
+    if out.returncode != 0:
+        print("ulimit -n 256: FAILED\n" + out.stderr[-2000:])
+        sys.exit(1)
+    opened, most = out.stdout.split()
+    print(f"ulimit -n 256: open {float(opened) * 1e3:.0f} ms, 50 gathers and 50 loader batches checked, "
+          f"at most {most} descriptors open")
+    print(json.dumps({"parts": a.parts, "records": a.records, "record_bytes": width * 8, "batch": a.batch}))
+
+
+if __name__ == "__main__":
+    main()

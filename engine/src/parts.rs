@@ -1,0 +1,717 @@
+//! Datasets of parts: a folder of ordinary stores and a manifest that lists
+//! the committed ones in order, read as one index space.
+//!
+//! A dataset too large for one writer is written in parts, each by its own
+//! process (a Ray or Spark task, a `multiprocessing` worker), each part an
+//! ordinary store in its own directory. The dataset is the list of parts its
+//! manifest names; a part is readable as a dataset of its own too.
+//!
+//! # The manifest
+//!
+//! `manifest.json` at the dataset's root, with a CRC-32C member first as
+//! `schema.json` has (`format/schema.rs`):
+//!
+//! ```text
+//! {
+//!   "crc32c": "1a2b3c4d",
+//!   "format": "zring-parts",
+//!   "version": 1,
+//!   "generation": 3,
+//!   "schema": { ...the parts' schema.json members... } or null,
+//!   "parts": [
+//!     {"dir": "parts/p-000000-<id>", "records": 1000, "content": "5f3a9c01"},
+//!     ...
+//!   ]
+//! }
+//! ```
+//!
+//! `generation` counts the commits. `dir` is relative to the dataset's root;
+//! `records` and `content` are the part's [`Fingerprint`] when it was
+//! committed. `schema` is what every part's `schema.json` holds, but for its
+//! `"codec"` member (parts may be written with different codecs).
+//!
+//! A commit replaces the manifest atomically (written beside it, synced,
+//! renamed over it, the directory synced). An *append* commit lists the old
+//! parts first, in the same order, with the same fingerprints: the dataset
+//! only grows, so a loader state saved over one generation resumes over a
+//! later one ([`Parts::extends`]). Only an explicit overwrite writes a list
+//! that is not a continuation of the old one.
+//!
+//! # Reading
+//!
+//! [`Parts::open`] reads the manifest and opens every part once to check it:
+//! a part missing, not a store, holding other records than the manifest says
+//! (its fingerprint differs) or described by another schema is an error
+//! naming its directory; nothing is skipped. Record `i` of the dataset is
+//! record `i - start(k)` of part `k`, found by binary search over the
+//! parts' cumulative counts ([`Parts::locate`]).
+//!
+//! Each open store holds two descriptors (its table and its pins file), and
+//! its chunk files' descriptors live in the process's shared cache
+//! (`io/fds.rs`). So the parts are kept open in a bounded set, least
+//! recently used out: [`open_capacity`] stores, an eighth of the soft
+//! `RLIMIT_NOFILE` in descriptors. A part evicted is opened again (and its
+//! fingerprint checked again) when next read; a gather in flight keeps the
+//! store it uses.
+//!
+//! The dataset's fingerprint is its record count and a CRC-32C over the
+//! parts' fingerprints in order ([`Parts::fingerprint`]), so it changes when
+//! any part does, and a dataset grown by an append commit
+//! [extends](Parts::extends) the one before.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::{corrupted, io_err, Error, Result};
+use crate::format::crc::crc32c_append;
+use crate::format::fingerprint::Fingerprint;
+use crate::store::{Store, View};
+
+/// The manifest's file name, at the dataset's root.
+pub const MANIFEST_FILE: &str = "manifest.json";
+/// The manifest's `format` member.
+const FORMAT: &str = "zring-parts";
+/// The manifest version this build writes and reads.
+const VERSION: u64 = 1;
+/// The content of a dataset of no parts ("ZRPT" read as a number).
+const SEED: u32 = 0x5450_525a;
+
+/// One committed part as the manifest lists it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartEntry {
+    /// The part's store directory, relative to the dataset's root.
+    pub dir: String,
+    /// Records in the part.
+    pub records: u64,
+    /// The part's fingerprint content, 8 lower-case hex digits.
+    pub content: String,
+}
+
+impl PartEntry {
+    /// The entry of a part whose fingerprint is `fp`.
+    pub fn new(dir: impl Into<String>, fp: Fingerprint) -> PartEntry {
+        PartEntry { dir: dir.into(), records: fp.records, content: format!("{:08x}", fp.content) }
+    }
+
+    /// The fingerprint the entry records.
+    pub fn fingerprint(&self) -> Result<Fingerprint> {
+        let content =
+            u32::from_str_radix(&self.content, 16).ok().filter(|_| self.content.len() == 8).ok_or_else(|| {
+                Error::InvalidArgument(format!("part {}: content {:?} is not 8 hex digits", self.dir, self.content))
+            })?;
+        Ok(Fingerprint { records: self.records, content })
+    }
+}
+
+/// The manifest of a dataset of parts (module docs).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `"zring-parts"`.
+    pub format: String,
+    /// The manifest version.
+    pub version: u64,
+    /// Commits so far (the first commit writes 1).
+    pub generation: u64,
+    /// The parts' `schema.json` members but `"codec"`, or `null` for raw
+    /// stores.
+    pub schema: Value,
+    /// The committed parts, in order.
+    pub parts: Vec<PartEntry>,
+}
+
+impl Manifest {
+    /// A manifest of `parts` at `generation`.
+    pub fn new(generation: u64, schema: Value, parts: Vec<PartEntry>) -> Manifest {
+        Manifest { format: FORMAT.into(), version: VERSION, generation, schema, parts }
+    }
+
+    /// Records in all parts.
+    pub fn records(&self) -> u64 {
+        self.parts.iter().map(|p| p.records).sum()
+    }
+}
+
+/// Whether `dir` holds a dataset of parts (a manifest).
+pub fn is_parts(dir: &Path) -> bool {
+    dir.join(MANIFEST_FILE).is_file()
+}
+
+/// The manifest of the dataset at `dir`, checked against its checksum.
+pub fn read_manifest(dir: &Path) -> Result<Manifest> {
+    let path = dir.join(MANIFEST_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(Error::NotAStore {
+                path: dir.to_path_buf(),
+                reason: format!("no {MANIFEST_FILE}: not a dataset of parts (commit parts to make one)"),
+            })
+        }
+        Err(e) => return Err(io_err("read", &path)(e)),
+    };
+    let text = crate::format::schema::decode(&path, &bytes)?;
+    let bad = |detail: String| corrupted(path.display().to_string(), detail);
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| bad(format!("not a manifest: {e}")))?;
+    if m.format != FORMAT {
+        return Err(bad(format!("format {:?}, expected {FORMAT:?}", m.format)));
+    }
+    if m.version != VERSION {
+        return Err(Error::UnsupportedVersion { path, found: m.version as u32, supported: VERSION as u32 });
+    }
+    for p in &m.parts {
+        p.fingerprint().map_err(|e| bad(e.to_string()))?;
+        if !relative_inside(&p.dir) {
+            return Err(bad(format!("part directory {:?} is not a relative path inside the dataset", p.dir)));
+        }
+    }
+    Ok(m)
+}
+
+/// Whether `dir` is a relative path that stays inside the dataset.
+fn relative_inside(dir: &str) -> bool {
+    let p = Path::new(dir);
+    !dir.is_empty() && p.components().all(|c| matches!(c, std::path::Component::Normal(_)))
+}
+
+/// Replaces the manifest of the dataset at `dir` with `parts` in one atomic
+/// rename, and returns the manifest written. With `replace` false (an
+/// append), the current manifest's parts must be the first of `parts`, in
+/// order and with the same fingerprints; with `replace` any list goes (an
+/// overwrite). Every part is opened and must hold the records its entry
+/// says, and have the schema `schema`. The generation is the current one
+/// plus one. The caller serialises commits (one driver commits).
+pub fn commit_manifest(dir: &Path, schema: Value, parts: Vec<PartEntry>, replace: bool) -> Result<Manifest> {
+    let old = match read_manifest(dir) {
+        Ok(m) => Some(m),
+        Err(Error::NotAStore { .. }) => None,
+        Err(e) => return Err(e),
+    };
+    if let (Some(old), false) = (&old, replace) {
+        let keeps = old.parts.len() <= parts.len() && old.parts.iter().zip(&parts).all(|(a, b)| a == b);
+        if !keeps {
+            return Err(Error::InvalidArgument(format!(
+                "an append to {} must list its {} committed parts first, unchanged; use an overwrite to replace them",
+                dir.display(),
+                old.parts.len()
+            )));
+        }
+        if !old.parts.is_empty() && old.schema != schema {
+            return Err(Error::InvalidArgument(format!(
+                "the parts appended to {} have schema {schema}, the dataset has {}",
+                dir.display(),
+                old.schema
+            )));
+        }
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (k, p) in parts.iter().enumerate() {
+        if !relative_inside(&p.dir) {
+            return Err(Error::InvalidArgument(format!(
+                "part {k}: {:?} is not a relative path inside the dataset",
+                p.dir
+            )));
+        }
+        if !seen.insert(p.dir.as_str()) {
+            return Err(Error::InvalidArgument(format!("part {:?} is listed twice", p.dir)));
+        }
+        check_part(dir, k, p, Some(&schema))?;
+    }
+    let generation = old.as_ref().map_or(0, |m| m.generation) + 1;
+    let m = Manifest::new(generation, schema, parts);
+    let body = serde_json::to_string_pretty(&m).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+    let bytes = crate::format::schema::encode(&(body + "\n"))?;
+    replace_file(dir, MANIFEST_FILE, &bytes)?;
+    Ok(m)
+}
+
+/// Writes `name` in `dir` as a new file beside it, synced, renamed over
+/// the old one, the directory synced.
+fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    let dst = dir.join(name);
+    let mut f = std::fs::File::create(&tmp).map_err(io_err("create", &tmp))?;
+    f.write_all(bytes).map_err(io_err("write", &tmp))?;
+    f.sync_all().map_err(io_err("sync", &tmp))?;
+    drop(f);
+    if let Err(e) = std::fs::rename(&tmp, &dst) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(io_err("rename", &dst)(e));
+    }
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(io_err("sync", dir))
+}
+
+/// The schema a part's `schema.json` text describes, as a manifest keeps
+/// it: every member but `"codec"`; `null` for a store without one.
+pub fn schema_of(text: Option<&str>, path: &Path) -> Result<Value> {
+    let Some(text) = text else { return Ok(Value::Null) };
+    let mut v: Value = serde_json::from_str(text)
+        .map_err(|e| corrupted(path.join("schema.json").display().to_string(), format!("not JSON: {e}")))?;
+    if let Value::Object(m) = &mut v {
+        m.remove("codec");
+    }
+    Ok(v)
+}
+
+/// Opens part `k` (entry `p`) of the dataset at `root` read-only and checks
+/// it against its entry and, when given, `schema`.
+fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> Result<Store> {
+    let path = root.join(&p.dir);
+    let store = Store::builder(&path).open().map_err(|e| match e {
+        Error::NotAStore { reason, .. } => Error::NotAStore {
+            path: path.clone(),
+            reason: format!("part {k} of the dataset {} is missing or damaged ({reason})", root.display()),
+        },
+        other => other,
+    })?;
+    let want = p.fingerprint()?;
+    let got = store.fingerprint()?;
+    if got != want {
+        return Err(corrupted(
+            path.display().to_string(),
+            format!(
+                "part {k} holds {} records (content {:08x}) but the manifest lists {} (content {:08x}): it was replaced \
+                 or changed after its commit; restore it, or commit the dataset again",
+                got.records, got.content, want.records, want.content
+            ),
+        ));
+    }
+    let Some(schema) = schema else { return Ok(store) };
+    let s = schema_of(store.schema()?.as_deref(), &path)?;
+    if &s != schema {
+        return Err(corrupted(
+            path.display().to_string(),
+            format!("part {k} has schema {s}, the dataset's other parts {schema}: its dtype or shape differs"),
+        ));
+    }
+    Ok(store)
+}
+
+/// The rank that reads each part when `ranks` ranks each read only their
+/// own parts: each part in manifest order goes to the rank with the fewest
+/// records so far (the lowest such rank on a tie). Deterministic, within
+/// one part's records of balanced, and prefix-stable: parts appended later
+/// never move an earlier part, so each rank's parts after an append commit
+/// are its parts before plus some new ones, and a state saved over a rank's
+/// parts resumes over them grown.
+pub fn assign_ranks(records: &[u64], ranks: u32) -> Vec<u32> {
+    let mut load = vec![0u64; ranks.max(1) as usize];
+    records
+        .iter()
+        .map(|&r| {
+            let k = (0..load.len()).min_by_key(|&k| (load[k], k)).expect("at least one rank");
+            load[k] += r;
+            k as u32
+        })
+        .collect()
+}
+
+/// Stores a dataset keeps open at most: an eighth of the soft
+/// `RLIMIT_NOFILE` in descriptors, two per store, at least 4.
+pub fn open_capacity() -> usize {
+    (crate::io::fds::nofile_limit() / 16).clamp(4, 1 << 20) as usize
+}
+
+/// An open part: its store, and the one snapshot of it every read uses
+/// (a committed part does not change).
+pub struct OpenPart {
+    /// The part's store, open read-only.
+    pub store: Arc<Store>,
+    /// A view of it, taken when it was opened.
+    pub view: View,
+}
+
+/// The parts open now: a slot per part, and how many are filled.
+struct Open {
+    slots: Vec<Option<Arc<OpenPart>>>,
+    count: usize,
+}
+
+/// An open dataset of parts (module docs).
+pub struct Parts {
+    root: PathBuf,
+    manifest: Manifest,
+    /// Each part's number in the manifest on disk (all of them, or a
+    /// rank's: [`Parts::open_rank`]).
+    numbers: Vec<usize>,
+    /// `ends[k]`: records in parts `0..=k`.
+    ends: Vec<u64>,
+    fingerprints: Vec<Fingerprint>,
+    open: RwLock<Open>,
+    /// Each part's last use, by [`Parts::clock`].
+    stamps: Vec<AtomicU64>,
+    clock: AtomicU64,
+    capacity: usize,
+}
+
+impl std::fmt::Debug for Parts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Parts")
+            .field("root", &self.root)
+            .field("parts", &self.manifest.parts.len())
+            .field("records", &self.len())
+            .finish()
+    }
+}
+
+impl Parts {
+    /// Opens the dataset at `dir` and checks every part (module docs).
+    pub fn open(dir: impl AsRef<Path>) -> Result<Parts> {
+        Parts::open_with_capacity(dir, open_capacity())
+    }
+
+    /// [`Parts::open`] keeping at most `capacity` stores open (at least 1).
+    pub fn open_with_capacity(dir: impl AsRef<Path>, capacity: usize) -> Result<Parts> {
+        Parts::open_selected(dir, capacity, None)
+    }
+
+    /// Opens only the parts of rank `rank` of `ranks` ([`assign_ranks`]):
+    /// the dataset they make, in manifest order; the other parts need not
+    /// be on this host. `manifest()` then lists those parts only.
+    pub fn open_rank(dir: impl AsRef<Path>, rank: u32, ranks: u32) -> Result<Parts> {
+        if ranks == 0 || rank >= ranks {
+            return Err(Error::InvalidArgument(format!("rank {rank} of {ranks}: need 0 <= rank < ranks")));
+        }
+        Parts::open_selected(dir, open_capacity(), Some((rank, ranks)))
+    }
+
+    fn open_selected(dir: impl AsRef<Path>, capacity: usize, rank: Option<(u32, u32)>) -> Result<Parts> {
+        let root = dir.as_ref().to_path_buf();
+        let mut manifest = read_manifest(&root)?;
+        let mut numbers: Vec<usize> = (0..manifest.parts.len()).collect();
+        if let Some((rank, ranks)) = rank {
+            let records: Vec<u64> = manifest.parts.iter().map(|p| p.records).collect();
+            let owner = assign_ranks(&records, ranks);
+            numbers.retain(|&k| owner[k] == rank);
+            manifest.parts = numbers.iter().map(|&k| manifest.parts[k].clone()).collect();
+        }
+        let mut ends = Vec::with_capacity(manifest.parts.len());
+        let mut fingerprints = Vec::with_capacity(manifest.parts.len());
+        let mut total = 0u64;
+        for p in &manifest.parts {
+            total = total
+                .checked_add(p.records)
+                .ok_or_else(|| corrupted(root.join(MANIFEST_FILE).display().to_string(), "more than 2^64 records"))?;
+            ends.push(total);
+            fingerprints.push(p.fingerprint()?);
+        }
+        let capacity = capacity.max(1);
+        let n = manifest.parts.len();
+        let parts = Parts {
+            root,
+            manifest,
+            numbers,
+            ends,
+            fingerprints,
+            open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
+            stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            clock: AtomicU64::new(0),
+            capacity,
+        };
+        {
+            let mut open = parts.write();
+            for (k, p) in parts.manifest.parts.iter().enumerate() {
+                let store = Arc::new(check_part(&parts.root, parts.numbers[k], p, Some(&parts.manifest.schema))?);
+                if open.count < capacity {
+                    let view = store.view();
+                    open.slots[k] = Some(Arc::new(OpenPart { store, view }));
+                    open.count += 1;
+                }
+            }
+        }
+        Ok(parts)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Open> {
+        self.open.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Open> {
+        self.open.write().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The dataset's directory.
+    pub fn path(&self) -> &Path {
+        &self.root
+    }
+
+    /// Part `k`'s number in the manifest on disk (`k` itself unless the
+    /// dataset was opened for a rank).
+    pub fn number(&self, k: usize) -> usize {
+        self.numbers[k]
+    }
+
+    /// The manifest read at open (only the rank's parts, for
+    /// [`Parts::open_rank`]).
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Records in all parts.
+    pub fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Whether the dataset holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Parts in the dataset.
+    pub fn part_count(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The first index of part `k` in the dataset.
+    pub fn start(&self, k: usize) -> u64 {
+        if k == 0 {
+            0
+        } else {
+            self.ends[k - 1]
+        }
+    }
+
+    /// Records in part `k`.
+    pub fn part_records(&self, k: usize) -> u64 {
+        self.manifest.parts[k].records
+    }
+
+    /// Part `k`'s directory.
+    pub fn part_path(&self, k: usize) -> PathBuf {
+        self.root.join(&self.manifest.parts[k].dir)
+    }
+
+    /// The part that holds record `index` and its index there, or
+    /// [`Error::IndexOutOfRange`]. O(log parts).
+    pub fn locate(&self, index: u64) -> Result<(usize, u64)> {
+        if index >= self.len() {
+            return Err(Error::IndexOutOfRange { index, len: self.len() });
+        }
+        let k = self.ends.partition_point(|&e| e <= index);
+        Ok((k, index - self.start(k)))
+    }
+
+    /// Part `k`, opened (and checked against its entry) if it is not open
+    /// now, the part used longest ago closing to make room. A hit takes the
+    /// open set's lock shared.
+    pub fn part(&self, k: usize) -> Result<Arc<OpenPart>> {
+        if k >= self.part_count() {
+            return Err(Error::InvalidArgument(format!("part {k} of a dataset of {} parts", self.part_count())));
+        }
+        // Inside the fork gate (`fork.rs`): a child never inherits the open
+        // set's lock held by another thread.
+        let _gate = crate::fork::enter();
+        if let Some(p) = &self.read().slots[k] {
+            self.stamps[k].store(self.clock.load(Relaxed), Relaxed);
+            return Ok(Arc::clone(p));
+        }
+        // The clock ticks at each open only, so a hit writes no shared line
+        // but its own stamp: the part used longest ago is the one whose last
+        // use came before the most opens.
+        let now = self.clock.fetch_add(1, Relaxed) + 1;
+        // Checked whole at open; a part opened again is checked for its records.
+        let store = Arc::new(check_part(&self.root, self.numbers[k], &self.manifest.parts[k], None)?);
+        let view = store.view();
+        let part = Arc::new(OpenPart { store, view });
+        let mut open = self.write();
+        if let Some(p) = &open.slots[k] {
+            // Another thread opened it meanwhile: use that one.
+            return Ok(Arc::clone(p));
+        }
+        while open.count >= self.capacity {
+            let oldest = (0..open.slots.len())
+                .filter(|&j| open.slots[j].is_some())
+                .min_by_key(|&j| self.stamps[j].load(Relaxed))
+                .expect("a full open set");
+            open.slots[oldest] = None;
+            open.count -= 1;
+        }
+        open.slots[k] = Some(Arc::clone(&part));
+        open.count += 1;
+        self.stamps[k].store(now, Relaxed);
+        Ok(part)
+    }
+
+    /// `f` of part `k`, opened as [`Parts::part`] opens it; when the part
+    /// is open, under the open set's lock taken shared, with no reference
+    /// count touched.
+    pub fn with_part<R>(&self, k: usize, f: impl FnOnce(&OpenPart) -> R) -> Result<R> {
+        let _gate = crate::fork::enter();
+        {
+            let open = self.read();
+            if let Some(p) = open.slots.get(k).and_then(Option::as_ref) {
+                self.stamps[k].store(self.clock.load(Relaxed), Relaxed);
+                return Ok(f(p));
+            }
+        }
+        let part = self.part(k)?;
+        Ok(f(&part))
+    }
+
+    /// The store of part `k` ([`Parts::part`]).
+    pub fn store(&self, k: usize) -> Result<Arc<Store>> {
+        Ok(Arc::clone(&self.part(k)?.store))
+    }
+
+    /// An open part, any (the first open slot), or part 0 opened when none
+    /// is: what stands for all parts in what a store says of its reads
+    /// (read policy, hints), without opening a part for the question.
+    pub fn any_part(&self) -> Result<Option<Arc<OpenPart>>> {
+        let _gate = crate::fork::enter();
+        if let Some(p) = self.read().slots.iter().flatten().next() {
+            return Ok(Some(Arc::clone(p)));
+        }
+        if self.part_count() == 0 {
+            return Ok(None);
+        }
+        self.part(0).map(Some)
+    }
+
+    /// Stores open now (at most the capacity).
+    pub fn open_stores(&self) -> Vec<Arc<Store>> {
+        let _gate = crate::fork::enter();
+        self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
+    }
+
+    /// The fingerprint of parts `0..n`: their records, and a CRC-32C over
+    /// each part's fingerprint in order.
+    fn fingerprint_of_first(&self, n: usize) -> Fingerprint {
+        let mut content = SEED;
+        for fp in &self.fingerprints[..n] {
+            let mut b = [0u8; 12];
+            b[..8].copy_from_slice(&fp.records.to_le_bytes());
+            b[8..].copy_from_slice(&fp.content.to_le_bytes());
+            content = crc32c_append(content, &b);
+        }
+        Fingerprint { records: if n == 0 { 0 } else { self.ends[n - 1] }, content }
+    }
+
+    /// The dataset's fingerprint (module docs). O(parts).
+    pub fn fingerprint(&self) -> Fingerprint {
+        self.fingerprint_of_first(self.part_count())
+    }
+
+    /// Whether the dataset's first `earlier.records` records are those of
+    /// the dataset `earlier` was taken of: its parts are this dataset's
+    /// first ones, unchanged (an append commit grew it).
+    pub fn extends(&self, earlier: Fingerprint) -> bool {
+        if earlier.records == 0 {
+            return earlier.content == SEED;
+        }
+        let n = self.ends.partition_point(|&e| e < earlier.records);
+        n < self.part_count() && self.ends[n] == earlier.records && self.fingerprint_of_first(n + 1) == earlier
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(root: &Path, name: &str, recs: std::ops::Range<u32>) -> PartEntry {
+        let store = Store::builder(root.join(name)).create().unwrap();
+        let data: Vec<Vec<u8>> = recs.map(|i| i.to_le_bytes().to_vec()).collect();
+        let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+        store.append(&refs, None).unwrap();
+        store.sync().unwrap();
+        PartEntry::new(name, store.fingerprint().unwrap())
+    }
+
+    #[test]
+    fn indices_map_to_parts_and_the_manifest_only_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let a = part(root, "a", 0..10);
+        let b = part(root, "b", 10..13);
+        let m = commit_manifest(root, Value::Null, vec![a.clone(), b.clone()], false).unwrap();
+        assert_eq!(m.generation, 1);
+        let parts = Parts::open_with_capacity(root, 1).unwrap();
+        assert_eq!(parts.len(), 13);
+        assert_eq!(parts.locate(0).unwrap(), (0, 0));
+        assert_eq!(parts.locate(9).unwrap(), (0, 9));
+        assert_eq!(parts.locate(10).unwrap(), (1, 0));
+        assert_eq!(parts.locate(12).unwrap(), (1, 2));
+        assert!(matches!(parts.locate(13), Err(Error::IndexOutOfRange { index: 13, len: 13 })));
+        // One store open at a time: part 1 is opened on demand.
+        let s = parts.store(1).unwrap();
+        assert_eq!(s.len(), 3);
+        assert_eq!(parts.open_stores().len(), 1);
+        let before = parts.fingerprint();
+
+        // An append must keep the old parts first.
+        let c = part(root, "c", 13..20);
+        let err = commit_manifest(root, Value::Null, vec![b.clone(), a.clone(), c.clone()], false).unwrap_err();
+        assert!(err.to_string().contains("must list its 2 committed parts first"), "{err}");
+        let m = commit_manifest(root, Value::Null, vec![a.clone(), b.clone(), c.clone()], false).unwrap();
+        assert_eq!(m.generation, 2);
+        let grown = Parts::open(root).unwrap();
+        assert_eq!(grown.len(), 20);
+        assert!(grown.extends(before));
+        assert!(!grown.extends(Fingerprint { records: 10, content: before.content }));
+        // An overwrite that drops a part is not a continuation.
+        commit_manifest(root, Value::Null, vec![b.clone(), c.clone()], true).unwrap();
+        assert!(!Parts::open(root).unwrap().extends(before));
+    }
+
+    #[test]
+    fn ranks_get_balanced_prefix_stable_parts_and_need_only_theirs() {
+        assert_eq!(assign_ranks(&[10, 3, 3, 3, 3, 1], 2), vec![0, 1, 1, 1, 1, 0]);
+        let before = assign_ranks(&[5, 9, 2, 7], 3);
+        assert_eq!(assign_ranks(&[5, 9, 2, 7, 4, 4, 8], 3)[..4], before[..]);
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let entries: Vec<PartEntry> =
+            (0..5u32).map(|k| part(root, &format!("p{k}"), k * 10..k * 10 + 10 - k)).collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        // Records 10, 9, 8, 7, 6: loads 10/0, 10/9, 10/17, 17/17, then the tie goes to rank 0.
+        let owner = assign_ranks(&[10, 9, 8, 7, 6], 2);
+        assert_eq!(owner, vec![0, 1, 1, 0, 0]);
+        // Rank 1 reads with rank 0's parts gone.
+        for k in [0, 3, 4] {
+            std::fs::remove_dir_all(root.join(format!("p{k}"))).unwrap();
+        }
+        let r1 = Parts::open_rank(root, 1, 2).unwrap();
+        assert_eq!((r1.part_count(), r1.len(), r1.number(1)), (2, 17, 2));
+        assert!(r1.store(1).unwrap().path().ends_with("p2"));
+        let err = Parts::open_rank(root, 0, 2).unwrap_err();
+        assert!(matches!(&err, Error::NotAStore { path, .. } if path.ends_with("p0")), "{err}");
+        assert!(err.to_string().contains("part 0 "), "{err}");
+        assert!(Parts::open_rank(root, 2, 2).is_err());
+    }
+
+    #[test]
+    fn a_missing_changed_or_other_schema_part_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let a = part(root, "a", 0..10);
+        let b = part(root, "b", 10..13);
+        commit_manifest(root, Value::Null, vec![a.clone(), b.clone()], false).unwrap();
+        // Changed after its commit.
+        let w = Store::builder(root.join("b")).open_writable().unwrap();
+        w.append(&[&b"x"[..]], None).unwrap();
+        w.sync().unwrap();
+        drop(w);
+        let err = Parts::open(root).unwrap_err();
+        assert!(matches!(&err, Error::Corrupted { what, .. } if what.ends_with("b")), "{err}");
+        assert!(err.to_string().contains("part 1 holds 4 records"), "{err}");
+        // Missing.
+        std::fs::remove_dir_all(root.join("b")).unwrap();
+        let err = Parts::open(root).unwrap_err();
+        assert!(matches!(&err, Error::NotAStore { path, .. } if path.ends_with("b")), "{err}");
+        // Another schema.
+        let c = part(root, "c", 0..2);
+        Store::builder(root.join("c")).open_writable().unwrap().set_schema("{\"dtype\": \"<f4\"}").unwrap();
+        let err = commit_manifest(root, Value::Null, vec![a, c], true).unwrap_err();
+        assert!(err.to_string().contains("part 1 has schema"), "{err}");
+        // A damaged manifest.
+        let p = root.join(MANIFEST_FILE);
+        let mut bytes = std::fs::read(&p).unwrap();
+        let n = bytes.len();
+        bytes[n / 2] ^= 4;
+        std::fs::write(&p, &bytes).unwrap();
+        assert!(matches!(read_manifest(root), Err(Error::Corrupted { .. })));
+    }
+}
