@@ -70,6 +70,7 @@ use serde_json::Value;
 use crate::error::{corrupted, io_err, Error, Result};
 use crate::format::crc::crc32c_append;
 use crate::format::fingerprint::Fingerprint;
+use crate::read::request::{Gather, Slots};
 use crate::store::{Store, View};
 
 /// The manifest's file name, at the dataset's root.
@@ -550,6 +551,84 @@ impl Parts {
         }
         let part = self.part(k)?;
         Ok(f(&part))
+    }
+
+    /// Reads the records of `req` into `dst` as [`Store::gather`] does,
+    /// `req.indices` being indices of the dataset, with the same checks
+    /// (every index, entry and slot, the checksum of every record read).
+    ///
+    /// A batch touching many parts costs about what one store's gather of
+    /// the same records does: the records are located and checked in one
+    /// pass, and those in memory are copied straight from their part's
+    /// mappings, each part counting its reads once per call; the others,
+    /// and a part's share large enough for the decode pool, are read a part
+    /// at a time as that store's gather reads them. The parts are taken
+    /// open (opened if need be) a few at a time, at most a quarter of the
+    /// open set at once; a call over more parts than that checks and reads
+    /// one group of parts after the other, so an error in a later group can
+    /// come after an earlier group's slots were written.
+    pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+        let n = req.indices.len();
+        let mut located = Vec::with_capacity(n);
+        for &i in req.indices {
+            located.push(self.locate(i)?);
+        }
+        // The parts touched, in order, and the slot of each record's part.
+        let mut touched: Vec<usize> = located.iter().map(|&(k, _)| k).collect();
+        touched.sort_unstable();
+        touched.dedup();
+        let group = (self.capacity / 4).max(1);
+        if touched.len() <= group {
+            let open = touched.iter().map(|&k| self.part(k)).collect::<Result<Vec<_>>>()?;
+            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let at: Vec<(usize, u64)> =
+                located.iter().map(|&(k, l)| (touched.binary_search(&k).expect("touched"), l)).collect();
+            return crate::read::gather::gather_over(&sources, &at, req, dst);
+        }
+        // More parts than a group: each group's records as a gather of
+        // their own, into the slots the caller gave them.
+        let (starts, width) = match req.slots {
+            Slots::Fixed(stride) => {
+                if Some(dst.len()) != n.checked_mul(stride) {
+                    return Err(Error::InvalidArgument(format!(
+                        "gather: destination is {} bytes, expected {n} indices × stride {stride}",
+                        dst.len()
+                    )));
+                }
+                ((0..n as u64).map(|k| k * stride as u64).collect::<Vec<_>>(), Some(stride))
+            }
+            Slots::Ragged(starts) => (starts.to_vec(), None),
+            Slots::FixedAt { width, starts } => (starts.to_vec(), Some(width)),
+        };
+        if starts.len() != n || !(req.next.is_empty() || req.next.len() == n) {
+            return Err(Error::InvalidArgument(format!(
+                "gather: {n} indices but {} slot starts and {} next-use hints",
+                starts.len(),
+                req.next.len()
+            )));
+        }
+        for parts in touched.chunks(group) {
+            let open = parts.iter().map(|&k| self.part(k)).collect::<Result<Vec<_>>>()?;
+            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            for (p, &(k, l)) in located.iter().enumerate() {
+                if let Ok(slot) = parts.binary_search(&k) {
+                    idx.push(req.indices[p]);
+                    at.push((slot, l));
+                    st.push(starts[p]);
+                    if !req.next.is_empty() {
+                        next.push(req.next[p]);
+                    }
+                }
+            }
+            let slots = match width {
+                Some(width) => Slots::FixedAt { width, starts: &st },
+                None => Slots::Ragged(&st),
+            };
+            let g = Gather { indices: &idx, slots, next: &next, fan_out: req.fan_out };
+            crate::read::gather::gather_over(&sources, &at, &g, dst)?;
+        }
+        Ok(())
     }
 
     /// The store of part `k` ([`Parts::part`]).

@@ -774,6 +774,12 @@ impl View {
         crate::read::gather::gather(&self.store.read_ctx(), &self.snap, req, dst)
     }
 
+    /// What a gather over several views reads this one with
+    /// (`crate::parts::Parts::gather`).
+    pub(crate) fn source(&self) -> crate::read::gather::Source<'_> {
+        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap }
+    }
+
     /// Reads parts of these records into `dst` ([`Spans`](crate::Spans):
     /// what each costs and what is checked).
     pub fn read_spans(&self, req: &crate::Spans<'_>, dst: &mut [u8]) -> Result<()> {

@@ -13,16 +13,15 @@ use crate::Blocks;
 
 /// A dataset of parts seen as one [`Source`].
 ///
-/// A call splits its indices by part (O(log parts) each, a binary search
-/// over the parts' cumulative counts), and each part touched gets one
-/// engine call with the positions of its records in the caller's buffer
-/// (`zring_engine::Slots::FixedAt` / `Ragged` starts): every record lands
-/// in its slot directly, with no scratch copy and no reordering after.
-/// The parts of one call are gathered one after another; each part's
-/// gather is batched and fans out over the decode pool as a store's does.
-/// A gather over `p` parts is thus `p` batches of reads, not one: a random
-/// batch of `B` rows over many more parts than `B` makes about `B` engine
-/// calls of one record each (bench `benches/parts.py` measures the cost).
+/// A gather is one engine call over the dataset (`Parts::gather`): its
+/// indices are located and checked in one pass, the records in memory are
+/// copied straight from their parts' mappings into the caller's slots (no
+/// scratch copy, no reordering after), and the rest are read a part at a
+/// time, each part's share batched as a store's gather batches it. So a
+/// random batch over many more parts than rows costs about what the same
+/// batch from one store does (bench `benches/parts.py`). Other calls
+/// (lengths, spans, prefetch) split their indices by part (O(log parts)
+/// each) and make one engine call per part touched.
 ///
 /// The parts are committed stores, which nobody writes to, so the source
 /// needs no per-step view ([`Source::view`] stays `None`). Its
@@ -143,28 +142,13 @@ impl Source for PartsSource {
 
     fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
         let starts = self.starts(req, dst)?;
-        let split = self.split(req.indices)?;
         let next = next_uses(req.next);
-        let (mut idx, mut at, mut hints) = (Vec::new(), Vec::new(), Vec::new());
-        for (k, range) in &split.groups {
-            idx.clear();
-            at.clear();
-            hints.clear();
-            for &p in &split.order[range.clone()] {
-                idx.push(split.local[p]);
-                at.push(starts[p]);
-                if !next.is_empty() {
-                    hints.push(next[p]);
-                }
-            }
-            let slots = match self.layout {
-                Layout::Fixed { record_bytes } => engine::Slots::FixedAt { width: record_bytes, starts: &at },
-                Layout::Ragged => engine::Slots::Ragged(&at),
-            };
-            let g = engine::Gather { indices: &idx, slots, next: &hints, fan_out: req.fan_out };
-            self.parts.with_part(*k, |p| p.view.gather(&g, dst))??;
-        }
-        Ok(())
+        let slots = match self.layout {
+            Layout::Fixed { record_bytes } => engine::Slots::FixedAt { width: record_bytes, starts: &starts },
+            Layout::Ragged => engine::Slots::Ragged(&starts),
+        };
+        let g = engine::Gather { indices: req.indices, slots, next: &next, fan_out: req.fan_out };
+        Ok(self.parts.gather(&g, dst)?)
     }
 
     fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {

@@ -61,18 +61,48 @@ pub(crate) fn record_len(snap: &Snapshot, index: u64) -> Result<u64> {
 /// `dst`; a fixed slot is zero-padded after its record.
 pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
     let indices = req.indices;
+    let (starts, width) = slot_starts(req, dst.len())?;
+    snap.table.prefetch(indices);
+    let mut order: Vec<(u64, Want)> = Vec::with_capacity(indices.len());
+    for (k, (&index, &start)) in indices.iter().zip(starts.iter()).enumerate() {
+        let entry = snap.entry(index)?;
+        check_width(index, &entry, width)?;
+        order.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }));
+    }
+    if width == Some(0) {
+        return Ok(());
+    }
+    // Empty records share their offset with the next slot: order by (offset, length).
+    order.sort_unstable_by_key(|(start, w)| (*start, w.len));
+    check_slots(&order, width, dst)?;
+    read_items(s, snap, carve_at(dst, order), req.fan_out)
+}
+
+/// A record of `len` bytes fits a fixed slot of `width`.
+fn check_width(index: u64, entry: &Entry, width: Option<usize>) -> Result<()> {
+    let len = u64::from(entry.logical_len);
+    match width {
+        Some(w) if len > w as u64 => Err(Error::RecordSize { record: index, len, slot: w as u64 }),
+        _ => Ok(()),
+    }
+}
+
+/// Each record's slot in a destination of `dst_len` bytes: where it starts,
+/// and its width when fixed; the hints and starts counted against the
+/// indices.
+fn slot_starts<'r>(req: &Gather<'r>, dst_len: usize) -> Result<(std::borrow::Cow<'r, [u64]>, Option<usize>)> {
+    let indices = req.indices;
     check_hints(indices, req.next)?;
-    // Each record's slot: where it starts, and its width when fixed.
+    let dst = dst_len;
     let (starts, width): (std::borrow::Cow<'_, [u64]>, Option<usize>) = match req.slots {
         Slots::Fixed(stride) => {
             let need = indices
                 .len()
                 .checked_mul(stride)
                 .ok_or_else(|| Error::InvalidArgument("indices × stride overflows".into()))?;
-            if dst.len() != need {
+            if dst != need {
                 return Err(Error::InvalidArgument(format!(
-                    "gather: destination is {} bytes, expected {} indices × stride {stride} = {need}",
-                    dst.len(),
+                    "gather: destination is {dst} bytes, expected {} indices × stride {stride} = {need}",
                     indices.len()
                 )));
             }
@@ -88,25 +118,14 @@ pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [
             starts.len()
         )));
     }
-    snap.table.prefetch(indices);
-    let mut order: Vec<(u64, Want)> = Vec::with_capacity(indices.len());
-    for (k, (&index, &start)) in indices.iter().zip(starts.iter()).enumerate() {
-        let entry = snap.entry(index)?;
-        let len = u64::from(entry.logical_len);
-        if let Some(w) = width {
-            if len > w as u64 {
-                return Err(Error::RecordSize { record: index, len, slot: w as u64 });
-            }
-        }
-        order.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }));
-    }
-    if width == Some(0) {
-        return Ok(());
-    }
-    // Empty records share their offset with the next slot: order by (offset, length).
-    order.sort_unstable_by_key(|(start, w)| (*start, w.len));
+    Ok((starts, width))
+}
+
+/// Checks that the slots of `order` (sorted by start) lie inside `dst` and
+/// do not overlap; zero-pads each fixed slot after its record.
+fn check_slots(order: &[(u64, Want)], width: Option<usize>, dst: &mut [u8]) -> Result<()> {
     let mut end = 0u64;
-    for (start, w) in &order {
+    for (start, w) in order {
         let slot = width.map_or(w.len as u64, |w| w as u64);
         if *start < end {
             return Err(Error::InvalidArgument(format!(
@@ -130,12 +149,118 @@ pub(crate) fn gather(s: &Ctx<'_>, snap: &Snapshot, req: &Gather<'_>, dst: &mut [
         }
     }
     if let Some(width) = width {
-        for (start, w) in &order {
+        for (start, w) in order {
             // Lossless: checked inside `dst` above.
             dst[*start as usize + w.len..*start as usize + width].fill(0);
         }
     }
-    read_items(s, snap, carve_at(dst, order), req.fan_out)
+    Ok(())
+}
+
+/// One snapshot a [`gather_over`] reads from, with its store's context.
+pub(crate) struct Source<'s> {
+    pub ctx: Ctx<'s>,
+    pub snap: &'s Snapshot,
+}
+
+/// Reads the records of `req` into `dst` as [`gather`] does, record `k`
+/// being record `at[k].1` of snapshot `at[k].0` of `sources` (a dataset of
+/// parts, `crate::parts`): one validation pass over all of them (every
+/// index, entry and slot checked before anything is written to `dst`, the
+/// slots against each other whatever snapshot they read from), then the
+/// records of each snapshot whose stored bytes are all in its mappings
+/// copied or decoded and checked straight from them on the calling thread,
+/// with one count per snapshot touched; the others (and a snapshot's share
+/// large enough to be worth the decode pool) read by [`read_items`] per
+/// snapshot, as a gather of that store alone reads them.
+pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+    let (starts, width) = slot_starts(req, dst.len())?;
+    if at.len() != req.indices.len() {
+        return Err(Error::InvalidArgument(format!(
+            "gather: {} indices but {} located records",
+            req.indices.len(),
+            at.len()
+        )));
+    }
+    // Each record's slot, what to read, and the snapshot it reads from.
+    let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(at.len());
+    for (k, (&(src, index), &start)) in at.iter().zip(starts.iter()).enumerate() {
+        let source = sources
+            .get(src)
+            .ok_or_else(|| Error::InvalidArgument(format!("gather: snapshot {src} of {}", sources.len())))?;
+        let entry = source.snap.entry(index)?;
+        check_width(index, &entry, width)?;
+        tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }, src));
+    }
+    if width == Some(0) {
+        return Ok(());
+    }
+    // Empty records share their offset with the next slot: order by (offset, length).
+    tagged.sort_unstable_by_key(|(start, w, _)| (*start, w.len));
+    let from: Vec<usize> = tagged.iter().map(|t| t.2).collect();
+    let order: Vec<(u64, Want)> = tagged.into_iter().map(|(start, w, _)| (start, w)).collect();
+    check_slots(&order, width, dst)?;
+    let _gate = crate::fork::enter();
+    let items = carve_at(dst, order);
+    // Per snapshot: what its hot records counted, and the records left to
+    // `read_items`.
+    let mut seen: Vec<Seen> = sources.iter().map(|s| Seen { residency: s.ctx.mmap, ..Seen::default() }).collect();
+    let mut rest: Vec<Vec<Item<'_>>> = sources.iter().map(|_| Vec::new()).collect();
+    // A snapshot's share worth fanning out goes to `read_items` whole.
+    let mut share = vec![0u64; sources.len()];
+    for (it, &src) in items.iter().zip(&from) {
+        share[src] += u64::from(it.entry.stored_len);
+    }
+    let mmap = sources.iter().any(|s| s.ctx.mmap);
+    let epoch = if mmap { crate::io::mmap::evictions() } else { None };
+    if mmap {
+        for (it, &src) in items.iter().zip(&from) {
+            let Source { ctx, snap } = &sources[src];
+            if let Some(chunk) = snap.chunk(it.entry.chunk).filter(|_| ctx.mmap) {
+                chunk.prefetch_residency(it.entry.offset);
+            }
+        }
+    }
+    let mut first_err: Option<Error> = None;
+    for (mut it, &src) in items.into_iter().zip(&from) {
+        let Source { ctx, snap } = &sources[src];
+        let stored = it.entry.stored_len as usize;
+        let whole = req.fan_out && share[src] >= PARALLEL_MIN_BYTES;
+        let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+        let hot = if ctx.mmap && !whole { chunk.resident(it.entry.offset, stored, epoch) } else { None };
+        let Some(b) = hot else {
+            rest[src].push(it);
+            continue;
+        };
+        let s = &mut seen[src];
+        s.records += 1;
+        s.stored_bytes += stored as u64;
+        s.mapped += 1;
+        s.mapped_bytes += stored as u64;
+        let r = finish_record(&mut it, b.bytes(), snap.dict.as_deref());
+        let r = if b.faulted() {
+            // The copy may have read zeros for pages the file lost.
+            let path = ctx.dir.join(chunk_name(snap.table.format, it.entry.chunk));
+            Err(corrupted(
+                format!("chunk {}", it.entry.chunk.0),
+                format!("{} shrank or could not be read while mapped (record {})", path.display(), it.index),
+            ))
+        } else {
+            r
+        };
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    for (src, source) in sources.iter().enumerate() {
+        let items = std::mem::take(&mut rest[src]);
+        let r = if items.is_empty() { Ok(()) } else { read_items(&source.ctx, source.snap, items, req.fan_out) };
+        let r = observed(&source.ctx, source.snap, std::mem::take(&mut seen[src]), r);
+        if let Err(e) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// Reads the parts of records `req` names into `dst` ([`crate::Spans`]):
