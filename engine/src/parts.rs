@@ -537,6 +537,25 @@ impl Parts {
         Ok(part)
     }
 
+    /// Parts `ks`, each as [`Parts::part`] takes it; those open taken
+    /// under one hold of the open set's lock.
+    fn parts_of(&self, ks: &[usize]) -> Result<Vec<Arc<OpenPart>>> {
+        let _gate = crate::fork::enter();
+        let mut got: Vec<Option<Arc<OpenPart>>> = Vec::with_capacity(ks.len());
+        {
+            let open = self.read();
+            let now = self.clock.load(Relaxed);
+            for &k in ks {
+                let p = open.slots.get(k).and_then(Option::as_ref).map(Arc::clone);
+                if p.is_some() {
+                    self.stamps[k].store(now, Relaxed);
+                }
+                got.push(p);
+            }
+        }
+        ks.iter().zip(got).map(|(&k, p)| p.map_or_else(|| self.part(k), Ok)).collect()
+    }
+
     /// `f` of part `k`, opened as [`Parts::part`] opens it; when the part
     /// is open, under the open set's lock taken shared, with no reference
     /// count touched.
@@ -579,10 +598,26 @@ impl Parts {
         touched.dedup();
         let group = (self.capacity / 4).max(1);
         if touched.len() <= group {
-            let open = touched.iter().map(|&k| self.part(k)).collect::<Result<Vec<_>>>()?;
-            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
             let at: Vec<(usize, u64)> =
                 located.iter().map(|&(k, l)| (touched.binary_search(&k).expect("touched"), l)).collect();
+            {
+                // Every part open (the usual case): read under the open
+                // set's lock taken shared, no reference count touched.
+                let _gate = crate::fork::enter();
+                let open = self.read();
+                let held: Option<Vec<&OpenPart>> =
+                    touched.iter().map(|&k| open.slots.get(k).and_then(Option::as_deref)).collect();
+                if let Some(held) = held {
+                    let now = self.clock.load(Relaxed);
+                    for &k in &touched {
+                        self.stamps[k].store(now, Relaxed);
+                    }
+                    let sources: Vec<_> = held.iter().map(|p| p.view.source()).collect();
+                    return crate::read::gather::gather_over(&sources, &at, req, dst);
+                }
+            }
+            let open = self.parts_of(&touched)?;
+            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -608,7 +643,7 @@ impl Parts {
             )));
         }
         for parts in touched.chunks(group) {
-            let open = parts.iter().map(|&k| self.part(k)).collect::<Result<Vec<_>>>()?;
+            let open = self.parts_of(parts)?;
             let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {

@@ -348,3 +348,35 @@ def test_a_forked_child_reads_a_dataset_of_parts_a_loader_was_reading(tmp_path):
     root = _fixed(tmp_path, n=5)
     out = subprocess.run([sys.executable, "-c", FORK, root], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("backend", ["uring", "pread"])
+@pytest.mark.parametrize("mmap", ["1", "0"])
+def test_random_gathers_over_many_parts_match_one_store(tmp_path, monkeypatch, backend, mmap):
+    """A batch over many parts is one engine gather (records copied from the
+    parts' mappings, or read through the backend without them): the same
+    bytes as one store of the same records, fixed and ragged."""
+    n = 40
+    fixed = _fixed(tmp_path, n=n, name="fixed")
+    docs = str(tmp_path / "docs")
+    parts.commit(docs, [parts.write_part(docs, _docs(k), codec="raw" if k % 3 else "zstd") for k in range(n)])
+    zring.write_dataset(tmp_path / "one-fixed", np.concatenate([_rows(k) for k in range(n)]))
+    zring.write_ragged(tmp_path / "one-docs", [d for k in range(n) for d in _docs(k)])
+    monkeypatch.setenv("ZRING_BACKEND", backend)
+    monkeypatch.setenv("ZRING_MMAP", mmap)
+    rng = np.random.default_rng(7)
+    pf, sf = zring.Dataset(fixed), zring.Dataset(tmp_path / "one-fixed")
+    pr, sr = zring.RaggedDataset(docs), zring.RaggedDataset(tmp_path / "one-docs")
+    assert len(pf) == len(sf) == len(pr) == len(sr) == n * PER
+    for _ in range(20):
+        idx = rng.integers(0, n * PER, 256)
+        a, b = pf[idx], sf[idx]
+        assert a.tobytes() == b.tobytes()
+        assert np.array_equal(a[:, 0], idx)  # and each row is its record
+        (pv, po), (sv, so) = pr[idx], sr[idx]
+        assert np.array_equal(po, so) and pv.tobytes() == sv.tobytes()
+        assert set(pv[po[3]:po[4]].tolist()) == {idx[3]}
+    # Sorted (few parts, long runs) and a single part's worth.
+    idx = np.arange(n * PER)
+    assert pf[idx].tobytes() == sf[idx].tobytes()
+    assert pr[idx][0].tobytes() == sr[idx][0].tobytes()

@@ -309,9 +309,15 @@ impl Reads {
         // serves, at hot-read rates.
         let by_records = c.check_records.fetch_add(s.records, Relaxed) + s.records >= policy::CHECK_RECORDS;
         let by_bytes = c.check_bytes.fetch_add(s.stored_bytes, Relaxed) + s.stored_bytes >= policy::CHECK_BYTES;
+        // The clock is read only when it decides: a hot gather over many
+        // stores (a dataset of parts) counts into each of them.
+        let caching = !by_records && self.caching.load(Relaxed);
+        if !by_records && !caching {
+            return None;
+        }
         let now = millis();
         let by_time = now.saturating_sub(c.check_at.load(Relaxed)) >= policy::CHECK_MILLIS;
-        if !(by_records || (by_bytes || by_time) && self.caching.load(Relaxed)) {
+        if !(by_records || by_bytes || by_time) {
             return None;
         }
         // One gather judges; the others carry on counting.
