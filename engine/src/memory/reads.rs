@@ -255,17 +255,24 @@ impl Reads {
     /// caller reopens the chunks and calls [`Reads::adopt`]).
     pub fn observe(&self, s: Seen, data_bytes: u64) -> Option<Policy> {
         let c = &self.c;
-        c.records.fetch_add(s.records, Relaxed);
-        c.cache_hits.fetch_add(s.cache_hits, Relaxed);
-        c.cache_misses.fetch_add(s.cache_misses, Relaxed);
-        c.page_cache_hits.fetch_add(s.mapped, Relaxed);
-        c.bytes_read.fetch_add(s.read_bytes, Relaxed);
-        c.bytes_from_cache.fetch_add(s.cache_hit_bytes, Relaxed);
-        c.bytes_from_page_cache.fetch_add(s.mapped_bytes, Relaxed);
-        c.policy_bytes.fetch_add(s.stored_bytes, Relaxed);
+        // A counter's locked add only when it moves: a hot gather over many
+        // stores (a dataset of parts) counts into each, mostly mapped reads.
+        let add = |counter: &AtomicU64, n: u64| {
+            if n != 0 {
+                counter.fetch_add(n, Relaxed);
+            }
+        };
+        add(&c.records, s.records);
+        add(&c.cache_hits, s.cache_hits);
+        add(&c.cache_misses, s.cache_misses);
+        add(&c.page_cache_hits, s.mapped);
+        add(&c.bytes_read, s.read_bytes);
+        add(&c.bytes_from_cache, s.cache_hit_bytes);
+        add(&c.bytes_from_page_cache, s.mapped_bytes);
+        add(&c.policy_bytes, s.stored_bytes);
         self.member.asked(s.records);
         let records = c.window_records.fetch_add(s.records, Relaxed) + s.records;
-        c.window_resident.fetch_add(s.cache_hits + s.mapped, Relaxed);
+        add(&c.window_resident, s.cache_hits + s.mapped);
         if self.forced.is_some() {
             return None;
         }
