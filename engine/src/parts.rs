@@ -771,6 +771,43 @@ mod tests {
     }
 
     #[test]
+    fn a_gather_over_parts_reads_each_record_into_its_slot_and_checks_slots_across_parts() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let entries: Vec<PartEntry> = (0..12u32).map(|k| part(root, &format!("p{k}"), k * 5..k * 5 + 5)).collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        let idx: Vec<u64> = (0..200u64).map(|i| (i * 37 + 11) % 60).collect();
+        let want: Vec<u8> = idx.iter().flat_map(|&i| (i as u32).to_le_bytes()).collect();
+        // All parts in one group (capacity 64), and a group of one part at a time (capacity 2).
+        for capacity in [64, 2] {
+            let parts = Parts::open_with_capacity(root, capacity).unwrap();
+            let mut dst = vec![0xffu8; idx.len() * 4];
+            parts.gather(&Gather::fixed(&idx, 4), &mut dst).unwrap();
+            assert_eq!(dst, want, "capacity {capacity}");
+            // Ragged slots in reverse order, and fixed slots wider than the records.
+            let starts: Vec<u64> = (0..idx.len() as u64).rev().map(|k| k * 4).collect();
+            let mut dst = vec![0u8; idx.len() * 4];
+            parts.gather(&Gather::ragged(&idx, &starts), &mut dst).unwrap();
+            let back: Vec<u8> = idx.iter().rev().flat_map(|&i| (i as u32).to_le_bytes()).collect();
+            assert_eq!(dst, back);
+            let mut dst = vec![0xffu8; 2 * 8];
+            parts.gather(&Gather::fixed(&[59, 0], 8), &mut dst).unwrap();
+            assert_eq!(dst, [59, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        }
+        let parts = Parts::open(root).unwrap();
+        // Two records of different parts in overlapping slots: refused, nothing written.
+        let mut dst = vec![7u8; 8];
+        let err = parts.gather(&Gather::ragged(&[1, 58], &[0, 2]), &mut dst).unwrap_err();
+        assert!(err.to_string().contains("overlaps"), "{err}");
+        assert_eq!(dst, [7u8; 8]);
+        assert!(matches!(
+            parts.gather(&Gather::fixed(&[60], 4), &mut [0u8; 4]),
+            Err(Error::IndexOutOfRange { index: 60, len: 60 })
+        ));
+        assert!(matches!(parts.gather(&Gather::fixed(&[3], 2), &mut [0u8; 2]), Err(Error::RecordSize { .. })));
+    }
+
+    #[test]
     fn ranks_get_balanced_prefix_stable_parts_and_need_only_theirs() {
         assert_eq!(assign_ranks(&[10, 3, 3, 3, 3, 1], 2), vec![0, 1, 1, 1, 1, 0]);
         let before = assign_ranks(&[5, 9, 2, 7], 3);
