@@ -140,26 +140,7 @@ impl StoreBuilder {
     /// Opens a store for reading and writing, creating it if the directory
     /// holds none. Takes the single-writer lock.
     pub fn open_writable(self) -> Result<Store> {
-        let held = match self.held(false) {
-            Err(Error::Io { source, .. })
-                if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
-            {
-                return self.create()
-            }
-            r => r?,
-        };
-        let dir = match held {
-            Some(d) => d,
-            None => match Dir::open(&self.path) {
-                Ok(d) => Arc::new(d),
-                Err(Error::Io { source, .. })
-                    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
-                {
-                    return self.create()
-                }
-                Err(e) => return Err(e),
-            },
-        };
+        let Some(dir) = self.existing_dir()? else { return self.create() };
         if !dir.exists(HEAD_FILE) && !dir.exists(LOADERX_META) {
             return self.create_in(dir);
         }
@@ -215,27 +196,26 @@ impl StoreBuilder {
     }
 
     fn open_inner(self, writable: bool) -> Result<Store> {
-        let held = match self.held(false) {
-            Err(Error::Io { source, .. })
-                if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
-            {
-                return Err(Error::NotAStore { path: self.path.clone(), reason: "no such directory".into() })
-            }
-            r => r?,
-        };
-        let dir = match held {
-            Some(d) => d,
-            None => match Dir::open(&self.path) {
-                Ok(d) => Arc::new(d),
-                Err(Error::Io { source, .. })
-                    if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)) =>
-                {
-                    return Err(Error::NotAStore { path: self.path.clone(), reason: "no such directory".into() })
-                }
-                Err(e) => return Err(e),
-            },
+        let Some(dir) = self.existing_dir()? else {
+            return Err(Error::NotAStore { path: self.path.clone(), reason: "no such directory".into() });
         };
         self.open_inner_in(dir, writable)
+    }
+
+    /// The store's directory (held by a staging directory of this process,
+    /// or opened by path), or `None` when there is no directory there.
+    fn existing_dir(&self) -> Result<Option<Arc<Dir>>> {
+        let missing = |e: &Error| matches!(e, Error::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::ENOENT) | Some(libc::ENOTDIR)));
+        match self.held(false) {
+            Ok(Some(d)) => Ok(Some(d)),
+            Ok(None) => match Dir::open(&self.path) {
+                Ok(d) => Ok(Some(Arc::new(d))),
+                Err(e) if missing(&e) => Ok(None),
+                Err(e) => Err(e),
+            },
+            Err(e) if missing(&e) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     fn open_inner_in(self, dir: Arc<Dir>, writable: bool) -> Result<Store> {
