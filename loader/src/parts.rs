@@ -261,6 +261,18 @@ mod tests {
         (0..(i % 9) + 1).map(|j| (i * 7 + j) as u8).collect()
     }
 
+    /// Writes part `p{k}` under `root`: records `first..first + n`, each
+    /// `record(i)`; its manifest entry.
+    fn write_part(root: &std::path::Path, k: usize, first: u64, n: u64) -> PartEntry {
+        let name = format!("p{k}");
+        let s = Store::builder(root.join(&name)).create().unwrap();
+        let recs: Vec<Vec<u8>> = (first..first + n).map(record).collect();
+        let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
+        s.append(&refs, None).unwrap();
+        s.sync().unwrap();
+        PartEntry::new(name, s.fingerprint().unwrap())
+    }
+
     /// A dataset of parts of `sizes` records, record `i` of the whole
     /// being `record(i)`.
     fn dataset(sizes: &[u64]) -> (tempfile::TempDir, Arc<Parts>) {
@@ -268,13 +280,7 @@ mod tests {
         let mut entries = Vec::new();
         let mut i = 0;
         for (k, &n) in sizes.iter().enumerate() {
-            let name = format!("p{k}");
-            let s = Store::builder(dir.path().join(&name)).create().unwrap();
-            let recs: Vec<Vec<u8>> = (i..i + n).map(record).collect();
-            let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
-            s.append(&refs, None).unwrap();
-            s.sync().unwrap();
-            entries.push(PartEntry::new(name, s.fingerprint().unwrap()));
+            entries.push(write_part(dir.path(), k, i, n));
             i += n;
         }
         commit_manifest(dir.path(), serde_json::Value::Null, entries, false).unwrap();
@@ -348,13 +354,7 @@ mod tests {
         let mut entries = m.parts.clone();
         let mut i: u64 = m.records();
         for (k, &n) in sizes.iter().enumerate().skip(from) {
-            let name = format!("p{k}");
-            let s = Store::builder(root.join(&name)).create().unwrap();
-            let recs: Vec<Vec<u8>> = (i..i + n).map(record).collect();
-            let refs: Vec<&[u8]> = recs.iter().map(Vec::as_slice).collect();
-            s.append(&refs, None).unwrap();
-            s.sync().unwrap();
-            entries.push(PartEntry::new(name, s.fingerprint().unwrap()));
+            entries.push(write_part(root, k, i, n));
             i += n;
         }
         commit_manifest(root, serde_json::Value::Null, entries, false).unwrap();
