@@ -54,7 +54,7 @@ import numpy as np
 from . import _util, _zring
 from ._mix import Mixture
 from ._pack import Packed, _views as _packed_views
-from .dataset import Dataset, RaggedDataset
+from .dataset import Dataset, RaggedDataset, _rank_parts as _dataset_rank_parts
 
 
 def _identity(batch: Any) -> Any:
@@ -109,6 +109,101 @@ def _wrap(views: list[tuple[str, Any]], indices: np.ndarray, columns: list[Any])
             row_bytes = ds.row_bytes or 1
             batch[name] = (values, (offsets // np.uint64(row_bytes)).astype(np.int64))
     return batch
+
+
+def _datasets(streams: Any) -> list[tuple[str, Any]]:
+    """``(label, dataset)`` for every dataset a loader over ``streams`` reads."""
+    if isinstance(streams, Packed):
+        return [(f"source {k}" if len(streams.datasets) > 1 else "the packed source", ds)
+                for k, ds in enumerate(streams.datasets)]
+    if isinstance(streams, Mixture):
+        return [(f"source {k} stream {name!r}", ds) for k, src in enumerate(streams.sources) for name, ds in src.items()]
+    return [(f"stream {name!r}", ds) for name, ds in streams.items()]
+
+
+def _split(value: Any) -> tuple[int, int]:
+    """A ``rank_parts`` argument checked: a ``(rank, ranks)`` pair, ``0 <= rank < ranks``."""
+    rank, ranks = _dataset_rank_parts(value)
+    if not 0 <= rank < ranks:
+        raise ValueError(f"rank_parts=({rank}, {ranks}): need 0 <= rank < ranks")
+    return rank, ranks
+
+
+def rank_split(streams: Any, rank_parts: Any = None) -> tuple[int, int] | None:
+    """The ``(rank, ranks)`` a loader over ``streams`` is, or None for a
+    loader over whole datasets.
+
+    Read from the datasets: each opened with ``rank_parts=(rank, ranks)``
+    holds only that rank's parts, so a loader over it can only be that
+    rank's loader. ``rank_parts``, when given, must be theirs.
+
+    Raises:
+        ValueError: datasets opened with different splits, some with one and
+            some without, or none with the ``rank_parts`` given (the message
+            names the dataset and says how to open it).
+    """
+    given = None if rank_parts is None else _split(rank_parts)
+    found = _datasets(streams)
+    splits = {getattr(ds, "rank_parts", None) for _, ds in found}
+    if given is None and len(splits) <= 1:
+        return next(iter(splits), None)
+    want = given if given is not None else next(s for s in splits if s is not None)
+    for label, ds in found:
+        have = getattr(ds, "rank_parts", None)
+        if have == want:
+            continue
+        if have is not None:
+            raise ValueError(
+                f"{label} ({ds.path}) was opened with rank_parts={have}, "
+                + (f"the loader was given rank_parts={want}" if given is not None else
+                   f"another with rank_parts={want}")
+                + "; a rank's loader reads every dataset with the same (rank, ranks)"
+            )
+        if not isinstance(ds._s, _zring.Parts):
+            raise ValueError(
+                f"{label} ({ds.path}) is one store, not a dataset of parts: every rank would read all of it. "
+                f"rank_parts={want} splits datasets of parts (zring.parts) among the ranks; write it as parts, "
+                "or read it with shard= in a loader without rank_parts"
+            )
+        raise ValueError(
+            f"{label} ({ds.path}) was opened over all its parts; open it with "
+            f"{type(ds).__name__}(path, rank_parts={want}) so that this rank reads only its own parts"
+        )
+    return want
+
+
+def _saved_split(state: Mapping[str, Any]) -> tuple[int, int] | None:
+    saved = state.get("rank_parts")
+    if saved is None:
+        return None
+    try:
+        return int(saved["rank"]), int(saved["ranks"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"the state's rank_parts is not {{'rank': r, 'ranks': n}}: {saved!r}") from None
+
+
+def rank_state_problem(state: Mapping[str, Any], have: tuple[int, int] | None) -> str | None:
+    """Why a state saved by a loader of one rank split cannot resume in a
+    loader of split ``have`` (None: whole datasets), or None when it can.
+    One rank of one is the whole dataset."""
+    saved = _saved_split(state)
+    one = (0, 1)
+    if (saved or one) == (have or one):
+        return None
+    if saved is None:
+        return (f"the state was saved by a loader over whole datasets, this loader is rank {have[0]} of {have[1]} "
+                f"(rank_parts={have}) and reads only its parts; resume the state over the whole datasets "
+                "(no rank_parts), or start this run without state=")
+    if have is None:
+        return (f"the state was saved by rank {saved[0]} of {saved[1]} (rank_parts={saved}); open the datasets "
+                f"with rank_parts={saved} to resume it")
+    if saved[1] != have[1]:
+        return (f"the state was saved by rank {saved[0]} of {saved[1]} ranks, this loader is rank {have[0]} of "
+                f"{have[1]}: a run keeps its rank count, since each rank's cycle walks its own parts (another "
+                f"count assigns other parts to each rank); resume with {saved[1]} ranks, or start a new run "
+                f"(no state=) with {have[1]}")
+    return (f"the state was saved by rank {saved[0]} of {saved[1]}, this loader reads rank {have[0]}'s parts: "
+            f"resume each rank from the state it saved")
 
 
 # Transform pools still running; closed at interpreter exit while their
@@ -315,7 +410,8 @@ class DataLoader(_util.Closeable):
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
                  transform_workers: int | None = None, cache_bytes: int | None = None,
-                 block_records: int | None = None, window_blocks: int | None = None):
+                 block_records: int | None = None, window_blocks: int | None = None,
+                 rank_parts: tuple[int, int] | None = None):
         """Start gathering.
 
         Args:
@@ -377,6 +473,24 @@ class DataLoader(_util.Closeable):
                 None: as many as ``num_workers``). ``0`` calls it on the
                 consumer thread inside ``next()``. Unused (no thread starts)
                 when ``transform`` is the default identity.
+            rank_parts: ``(rank, ranks)``: this loader is rank ``rank`` of
+                ``ranks``, each reading only its own parts of datasets of
+                parts (:mod:`zring.parts`), so a host needs only its own
+                parts on disk. Every dataset read (each stream, each source
+                of a mixture or of a packed source) must be opened with the
+                same ``rank_parts=(rank, ranks)``, which holds that rank's
+                parts (assigned by :func:`zring.parts.rank_plan`) as one
+                dataset; the loader draws its batches from them in any
+                ``mode``, a mixture holding each source's share of this
+                rank's rows, and over each cycle of its sampler each rank's
+                rows cover its records once, so the ranks' together cover
+                every record once. Default: taken from the datasets (a
+                loader over datasets opened with ``rank_parts`` is that
+                rank's loader). The state records it, and a state saved
+                with another rank count (or by another rank) is refused:
+                a run keeps its rank count. ``batch_size`` is this rank's
+                rows per step; ``shard=`` splits them further among the
+                processes of the rank (the same seed in each).
             cache_bytes: The memory budget of the process's store data
                 (see :class:`Dataset`): when given, the loader states it for
                 the process (so it applies to every open dataset too) until
@@ -395,6 +509,10 @@ class DataLoader(_util.Closeable):
                 that does not fit the streams: their records changed since
                 it was saved (the message names the stream), or they hold
                 another number of records and did not only grow.
+                Also: ``rank_parts`` that the datasets were not opened
+                with (the message says how to open them), a single store
+                under ``rank_parts``, or a state saved with another rank
+                split.
             TypeError: ``streams`` is not a dict (a bare Dataset, say), a
                 stream is not a zring Dataset or RaggedDataset, or
                 ``transform_workers`` is not an int.
@@ -449,6 +567,7 @@ class DataLoader(_util.Closeable):
                 [("tokens", handle(f"{k}/tokens", ds), None)] for k, ds in enumerate(packed.datasets)]
             self._views = _packed_views(packed)
             weights = None if mixture is None else list(mixture.given_weights)
+            split = self._rank_check(packed, rank_parts, state)
         elif mixture is not None:
             for name, dtypes in mixture.mixed_dtypes.items():
                 raise ValueError(
@@ -460,12 +579,14 @@ class DataLoader(_util.Closeable):
                                 for k, src in enumerate(mixture.sources)]
             self._views = [(name, mixture.sources[0][name]) for name in mixture.names]
             weights: list[float] | None = list(mixture.given_weights)
+            split = self._rank_check(mixture, rank_parts, state)
             if state is not None:
                 state = mixture.check_state(state)
         else:
             specs = specs_of(self.streams, "")
             self._views = list(self.streams.items())
             weights = None
+            split = self._rank_check(self.streams, rank_parts, state)
         if mixture is None and packed is None:
             lengths = {name: len(ds) for name, ds in self.streams.items()}
             if len(set(lengths.values())) != 1:
@@ -508,6 +629,9 @@ class DataLoader(_util.Closeable):
             self.close()
             raise
         self._loader = loader
+        #: ``(rank, ranks)`` when this loader is a rank reading only its own
+        #: parts (``rank_parts=``, or the datasets'), else None.
+        self.rank_parts: tuple[int, int] | None = split
         #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture
         #: The :func:`zring.pack` source read, or None.
@@ -524,6 +648,18 @@ class DataLoader(_util.Closeable):
         if transform is not _identity and workers > 0:
             first = int(self._loader.state()["sampler"]["step"])
             self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first)
+
+    @staticmethod
+    def _rank_check(streams: Any, rank_parts: Any, state: Any) -> tuple[int, int] | None:
+        """The rank split of a loader over ``streams`` (:func:`rank_split`),
+        checked against ``state``'s before anything else of the state (a
+        rank's sources have the rank's lengths)."""
+        split = rank_split(streams, rank_parts)
+        if isinstance(state, Mapping):
+            problem = rank_state_problem(state, split)
+            if problem is not None:
+                raise ValueError(problem)
+        return split
 
     def __len__(self) -> int:
         raise TypeError("an endless loader has no length")
@@ -572,17 +708,20 @@ class DataLoader(_util.Closeable):
         """Where the consumer is: pass it as ``state=`` to resume with the batch
         after the one ``next()`` returned last (however far the transform
         workers have read ahead). A dict of the sampler's parameters and
-        step, the shard, a mixture's weights and lengths, and under
+        step, the shard, a mixture's weights and lengths, under
         ``"fingerprints"`` each stream's ``{"records", "content"}``
-        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture)."""
+        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture),
+        and for a rank's loader (``rank_parts``) ``"rank_parts": {"rank",
+        "ranks"}``."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         pool = self._pool
-        if pool is None:
-            return self._loader.state()
         # The workers may have taken steps past the consumer's; a run over a
         # store that grew changes more than the step at its cycle boundary.
-        return self._loader.state_at(pool.next_step)
+        state = self._loader.state() if pool is None else self._loader.state_at(pool.next_step)
+        if self.rank_parts is not None:
+            state["rank_parts"] = {"rank": self.rank_parts[0], "ranks": self.rank_parts[1]}
+        return state
 
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather

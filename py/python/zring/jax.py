@@ -59,7 +59,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
 
 from ._mix import Mixture
 from ._sampler import Sampler
-from .dataloader import DataLoader
+from .dataloader import DataLoader, rank_split, rank_state_problem
 from .dataset import Dataset, RaggedDataset
 
 __all__ = [
@@ -154,16 +154,25 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | 
 
     It holds no shard and no process count: every process of a run saves
     the same dict, and it resumes on any shard count dividing the batch.
+
+    A rank's loader (``rank_parts``, each rank reading only its own parts)
+    is the exception: its checkpoint adds ``"rank_parts": {"rank",
+    "ranks"}`` and, as a packed source's, ``"loader"``, the rank's own
+    DataLoader state over its parts. Each rank saves its own and resumes
+    from it, with the same rank count.
     """
     mode = sampler_state["mode"]
     extra: dict[str, Any] = {}
-    if _is_packed(streams):
+    ranked = loader_state is not None and loader_state.get("rank_parts") is not None
+    if _is_packed(streams) or ranked:
         if loader_state is None:
             raise TypeError("a packed source's checkpoint needs the DataLoader's state (loader_state=)")
         saved = {k: v for k, v in loader_state.items() if k != "shard"}
         saved["sampler"] = dict(sampler_state)
         extra["loader"] = saved
         fp: Any = dict(loader_state.get("fingerprints", {}))
+        if ranked:
+            extra["rank_parts"] = dict(loader_state["rank_parts"])
     else:
         fp = fingerprint(streams)
     if isinstance(streams, Mixture):
@@ -187,8 +196,10 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | 
 _STATE_KEYS = ("format", "mode", "seed", "step", "global_batch_size", "length", "fingerprint")
 
 
-def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any]:
-    """Validates a checkpoint dict against ``streams``; returns it as a plain dict."""
+def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset],
+                 split: tuple[int, int] | None | str = "datasets") -> dict[str, Any]:
+    """Validates a checkpoint dict against ``streams`` (of the rank split
+    ``split``, by default the datasets'); returns it as a plain dict."""
     if not isinstance(state, Mapping):
         raise TypeError(f"state must be a dict from state(), got {type(state).__name__}")
     missing = [k for k in _STATE_KEYS if k not in state]
@@ -197,6 +208,16 @@ def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> 
         raise StateMismatchError(f"not a zring.jax loader state: missing {missing}{hint}")
     if state["format"] != STATE_FORMAT:
         raise StateMismatchError(f"loader state format {state['format']!r} is not supported (expected {STATE_FORMAT})")
+    if split == "datasets":
+        split = rank_split(streams)
+    problem = rank_state_problem(state, split)  # type: ignore[arg-type]
+    if problem is not None:
+        raise StateMismatchError(problem)
+    if split is not None:
+        # A rank's checkpoint carries its loader's state, which the loader checks.
+        if not isinstance(state.get("loader"), Mapping):
+            raise StateMismatchError("the checkpoint has no 'loader' state: it was not saved by a rank's loader")
+        return dict(state)
     if _is_packed(streams):
         # The loader checks its own state (fingerprints, lengths) on resume.
         if not isinstance(state.get("loader"), Mapping):
@@ -249,7 +270,9 @@ def restore_loader(streams: Mapping[str, Dataset | RaggedDataset], state: Mappin
     ``state`` comes from :meth:`DevicePrefetch.state` or
     :meth:`GlobalLoader.state`. ``shard`` may differ from the saving run's
     (any count dividing the global batch). Other keyword arguments go to the
-    DataLoader (``num_workers``, ``prefetch_size``, ``transform``).
+    DataLoader (``num_workers``, ``prefetch_size``, ``transform``). A rank's
+    checkpoint (``rank_parts``) resumes over that rank's datasets, opened
+    with the same ``rank_parts``.
 
     Raises:
         StateMismatchError: The streams' fingerprint or length differs from
@@ -457,12 +480,16 @@ class GlobalLoader:
     def __init__(self, streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                  mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                  process_index: int | None = None, process_count: int | None = None,
-                 prefetch: int = 2, **loader_kwargs: Any):
+                 prefetch: int = 2, rank_parts: tuple[int, int] | None = None, **loader_kwargs: Any):
         packed = _is_packed(streams)
         item_shapes = _item_shapes(streams)
         self.streams = streams if packed or isinstance(streams, Mixture) else dict(streams)
         if not item_shapes:
             raise ValueError("need at least one stream")
+        #: ``(rank, ranks)`` when this process is a rank reading only its own
+        #: parts (``rank_parts=``, or the datasets'), else None.
+        self.rank_parts = rank_split(self.streams, rank_parts)
+        ranked = self.rank_parts is not None
         self.process_index = jax.process_index() if process_index is None else int(process_index)
         self.process_count = jax.process_count() if process_count is None else int(process_count)
         if not 0 <= self.process_index < self.process_count:
@@ -481,19 +508,19 @@ class GlobalLoader:
             raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
         if isinstance(self.streams, Mapping):
             length = len(next(iter(self.streams.values())))
-            if length < B:
+            if length < B and not ranked:
                 raise ValueError(f"the streams hold {length} records, fewer than one global batch of {B}")
         elif isinstance(self.streams, Mixture):
             length = sum(self.streams.lengths)
         if state is not None:
-            state = _check_state(state, self.streams)
+            state = _check_state(state, self.streams, self.rank_parts)
             if int(state["global_batch_size"]) != B:
                 raise StateMismatchError(
                     f"the checkpoint has global batch {state['global_batch_size']}, this run asks for {B}")
             for key, given in (("mode", mode), ("seed", seed)):
                 if given is not None and int(given) != int(state[key]):
                     raise StateMismatchError(f"the checkpoint has {key}={state[key]}, this run asks for {key}={given}")
-        elif not packed:
+        elif not packed and not ranked:
             sampler = Sampler(length, B, 1 if mode is None else int(mode), 42 if seed is None else int(seed)).state()
             state = checkpoint_state(self.streams, sampler)
         self.global_batch_size = B
@@ -506,6 +533,13 @@ class GlobalLoader:
                              "only processes in the mesh take part in global_loader")
         # Streams sharded differently may need different rows; read the union of them.
         self.plan = RowPlan(_runs(np.unique(np.concatenate([p.positions for p in self.plans.values()]))), B)
+        if ranked:
+            self.full_batch = False
+            self.loader = self._rank_loader(len(self.plan), mode, seed, state, loader_kwargs)
+            self._take = {n: (None if np.array_equal(p.positions, self.plan.positions)
+                              else np.searchsorted(self.plan.positions, p.positions)) for n, p in self.plans.items()}
+            self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
+            return
         self.full_batch = self.plan.shard is None
         shard = (0, 1) if self.full_batch else self.plan.shard
         # Where each stream's local rows sit in what the loader delivers.
@@ -520,6 +554,25 @@ class GlobalLoader:
         else:
             self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
+
+    def _rank_loader(self, rows: int, mode: int | None, seed: int | None, state: Mapping[str, Any] | None,
+                     loader_kwargs: dict[str, Any]) -> DataLoader:
+        """This rank's loader: each step, the ``rows`` rows its devices hold,
+        drawn from its own parts (its datasets), with no shard."""
+        if isinstance(self.streams, Mapping):
+            length = len(next(iter(self.streams.values())))
+            if length < rows:
+                raise ValueError(f"rank {self.rank_parts[0]} of {self.rank_parts[1]} holds {length} records, fewer "
+                                 f"than the {rows} rows its devices hold of each global batch")
+        if state is None:
+            return DataLoader(self.streams, batch_size=rows, mode=1 if mode is None else int(mode),
+                              seed=42 if seed is None else int(seed), rank_parts=self.rank_parts, **loader_kwargs)
+        saved = int(state["loader"]["sampler"]["batch_size"])
+        if saved != rows:
+            raise StateMismatchError(f"the checkpoint's rank read {saved} rows of each global batch, this process's "
+                                     f"devices hold {rows}: resume with the sharding it was saved with")
+        return DataLoader(self.streams, state=_loader_state(state, None), rank_parts=self.rank_parts,
+                          **loader_kwargs)
 
     def _build(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         out = {}
@@ -547,8 +600,13 @@ class GlobalLoader:
         return getattr(self.loader, "last_sources", None)
 
     def state(self) -> dict[str, Any]:
-        """Checkpoint dict at the consumer's position; the same in every process."""
-        return self._ahead.state()
+        """Checkpoint dict at the consumer's position; the same in every
+        process, except for ranks reading their own parts (``rank_parts``):
+        then each process's own, to resume that rank from."""
+        state = self._ahead.state()
+        if self.rank_parts is not None:
+            state["global_batch_size"] = self.global_batch_size
+        return state
 
     def close(self) -> None:
         """Drop prefetched batches and stop the gather threads."""
@@ -606,7 +664,8 @@ def _keep(batch: Any, sharding: Any) -> Any:
 def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                   mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                   process_index: int | None = None, process_count: int | None = None,
-                  prefetch: int = 2, **loader_kwargs: Any) -> GlobalLoader:
+                  prefetch: int = 2, rank_parts: tuple[int, int] | None = None,
+                  **loader_kwargs: Any) -> GlobalLoader:
     """Global ``jax.Array`` batches for this process of a multi-process run.
 
     Every process calls this with the same arguments. For each stream the
@@ -638,6 +697,22 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
     instead of its share, plus one copy of the kept rows. Rows replicated
     over several processes are read by each of them (identically).
 
+    Ranks reading their own parts: over datasets of parts
+    (:mod:`zring.parts`) opened with ``rank_parts=(rank, ranks)``, each
+    holding only rank ``rank``'s parts (:func:`zring.parts.rank_plan`),
+    every process is that rank's loader (usually ``rank, ranks =
+    jax.process_index(), jax.process_count()``): the rows its devices hold
+    of each step are the next rows of its own sampler over its own records
+    (in ``mode``, a mixture holding each source's share of them, a packed
+    source packing its own documents), read with no shard, so a host needs
+    only its own parts. Over each rank's cycle its rows cover its records
+    once, so the ranks' rows together cover every record once; the global
+    batch is no longer ``Sampler(...).batch(k)`` of the whole dataset.
+    Processes that hold the same rows (replicas) must be the same rank.
+    Each process's checkpoint is its own (:meth:`GlobalLoader.state`);
+    it resumes that rank, with the same rank count and sharding, and
+    another rank count is refused (:class:`StateMismatchError`).
+
     Args:
         streams: Fixed-shape zring Datasets of one length, a mixture of
             such dicts, or a packed source.
@@ -651,13 +726,19 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
             ``jax.process_count()``; given, they must match them (a guard
             against launching with a wrong rank).
         prefetch: Global batches built ahead of the consumer.
+        rank_parts: ``(rank, ranks)``: this process is rank ``rank`` of
+            ``ranks``, each reading only its own parts of datasets of parts
+            (see "Ranks reading their own parts" above). Default: taken
+            from the datasets, which must be opened with it.
         loader_kwargs: ``num_workers``, ``prefetch_size`` for the
             DataLoader.
 
     Raises:
-        StateMismatchError: ``state`` does not fit the streams or arguments.
-        ValueError: Bad sizes, or a sharding whose blocks overlap.
+        StateMismatchError: ``state`` does not fit the streams or arguments
+            (saved with another rank count or by another rank, included).
+        ValueError: Bad sizes, a sharding whose blocks overlap, or
+            ``rank_parts`` the datasets were not opened with.
     """
     return GlobalLoader(streams, global_batch_size, sharding, mode=mode, seed=seed, state=state,
                         process_index=process_index, process_count=process_count, prefetch=prefetch,
-                        **loader_kwargs)
+                        rank_parts=rank_parts, **loader_kwargs)
