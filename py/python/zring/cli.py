@@ -2,7 +2,7 @@
 
     zring info PATH
     zring verify PATH
-    zring parts PATH [--ranks N]
+    zring parts PATH [--ranks N [--rank K]]
     zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
@@ -128,7 +128,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_parts(args: argparse.Namespace) -> int:
     from .parts import rank_plan
 
+    if args.rank is not None and not 0 <= args.rank < args.ranks:
+        print(f"--rank {args.rank} is not one of --ranks {args.ranks} (0 to {args.ranks - 1})", file=sys.stderr)
+        return 2
     plan = rank_plan(args.path, args.ranks)
+    if args.rank is not None:
+        # What rank K's host needs, one path a line relative to the dataset:
+        # a list for rsync --files-from (or an object-store copy).
+        print("manifest.json")
+        for d in plan[args.rank]:
+            print(d)
+        return 0
     for rank, dirs in enumerate(plan):
         for d in dirs:
             print(f"{rank}\t{d}" if args.ranks > 1 else d)
@@ -236,6 +246,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "that reads each (rank, tab, directory): what to stage on each host")
     s.add_argument("path")
     s.add_argument("--ranks", type=int, default=1)
+    s.add_argument("--rank", type=int, default=None,
+                   help="print only what rank K's host needs: manifest.json and its part directories, one a line "
+                        "(for rsync --files-from)")
     s.set_defaults(func=cmd_parts)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
