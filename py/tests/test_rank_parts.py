@@ -259,3 +259,42 @@ def test_global_loader_reads_each_ranks_own_parts(hosts):
             zjax.global_loader({"x": other}, BATCH, sharding, state=state)
         ds.close()
     assert sorted(seen) == list(range(total))
+
+
+def test_a_ranks_state_resumes_over_appended_parts(tmp_path):
+    """Parts appended after a rank saved its state: the rank finishes its
+    cycle over its old parts as the uninterrupted run does, and its new
+    parts join from its next cycle."""
+    root = tmp_path / "corpus"
+    _write(root, [16, 24, 8, 32, 16, 24])
+    rank = 1
+    with zring.Dataset(root, rank_parts=(rank, RANKS)) as ds:
+        old = len(ds)
+        old_ids = {int(i) for i in ds[:][:, 0]}
+        with zring.DataLoader({"x": ds}, batch_size=BATCH, mode=2, seed=8) as dl:
+            next(dl)
+            state = dl.state()
+            rest = [next(dl)["x"][:, 0].tolist() for _ in range(old // BATCH - 1)]
+    _write(root, [40, 8, 16, 24], first=120)
+    with zring.Dataset(root, rank_parts=(rank, RANKS)) as grown:
+        assert len(grown) > old
+        new_ids = {int(i) for i in grown[:][:, 0]}
+        assert old_ids < new_ids
+        with zring.DataLoader({"x": grown}, state=state) as dl:
+            assert [next(dl)["x"][:, 0].tolist() for _ in range(len(rest))] == rest
+            nxt = [int(i) for _ in range(len(grown) // BATCH) for i in next(dl)["x"][:, 0]]
+        assert sorted(nxt) == sorted(new_ids), "the next cycle covers the rank's old and new records once"
+
+
+def test_processes_of_one_rank_split_its_rows_with_shard(hosts):
+    """Two processes of rank 1 (one host), shard=(k, 2): together the rows
+    of the rank's unsharded loader."""
+    _, _, copies = hosts
+    with zring.Dataset(copies[1], rank_parts=(1, RANKS)) as ds:
+        with zring.DataLoader({"x": ds}, batch_size=BATCH, mode=2, seed=6) as dl:
+            whole = [next(dl)["x"][:, 0].tolist() for _ in range(5)]
+        halves = []
+        for k in range(2):
+            with zring.DataLoader({"x": ds}, batch_size=BATCH, mode=2, seed=6, shard=(k, 2)) as dl:
+                halves.append([next(dl)["x"][:, 0].tolist() for _ in range(5)])
+    assert [a + b for a, b in zip(*halves)] == whole

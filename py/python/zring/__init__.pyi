@@ -183,6 +183,8 @@ class Dataset:
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     codec: str
+    #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
     ) -> None: ...
@@ -216,6 +218,8 @@ class RaggedDataset:
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
     codec: str
+    #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
     ) -> None: ...
@@ -265,6 +269,8 @@ class DataLoader:
     last_step: Optional[int]
     #: For a zring.mix mixture: the source of each row of the last batch.
     last_sources: Optional[npt.NDArray[np.int64]]
+    #: (rank, ranks) for a rank's loader over its own parts (rank_parts=), else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
@@ -281,6 +287,7 @@ class DataLoader:
         cache_bytes: Optional[int] = None,
         block_records: Optional[int] = None,
         window_blocks: Optional[int] = None,
+        rank_parts: Optional[tuple[int, int]] = None,
     ) -> None: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> "DataLoader": ...

@@ -14,14 +14,17 @@ Overview
   :class:`jax.sharding.Sharding`; each process reads only the rows its own
   devices hold. It reads a dict of fixed-shape Datasets, a
   :func:`zring.mix` mixture of them, or a :func:`zring.pack` packed source
-  (global ``tokens``, ``segment_ids`` and ``positions`` arrays).
+  (global ``tokens``, ``segment_ids`` and ``positions`` arrays). Over
+  datasets of parts opened with ``rank_parts=(rank, ranks)``, each process
+  is a rank reading its rows from its own parts only (``rank_parts``).
 * :func:`process_rows` is the planning step on its own: which rows of the
   global batch a set of devices needs.
 * Checkpoints: :meth:`DevicePrefetch.state` and :meth:`GlobalLoader.state`
   return one small JSON-able dict (see :func:`checkpoint_state`); it
   resumes exactly through :func:`restore_loader` (a plain
   :class:`zring.DataLoader`) or :func:`global_loader` (``state=``), on any
-  process count whose shards divide the global batch. A fingerprint of the
+  process count whose shards divide the global batch (a rank's over its
+  own parts: that rank's, with the same rank count). A fingerprint of the
   stores is checked on resume.
 
 Why no background thread in :func:`device_prefetch`

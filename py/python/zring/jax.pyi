@@ -87,6 +87,8 @@ class GlobalLoader:
     plan: RowPlan
     full_batch: bool
     loader: DataLoader
+    #: (rank, ranks) when this process is a rank reading only its own parts, else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self,
         streams: Union[Mapping[str, Dataset], Mixture, Any],
@@ -99,6 +101,7 @@ class GlobalLoader:
         process_index: Optional[int] = None,
         process_count: Optional[int] = None,
         prefetch: int = 2,
+        rank_parts: Optional[tuple[int, int]] = None,
         **loader_kwargs: Any,
     ) -> None: ...
     def __iter__(self) -> "GlobalLoader": ...
@@ -125,7 +128,10 @@ def global_loader(
     process_index: Optional[int] = None,
     process_count: Optional[int] = None,
     prefetch: int = 2,
+    rank_parts: Optional[tuple[int, int]] = None,
     **loader_kwargs: Any,
 ) -> GlobalLoader:
     """Global jax.Array batches for this process of a multi-process run, over
-    stream dicts, zring.mix mixtures or zring.pack packed sources."""
+    stream dicts, zring.mix mixtures or zring.pack packed sources; with
+    rank_parts (or datasets opened with it) each process a rank reading only
+    its own parts."""

@@ -150,7 +150,10 @@ def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
     when parts are appended after it, so a rank's saved loader state resumes
     over its grown parts). A run with another rank count is another split of
     the parts: a state saved with ``ranks`` ranks does not resume with
-    another count (the loader refuses it: its stream changed).
+    another count (the loader refuses it, naming both counts). ``zring parts
+    PATH --ranks N --rank K`` prints what rank ``K``'s host needs (the
+    manifest and ``plan[K]``), for ``rsync --files-from``; docs/parts.rst,
+    "Datasets beyond one host", has the rest.
     """
     plan: list[list[str]] = [[] for _ in range(int(ranks))]
     for d, _records, rank in _zring.rank_plan(str(dataset), int(ranks)):
