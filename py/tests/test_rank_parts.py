@@ -9,6 +9,7 @@ with another rank count or by another rank."""
 from __future__ import annotations
 
 import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -298,3 +299,102 @@ def test_processes_of_one_rank_split_its_rows_with_shard(hosts):
             with zring.DataLoader({"x": ds}, batch_size=BATCH, mode=2, seed=6, shard=(k, 2)) as dl:
                 halves.append([next(dl)["x"][:, 0].tolist() for _ in range(5)])
     assert [a + b for a, b in zip(*halves)] == whole
+
+
+def _jax_worker(port: str, nproc: str, pid: str, host: str, out: str, state_arg: str) -> None:
+    """One process of a JAX run of ``nproc`` ranks over its own host folder:
+    the rows it holds of each step, and its state after ``JAX_SAVE`` steps."""
+    import json
+    import pickle
+
+    import jax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    import zring.jax as zjax
+
+    ranks = int(nproc)
+    jax.distributed.initialize(coordinator_address=f"127.0.0.1:{port}", num_processes=ranks, process_id=int(pid),
+                               initialization_timeout=90)
+    rank = jax.process_index()
+    ds = zring.Dataset(host, rank_parts=(rank, ranks))
+    sharding = NamedSharding(Mesh(np.array(jax.devices()), ("data",)), P("data"))
+    state = json.loads(state_arg) if state_arg else None
+    kw = {"state": state} if state else {"mode": 2, "seed": 13}
+    rows, saved = [], None
+    with zjax.global_loader({"x": ds}, JAX_BATCH, sharding, num_workers=1, **kw) as g:
+        for t in range(JAX_STEPS):
+            if state is None and t == JAX_SAVE:
+                saved = g.state()
+            batch = next(g)["x"]
+            assert batch.shape[0] == JAX_BATCH and not batch.is_fully_addressable
+            rows.append(sorted(int(i) for s in batch.addressable_shards for i in np.asarray(s.data)[:, 0]))
+    report = {"rank": rank, "records": len(ds), "rows": rows, "state": saved}
+    Path(out, f"jax-{'resumed' if state else 'first'}-{rank}.pkl").write_bytes(pickle.dumps(report))
+    jax.distributed.shutdown()
+
+
+JAX_RANKS, JAX_BATCH, JAX_STEPS, JAX_SAVE = 2, 16, 16, 5
+
+
+def _jax_launch(tmp_path: Path, hosts: list[Path], states: list | None = None) -> list[dict]:
+    import json
+    import os
+    import pickle
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    procs = [subprocess.Popen([sys.executable, __file__, "worker", str(port), str(JAX_RANKS), str(r), str(hosts[r]),
+                               str(tmp_path), json.dumps(states[r]) if states else ""],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for r in range(JAX_RANKS)]
+    try:
+        logs = [p.communicate(timeout=180)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    which = "resumed" if states else "first"
+    return [pickle.loads((tmp_path / f"jax-{which}-{r}.pkl").read_bytes()) for r in range(JAX_RANKS)]
+
+
+def test_jax_processes_each_read_their_own_parts_and_resume(tmp_path, capsys):
+    """Two JAX processes (jax.distributed, two CPU devices each), each a rank
+    on a folder holding only its parts: each holds 8 rows of every global
+    batch of 16, from its own records; over each rank's cycle the rows cover
+    every record once; each resumes exactly from its own state."""
+    pytest.importorskip("jax")
+    root = tmp_path / "corpus"
+    total = _write(root, [64, 32, 48, 16, 40, 24])  # ranks of 120 and 104 records: cycles of 15 and 13 steps
+    hosts = []
+    for r in range(JAX_RANKS):
+        assert cli.main(["parts", str(root), "--ranks", str(JAX_RANKS), "--rank", str(r)]) == 0
+        listed = capsys.readouterr().out.split()
+        host = tmp_path / f"host{r}" / "corpus"
+        host.mkdir(parents=True)
+        shutil.copy(root / "manifest.json", host / "manifest.json")
+        for d in listed[1:]:
+            shutil.copytree(root / d, host / d)
+        hosts.append(host)
+    first = _jax_launch(tmp_path, hosts)
+    seen = []
+    for r, rep in enumerate(first):
+        own = _own_ids(root, r, JAX_RANKS)
+        assert rep["records"] == len(own) and rep["records"] // 8 <= JAX_STEPS
+        assert all(len(rows) == 8 and set(rows) <= own for rows in rep["rows"])
+        seen.extend(i for rows in rep["rows"][: rep["records"] // 8] for i in rows)
+        assert rep["state"]["rank_parts"] == {"rank": r, "ranks": JAX_RANKS}
+    assert sorted(seen) == list(range(total)), "the ranks' cycles cover every record once"
+    resumed = _jax_launch(tmp_path, hosts, [rep["state"] for rep in first])
+    for a, b in zip(first, resumed):
+        assert b["rows"][: JAX_STEPS - JAX_SAVE] == a["rows"][JAX_SAVE:], "each rank resumes exactly"
+
+
+if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "worker":
+    _jax_worker(*sys.argv[2:])

@@ -117,7 +117,8 @@ def _datasets(streams: Any) -> list[tuple[str, Any]]:
         return [(f"source {k}" if len(streams.datasets) > 1 else "the packed source", ds)
                 for k, ds in enumerate(streams.datasets)]
     if isinstance(streams, Mixture):
-        return [(f"source {k} stream {name!r}", ds) for k, src in enumerate(streams.sources) for name, ds in src.items()]
+        return [(f"source {k} stream {name!r}", ds)
+                for k, src in enumerate(streams.sources) for name, ds in src.items()]
     return [(f"stream {name!r}", ds) for name, ds in streams.items()]
 
 
