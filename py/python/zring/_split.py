@@ -105,7 +105,10 @@ def parts_of(split: Any) -> list[int]:
     if not items:
         raise ValueError("a split needs at least one part")
     try:
-        fracs = [Fraction(str(x).strip()) if isinstance(x, str) else Fraction(x) for x in items]
+        # A float is read as its shortest decimal (0.9 is 9/10, not the binary float's fraction).
+        fracs = [Fraction(x.strip()) if isinstance(x, str)
+                 else Fraction(int(x)) if isinstance(x, (int, np.integer)) else Fraction(repr(float(x)))
+                 for x in items]
     except (TypeError, ValueError):
         raise ValueError(f"split weights must be numbers, like \"969,30,1\" or [0.98, 0.01, 0.01]; got {split!r}") \
             from None
