@@ -30,7 +30,7 @@ from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
 from ._pack import Packed, pack
-from ._split import split
+from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 from . import parts
@@ -48,6 +48,8 @@ __all__ = [
     "StaleError",
     "RaggedDataset",
     "Sampler",
+    "SplitDataset",
+    "SplitRaggedDataset",
     "Store",
     "UnsupportedVersionError",
     "Zrecord",

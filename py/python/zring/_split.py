@@ -308,8 +308,30 @@ def _view(ds: Any, records: np.ndarray, key: int, part: int, definition: dict[st
 
 
 def split(data: Any, split: Any, *, seed: int = 0) -> tuple[Any, ...]:
-    """Cut ``data`` into parts by record (module docs): one view per part,
-    of the same kind as ``data``.
+    """Cut ``data`` into parts by record: one view per part, of the same
+    kind as ``data``, usable wherever ``data`` is (``ds[i]``,
+    :class:`zring.DataLoader` in every mode, :func:`zring.mix`,
+    :func:`zring.pack`, :func:`zring.jax.global_loader`).
+
+    Weights (``"969,30,1"``) become the smallest integer parts ``w_j`` of a
+    period ``P = sum(w_j)`` (at most 1,000,000). The records of each period
+    (``q*P`` up to ``(q+1)*P``) are ranked by a keyed random permutation of
+    their own (from ``seed`` and the parts), and ranks ``w_0 + ... +
+    w_(j-1)`` up to ``w_0 + ... + w_j`` go to part ``j``: every whole
+    period holds exactly ``w_j`` records of part ``j``, so part ``j`` of
+    ``n`` records is ``w_j * n / P`` to within ``w_j``, spread through the
+    store. Ranges (``[(0, 900_000), (900_000, None)]``) are parts as
+    given (``None``: to the end; a range past the end holds what exists).
+
+    A record's part depends on its index alone (and the seed and parts),
+    never on the store's length: after appends every record stays in its
+    part, at its place, and each part gains some new records after its old
+    ones; a loader state saved over a part resumes over the same part of
+    the grown store (the cycle under way ends over the old records). A
+    part's :meth:`~zring.Dataset.fingerprint` is the store's with the
+    content mixed with a hash of the split and the part, so a state saved
+    over one part is refused over another. A part reads through its
+    dataset's handle: closing the dataset closes its parts.
 
     Args:
         data: A :class:`zring.Dataset` or :class:`zring.RaggedDataset`; a
