@@ -183,7 +183,7 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::{Loader, LoaderConfig, Mode, Stream, StoreSource};
+    use crate::{Loader, LoaderConfig, Mode, StoreSource, Stream};
     use zring_engine::Store;
 
     fn record(i: u64) -> Vec<u8> {

@@ -16,8 +16,8 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, Shard,
-    Source, StoreSource, Stream, Subset, TokenType,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, Shard, Source,
+    StoreSource, Stream, Subset, TokenType,
 };
 
 /// The `pack=` argument of `Loader(...)` (its docs).
