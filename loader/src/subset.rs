@@ -243,10 +243,13 @@ mod tests {
         drop(dir);
     }
 
+    /// One prefetch call: its ranges and hints.
+    type Asked = (Vec<Range<u64>>, Vec<Option<u64>>);
+
     /// A source that records what it is asked to prefetch.
     struct Recorder {
         len: u64,
-        asked: Mutex<Vec<(Vec<Range<u64>>, Vec<Option<u64>>)>>,
+        asked: Mutex<Vec<Asked>>,
     }
 
     impl Source for Recorder {
@@ -278,7 +281,8 @@ mod tests {
         let asked = rec.asked.lock().unwrap().pop().unwrap();
         assert_eq!(asked.0, vec![0..6, 40..42, 90..91]);
         assert_eq!(asked.1, vec![Some(0), Some(1), None, Some(2), Some(3), Some(4), Some(5), Some(6), Some(7)]);
-        sub.prefetch(&[5..8], &[]).unwrap();
+        let last = vec![Range { start: 5, end: 8 }];
+        sub.prefetch(&last, &[]).unwrap();
         assert_eq!(rec.asked.lock().unwrap().pop().unwrap(), (vec![40..42, 90..91], vec![]));
     }
 }
