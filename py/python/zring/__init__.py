@@ -48,8 +48,6 @@ __all__ = [
     "StaleError",
     "RaggedDataset",
     "Sampler",
-    "SplitDataset",
-    "SplitRaggedDataset",
     "Store",
     "UnsupportedVersionError",
     "Zrecord",

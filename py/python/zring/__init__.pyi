@@ -279,7 +279,7 @@ class RaggedDataset:
     def __exit__(self, *exc: object) -> None: ...
 
 class DataLoader:
-    """An endless iterator of batch dicts over named streams.
+    """An endless iterator of batch dicts over named streams (one_pass=True: one pass, for evaluation).
 
     A transform runs on ``transform_workers`` threads (default: as many as
     ``num_workers``; ``0`` runs it on the consumer thread), several steps at

@@ -259,7 +259,7 @@ class _View:
 
     def fingerprint(self) -> dict[str, Any]:
         """The store's ``{"records", "content"}``, the content mixed with this
-        part's key (module docs)."""
+        part's key (a hash of the split's definition and the part)."""
         fp = dict(self._parent.fingerprint())
         fp["content"] = int(fp["content"]) ^ key_bits(self._key)
         return fp
@@ -347,9 +347,11 @@ def split(data: Any, split: Any, *, seed: int = 0) -> tuple[Any, ...]:
             whatever the loaders do.
 
     Returns:
-        A tuple with one view per part. A mixture gives a mixture per part
-        with the mixture's weights, or None for a part some source has no
-        record in.
+        A tuple with one view per part, a ``zring.SplitDataset`` /
+        ``zring.SplitRaggedDataset`` (subclasses of Dataset /
+        RaggedDataset whose ``records`` are the store's records in the
+        part), or dicts of them. A mixture gives a mixture per part with the
+        mixture's weights, or None for a part some source has no record in.
 
     Raises:
         ValueError: Bad weights (negative, all 0, a period over 1,000,000),

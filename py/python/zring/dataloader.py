@@ -385,7 +385,8 @@ class _Pass:
 
 
 class DataLoader(_util.Closeable):
-    """An endless iterator of batches over named streams.
+    """An endless iterator of batches over named streams (or, with
+    ``one_pass=True``, one pass over them in order, for evaluation).
 
     A batch is a dict ``{name: samples}``: for a :class:`Dataset` stream an
     array ``(B, *shape)``, for a :class:`RaggedDataset` stream a packed
