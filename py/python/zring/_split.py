@@ -296,8 +296,9 @@ def _view(ds: Any, records: np.ndarray, key: int, part: int, definition: dict[st
     elif isinstance(ds, Dataset):
         cls = SplitDataset
     else:
+        hint = " (split the documents, then pack a part)" if hasattr(ds, "seq_len") else ""
         raise TypeError(f"zring.split reads zring Datasets, RaggedDatasets, dicts of them and mixtures; "
-                        f"got a {type(ds).__name__}")
+                        f"got a {type(ds).__name__}{hint}")
     view = object.__new__(cls)
     view.__dict__.update({k: v for k, v in ds.__dict__.items() if k != "_names"})
     records = records.view()
