@@ -132,6 +132,7 @@ mod prefetch;
 mod source;
 mod stats;
 mod store;
+mod subset;
 
 pub use batch::{Batch, Column};
 pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
@@ -143,4 +144,5 @@ pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
+pub use subset::{key_bits, Subset};
 pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, Shard};

@@ -6,7 +6,8 @@ A drop-in for loaderx 0.7.3 (``import zring as loaderx``): the same
 state=...)``, ``DataLoader.state()``), sharding, ``stats()``, ``verify()``,
 a typed exception hierarchy under :class:`ZringError`, importers from
 Parquet, folders of files and WebDataset shards (:func:`convert`), packed
-token rows for language models (:func:`pack`), and the
+token rows for language models (:func:`pack`), train/validation/test
+splits by document (:func:`split`), and the
 ``zring`` command.
 """
 
@@ -29,6 +30,7 @@ from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
 from ._pack import Packed, pack
+from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 from . import parts
@@ -58,6 +60,7 @@ __all__ = [
     "pad",
     "parts",
     "set_cache_bytes",
+    "split",
     "write_dataset",
     "write_ragged",
 ]

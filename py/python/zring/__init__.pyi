@@ -102,6 +102,37 @@ def mix(
     RaggedDatasets of integer documents may differ in dtype (uint16 and
     int32): pack delivers one; a loader of records over them refuses."""
 
+class SplitDataset(Dataset):
+    """A part of a Dataset (from split): a Dataset over some of its records."""
+    part: int
+    split: dict[str, Any]
+    @property
+    def records(self) -> npt.NDArray[np.uint64]:
+        """The store's records in this part, increasing."""
+
+class SplitRaggedDataset(RaggedDataset):
+    """A part of a RaggedDataset (from split)."""
+    part: int
+    split: dict[str, Any]
+    @property
+    def records(self) -> npt.NDArray[np.uint64]:
+        """The store's records in this part, increasing."""
+
+def split(
+    data: Union[Dataset, RaggedDataset, Mapping[str, Union[Dataset, RaggedDataset]], Mixture],
+    split: Union[str, Sequence[float], Sequence[tuple[int, Optional[int]]]],
+    *,
+    seed: int = 0,
+) -> tuple[Any, ...]:
+    """Train/validation/test parts by record: weights ("969,30,1", [0.98,
+    0.01, 0.01]: every whole period of sum(parts) records holds each part's
+    exact count, records interleaved by a keyed permutation per period) or
+    ranges ([(0, 900_000), (900_000, None)]). A record's part depends on its
+    index alone, so appending keeps every part's records and adds new ones
+    after them. One view per part, of data's kind (a mixture: each source
+    split, None for a part a source has no record in); views work wherever
+    the dataset does (DataLoader in any mode, mix, pack, jax.global_loader)."""
+
 class Packed:
     """Packed token rows (from pack); pass it to DataLoader."""
     datasets: list[RaggedDataset]
@@ -252,7 +283,7 @@ class RaggedDataset:
     def __exit__(self, *exc: object) -> None: ...
 
 class DataLoader:
-    """An endless iterator of batch dicts over named streams.
+    """An endless iterator of batch dicts over named streams (one_pass=True: one pass, for evaluation).
 
     A transform runs on ``transform_workers`` threads (default: as many as
     ``num_workers``; ``0`` runs it on the consumer thread), several steps at
@@ -271,6 +302,8 @@ class DataLoader:
     last_sources: Optional[npt.NDArray[np.int64]]
     #: (rank, ranks) for a rank's loader over its own parts (rank_parts=), else None.
     rank_parts: Optional[tuple[int, int]]
+    #: Real rows of the last batch (fewer in a one-pass loader's padded last batch).
+    last_valid: Optional[int]
     def __init__(
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
@@ -288,8 +321,16 @@ class DataLoader:
         block_records: Optional[int] = None,
         window_blocks: Optional[int] = None,
         rank_parts: Optional[tuple[int, int]] = None,
-    ) -> None: ...
-    def __len__(self) -> int: ...
+        one_pass: bool = False,
+        last_batch: str = "partial",
+    ) -> None:
+        """one_pass=True: a finite loader that reads the streams (or a concat
+        pack of one source) once in order (mode 0), len(loader) steps, then
+        raises StopIteration; last_batch "partial" (the rows left), "drop"
+        (full batches only) or "pad" (a full batch, last_valid real rows first;
+        a packed pass marks tokens past it as padding, loss_mask 0)."""
+    def __len__(self) -> int:
+        """The steps of a one-pass loader; TypeError for an endless one."""
     def __iter__(self) -> "DataLoader": ...
     def __next__(self) -> Any: ...
     def next(self) -> Any:

@@ -246,9 +246,10 @@ class _TransformPool:
     """
 
     def __init__(self, loader: Any, views: list[tuple[str, Any]], transform: Callable[[Any], Any],
-                 workers: int, ahead: int, first_step: int):
+                 workers: int, ahead: int, first_step: int, cut: Callable[..., Any] | None = None):
         self._loader = loader
         self._views = views
+        self._cut = cut  # a one-pass loader's cut of its last batch
         self._transform = transform
         self._ahead = ahead  # steps pulled (or being pulled) and not yet consumed, at most
         lock = threading.Lock()
@@ -321,7 +322,10 @@ class _TransformPool:
         finally:
             self._pull.release()
         try:
-            outcome, value = _OK, self._transform(_wrap(self._views, indices, columns))
+            batch = _wrap(self._views, indices, columns)
+            if self._cut is not None:
+                batch, indices = self._cut(step, batch, indices)
+            outcome, value = _OK, self._transform(batch)
         except BaseException as exc:  # delivered to the consumer at this step
             outcome, value = _TRANSFORM_ERROR, exc
         with self._ready:
@@ -385,8 +389,100 @@ class _TransformPool:
         _LIVE.discard(self)
 
 
+_LAST_BATCH = ("partial", "drop", "pad")
+
+
+def _check_one_pass(streams: Any, mode: int | None, state: Any, last_batch: Any) -> int | None:
+    """The mode of a one-pass loader (0), or a ValueError for what it cannot read."""
+    if last_batch not in _LAST_BATCH:
+        raise ValueError(f"last_batch must be \"partial\", \"drop\" or \"pad\", got {last_batch!r}")
+    if isinstance(streams, Mixture) or (isinstance(streams, Packed) and streams.mixture is not None):
+        raise ValueError(
+            "one_pass=True reads one source once; a mixture's sources each have their own pass: make a one-pass "
+            "loader over each source's part (zring.split) and combine the results"
+        )
+    if isinstance(streams, Packed) and streams.mode != "concat":
+        raise ValueError("one_pass=True packs in mode=\"concat\" only (the rows of a first-fit pass are not "
+                         "counted ahead); pack the evaluation split with mode=\"concat\"")
+    if state is not None:
+        saved = state.get("sampler", {}).get("mode") if isinstance(state, Mapping) else None
+        if saved not in (0, "Sequential"):
+            raise ValueError(f"one_pass=True reads in order (mode 0); the state was saved in mode {saved!r}")
+        return mode
+    if mode is not None and mode != 0:
+        raise ValueError(f"one_pass=True reads in order (mode 0), got mode={mode!r}: leave mode out")
+    return 0
+
+
+class _Pass:
+    """One pass of a finite loader (``one_pass=True``): its steps, and the
+    cut of its last batch."""
+
+    def __init__(self, loader: "DataLoader", batch_size: int, shard: Mapping[str, Any], last_batch: str):
+        packed = loader.packed
+        self.packed = packed
+        if packed is not None:
+            ds = packed.datasets[0]
+            idx = ds._records(np.arange(len(ds), dtype=np.uint64))
+            per_doc = int(packed.eod_id is not None) + int(packed.bos_id is not None)
+            #: The tokens of the pass (EOD/BOS counted).
+            self.tokens = int(ds._s.lengths(idx).sum()) // ds.dtype.itemsize + per_doc * len(ds)
+            self.length = -(-self.tokens // packed.seq_len)
+            batch = batch_size
+        else:
+            first = next(iter(loader.streams.values()))
+            self.length = len(first)
+            batch = min(batch_size, self.length)
+        full, rest = divmod(self.length, batch)
+        self.rest = 0 if last_batch == "drop" else rest
+        #: Steps in the pass.
+        self.steps = full + (1 if self.rest else 0)
+        self.last_batch = last_batch
+        count = int(shard.get("count", 1))
+        self.local = batch // count
+        self.offset = int(shard.get("index", 0)) * self.local
+
+    def valid(self, step: int, rows: int) -> int:
+        """Real rows of this process's batch at ``step``."""
+        if step == self.steps - 1 and self.rest:
+            return min(max(self.rest - self.offset, 0), self.local)
+        return rows
+
+    def cut(self, step: int, batch: dict[str, Any], indices: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+        """The batch of ``step`` as the pass delivers it."""
+        if step != self.steps - 1:
+            return batch, indices
+        p = self.packed
+        if p is not None:
+            # Tokens at or past the pass's end, by their place in the stream.
+            at = indices.astype(np.int64)[:, None] * p.seq_len + np.arange(p.seq_len)
+            past = at >= self.tokens
+            if past.any():
+                batch["segment_ids"][past] = 0
+                batch["positions"][past] = 0
+                if p.pad_id is not None:
+                    batch["tokens"][past] = p.pad_id
+                if p.labels:
+                    label_past = at >= self.tokens - 1
+                    batch["loss_mask"][label_past] = 0
+                    if p.pad_id is not None:
+                        batch["labels"][label_past] = p.pad_id
+        if not self.rest or self.last_batch != "partial":
+            return batch, indices
+        v = self.valid(step, len(indices))
+        out: dict[str, Any] = {}
+        for name, value in batch.items():
+            if isinstance(value, tuple):
+                values, splits = value
+                out[name] = (values[: int(splits[v])], splits[: v + 1])
+            else:
+                out[name] = value[:v]
+        return out, indices[:v]
+
+
 class DataLoader(_util.Closeable):
-    """An endless iterator of batches over named streams.
+    """An endless iterator of batches over named streams (or, with
+    ``one_pass=True``, one pass over them in order, for evaluation).
 
     A batch is a dict ``{name: samples}``: for a :class:`Dataset` stream an
     array ``(B, *shape)``, for a :class:`RaggedDataset` stream a packed
@@ -412,7 +508,8 @@ class DataLoader(_util.Closeable):
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
                  transform_workers: int | None = None, cache_bytes: int | None = None,
                  block_records: int | None = None, window_blocks: int | None = None,
-                 rank_parts: tuple[int, int] | None = None):
+                 rank_parts: tuple[int, int] | None = None,
+                 one_pass: bool = False, last_batch: str = "partial"):
         """Start gathering.
 
         Args:
@@ -500,6 +597,29 @@ class DataLoader(_util.Closeable):
                 their own, and the budget returns to the latest one left
                 (or to :func:`zring.set_cache_bytes`'s, a dataset's, or the
                 measured budget).
+            one_pass: A finite loader for evaluation: it reads the streams
+                (or a :func:`zring.pack` of one source, concat mode) once,
+                in order (mode 0, which it defaults to; another mode is
+                refused), ``len(loader)`` steps from step 0, then raises
+                StopIteration. A batch of ``n`` records holds records ``i *
+                n`` up to ``(i + 1) * n``; a packed one the rows of one pass
+                over the tokens (``ceil(T / seq_len)`` rows of the ``T``
+                tokens, EOD/BOS counted). A state saved during the pass
+                resumes it (pass ``one_pass`` and ``last_batch`` again). Not
+                for a :func:`zring.mix` mixture (each source has its own
+                pass: evaluate each source's split on its own).
+            last_batch: With ``one_pass``, what the last batch is when the
+                pass does not fill it: ``"partial"`` (default) the records
+                left, fewer rows than the others (on each shard its rows of
+                them, possibly none); ``"drop"`` no last batch (only full
+                ones); ``"pad"`` a full batch whose rows past the pass are
+                records from the start again, :attr:`last_valid` saying how
+                many rows are real (they come first). In a packed pass the
+                last real row's tokens past the pass, and ``"pad"``'s extra
+                rows, are marked as padding: ``segment_ids`` and
+                ``positions`` 0, ``loss_mask`` 0 (with ``labels``, also at
+                the pass's last token, whose label lies past it), and
+                ``tokens`` and ``labels`` ``pad_id`` where it is given.
 
         Raises:
             ValueError: No streams, streams of different lengths, an
@@ -517,9 +637,14 @@ class DataLoader(_util.Closeable):
             TypeError: ``streams`` is not a dict (a bare Dataset, say), a
                 stream is not a zring Dataset or RaggedDataset, or
                 ``transform_workers`` is not an int.
+            ValueError: ``one_pass`` over a mixture, a first-fit packing,
+                or a mode (given or in ``state``) other than 0; a
+                ``last_batch`` other than ``"partial"``, ``"drop"`` or
+                ``"pad"``.
         """
         self._loader = None
         self._pool: _TransformPool | None = None
+        self._pass: _Pass | None = None
         packed = streams if isinstance(streams, Packed) else None
         mixture = streams if isinstance(streams, Mixture) else None
         if packed is None and mixture is None and not isinstance(streams, Mapping):
@@ -549,9 +674,9 @@ class DataLoader(_util.Closeable):
                 if not isinstance(name, str):
                     raise TypeError(f"stream names must be str, got {name!r}")
                 if isinstance(ds, Dataset):
-                    out.append((name, handle(prefix + name, ds), ds.record_bytes))
+                    out.append((name, handle(prefix + name, ds), ds.record_bytes, ds._subset()))
                 elif isinstance(ds, RaggedDataset):
-                    out.append((name, handle(prefix + name, ds), None))
+                    out.append((name, handle(prefix + name, ds), None, ds._subset()))
                 else:
                     raise TypeError(
                         f"stream {name!r} is a {type(ds).__name__}; DataLoader reads zring "
@@ -564,8 +689,8 @@ class DataLoader(_util.Closeable):
             # which the Rust loader checks.
             mixture = packed.mixture
             one = len(packed.datasets) == 1 and mixture is None
-            specs = [("tokens", handle("tokens", ds), None) for ds in packed.datasets] if one else [
-                [("tokens", handle(f"{k}/tokens", ds), None)] for k, ds in enumerate(packed.datasets)]
+            specs = [("tokens", handle("tokens", ds), None, ds._subset()) for ds in packed.datasets] if one else [
+                [("tokens", handle(f"{k}/tokens", ds), None, ds._subset())] for k, ds in enumerate(packed.datasets)]
             self._views = _packed_views(packed)
             weights = None if mixture is None else list(mixture.given_weights)
             split = self._rank_check(packed, rank_parts, state)
@@ -603,6 +728,8 @@ class DataLoader(_util.Closeable):
         depth = _nonneg("prefetch_size", prefetch_size, 1)
         workers = _worker_count(transform_workers, threads)
         self.transform = transform
+        if one_pass:
+            mode = _check_one_pass(streams, mode, state, last_batch)
         if state is None:
             batch_size = 256 if batch_size is None else batch_size
             mode = 1 if mode is None else mode
@@ -646,9 +773,19 @@ class DataLoader(_util.Closeable):
         self.last_sources: np.ndarray | None = None
         #: The step number of the batch last returned; None before the first.
         self.last_step: int | None = None
-        if transform is not _identity and workers > 0:
-            first = int(self._loader.state()["sampler"]["step"])
-            self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first)
+        #: Rows of the batch last returned that are real (with ``one_pass``
+        #: and ``last_batch="pad"``, fewer than the batch's in the last
+        #: one); None before the first batch.
+        self.last_valid: int | None = None
+        pooled = transform is not _identity and workers > 0
+        saved = self._loader.state() if one_pass or pooled else {"sampler": {"step": 0}}
+        first = int(saved["sampler"]["step"])
+        self._next_step = first
+        if one_pass:
+            self._pass = _Pass(self, int(saved["sampler"]["batch_size"]), saved.get("shard") or {}, last_batch)
+        cut = None if self._pass is None else self._pass.cut
+        if pooled:
+            self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first, cut)
 
     @staticmethod
     def _rank_check(streams: Any, rank_parts: Any, state: Any) -> tuple[int, int] | None:
@@ -663,7 +800,10 @@ class DataLoader(_util.Closeable):
         return split
 
     def __len__(self) -> int:
-        raise TypeError("an endless loader has no length")
+        """With ``one_pass``, the steps of the pass; an endless loader has none."""
+        if self._pass is None:
+            raise TypeError("an endless loader has no length (one_pass=True makes a finite one)")
+        return self._pass.steps
 
     def __iter__(self) -> "DataLoader":
         return self
@@ -672,6 +812,8 @@ class DataLoader(_util.Closeable):
         loader, pool = self._loader, self._pool
         if loader is None:
             raise ValueError("the DataLoader is closed")
+        if self._pass is not None and self._next_step >= self._pass.steps:
+            raise StopIteration
         if pool is not None and os.getpid() == pool._pid:
             outcome, value, rows, step = pool.next()
             if outcome == _LOADER_ERROR:
@@ -687,6 +829,8 @@ class DataLoader(_util.Closeable):
         # own error about fork)
         step, indices, columns, sources = loader.next()
         batch = _wrap(self._views, indices, columns)
+        if self._pass is not None:
+            batch, indices = self._pass.cut(step, batch, indices)
         self._delivered(step, indices, sources)
         try:
             return self.transform(batch)
@@ -700,6 +844,8 @@ class DataLoader(_util.Closeable):
     def _delivered(self, step: int, indices: np.ndarray, sources: np.ndarray | None) -> None:
         self.last_step, self.last_indices = step, indices
         self.last_sources = None if sources is None else sources.astype(np.int64)
+        self._next_step = step + 1
+        self.last_valid = len(indices) if self._pass is None else self._pass.valid(step, len(indices))
 
     def next(self) -> Any:
         """The next batch (same as ``next(loader)``)."""

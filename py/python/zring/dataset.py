@@ -93,6 +93,15 @@ class _Base(_util.Closeable):
     def __len__(self) -> int:
         return len(self._s)
 
+    def _records(self, idx: np.ndarray) -> np.ndarray:
+        """The store's records of the indices ``idx`` (a split maps them)."""
+        return idx
+
+    def _subset(self) -> tuple[np.ndarray, int] | None:
+        """What the Rust loader reads of the store: None, all of it (a split
+        gives its records and key)."""
+        return None
+
     def verify(self) -> dict[str, Any]:
         """Read and check every record; raises CorruptError/ChecksumError on damage."""
         return self._s.verify()
@@ -210,7 +219,7 @@ class Dataset(_Base):
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """Gather records into an array shaped ``(len(idxs), *self.shape)``."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         out = np.empty((idx.size, *self.shape), dtype=self.dtype)
         self._s.gather(idx, out.reshape(-1).view(np.uint8), self._itemsize)
         return out
@@ -314,7 +323,7 @@ class RaggedDataset(_Base):
 
     def __getitems__(self, idxs: Any) -> tuple[np.ndarray, np.ndarray]:
         """Gather records into packed ``(values, row_splits)``."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         rows = self._rows(idx)
         row_splits = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(rows, out=row_splits[1:])
@@ -326,7 +335,7 @@ class RaggedDataset(_Base):
     def getitems_padded(self, idxs: Any, max_len: int | None = None,
                         pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray]:
         """Gather records straight into a dense padded batch; see :func:`pad`."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         rows = self._rows(idx)
         b = int(idx.size)
         longest = int(rows.max()) if b else 0

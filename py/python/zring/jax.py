@@ -114,7 +114,7 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
         store = ds._s
         schema = json.loads(store.schema() or "{}")
         schema.pop("codec", None)
-        fp = store.fingerprint()
+        fp = ds.fingerprint()  # a zring.split part's mixes in the part's key
         blob = json.dumps({"schema": schema, "content": fp["content"]}, sort_keys=True)
         out[name] = {"records": int(fp["records"]), "sha256": hashlib.sha256(blob.encode()).hexdigest()[:16]}
     return out
@@ -506,6 +506,13 @@ class GlobalLoader:
             if key in loader_kwargs:
                 raise TypeError(f"global_loader does not take {key}= (it sets the batch and shard itself, "
                                 "and builds arrays from the raw stream batches)")
+        if loader_kwargs.get("one_pass"):
+            # A pass for evaluation (zring.DataLoader's one_pass): in order,
+            # and every global batch of one shape.
+            if loader_kwargs.get("last_batch", "partial") == "partial":
+                raise ValueError("global_loader(one_pass=True) needs last_batch=\"pad\" or \"drop\": a global "
+                                 "array has one shape, and a partial last batch would not")
+            mode = 0 if mode is None else mode
         B = int(global_batch_size)
         if B < 1:
             raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
@@ -734,7 +741,11 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
             (see "Ranks reading their own parts" above). Default: taken
             from the datasets, which must be opened with it.
         loader_kwargs: ``num_workers``, ``prefetch_size`` for the
-            DataLoader.
+            DataLoader; ``one_pass=True`` with ``last_batch="pad"`` (or
+            ``"drop"``) for a finite pass in order (mode 0) over a
+            :func:`zring.split` part, say: it stops after the pass, and the
+            real rows of its last batch are the first ``len(part) - step *
+            global_batch_size`` (a packed pass marks the rest as padding).
 
     Raises:
         StateMismatchError: ``state`` does not fit the streams or arguments
