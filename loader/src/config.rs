@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, Shard};
+use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, SchedulePoint, Shard};
 
 use crate::pack::Pack;
 use crate::source::Fingerprint;
@@ -76,6 +76,13 @@ pub struct LoaderConfig {
     /// `expect_length` set (a state of a single-source loader), it must not
     /// be a mixture. [`LoaderConfig::from_state`] sets it.
     pub expect_mixture: Option<MixtureState>,
+    /// A mixture's weights over the steps (`zring_sampler::SchedulePoint`s,
+    /// normalised point by point), in place of each source's fixed
+    /// [`MixSource::weight`](crate::MixSource::weight). With
+    /// `expect_mixture` whose weights or schedule differ, the resumed run
+    /// keeps its saved weights up to `start_step` and follows these from
+    /// there on (`zring_sampler::SchedulePiece`).
+    pub schedule: Option<Vec<SchedulePoint>>,
     /// When set, the loader must pack its documents this way
     /// ([`Loader::new_packed`](crate::Loader::new_packed)); when `None` with
     /// `expect_length` set, it must not pack. [`LoaderConfig::from_state`]
@@ -108,6 +115,7 @@ impl LoaderConfig {
             origin: 0,
             expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
+            schedule: None,
             expect_pack: None,
             blocks: None,
         }

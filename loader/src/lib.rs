@@ -143,4 +143,4 @@ pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
-pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, Shard};
+pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, SchedulePiece, SchedulePoint, Shard};

@@ -91,7 +91,7 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
+use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, SchedulePiece, SchedulePoint, Shard};
 
 use crate::batch::{Batch, Column};
 use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
@@ -429,7 +429,62 @@ fn check_config(config: &LoaderConfig) -> Result<(), Error> {
 /// A mixture as error messages name it.
 fn describe(m: &MixtureState) -> String {
     let weights: Vec<String> = m.weights.iter().map(|w| format!("{w:.4}")).collect();
-    format!("a mixture of sources of {:?} records, weights [{}]", m.lengths, weights.join(", "))
+    match &m.schedule {
+        None => format!("a mixture of sources of {:?} records, weights [{}]", m.lengths, weights.join(", ")),
+        Some(pieces) => {
+            format!("a mixture of sources of {:?} records, scheduled in {} piece(s)", m.lengths, pieces.len())
+        }
+    }
+}
+
+/// The mixture of a loader over sources of `lengths` records, with fixed
+/// `weights` or `config.schedule`, resuming `config.expect_mixture` if
+/// set. A saved run is refused only when its sources' lengths differ (the
+/// data changed); under the same weights it goes on as saved, under others
+/// it keeps its saved weights up to `config.start_step` and follows the
+/// new ones from there (a new `SchedulePiece`; `zring_sampler::Mixture`,
+/// "Schedules").
+fn mixture_plan(mode: Mode, lengths: &[u64], weights: &[f64], config: &LoaderConfig) -> Result<Mixture, Error> {
+    let (b, seed) = (config.batch_size, config.seed);
+    let given = match &config.schedule {
+        Some(points) => SchedulePiece::new(0, lengths.len(), points)?,
+        None => {
+            let m = Mixture::new(mode, lengths, weights, b, seed)?;
+            SchedulePiece { from: 0, points: vec![SchedulePoint { step: 0, weights: m.weights().to_vec() }] }
+        }
+    };
+    let fresh = || match &config.schedule {
+        Some(_) => Mixture::scheduled(mode, lengths, vec![given.clone()], b, seed),
+        None => Mixture::new(mode, lengths, weights, b, seed),
+    };
+    let Some(saved) = &config.expect_mixture else {
+        let m = fresh()?;
+        if config.expect_length.is_some() {
+            return Err(Error::MixtureMismatch {
+                saved: "one set of streams".to_owned(),
+                loader: describe(&m.state()),
+            });
+        }
+        return Ok(m);
+    };
+    if saved.lengths != lengths {
+        return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&fresh()?.state()) });
+    }
+    let pieces = saved.schedule.clone().unwrap_or_else(|| {
+        vec![SchedulePiece { from: 0, points: vec![SchedulePoint { step: 0, weights: saved.weights.clone() }] }]
+    });
+    let m = if pieces.last().is_some_and(|last| last.same_points(&given)) {
+        match saved.schedule {
+            None => fresh()?,
+            Some(_) => Mixture::scheduled(mode, lengths, pieces, b, seed)?,
+        }
+    } else {
+        let at = config.start_step;
+        let mut kept: Vec<SchedulePiece> = pieces.into_iter().filter(|p| p.from < at).collect();
+        kept.push(SchedulePiece { from: at, points: given.points });
+        Mixture::scheduled(mode, lengths, kept, b, seed)?
+    };
+    Ok(m.with_order(saved.order))
 }
 
 impl Loader {
@@ -577,22 +632,9 @@ impl Loader {
         }
         refuse_pack_state(&config)?;
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
-        let mut mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
         // A saved run goes on in its own row order: one saved before rows
         // were interleaved keeps its grouped batches.
-        if let Some(saved) = &config.expect_mixture {
-            mixture = mixture.with_order(saved.order);
-        }
-        let mine = mixture.state();
-        match (&config.expect_mixture, config.expect_length) {
-            (Some(saved), _) if !saved.matches(&mine) => {
-                return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&mine) });
-            }
-            (None, Some(_)) => {
-                return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader: describe(&mine) });
-            }
-            _ => {}
-        }
+        let mixture = mixture_plan(config.mode, &lengths, &weights, &config)?;
         check_config(&config)?;
         // Every source's streams in source 0's order.
         let order: Vec<String> = sources[0].streams.iter().map(|s| s.name.clone()).collect();
@@ -739,21 +781,7 @@ impl Loader {
         }
         let plan = if mixture {
             let lengths = vec![pack::PACKED_ROWS; weights.len()];
-            let mut m = Mixture::new(Mode::Sequential, &lengths, &weights, config.batch_size, config.seed)?;
-            if let Some(saved) = &config.expect_mixture {
-                m = m.with_order(saved.order);
-            }
-            match &config.expect_mixture {
-                Some(saved) if !saved.matches(&m.state()) => {
-                    return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&m.state()) });
-                }
-                None if config.expect_length.is_some() => {
-                    let loader = describe(&m.state());
-                    return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader });
-                }
-                _ => {}
-            }
-            Plan::Mixture(m)
+            Plan::Mixture(mixture_plan(Mode::Sequential, &lengths, &weights, &config)?)
         } else {
             if let Some(saved) = &config.expect_mixture {
                 let loader = "one packed source".to_owned();

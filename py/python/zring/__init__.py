@@ -28,6 +28,7 @@ from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
+from ._schedule import Schedule, schedule
 from ._pack import Packed, pack
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
@@ -46,6 +47,7 @@ __all__ = [
     "StaleError",
     "RaggedDataset",
     "Sampler",
+    "Schedule",
     "Store",
     "UnsupportedVersionError",
     "Zrecord",
@@ -56,6 +58,7 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "schedule",
     "parts",
     "set_cache_bytes",
     "write_dataset",

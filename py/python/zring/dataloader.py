@@ -500,6 +500,7 @@ class DataLoader(_util.Closeable):
                 threads=threads,
                 state=None if state is None else json.dumps(dict(state)),
                 weights=weights,
+                schedule=None if mixture is None or mixture.schedule is None else mixture.schedule.corners,
                 pack=None if packed is None else packed.spec(),
                 block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
                 window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
