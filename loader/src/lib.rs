@@ -134,7 +134,7 @@ mod stats;
 mod store;
 
 pub use batch::{Batch, Column};
-pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
+pub use config::{Consumed, LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pack::{Pack, PackMode, PackSource, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};

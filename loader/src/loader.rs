@@ -94,7 +94,7 @@ use hdrhistogram::Histogram;
 use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, SchedulePiece, SchedulePoint, Shard};
 
 use crate::batch::{Batch, Column};
-use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
+use crate::config::{Consumed, LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
 use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
@@ -752,6 +752,8 @@ impl Loader {
         let mut packers = Vec::with_capacity(sources.len());
         let mut by_source = Vec::with_capacity(sources.len());
         let mut weights = Vec::with_capacity(sources.len());
+        // Each source's name (its path) where one was given, for errors.
+        let named: Vec<Option<String>> = sources.iter().map(|s| s.name.clone()).collect();
         for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
             let seed = config.seed.wrapping_add(k as u64);
             let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
@@ -777,6 +779,13 @@ impl Loader {
         if let Some(stream) = grown.into_iter().next() {
             let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
             let why = "a packed run resumes only over the documents it was saved with".to_owned();
+            // Named by its path where known, not only by its position.
+            let k = (0..named.len()).find(|&k| label(k) == stream);
+            let stream = match k.and_then(|k| named[k].as_ref().map(|n| (k, n))) {
+                Some((k, name)) if mixture => format!("{name} (source {k}, {stream})"),
+                Some((_, name)) => format!("{name} ({stream})"),
+                None => stream,
+            };
             return Err(Error::CannotGrow { stream, saved, now, why });
         }
         let plan = if mixture {
@@ -1049,7 +1058,58 @@ impl Loader {
         }
         let f = &self.fingerprints;
         let fingerprints = if ctx.plan.before_growth(step) { f.before.clone() } else { f.now.clone() };
-        LoaderState { sampler, shard: ctx.shard, mixture, fingerprints, pack: ctx.pack.as_ref().map(|p| p.pack) }
+        let consumed = self.consumed(step);
+        LoaderState {
+            sampler,
+            shard: ctx.shard,
+            mixture,
+            fingerprints,
+            pack: ctx.pack.as_ref().map(|p| p.pack),
+            consumed,
+        }
+    }
+
+    /// What the run consumed of each source before `step` (all ranks'
+    /// rows; [`Consumed`]), a function of the step: a mixture's rows of each
+    /// source are its allocation of the `step * B` rows so far. A packed
+    /// source's documents are counted from the lengths near the row (read
+    /// already by a run that got there); should that read fail, they are
+    /// left out.
+    pub fn consumed(&self, step: u64) -> Vec<Consumed> {
+        let ctx = &self.shared.ctx;
+        let (rows, lengths): (Vec<u64>, Vec<u64>) = match &ctx.plan {
+            Plan::Mixture(m) => {
+                let mut out = vec![0; m.lengths().len()];
+                let _ = m.allocation(step.saturating_mul(m.batch_len() as u64), &mut out);
+                (out, m.lengths().to_vec())
+            }
+            plan => {
+                let b = plan.shard_len(Shard::ALL).unwrap_or(0) as u64;
+                (vec![step.saturating_mul(b)], vec![plan.length()])
+            }
+        };
+        rows.iter()
+            .enumerate()
+            .map(|(k, &r)| match &ctx.pack {
+                Some(p) => {
+                    let docs = p.packers.get(k).and_then(|packer| packer.documents_before(r).ok());
+                    Consumed {
+                        rows: r,
+                        records: None,
+                        documents: docs.map(|d| d.0),
+                        tokens: Some(r.saturating_mul(p.pack.seq_len)),
+                        epochs: docs.map_or(0.0, |(d, n)| d as f64 / n.max(1) as f64),
+                    }
+                }
+                None => Consumed {
+                    rows: r,
+                    records: Some(r),
+                    documents: None,
+                    tokens: None,
+                    epochs: r as f64 / lengths[k].max(1) as f64,
+                },
+            })
+            .collect()
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -1074,7 +1134,10 @@ impl Loader {
         // (a worker woken for a step it has not claimed yet is not idle).
         let window_end = state.next_deliver.saturating_add(ctx.window(state.ragged_step_max));
         let idle = if state.next_claim >= window_end { state.idle } else { 0 };
-        stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle)
+        let mut stats = stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle);
+        drop(state);
+        stats.consumed = self.consumed(self.next_step);
+        stats
     }
 
     /// Stops the workers and waits for them to exit. Batches already returned
