@@ -2,13 +2,16 @@
 
 A DataLoader over two sources whose weights go linearly from 0.7/0.3 to
 0.3/0.7 over 1,000 steps of 256 rows, then hold. Checked against the
-documented definition (zring._schedule), computed here in NumPy apart from
-the loader: after t steps each source's target is 256 times the integral
-of its weight from 0 to t, and while every source has a row per batch or
-more the rows so far are the largest-remainder rounding of the targets.
+documented definition (zring._schedule) twice: (a) the pure function of the
+step the loader uses, evaluated without a loader
+(zring._schedule.allocation: each step's rows per source must be equal);
+(b) the rule computed here in NumPy apart from it: after t steps each
+source's target is 256 times the integral of its weight from 0 to t, and
+(every source having a row per batch or more) the rows so far are the
+largest-remainder rounding of the targets, so within one row of them.
 
-1. A run of 1,500 steps: every step's rows per source are that rounding's
-   differences; each source's rows so far are within one row of its target.
+1. A run of 1,500 steps: every step's rows per source equal (a) and (b);
+   each source's rows so far are within one row of its target.
 2. The run's state at step 500, resumed with another schedule (0.1/0.9 at
    step 0 to 0.9/0.1 at step 1,500, on the run's own step axis): steps 500
    to 1,499 are the definition's over the pieces the state now lists (the
@@ -32,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 import zring
-from zring._schedule import pieces_targets
+from zring._schedule import allocation, pieces_targets
 
 B = 256
 STEPS = 1500
@@ -49,8 +52,16 @@ def hamilton(targets: np.ndarray, rows: int) -> np.ndarray:
 
 
 def definition(pieces: list[dict], t: int) -> np.ndarray:
-    """Rows per source among the first t steps: the documented rule."""
+    """Rows per source among the first t steps: the documented rule in NumPy."""
     return hamilton(pieces_targets(pieces, t, B), t * B)
+
+
+def check(pieces: list[dict], t: int, counts: np.ndarray) -> None:
+    """Step t's rows per source against (a) and (b)."""
+    pure = allocation(pieces, B, (t + 1) * B) - allocation(pieces, B, t * B)
+    assert np.array_equal(counts, pure), (t, counts, pure)
+    numpy = definition(pieces, t + 1) - definition(pieces, t)
+    assert np.array_equal(counts, numpy), (t, counts, numpy)
 
 
 def run(loader, steps):
@@ -85,12 +96,12 @@ def main() -> None:
     for t, (step, src, _) in enumerate(a):
         assert step == t
         counts = np.bincount(src, minlength=2)
-        want = definition(pieces_a, t + 1) - definition(pieces_a, t)
-        assert np.array_equal(counts, want), (t, counts, want)
+        check(pieces_a, t, counts)
         total += counts
         worst = np.maximum(worst, np.abs(total - pieces_targets(pieces_a, t + 1, B)))
     assert np.all(worst < 1)
-    print(f"| steps 0-{STEPS - 1}, first schedule: rows per source per step = definition | {STEPS} of {STEPS} |")
+    print(f"| steps 0-{STEPS - 1}, first schedule: rows per source per step = (a) pure function = (b) NumPy rule "
+          f"| {STEPS} of {STEPS} |")
     print(f"| largest distance of rows so far from the integral (source 0, 1) | {worst[0]:.3f}, {worst[1]:.3f} rows |")
     c0 = np.bincount(a[0][1], minlength=2)
     c999 = np.bincount(a[999][1], minlength=2)
@@ -107,6 +118,7 @@ def main() -> None:
     # The saved run's rows per source at step 500, and where each stream went on.
     at = definition(pieces, CHANGE)
     assert np.array_equal(at, definition(pieces_a, CHANGE))
+    assert np.array_equal(allocation(pieces, B, CHANGE * B), allocation(pieces_a, B, CHANGE * B))
     for k in range(2):
         # Each stream goes on where the first run left it: source k's first
         # record of step 500 is the one the first run read there.
@@ -117,12 +129,11 @@ def main() -> None:
         t = CHANGE + i
         assert step == t
         counts = np.bincount(src, minlength=2)
-        want = definition(pieces, t + 1) - definition(pieces, t)
-        assert np.array_equal(counts, want), (t, counts, want)
+        check(pieces, t, counts)
         total += counts
         worst = np.maximum(worst, np.abs(total - pieces_targets(pieces, t + 1, B)))
     assert np.all(worst < 1)
-    print(f"| resumed at {CHANGE} with 0.1/0.9 -> 0.9/0.1 over 1,500 steps: rows per source per step = definition "
+    print(f"| resumed at {CHANGE} with 0.1/0.9 -> 0.9/0.1 over 1,500 steps: rows per source per step = (a) = (b) "
           f"over the state's pieces | {STEPS - CHANGE} of {STEPS - CHANGE} |")
     print(f"| resumed run, largest distance from the integral (source 0, 1) | {worst[0]:.3f}, {worst[1]:.3f} rows |")
     print(f"| rows of source 0 so far at step {CHANGE} (first run = resumed run) | {at[0]} = {at[0]} |")

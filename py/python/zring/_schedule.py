@@ -48,6 +48,7 @@ again changed.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Mapping, Sequence
 
@@ -175,6 +176,18 @@ def pieces_targets(pieces: Sequence[Mapping[str, Any]], steps: float, batch_size
         part = c.integral(min(float(steps), end)) - c.integral(start)
         total = part if total is None else total + part
     return batch_size * total
+
+
+def allocation(pieces: Sequence[Mapping[str, Any]], batch_size: int, rows: int) -> np.ndarray:
+    """Each source's rows among the first ``rows`` under a saved state's
+    ``"schedule"`` pieces (``state["mixture"]["schedule"]``) at
+    ``batch_size`` rows a step: what the loader delivers, computed without
+    one (the same Rust function)."""
+    from . import _zring
+
+    n = len(pieces[0]["points"][0]["weights"])
+    got = _zring.mixture_allocation([1.0] * n, int(batch_size), int(rows), pieces=json.dumps(list(pieces)))
+    return np.asarray(got, dtype=np.int64)
 
 
 def schedule(points: Mapping[int, Sequence[float]] | Sequence[tuple[int, Sequence[float]]], *,
