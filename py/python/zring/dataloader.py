@@ -585,6 +585,12 @@ class DataLoader(_util.Closeable):
         # store that grew changes more than the step at its cycle boundary.
         return self._loader.state_at(pool.next_step)
 
+    def _state_at(self, step: int) -> dict[str, Any]:
+        """The state that resumes at ``step`` (delivered or not)."""
+        if self._loader is None:
+            raise ValueError("the DataLoader is closed")
+        return self._loader.state_at(int(step))
+
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
         percentiles (µs). They describe the Rust loader; with transform workers

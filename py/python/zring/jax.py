@@ -330,6 +330,10 @@ class DevicePrefetch:
         sampler = dict(full["sampler"])
         if self._queue and self._queue[0][0] is not None:
             sampler["step"] = int(self._queue[0][0])
+            # The loader's own state at that step (its per-source counts).
+            at = getattr(self.loader, "_state_at", None)
+            if at is not None:
+                full = at(sampler["step"])
         return checkpoint_state(self.loader.streams, sampler, full)
 
     def close(self) -> None:
@@ -615,6 +619,9 @@ class _Steps:
 
     def state(self) -> dict[str, Any]:
         return self.owner.loader.state()
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        return self.owner.loader._state_at(step)
 
 
 def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
