@@ -20,6 +20,25 @@
 //! alone (seeking is free, below) and the batches are those of earlier
 //! checkpoints.
 //!
+//! # Schedules
+//!
+//! [`Mixture::scheduled`] takes weights that change with the step
+//! ([`SchedulePiece`]: piecewise linear, with jumps). Source `s`'s *target*
+//! among the first `r` rows is then `B` times the integral of its weight
+//! from step 0 to `r / B` (for fixed weights, `w_s r`), and everything
+//! below rounds the targets where it rounded `w_s r`: largest remainders
+//! of the targets while every source has a row per batch or more at every
+//! point of the schedule (each step's count `floor(target growth) - 1` or
+//! more, so never negative, and every source within a row of its target);
+//! otherwise the rounding tree, a split giving its first child the nearest
+//! integer to the child's target at the (real) step where the node's own
+//! target reaches the node's rows, which for fixed weights is `share * n`
+//! and for any schedule grows with the node's rows by at most as much
+//! (the child's weight is part of the node's), so no count goes back. The
+//! tree's shape comes from the first piece's mean weights. A resumed run
+//! under other weights adds a piece from its step; every target up to that
+//! step is the saved run's to the bit.
+//!
 //! # Each shard holds each source's share
 //!
 //! A step's rows are interleaved, not grouped by source, so that a shard

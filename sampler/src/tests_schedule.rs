@@ -45,10 +45,10 @@ fn run(m: &Mixture, steps: u64) -> Vec<f64> {
             let lo = j as usize * b / 8;
             assert_eq!(&ssrc[..], &src[lo..lo + b / 8], "step {t} shard {j}");
             assert_eq!(&sidx[..], &idx[lo..lo + b / 8], "step {t} shard {j}");
-            for k in 0..s {
-                let share = counts[k] as f64 / 8.0;
+            for (k, &count) in counts.iter().enumerate() {
+                let share = count as f64 / 8.0;
                 let got = ssrc.iter().filter(|&&x| x as usize == k).count() as f64;
-                if counts[k] >= 8 {
+                if count >= 8 {
                     assert!(got >= share.floor() && got <= share.ceil(), "step {t} shard {j} source {k}");
                 }
             }

@@ -35,6 +35,12 @@ more share the rounds, and one can be a little further (1.5 rows for the
 0.001 source above on 8 shards). A mixture whose every source has a row per
 batch or more keeps the batches it had before.
 
+Weights may follow a :func:`zring.schedule` (piecewise linear or constant
+over the steps): the rows so far are then the same roundings of each
+source's target, the batch times the integral of its weight, and a state
+resumed under other weights follows them from its step on
+(:mod:`zring._schedule`).
+
 Each source draws from its own stream of indices in the loader's mode (a
 sampler seeded from the loader's seed and the source's position): its rows
 at step ``t`` are the next positions of that stream, so in cyclic mode each

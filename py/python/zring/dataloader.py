@@ -573,9 +573,15 @@ class DataLoader(_util.Closeable):
         """Where the consumer is: pass it as ``state=`` to resume with the batch
         after the one ``next()`` returned last (however far the transform
         workers have read ahead). A dict of the sampler's parameters and
-        step, the shard, a mixture's weights and lengths, and under
-        ``"fingerprints"`` each stream's ``{"records", "content"}``
-        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture)."""
+        step, the shard, a mixture's weights and lengths (and its schedule's
+        pieces: :mod:`zring._schedule`), and under ``"fingerprints"`` each
+        stream's ``{"records", "content"}`` (:meth:`Dataset.fingerprint`;
+        ``"<source>/<name>"`` in a mixture). Under ``"consumed"``, for the
+        reader (never read back), one dict per source of what the run
+        consumed before that step, all ranks' rows: ``rows``, ``records``
+        (packed rows: ``documents`` begun and ``tokens``, ``rows * seq_len``)
+        and ``epochs`` (records or documents over the source's). A packed
+        loader's ``sampler.length`` counts packed rows, 2^62 a source."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         pool = self._pool
@@ -597,7 +603,9 @@ class DataLoader(_util.Closeable):
         its consumers are those workers, so ``steps_delivered`` counts the steps
         they took, which may run ahead of ``next()``. Under ``"reads"``, each
         stream's read policy and its cache and page-cache hits (see
-        :meth:`Dataset.read_stats`)."""
+        :meth:`Dataset.read_stats`). Under ``"consumed"``, per source, what
+        the run consumed before the next step the Rust loader delivers (as
+        in :meth:`state`)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         stats = self._loader.stats()
