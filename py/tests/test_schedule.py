@@ -189,3 +189,29 @@ def test_bad_schedules_are_value_errors(sources):
             zring.mix(sources, zring.schedule(points))
     with pytest.raises(ValueError, match="interpolate"):
         zring.schedule([(0, [1, 1, 1])], interpolate="cubic")
+
+
+def test_global_loader_follows_a_schedule_and_resumes_it(sources):
+    """zring.jax checkpoints held only a mixture's fixed weights: a
+    scheduled run's checkpoint must carry the schedule, or the resumed run
+    would take the mean weights as its past."""
+    import os
+
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax = pytest.importorskip("jax")
+    import zring.jax as zjax
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+
+    s = zring.schedule([(0, [0.7, 0.2, 0.1]), (20, [0.1, 0.2, 0.7])])
+    m = zring.mix(sources, s)
+    with zring.DataLoader(m, batch_size=B, mode=2, seed=6) as dl:
+        want = [np.asarray(next(dl)["x"]) for _ in range(30)]
+    sharding = NamedSharding(Mesh(np.array(jax.devices()[:1]), ("data",)), P("data"))
+    with zjax.global_loader(m, B, sharding, mode=2, seed=6, num_workers=1) as g:
+        for t in range(12):
+            np.testing.assert_array_equal(np.asarray(next(g)["x"]), want[t])
+        state = json.loads(json.dumps(g.state()))
+    assert state["mixture"]["schedule"][0]["from"] == 0
+    with zjax.global_loader(m, B, sharding, state=state, num_workers=1) as g:
+        for t in range(12, 30):
+            np.testing.assert_array_equal(np.asarray(next(g)["x"]), want[t])
