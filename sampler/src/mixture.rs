@@ -379,6 +379,15 @@ impl Mixture {
             return bad("pieces must start at step 0 and at increasing steps".to_owned());
         }
         for piece in &pieces {
+            let bad_point = |p: &crate::SchedulePoint| {
+                p.weights.iter().any(|w| !(w.is_finite() && *w >= 0.0)) || p.weights.iter().sum::<f64>() <= 0.0
+            };
+            if piece.points.windows(2).any(|w| w[1].step < w[0].step) || piece.points.iter().any(bad_point) {
+                return bad(format!(
+                    "the piece from step {} has steps out of order or weights that are negative, not finite or all 0",
+                    piece.from
+                ));
+            }
             if piece.points.is_empty() || piece.points.iter().any(|p| p.weights.len() != lengths.len()) {
                 return Err(Error::WeightCount {
                     weights: piece.points.first().map_or(0, |p| p.weights.len()),

@@ -191,7 +191,7 @@ impl Curve {
             return 0.0;
         }
         // The last point whose integral is below y.
-        let i = self.prefix.partition_point(|&p| p < y) - 1;
+        let i = self.prefix.partition_point(|&p| p < y).saturating_sub(1);
         let d = y - self.prefix[i];
         match self.xs.get(i + 1) {
             Some(&next) => {

@@ -39,9 +39,9 @@ targets are the saved run's up to ``t0`` and grow by the integral of the new
 weights from there, so every step before ``t0`` is the saved run's bit for
 bit and, where every source has a row per batch at every point, each
 source's stream goes on exactly where the saved run left it. (With a
-source of under a row per batch, a split ahead of its target at ``t0`` may
-give a source one row more or less at the change: its stream then skips or
-repeats one record there.) The state then lists the pieces in force, each
+source of under a row per batch, the rounding tree may round the same
+targets at ``t0`` to a row more or less for a source, both within a row of
+its target: its stream then skips or repeats a record at the change.) The state then lists the pieces in force, each
 ``{"from": step, "points": [...]}``, so the run can be resumed again, and
 again changed.
 """
