@@ -152,6 +152,23 @@ def main() -> None:
     print("| changed run seeked to step 800 (fresh loader, same schedule): steps 800-899 equal | 100 of 100 |")
     print(f"\nstate[\"mixture\"][\"schedule\"] after the change: `{json.dumps(pieces)}`")
 
+    # The documented limit: with sources of under a row per batch (the
+    # rounding tree), a change may move a source's rows at the change step
+    # by a row. How often, over 429 change steps.
+    def piece(frm, pts):
+        return {"from": frm, "points": [{"step": st, "weights": list(np.asarray(w, float) / np.sum(w))}
+                                        for st, w in pts]}
+    old = piece(0, [(0, [0.9989, 0.001, 0.0001]), (5000, [0.9898, 0.0002, 0.01])])
+    moved, worst, tried = 0, 0, 0
+    for t0 in range(1, 3000, 7):
+        d = np.abs(allocation([old], B, t0 * B) - allocation([old, piece(t0, [(0, [0.99, 0.005, 0.005])])], B, t0 * B))
+        tried, moved, worst = tried + 1, moved + int(d.max() > 0), max(worst, int(d.max()))
+    assert worst <= 1
+    print(f"\nSmall weights (rounding tree): 0.9989/0.001/0.0001 to 0.9898/0.0002/0.01 over 5,000 steps, changed to "
+          f"0.99/0.005/0.005 at {tried} steps t0 (1, 8, ..., 2,997): at {moved} of them a source's rows so far at t0 "
+          f"differ from the saved run's, by at most {worst} row (its stream skips or repeats a record there; the "
+          f"documented limit). With every source at a row per batch or more, 0 of all, as above.")
+
 
 if __name__ == "__main__":
     main()
