@@ -37,7 +37,8 @@ a ValueError). The resumed run keeps the saved weights up to the saved step
 step axis (a new point at step 1,000 means the run's step 1,000). Its
 targets are the saved run's up to ``t0`` and grow by the integral of the new
 weights from there, so every step before ``t0`` is the saved run's bit for
-bit and, where every source has a row per batch at every point, each
+bit and, where every source has a row per batch at every point of
+both schedules, each
 source's stream goes on exactly where the saved run left it. (With a
 source of under a row per batch, the rounding tree may round the same
 targets at ``t0`` to a row more or less for a source, both within a row of
