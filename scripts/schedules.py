@@ -167,7 +167,8 @@ def main() -> None:
     print(f"\nSmall weights (rounding tree): 0.9989/0.001/0.0001 to 0.9898/0.0002/0.01 over 5,000 steps, changed to "
           f"0.99/0.005/0.005 at {tried} steps t0 (1, 8, ..., 2,997): at {moved} of them a source's rows so far at t0 "
           f"differ from the saved run's, by at most {worst} row (its stream skips or repeats a record there; the "
-          f"documented limit). With every source at a row per batch or more in both schedules, never: the targets up to t0 are the "
+          f"documented limit). With every source at a row per batch or more in both schedules, never: the "
+          f"targets up to t0 are the "
           f"saved run's to the bit, rounded alike (checked at step 500 above).")
 
 

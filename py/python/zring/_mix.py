@@ -98,7 +98,8 @@ class Mixture:
         self.schedule = weights if isinstance(weights, Schedule) else None
         if self.schedule is not None:
             if self.schedule.sources != len(self.sources):
-                raise ValueError(f"a schedule of {self.schedule.sources} weights a point for {len(self.sources)} sources")
+                raise ValueError(
+                    f"a schedule of {self.schedule.sources} weights a point for {len(self.sources)} sources")
             weights = self.schedule.mean_weights()
         try:
             w = np.asarray([float(x) for x in weights], dtype=np.float64)
