@@ -446,19 +446,22 @@ fn describe(m: &MixtureState) -> String {
 /// "Schedules").
 fn mixture_plan(mode: Mode, lengths: &[u64], weights: &[f64], config: &LoaderConfig) -> Result<Mixture, Error> {
     let (b, seed) = (config.batch_size, config.seed);
-    let given = match &config.schedule {
-        Some(points) => SchedulePiece::new(0, lengths.len(), points)?,
+    // The loader's own weights as a piece, and its mixture when they are
+    // fixed (built once: choosing a rounding tree can take a while).
+    let (given, mine) = match &config.schedule {
+        Some(points) => (SchedulePiece::new(0, lengths.len(), points)?, None),
         None => {
             let m = Mixture::new(mode, lengths, weights, b, seed)?;
-            SchedulePiece { from: 0, points: vec![SchedulePoint { step: 0, weights: m.weights().to_vec() }] }
+            let point = SchedulePoint { step: 0, weights: m.weights().to_vec() };
+            (SchedulePiece { from: 0, points: vec![point] }, Some(m))
         }
     };
-    let fresh = || match &config.schedule {
-        Some(_) => Mixture::scheduled(mode, lengths, vec![given.clone()], b, seed),
-        None => Mixture::new(mode, lengths, weights, b, seed),
+    let fresh = |mine: Option<Mixture>| match mine {
+        Some(m) => Ok(m),
+        None => Mixture::scheduled(mode, lengths, vec![given.clone()], b, seed),
     };
     let Some(saved) = &config.expect_mixture else {
-        let m = fresh()?;
+        let m = fresh(mine)?;
         if config.expect_length.is_some() {
             return Err(Error::MixtureMismatch {
                 saved: "one set of streams".to_owned(),
@@ -468,20 +471,20 @@ fn mixture_plan(mode: Mode, lengths: &[u64], weights: &[f64], config: &LoaderCon
         return Ok(m);
     };
     if saved.lengths != lengths {
-        return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&fresh()?.state()) });
+        return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&fresh(mine)?.state()) });
     }
     let pieces = saved.schedule.clone().unwrap_or_else(|| {
         vec![SchedulePiece { from: 0, points: vec![SchedulePoint { step: 0, weights: saved.weights.clone() }] }]
     });
     let m = if pieces.last().is_some_and(|last| last.same_points(&given)) {
         match saved.schedule {
-            None => fresh()?,
+            None => fresh(mine)?,
             Some(_) => Mixture::scheduled(mode, lengths, pieces, b, seed)?,
         }
     } else {
         let at = config.start_step;
         let mut kept: Vec<SchedulePiece> = pieces.into_iter().filter(|p| p.from < at).collect();
-        kept.push(SchedulePiece { from: at, points: given.points });
+        kept.push(SchedulePiece { from: at, points: given.points.clone() });
         Mixture::scheduled(mode, lengths, kept, b, seed)?
     };
     Ok(m.with_order(saved.order))
