@@ -16,8 +16,8 @@ use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, Shard, Source,
-    StoreSource, Stream, Subset, TokenType,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, SchedulePoint,
+    Shard, Source, StoreSource, Stream, Subset, TokenType,
 };
 
 /// The `pack=` argument of `Loader(...)` (its docs).
@@ -188,8 +188,13 @@ impl PyLoader {
     /// left out is chosen from the first stream: a block of at least 1 MiB
     /// of records, a window of a quarter of its record cache); a state
     /// fixes them (given with it, they must be the state's).
+    ///
+    /// `schedule`, with `weights`: the mixture's weights over the steps, a
+    /// list of `(step, weights)` points (`zring_sampler::SchedulePiece`;
+    /// `weights` then only count the sources). With a state saved under
+    /// other weights, the run follows these from the state's step on.
     #[new]
-    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None))]
+    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None, schedule = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -205,6 +210,7 @@ impl PyLoader {
         pack: Option<PackSpec>,
         block_records: Option<u64>,
         window_blocks: Option<u64>,
+        schedule: Option<Vec<(u64, Vec<f64>)>>,
     ) -> PyResult<Self> {
         if block_records == Some(0) || window_blocks == Some(0) {
             let what = if block_records == Some(0) { "block_records" } else { "window_blocks" };
@@ -288,6 +294,8 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
+        config.schedule =
+            schedule.map(|points| points.into_iter().map(|(step, weights)| SchedulePoint { step, weights }).collect());
         if let Some((seq_len, how, pad_id, token_bytes, signed, labels, mask_boundaries, eod_id, bos_id, stored)) = pack
         {
             let mode = match how.as_str() {

@@ -29,6 +29,7 @@ from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
+from ._schedule import Schedule, schedule
 from ._pack import Packed, pack
 from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
@@ -48,6 +49,7 @@ __all__ = [
     "StaleError",
     "RaggedDataset",
     "Sampler",
+    "Schedule",
     "Store",
     "UnsupportedVersionError",
     "Zrecord",
@@ -58,6 +60,7 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "schedule",
     "parts",
     "set_cache_bytes",
     "split",

@@ -70,9 +70,38 @@ def write_ragged(
     append=True keeps the table's format. A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
     ValueError naming the value and the dtype."""
 
+class Schedule:
+    """Mixture weights over the steps (from schedule); pass it to mix."""
+    points: list[tuple[int, list[float]]]
+    interpolate: str
+    #: The points with each stair of a "step" schedule as a jump.
+    corners: list[tuple[int, list[float]]]
+    @property
+    def sources(self) -> int: ...
+    def mean_weights(self) -> list[float]: ...
+    def weights_at(self, step: float) -> npt.NDArray[np.float64]:
+        """The normalised weights at step (after a jump there, the later)."""
+    def targets(self, steps: float, batch_size: int) -> npt.NDArray[np.float64]:
+        """Each source's target after steps steps: batch_size times the
+        integral of its weight (computed in NumPy, for checking)."""
+
+def schedule(
+    points: Union[Mapping[int, Sequence[float]], Sequence[tuple[int, Sequence[float]]]],
+    *,
+    interpolate: str = "linear",
+) -> Schedule:
+    """Mixture weights as a function of the step: (step, weights) points
+    from step 0, linear between them ("linear") or held until the next
+    ("step"), the last held after; each source's rows so far within a row of
+    the integral of its weight; a state resumed under another schedule
+    follows it from the saved step on. ValueError for points out of order,
+    negative weights, or a source of weight 0 everywhere."""
+
 class Mixture:
     """Stream dicts and their weights (from mix); pass it to DataLoader."""
     sources: list[dict[str, Union[Dataset, RaggedDataset]]]
+    #: The weights' schedule, or None for fixed weights.
+    schedule: Optional[Schedule]
     weights: npt.NDArray[np.float64]
     names: list[str]
     lengths: list[int]
@@ -85,11 +114,12 @@ class Mixture:
         remainder); with batch_size, as a loader of that many rows per batch
         counts them (the same unless a source gets under a row per batch)."""
     def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The state in the loader's form; ValueError if saved for another mixture."""
+        """The state in the loader's form; ValueError if saved for sources of
+        other lengths (other weights are taken from the saved step on)."""
 
 def mix(
     sources: Sequence[Union[Mapping[str, Union[Dataset, RaggedDataset]], Dataset, RaggedDataset]],
-    weights: Sequence[float],
+    weights: Union[Sequence[float], Schedule],
 ) -> Mixture:
     """A weighted mixture for DataLoader: each source's rows so far are its
     share rounded down or up (largest remainder, carried over), so a batch
@@ -97,7 +127,8 @@ def mix(
     source of under a row per batch getting its rows over the steps (within
     a row of its share while at most three are that small); each source is
     drawn by its own sampler; last_sources/last_indices name each row;
-    state()/state= resume.
+    state()/state= resume (under other weights or a schedule: those from
+    the saved step on). weights may be a schedule().
     A bare dataset is the stream dict {"tokens": ds} (a mixture for pack).
     RaggedDatasets of integer documents may differ in dtype (uint16 and
     int32): pack delivers one; a loader of records over them refuses."""
@@ -338,9 +369,11 @@ class DataLoader:
     def state(self) -> dict[str, Any]:
         """Resume point: pass as state= to continue with the batch after the last one returned.
         It carries each stream's fingerprint: a resume over changed records raises, one over a
-        store that only grew finishes the cycle under way and adds the new records from the next."""
+        store that only grew finishes the cycle under way and adds the new records from the next.
+        Under "consumed", per source: rows, records (packed: documents, tokens) and epochs so far."""
     def stats(self) -> dict[str, Any]:
-        """Pipeline statistics, and each stream's read statistics under "reads"."""
+        """Pipeline statistics, and each stream's read statistics under "reads"; under
+        "consumed", per source, rows, records (packed: documents, tokens) and epochs so far."""
     def close(self) -> None:
         """Stop and join the transform workers and the gather threads."""
     def __enter__(self) -> "DataLoader": ...

@@ -749,6 +749,7 @@ class DataLoader(_util.Closeable):
                 threads=threads,
                 state=None if state is None else json.dumps(dict(state)),
                 weights=weights,
+                schedule=None if mixture is None or mixture.schedule is None else mixture.schedule.corners,
                 pack=None if packed is None else packed.spec(),
                 block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
                 window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
@@ -855,11 +856,17 @@ class DataLoader(_util.Closeable):
         """Where the consumer is: pass it as ``state=`` to resume with the batch
         after the one ``next()`` returned last (however far the transform
         workers have read ahead). A dict of the sampler's parameters and
-        step, the shard, a mixture's weights and lengths, under
-        ``"fingerprints"`` each stream's ``{"records", "content"}``
-        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture),
-        and for a rank's loader (``rank_parts``) ``"rank_parts": {"rank",
-        "ranks"}``."""
+        step, the shard, a mixture's weights and lengths (and its schedule's
+        pieces: :mod:`zring._schedule`), under ``"fingerprints"`` each
+        stream's ``{"records", "content"}`` (:meth:`Dataset.fingerprint`;
+        ``"<source>/<name>"`` in a mixture), and for a rank's loader
+        (``rank_parts``) ``"rank_parts": {"rank", "ranks"}``. Under
+        ``"consumed"``, for the reader (never read back), one dict per source
+        of what the run consumed before that step, all ranks' rows: ``rows``,
+        ``records`` (packed rows: ``documents`` begun and ``tokens``,
+        ``rows * seq_len``) and ``epochs`` (records or documents over the
+        source's). A packed loader's ``sampler.length`` counts packed rows,
+        2^62 a source."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         pool = self._pool
@@ -870,13 +877,21 @@ class DataLoader(_util.Closeable):
             state["rank_parts"] = {"rank": self.rank_parts[0], "ranks": self.rank_parts[1]}
         return state
 
+    def _state_at(self, step: int) -> dict[str, Any]:
+        """The state that resumes at ``step`` (delivered or not)."""
+        if self._loader is None:
+            raise ValueError("the DataLoader is closed")
+        return self._loader.state_at(int(step))
+
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
         percentiles (µs). They describe the Rust loader; with transform workers
         its consumers are those workers, so ``steps_delivered`` counts the steps
         they took, which may run ahead of ``next()``. Under ``"reads"``, each
         stream's read policy and its cache and page-cache hits (see
-        :meth:`Dataset.read_stats`)."""
+        :meth:`Dataset.read_stats`). Under ``"consumed"``, per source, what
+        the run consumed before the next step the Rust loader delivers (as
+        in :meth:`state`)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         stats = self._loader.stats()

@@ -179,11 +179,18 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | 
     else:
         fp = fingerprint(streams)
     if isinstance(streams, Mixture):
-        order = "Interleaved"
         if loader_state is not None and isinstance(loader_state.get("mixture"), Mapping):
-            order = loader_state["mixture"].get("order", "Grouped")
-        extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths),
-                            "order": order}
+            # The loader's own: its order, and its schedule's pieces (a run
+            # resumed under other weights lists each from its step).
+            extra["mixture"] = dict(loader_state["mixture"])
+            extra["mixture"].setdefault("order", "Grouped")
+        else:
+            extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths),
+                                "order": "Interleaved"}
+    if loader_state is not None and "consumed" in loader_state and "loader" not in extra:
+        # For the reader: what each source gave up to the loader's step (not
+        # read back; the packed state under "loader" has its own).
+        extra["consumed"] = loader_state["consumed"]
     return {
         "format": STATE_FORMAT,
         "mode": _MODE_NUMBERS[mode] if isinstance(mode, str) else int(mode),
@@ -312,6 +319,7 @@ class DevicePrefetch:
         self._it: Iterator[Any] = iter(loader)
         # (step or None, device batch) in delivery order.
         self._queue: collections.deque[tuple[int | None, Any]] = collections.deque()
+        self.last_step: int | None = None
         self._put = _put
 
     def _fill(self) -> None:
@@ -330,7 +338,8 @@ class DevicePrefetch:
         self._fill()
         if not self._queue:
             raise StopIteration
-        _, batch = self._queue.popleft()
+        #: The step of the batch last returned (None if the loader has none).
+        self.last_step, batch = self._queue.popleft()
         # Refill right away: these transfers overlap the step about to run.
         self._fill()
         return batch
@@ -347,6 +356,10 @@ class DevicePrefetch:
         sampler = dict(full["sampler"])
         if self._queue and self._queue[0][0] is not None:
             sampler["step"] = int(self._queue[0][0])
+            # The loader's own state at that step (its per-source counts).
+            at = getattr(self.loader, "_state_at", None)
+            if at is not None:
+                full = at(sampler["step"])
         return checkpoint_state(self.loader.streams, sampler, full)
 
     def close(self) -> None:
@@ -563,6 +576,9 @@ class GlobalLoader:
                                      seed=42 if seed is None else int(seed), shard=shard, **loader_kwargs)
         else:
             self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
+        # Each step read ahead: its (indices, sources), until returned.
+        self._rows: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
+        self._last: tuple[int | None, np.ndarray | None, np.ndarray | None] = (None, None, None)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
 
     def _rank_loader(self, rows: int, mode: int | None, seed: int | None, state: Mapping[str, Any] | None,
@@ -596,18 +612,32 @@ class GlobalLoader:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        return next(self._ahead)
+        batch = next(self._ahead)
+        # The loader has read ahead (prefetch): take the rows of the step
+        # just returned, not of the last one read.
+        step = self._ahead.last_step
+        rows = self._rows.pop(step, (None, None))
+        for old in [s for s in self._rows if s < step]:
+            del self._rows[old]
+        self._last = (step, *rows)
+        return batch
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the global batch last returned; None before the first."""
+        return self._last[0]
 
     @property
     def last_indices(self) -> np.ndarray | None:
-        """Record indices the underlying loader last read (may run ahead of the consumer)."""
-        return self.loader.last_indices
+        """Record indices of this process's rows of the batch last returned
+        (the underlying loader's rows of that step); None before the first."""
+        return self._last[1]
 
     @property
     def last_sources(self) -> np.ndarray | None:
-        """A mixture's source of each row the underlying loader last read (may
-        run ahead of the consumer), else None."""
-        return getattr(self.loader, "last_sources", None)
+        """A mixture's source of each of this process's rows of the batch
+        last returned (as :attr:`last_indices`), else None."""
+        return self._last[2]
 
     def state(self) -> dict[str, Any]:
         """Checkpoint dict at the consumer's position; the same in every
@@ -650,10 +680,16 @@ class _Steps:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        return self.owner._build(next(self.owner.loader))
+        loader = self.owner.loader
+        batch = self.owner._build(next(loader))
+        self.owner._rows[loader.last_step] = (loader.last_indices, getattr(loader, "last_sources", None))
+        return batch
 
     def state(self) -> dict[str, Any]:
         return self.owner.loader.state()
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        return self.owner.loader._state_at(step)
 
 
 def _runs(positions: np.ndarray) -> list[tuple[int, int]]:

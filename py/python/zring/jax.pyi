@@ -107,9 +107,15 @@ class GlobalLoader:
     def __iter__(self) -> "GlobalLoader": ...
     def __next__(self) -> dict[str, Any]: ...
     @property
-    def last_indices(self) -> Optional[npt.NDArray[np.uint64]]: ...
+    def last_step(self) -> Optional[int]:
+        """The step of the global batch last returned."""
     @property
-    def last_sources(self) -> Optional[npt.NDArray[np.uint32]]: ...
+    def last_indices(self) -> Optional[npt.NDArray[np.uint64]]:
+        """This process's record indices of the batch last returned."""
+    @property
+    def last_sources(self) -> Optional[npt.NDArray[np.uint32]]:
+        """A mixture's source of each of this process's rows of the batch
+        last returned."""
     def state(self) -> dict[str, Any]:
         """Checkpoint dict at the consumer's position."""
     def close(self) -> None:
