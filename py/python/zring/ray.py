@@ -115,6 +115,19 @@ def _column(tables: Sequence[Any], column: str) -> tuple[Any, bool]:
         return _bytes(tables, column), True
     if _numeric(t):
         return np.concatenate([c.to_numpy(zero_copy_only=False) for c in _chunks(tables, column)]), False
+    if _pa.types.is_fixed_size_list(t):
+        shape, inner = [], t
+        while _pa.types.is_fixed_size_list(inner):
+            shape.append(inner.list_size)
+            inner = inner.value_type
+        if _numeric(inner):
+            arrays = []
+            for chunk in _chunks(tables, column):
+                flat = chunk.flatten()
+                while _pa.types.is_fixed_size_list(flat.type):
+                    flat = flat.flatten()
+                arrays.append(flat.to_numpy(zero_copy_only=False).reshape((len(chunk), *shape)))
+            return np.concatenate(arrays), False
     # Fixed-size lists and Ray's tensor columns: Ray's own conversion, a
     # NumPy array of one shape, or an object array of arrays of several.
     arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
