@@ -38,6 +38,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -79,68 +80,103 @@ def _numeric(t: Any) -> bool:
 def _chunks(tables: Sequence[Any], column: str) -> Iterator[Any]:
     for t in tables:
         for chunk in t.column(column).chunks:
-            if chunk.null_count:
+            if chunk.null_count or (hasattr(chunk, "values") and not isinstance(chunk.type, _pa.ExtensionType)
+                                    and chunk.values.null_count):
                 raise ValueError(f"column {column!r} holds nulls, which a zring store cannot hold; fill or drop "
                                  f"them first (Dataset.map_batches)")
-            yield chunk
+            if len(chunk):
+                yield chunk
 
 
-def _lists(tables: Sequence[Any], column: str) -> Iterator[np.ndarray]:
-    """Each row of a list column, a view of its values."""
-    for chunk in _chunks(tables, column):
-        values = chunk.values.to_numpy(zero_copy_only=False)
-        offsets = chunk.offsets.to_numpy()
-        for i in range(len(chunk)):
-            yield values[offsets[i]:offsets[i + 1]]
+def _list_rows(chunk: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(values, offsets into them) of a list chunk."""
+    return chunk.values.to_numpy(zero_copy_only=False), chunk.offsets.to_numpy()
 
 
-def _bytes(tables: Sequence[Any], column: str) -> Iterator[np.ndarray]:
-    """Each row of a string or binary column, its bytes as uint8."""
-    for chunk in _chunks(tables, column):
-        large = _pa.types.is_large_string(chunk.type) or _pa.types.is_large_binary(chunk.type)
-        bufs = chunk.buffers()
-        offsets = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
-        data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-        for i in range(len(chunk)):
-            yield data[offsets[i]:offsets[i + 1]]
+def _bytes_rows(chunk: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(bytes, offsets into them) of a string or binary chunk."""
+    large = _pa.types.is_large_string(chunk.type) or _pa.types.is_large_binary(chunk.type)
+    bufs = chunk.buffers()
+    offsets = np.frombuffer(bufs[1], dtype=np.int64 if large else np.int32)[chunk.offset:chunk.offset + len(chunk) + 1]
+    data = np.frombuffer(bufs[2], dtype=np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return data, offsets
 
 
-def _column(tables: Sequence[Any], column: str) -> tuple[Any, bool]:
-    """(data, ragged) for :func:`zring.parts.write_part`: an iterable of
-    arrays (ragged) or one array of the column's rows."""
-    t = tables[0].schema.field(column).type
-    if (_pa.types.is_list(t) or _pa.types.is_large_list(t)) and _numeric(t.value_type):
-        return _lists(tables, column), True
-    if _pa.types.is_string(t) or _pa.types.is_large_string(t) or _pa.types.is_binary(t) or _pa.types.is_large_binary(t):
-        return _bytes(tables, column), True
+def _fixed_rows(chunk: Any, shape: tuple[int, ...]) -> np.ndarray:
+    """A numeric or fixed-size-list chunk as an array ``(rows, *shape)``."""
+    flat = chunk
+    while _pa.types.is_fixed_size_list(flat.type):
+        flat = flat.flatten()
+    return flat.to_numpy(zero_copy_only=False).reshape((len(chunk), *shape))
+
+
+def _plan(t: Any) -> tuple[str, np.dtype | None, tuple[int, ...]]:
+    """How a column of Arrow type ``t`` is written: ``("list"|"bytes"|"fixed",
+    dtype, item shape)`` appended a chunk at a time, or ``("numpy", None,
+    ())``: Ray's own conversion (its tensor columns)."""
+    types = _pa.types
+    if (types.is_list(t) or types.is_large_list(t)) and _numeric(t.value_type):
+        return "list", np.dtype(t.value_type.to_pandas_dtype()), ()
+    if types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t):
+        return "bytes", np.dtype(np.uint8), ()
     if _numeric(t):
-        return np.concatenate([c.to_numpy(zero_copy_only=False) for c in _chunks(tables, column)]), False
-    if _pa.types.is_fixed_size_list(t):
+        return "fixed", np.dtype(t.to_pandas_dtype()), ()
+    if types.is_fixed_size_list(t):
         shape, inner = [], t
-        while _pa.types.is_fixed_size_list(inner):
+        while types.is_fixed_size_list(inner):
             shape.append(inner.list_size)
             inner = inner.value_type
         if _numeric(inner):
-            arrays = []
-            for chunk in _chunks(tables, column):
-                flat = chunk.flatten()
-                while _pa.types.is_fixed_size_list(flat.type):
-                    flat = flat.flatten()
-                arrays.append(flat.to_numpy(zero_copy_only=False).reshape((len(chunk), *shape)))
-            return np.concatenate(arrays), False
-    # Fixed-size lists and Ray's tensor columns: Ray's own conversion, a
-    # NumPy array of one shape, or an object array of arrays of several.
-    arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
-    if any(a.dtype == object for a in arrays):
+            return "fixed", np.dtype(inner.to_pandas_dtype()), tuple(shape)
+    return "numpy", None, ()
+
+
+def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str) -> _parts.PartInfo:
+    """The rows of ``column`` in ``tables`` as one staged part of the dataset
+    at ``root``. Arrow lists, strings and fixed-width columns are appended a
+    chunk at a time (values and offsets as they are, no array per row);
+    Ray's tensor columns go through :func:`zring.parts.write_part`."""
+    from ._convert import _Sink
+
+    kind, dtype, shape = _plan(tables[0].schema.field(column).type)
+    if kind == "numpy":
+        # Ray's own conversion: an array of one shape, or an object array of
+        # arrays of several.
+        arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
+        if all(a.dtype != object for a in arrays):
+            return _parts.write_part(root, np.concatenate(arrays), codec=codec)
+
         def rows() -> Iterator[np.ndarray]:
             for a in arrays:
                 for row in a:
                     row = np.asarray(row)
                     if row.dtype == object:
-                        raise ValueError(f"column {column!r} of type {t} holds rows that are not numeric arrays")
+                        raise ValueError(f"column {column!r} holds rows that are not numeric arrays")
                     yield row
-        return rows(), True
-    return np.concatenate(arrays), False
+        return _parts.write_part(root, rows(), ragged=True, codec=codec)
+    for t in tables[1:]:
+        other = _plan(t.schema.field(column).type)
+        if other != (kind, dtype, shape):
+            raise ValueError(f"column {column!r} is {t.schema.field(column).type} in one block and "
+                             f"{tables[0].schema.field(column).type} in another")
+    staging = root / _parts.STAGING_DIR
+    staging.mkdir(parents=True, exist_ok=True)
+    # Built under staging/ (which the commit clears), then renamed to its id.
+    build = staging / f".building-{uuid.uuid4().hex}"
+    sink = _Sink(build, dtype, None if kind != "fixed" else shape, codec)
+    ok = False
+    try:
+        for chunk in _chunks(tables, column):
+            if kind == "fixed":
+                sink.fixed(_fixed_rows(chunk, shape))
+            else:
+                sink.ragged(*(_list_rows(chunk) if kind == "list" else _bytes_rows(chunk)))
+        ok = True
+    finally:
+        sink.close(failed=not ok)
+        if not ok:
+            shutil.rmtree(build, ignore_errors=True)
+    return _parts._stage(root, build)[0]
 
 
 class ZringDatasink(_Datasink):
@@ -154,6 +190,8 @@ class ZringDatasink(_Datasink):
                  mode: str = "error", codec: str = "zstd"):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
+        if codec not in ("zstd", "raw"):
+            raise ValueError(f"codec must be 'zstd' or 'raw', got {codec!r}")
         self.path = str(path)
         self.column = column
         self.mode = mode
@@ -216,10 +254,7 @@ class ZringDatasink(_Datasink):
         missing = [c for c in names if c not in tables[0].schema.names]
         if missing:
             raise ValueError(f"the dataset has no column(s) {missing}; it has {tables[0].schema.names}")
-        written = {}
-        for c in names:
-            data, ragged = _column(tables, c)
-            written[c] = _parts.write_part(self._root(c), data, ragged=ragged, codec=self.codec)
+        written = {c: _write_column(self._root(c), tables, c, self.codec) for c in names}
         return _TaskResult(task, rows, written)
 
     def on_write_complete(self, write_result: Any, *args: Any, **kwargs: Any) -> None:
