@@ -293,21 +293,31 @@ def _fill_nulls(pa: Any, arr: Any, name: str, fill: Any, kind: str) -> Any:
     return type(arr).from_arrays(offsets, values)
 
 
+def _numpy(pa: Any, arr: Any) -> np.ndarray:
+    """Arrow array ``arr`` as NumPy: an integer or float array without nulls
+    straight from its buffer (no copy), others by ``to_numpy``, which imports
+    pandas where it is installed (seconds, in every worker process)."""
+    t = arr.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and arr.null_count == 0:
+        return np.frombuffer(arr.buffers()[1], dtype=np.dtype(t.to_pandas_dtype()),
+                             count=arr.offset + len(arr))[arr.offset:]
+    return arr.to_numpy(zero_copy_only=False)
+
+
 def _append_column(pa: Any, sink: _Sink, arr: Any, kind: str, shape: tuple[int, ...] | None) -> None:
     if isinstance(arr, pa.ChunkedArray):
         for chunk in arr.chunks:
             _append_column(pa, sink, chunk, kind, shape)
         return
     if kind == "scalar":
-        sink.fixed(arr.to_numpy(zero_copy_only=False))
+        sink.fixed(_numpy(pa, arr))
     elif kind == "fixed_list":
         flat = arr.flatten()
         while pa.types.is_fixed_size_list(flat.type):
             flat = flat.flatten()
-        sink.fixed(flat.to_numpy(zero_copy_only=False).reshape((len(arr), *shape)))
+        sink.fixed(_numpy(pa, flat).reshape((len(arr), *shape)))
     elif kind == "list":
-        offsets = arr.offsets.to_numpy()
-        sink.ragged(arr.values.to_numpy(zero_copy_only=False), offsets)
+        sink.ragged(_numpy(pa, arr.values), _numpy(pa, arr.offsets))
     else:  # bytes: the data buffer with the offsets buffer
         offsets_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
         bufs = arr.buffers()
