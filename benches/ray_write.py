@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -184,12 +185,15 @@ def bench_convert(work: Path, files: int, per_file: int, rounds: int) -> list[st
             out = work / f"converted-{w}"
             shutil.rmtree(out, ignore_errors=True)
             t = time.perf_counter()
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
             subprocess.run([*zring_cmd, "convert", str(src), str(out), "--workers", str(w), "--no-progress"],
                            check=True, stdout=subprocess.DEVNULL)
             secs[w].append(time.perf_counter() - t)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
             assert len(parts.list_parts(out / "tokens.zr")) == files
             assert len(zring.RaggedDataset(str(out / "tokens.zr"))) == total
-            lines.append(f"round {r}: --workers {w}: {secs[w][-1]:.2f} s")
+            lines.append(f"round {r}: --workers {w}: {secs[w][-1]:.2f} s (CPU {cpu:.1f} s)")
             print(lines[-1], flush=True)
             shutil.rmtree(out)
     ratios = [a / b for a, b in zip(secs[1], secs[2])]
