@@ -755,6 +755,14 @@ def _convert_file(kind: str, src: str, where: str, columns: Sequence[str] | None
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops handing out files and
+    removes what was written (one traceback, not one per worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _convert_parts(kind: str, src: Path, where: Path, workers: int, columns: Sequence[str] | None, fill: Any,
                    codec: str, block_bytes: int, progress: bool | None) -> dict[str, int]:
     """One part per input file of ``src``, converted by ``workers`` processes
@@ -779,7 +787,7 @@ def _convert_parts(kind: str, src: Path, where: Path, workers: int, columns: Seq
             # Spawned, not forked: the parent may hold pyarrow's and the
             # engine's threads.
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(min(workers, len(files)), mp_context=ctx) as pool:
+            with ProcessPoolExecutor(min(workers, len(files)), mp_context=ctx, initializer=_ignore_sigint) as pool:
                 futures = [pool.submit(_convert_file, kind, str(f), str(where), *args) for f in files]
                 try:
                     for fut in futures:
