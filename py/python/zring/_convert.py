@@ -299,8 +299,10 @@ def _numpy(pa: Any, arr: Any) -> np.ndarray:
     pandas where it is installed (seconds, in every worker process)."""
     t = arr.type
     if (pa.types.is_integer(t) or pa.types.is_floating(t)) and arr.null_count == 0:
-        return np.frombuffer(arr.buffers()[1], dtype=np.dtype(t.to_pandas_dtype()),
-                             count=arr.offset + len(arr))[arr.offset:]
+        dtype = np.dtype(t.to_pandas_dtype())
+        if len(arr) == 0:
+            return np.zeros(0, dtype)
+        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset:]
     return arr.to_numpy(zero_copy_only=False)
 
 
