@@ -226,11 +226,14 @@ def convert(
     overwrite: bool = False,
     block_bytes: int = ...,
     progress: Optional[bool] = None,
+    workers: Optional[int] = None,
 ) -> dict[str, int]:
     """Parquet or Arrow IPC files (a HuggingFace save_to_disk folder; one
     store per column), a folder of files, WebDataset tar shards (one store per
     extension), a .npy or a loaderx store into zring stores at dst, each
-    with its table sealed in format 2; returns the records written per store."""
+    with its table sealed in format 2; returns the records written per store.
+    With workers=N, a folder of many files becomes a dataset of parts, one
+    part per file, converted by N worker processes."""
 
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0

@@ -4,6 +4,7 @@
     zring verify PATH
     zring parts PATH [--ranks N [--rank K]]
     zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
+                  [--workers N]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
 """
@@ -156,6 +157,16 @@ def _fill(text: str) -> int | float:
         raise argparse.ArgumentTypeError(f"--fill takes a number, got {text!r}") from None
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--workers takes a positive number of processes, got {text!r}")
+    return n
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = Path(args.src), Path(args.dst)
     t = time.perf_counter()
@@ -169,6 +180,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         block_bytes=args.chunk_bytes,
         progress=None if args.progress is None else args.progress,
+        workers=args.workers,
     )
     secs = time.perf_counter() - t
     for name, n in counts.items():
@@ -265,6 +277,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ext", help="folder: keep only files with these extensions, comma-separated")
     s.add_argument("--kind", choices=KINDS, help="the source's kind (default: guessed)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
+    s.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="a folder of Parquet, Arrow, tar or Megatron-LM files: write one part per file, N files "
+                        "at a time in worker processes, so DST (per column: DST/COLUMN.zr) is a dataset of parts "
+                        "(default: one store, written by this process)")
     s.set_defaults(func=cmd_convert)
     s = sub.add_parser("compact", help="reclaim the space of deleted records; --format upgrades the table")
     s.add_argument("path")
@@ -373,6 +389,8 @@ _FLAGS = (
     ("overwrite=True", "--overwrite"),
     ("fill=", "--fill"),
     ("columns=", "--columns"),
+    ("workers=N", "--workers N"),
+    ("workers=", "--workers"),
     ("kind='folder'", "--kind folder"),
     ("block_bytes", "--chunk-bytes"),
     ("cache_bytes", "--cache-bytes"),
