@@ -22,7 +22,7 @@ use zring_sampler::Sampler;
 const RECORDS: u64 = 3000;
 const RECORD: usize = 1000;
 const BATCH: u64 = 64;
-const SHAPE: Blocks = Blocks { block_records: 50, window_blocks: 6 };
+const SHAPE: Blocks = Blocks { block_records: 50, window_blocks: 6, shards: 1 };
 
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 

@@ -215,12 +215,18 @@ impl Sampler {
             if shape.window_blocks == 0 {
                 return Err(Error::ZeroBlocks { what: "window_blocks" });
             }
+            if shape.shards == 0 {
+                return Err(Error::ZeroBlocks { what: "shards" });
+            }
+            if batch % u64::from(shape.shards) != 0 {
+                return Err(Error::ShardDoesNotDivide { batch, count: shape.shards });
+            }
         }
         let kernel = match mode {
             Mode::Sequential => Kernel::Sequential,
             Mode::Blocked => Kernel::Blocked {
                 key: mix64(seed ^ BLOCKED_KEY),
-                layout: Layout::new(length, blocks.unwrap_or(Blocks::DEFAULT)),
+                layout: Layout::new(length, blocks.unwrap_or(Blocks::DEFAULT), batch),
                 steps_per_cycle: length / batch,
             },
             Mode::Iid => Kernel::Iid { key: mix64(seed ^ IID_KEY), lemire: Lemire::new(length, 64) },
@@ -641,10 +647,16 @@ impl Sampler {
     /// a window's blocks (each one read of consecutive records) before the
     /// steps of [`Window::steps`] gather, and [`Sampler::next_window`] names
     /// the one to load after it.
+    ///
+    /// A sampler whose [`Blocks::shards`] split the cycles has windows per
+    /// shard only ([`Sampler::shard_window`]): `None` here.
     pub fn window(&self, step: u64) -> Option<Window> {
         let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
             return None;
         };
+        if layout.split() {
+            return None;
+        }
         let b = self.batch_len as u64;
         let rel = step.checked_sub(self.origin)?;
         let cycle = rel / steps_per_cycle;
@@ -660,11 +672,45 @@ impl Sampler {
             return None;
         };
         let b = self.batch_len as u64;
-        let (cycle, w) = window.at;
+        let (cycle, w, k) = window.at;
         let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        if layout.split() {
+            let (cycle, j) = blocked::split_next_at(&order, cycle, k, w, steps_per_cycle);
+            let order = layout.cycle(cycle_key(key, self.origin, cycle));
+            return blocked::split_window(&order, self.origin, cycle, k, j, steps_per_cycle);
+        }
         let (cycle, w) = blocked::next_at(&order, cycle, w, steps_per_cycle, b);
         let order = layout.cycle(cycle_key(key, self.origin, cycle));
         blocked::window(&order, self.origin, cycle, w, steps_per_cycle, b)
+    }
+}
+
+impl Sampler {
+    /// Mode 3 only (`None` otherwise, or past the last step): the window
+    /// that `shard`'s first index of `step` is drawn from, with the steps
+    /// at which `shard` draws from it and its records' index ranges.
+    /// Unsplit cycles ([`Blocks::shards`] 1) have one window for all shards:
+    /// [`Sampler::window`]. Cycles split for `k` shards have windows per
+    /// shard, and a shard of another count gets `None`. [`Sampler::next_window`]
+    /// names the window after it, of the same shard.
+    pub fn shard_window(&self, step: u64, shard: Shard) -> Option<Window> {
+        let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
+            return None;
+        };
+        if !layout.split() {
+            return self.window(step);
+        }
+        let shard = shard.check().ok()?;
+        if u64::from(shard.count) != layout.shards() {
+            return None;
+        }
+        let k = u64::from(shard.index);
+        let s = self.batch_len as u64 / layout.shards();
+        let rel = step.checked_sub(self.origin)?;
+        let cycle = rel / steps_per_cycle;
+        let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        let j = blocked::split_window_of_local(&order, k, (rel % steps_per_cycle) * s);
+        blocked::split_window(&order, self.origin, cycle, k, j, steps_per_cycle)
     }
 }
 
