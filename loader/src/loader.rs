@@ -462,22 +462,37 @@ impl Loader {
         refuse_pack_state(&config)?;
         check_config(&config)?;
         // Mode 3's shape: the configuration's (a saved state's), else what
-        // the first stream reads best.
+        // the first stream reads best, its cycles split for this loader's
+        // shard count (each shard then reads only its own blocks).
         let blocks = match config.mode {
             Mode::Blocked => {
-                let chosen = || streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
-                match config.blocks {
-                    Some(b) if b.block_records > 0 && b.window_blocks > 0 => Some(b),
+                let chosen = || {
+                    let c = streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
+                    Blocks { shards: config.shard.count, ..c }
+                };
+                let b = match config.blocks {
+                    Some(b) if b.block_records > 0 && b.window_blocks > 0 && b.shards > 0 => b,
                     // A field of 0 is chosen as for no shape.
                     Some(b) => {
                         let c = chosen();
-                        Some(Blocks {
+                        Blocks {
                             block_records: if b.block_records > 0 { b.block_records } else { c.block_records },
                             window_blocks: if b.window_blocks > 0 { b.window_blocks } else { c.window_blocks },
-                        })
+                            shards: if b.shards > 0 { b.shards } else { c.shards },
+                        }
                     }
-                    None => Some(chosen()),
+                    None => chosen(),
+                };
+                // Unsplit cycles (a state saved before the split, or a shape
+                // of 1 shard) serve any shard count, reading whole windows.
+                if b.shards > 1 && b.shards != config.shard.count {
+                    return Err(Error::ShardCount {
+                        saved: b.shards,
+                        index: config.shard.index,
+                        count: config.shard.count,
+                    });
                 }
+                Some(b)
             }
             _ => None,
         };

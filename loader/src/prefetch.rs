@@ -49,7 +49,9 @@ impl Drop for Done<'_> {
 /// `start`'s first draw on.
 pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: u64) {
     let _done = Done(shared);
-    let mut window = sampler.window(start);
+    // The windows of this loader's shard: its own blocks when the cycles
+    // are split for its shard count, else the windows of the whole batch.
+    let mut window = sampler.shard_window(start, shard);
     let mut previous_start: Option<u64> = None;
     while let Some(w) = window {
         if let Some(p) = previous_start {
@@ -75,11 +77,11 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
                 }
             }
         }
-        // A shard's record is needed by this loader only if drawn in its
-        // slots; the block is read whole either way, and the others' records
-        // rank as needed at their step (the cache keeps them no longer than
-        // this window's).
-        let _ = shard;
+        // Unsplit, a shard's record is needed by this loader only if drawn in
+        // its slots; the block is read whole either way, and the others'
+        // records rank as needed at their step (the cache keeps them no
+        // longer than this window's). Split, the window holds only records
+        // this shard draws.
         if !shared.load(&w.records, &next) {
             return;
         }

@@ -98,3 +98,76 @@ fn the_default_shape_comes_from_the_record_size_and_the_cache() {
     let memory = if r.cache_capacity > 0 { r.cache_capacity } else { r.budget_bytes };
     assert_eq!(shape.window_blocks, (memory / 4 / (1049 * 1000)).max(1), "{r:?}");
 }
+
+/// With `shard=(k, n)` the cycles are split for `n` shards: each rank's
+/// rows come from blocks of its own, so together the ranks cover a cycle's
+/// records once and each reads about its share; unsplit (a shape of one
+/// shard, as states saved before the split resume), each reads whole
+/// windows, its neighbours' records included. Each rank reads its own copy
+/// of the store, as ranks on separate hosts would (the record cache is
+/// shared by handles on one directory).
+#[test]
+fn shards_read_only_their_own_blocks() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    with_timeout(Duration::from_secs(120), || {
+        const RANKS: u32 = 4;
+        let cycle = RECORDS / BATCH;
+        let share = RECORDS * RECORD as u64 / u64::from(RANKS);
+        // Bytes each rank read over two cycles, and the rows it drew.
+        let run = |shards: u32| -> Vec<(u64, Vec<u64>)> {
+            (0..RANKS)
+                .map(|k| {
+                    let dir = tempfile::tempdir().unwrap();
+                    create(dir.path());
+                    let store = Arc::new(Store::builder(dir.path()).cache_bytes(2 << 20).open().unwrap());
+                    let shard = zring_loader::Shard::new(k, RANKS).unwrap();
+                    let cfg = LoaderConfig { shard, blocks: Some(Blocks { shards, ..SHAPE }), ..config() };
+                    let mut l = loader(&store, cfg);
+                    let mut rows = Vec::new();
+                    for step in 0..2 * cycle {
+                        let b = l.next().unwrap();
+                        for (j, &i) in b.indices.iter().enumerate() {
+                            assert_eq!(b.record("x", j).unwrap(), &common::fixed_record(i, RECORD)[..]);
+                        }
+                        if step < cycle {
+                            rows.extend_from_slice(&b.indices);
+                        }
+                    }
+                    let state = l.state_at(cycle + 5);
+                    l.close().unwrap();
+                    let read = store.read_stats();
+                    if shards == 0 {
+                        assert_eq!(read.cache_misses, 0, "rank {k}: every row from a loaded window: {read:?}");
+                    }
+                    // The state keeps the split; resumed, the same rows.
+                    assert_eq!(state.sampler.blocks.map(|b| b.shards), Some(if shards == 0 { RANKS } else { 1 }));
+                    let sampler = Sampler::from_state(&state.sampler).unwrap();
+                    let mut resumed = loader(&store, LoaderConfig { shard, ..LoaderConfig::from_state(&state) });
+                    for step in cycle + 5..cycle + 15 {
+                        let mut want = vec![0; (BATCH / u64::from(RANKS)) as usize];
+                        sampler.fill_shard(step, shard, &mut want).unwrap();
+                        assert_eq!(resumed.next().unwrap().indices[..], want[..], "rank {k} resumed at {step}");
+                    }
+                    resumed.close().unwrap();
+                    (read.bytes_read, rows)
+                })
+                .collect()
+        };
+        let split = run(0);
+        let mut all: Vec<u64> = split.iter().flat_map(|(_, rows)| rows.iter().copied()).collect();
+        all.sort_unstable();
+        let drawn = all.len();
+        all.dedup();
+        assert_eq!(drawn as u64, cycle * BATCH);
+        assert_eq!(all.len(), drawn, "the ranks' rows of a cycle are disjoint");
+        for (k, (bytes, _)) in split.iter().enumerate() {
+            // Two cycles of its stretch, at most (cached records are not
+            // read again), and the next window read ahead: 1.2 times its
+            // share of two cycles.
+            assert!(*bytes * 10 <= 2 * share * 12, "rank {k} read {bytes} bytes for a share of {share}");
+        }
+        for (k, (bytes, _)) in run(1).iter().enumerate() {
+            assert!(*bytes >= 2 * share * 3, "unsplit, rank {k} reads whole windows: {bytes} for a share of {share}");
+        }
+    });
+}
