@@ -14,6 +14,11 @@
 //! stops (and the workers stop waiting for it) on shutdown, past the last
 //! step, or when a source's prefetch fails: the gathers then read what they
 //! need themselves and report any real error with its step.
+//!
+//! A loader of one shard walks that shard's windows
+//! ([`Sampler::shard_window`]): when the cycles are split for its shard
+//! count, windows of its own blocks only, so it reads about its share of
+//! the data; unsplit, the windows of the whole batch.
 
 use std::ops::Range;
 
