@@ -174,10 +174,10 @@ def main() -> None:
         f"per cycle ({n // BATCH} steps of batch {BATCH}). Each rank a fresh process"
         f"{', in a ' + str(args.cgroup_mib) + ' MiB memory cgroup' if limit else ''}, page cache dropped before it; "
         f"DataLoader mode 3, {args.workers} workers, prefetch {args.prefetch}; shape {shape}. "
-        "Disk: read_bytes of /proc/self/io over the process; engine: the store's read counters. "
+        "Disk: read_bytes of /proc/self/io over the process; engine: the store's read counters (its O_DIRECT reads; a store read buffered counts its page-cache reads under the disk column only). "
         "Each run also reads the window after its last step (read ahead), counted here.",
         "",
-        "| cycles | ranks | disk bytes ÷ share, worst rank | engine bytes ÷ share, worst rank | MiB/s per rank |",
+        "| run | ranks | disk bytes ÷ share, worst rank | engine bytes ÷ share, worst rank | MiB/s per rank |",
         "|---|---:|---:|---:|---:|",
         line(True),
         line(False),
