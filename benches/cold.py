@@ -259,6 +259,7 @@ def main() -> None:
 
 
 MODE3_BEGIN, MODE3_END = "<!-- mode3:begin -->", "<!-- mode3:end -->"
+SHARDS_BEGIN, SHARDS_END = "<!-- shard-reads:begin -->", "<!-- shard-reads:end -->"
 
 
 def write_cold(path: Path, text: str, mode3: bool) -> None:
@@ -271,6 +272,12 @@ def write_cold(path: Path, text: str, mode3: bool) -> None:
         before, rest = head.split(MODE3_BEGIN, 1)
         section, after = rest.split(MODE3_END, 1)
         head = before + after
+    # The section benches/shard_reads.py writes is kept as it is.
+    shards = ""
+    if SHARDS_BEGIN in head and SHARDS_END in head:
+        before, rest = head.split(SHARDS_BEGIN, 1)
+        shards, after = rest.split(SHARDS_END, 1)
+        head = before.rstrip("\n") + "\n" + after.lstrip("\n")
     if mode3:
         section = "\n" + text.strip("\n") + "\n"
     else:
@@ -278,6 +285,8 @@ def write_cold(path: Path, text: str, mode3: bool) -> None:
     body = head.rstrip("\n") + "\n"
     if section:
         body += f"\n{MODE3_BEGIN}{section}{MODE3_END}\n"
+    if shards:
+        body += f"\n{SHARDS_BEGIN}{shards}{SHARDS_END}\n"
     common.write_result(path, body)
 
 
