@@ -288,6 +288,13 @@ impl Shared {
     }
 }
 
+/// What the mode-3 prefetch thread walks: one sampler's windows, or each
+/// source's of a mixture.
+enum Prefetch {
+    Single(Sampler),
+    Mixture(Mixture),
+}
+
 impl crate::prefetch::Windows for Shared {
     fn wait_for_claim(&self, step: u64) -> bool {
         let mut state = self.lock();
@@ -299,6 +306,10 @@ impl crate::prefetch::Windows for Shared {
 
     fn load(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
         self.ctx.streams.iter().flat_map(|s| &s.sources).all(|source| source.prefetch(blocks, next).is_ok())
+    }
+
+    fn load_source(&self, source: usize, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
+        self.ctx.streams.iter().filter_map(|s| s.sources.get(source)).all(|s| s.prefetch(blocks, next).is_ok())
     }
 
     fn loaded_until(&self, step: u64) {
@@ -848,7 +859,9 @@ impl Loader {
         slots.resize_with(config.depth, || None);
         // Mode 3 over one set of streams: a thread loads each window ahead.
         let blocked = match &plan {
-            Plan::Single(s) if s.state().mode == Mode::Blocked => Some(s.clone()),
+            Plan::Single(s) if s.state().mode == Mode::Blocked => Some(Prefetch::Single(s.clone())),
+            // A mixture's sources read their windows ahead too, each its own.
+            Plan::Mixture(m) if m.mode() == Mode::Blocked && pack.is_none() => Some(Prefetch::Mixture(m.clone())),
             _ => None,
         };
         let lookahead = match plan.mode() {
@@ -910,12 +923,13 @@ impl Loader {
             }
         }
 
-        if let Some(sampler) = blocked {
+        if let Some(prefetch) = blocked {
             let prefetch_shared = Arc::clone(&shared);
             let (shard, start) = (config.shard, config.start_step);
-            let spawned = thread::Builder::new()
-                .name("zring-prefetch".to_owned())
-                .spawn(move || crate::prefetch::run(&*prefetch_shared, &sampler, shard, start));
+            let spawned = thread::Builder::new().name("zring-prefetch".to_owned()).spawn(move || match prefetch {
+                Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
+                Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
+            });
             match spawned {
                 Ok(handle) => workers.push(handle),
                 // Without the thread the gathers read record by record.

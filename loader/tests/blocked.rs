@@ -171,3 +171,103 @@ fn shards_read_only_their_own_blocks() {
         }
     });
 }
+
+/// A source that remembers which records its prefetches loaded and counts
+/// the gathered records no prefetch had loaded before.
+struct Windowed {
+    inner: Arc<common::MemSource>,
+    loaded: Mutex<std::collections::HashSet<u64>>,
+    prefetched: std::sync::atomic::AtomicU64,
+    missed: std::sync::atomic::AtomicU64,
+}
+
+impl zring_loader::Source for Windowed {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn layout(&self) -> zring_loader::Layout {
+        self.inner.layout()
+    }
+    fn gather(&self, req: &zring_loader::Request<'_>, dst: &mut [u8]) -> Result<(), zring_loader::SourceError> {
+        let loaded = self.loaded.lock().unwrap();
+        let missed = req.indices.iter().filter(|i| !loaded.contains(i)).count() as u64;
+        self.missed.fetch_add(missed, std::sync::atomic::Ordering::Relaxed);
+        drop(loaded);
+        self.inner.gather(req, dst)
+    }
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), zring_loader::SourceError> {
+        self.inner.lengths(indices, out)
+    }
+    fn prefetch(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> Result<(), zring_loader::SourceError> {
+        let count: u64 = blocks.iter().map(|r| r.end - r.start).sum();
+        assert_eq!(next.len() as u64, count, "a next use for each record");
+        assert!(next.iter().all(Option::is_some), "each record of a window is drawn from it");
+        self.prefetched.fetch_add(count, std::sync::atomic::Ordering::Relaxed);
+        self.loaded.lock().unwrap().extend(blocks.iter().flat_map(Clone::clone));
+        Ok(())
+    }
+}
+
+/// A mixture in mode 3: each source's windows are loaded ahead of the steps
+/// that draw from them (no gathered record was not loaded first; before,
+/// a mixture loaded none and read every row by itself), about one window
+/// ahead of the steps gathered, and the batches are the mixture's.
+#[test]
+fn a_mixtures_sources_read_their_windows_ahead() {
+    with_timeout(Duration::from_secs(120), || {
+        let lengths = [40_000u64, 35_003, 20_000];
+        let weights = [0.5, 0.3, 0.2];
+        let windowed: Vec<Arc<Windowed>> = lengths
+            .iter()
+            .map(|&n| {
+                Arc::new(Windowed {
+                    inner: common::MemSource::fixed(n, 8),
+                    loaded: Mutex::default(),
+                    prefetched: Default::default(),
+                    missed: Default::default(),
+                })
+            })
+            .collect();
+        let sources: Vec<zring_loader::MixSource> = windowed
+            .iter()
+            .zip(weights)
+            .map(|(s, w)| zring_loader::MixSource::new(w, vec![Stream::new("x", Arc::clone(s) as _)]))
+            .collect();
+        let m = zring_sampler::Mixture::new(Mode::Blocked, &lengths, &weights, BATCH, 4).unwrap();
+        for (start, threads, depth) in [(0u64, 3, 4), (777, 1, 1), (2000, 4, 8)] {
+            for w in &windowed {
+                w.loaded.lock().unwrap().clear();
+                w.missed.store(0, std::sync::atomic::Ordering::Relaxed);
+                w.prefetched.store(0, std::sync::atomic::Ordering::Relaxed);
+            }
+            let cfg = LoaderConfig {
+                mode: Mode::Blocked,
+                seed: 4,
+                threads,
+                depth,
+                start_step: start,
+                ..LoaderConfig::new(BATCH)
+            };
+            let mut l = Loader::new_mixture(sources.clone(), cfg).unwrap();
+            let steps = 1500;
+            let mut want_sources = vec![0u32; BATCH as usize];
+            let mut want = vec![0u64; BATCH as usize];
+            for step in start..start + steps {
+                let b = l.next().unwrap();
+                m.fill_shard(step, zring_loader::Shard::ALL, &mut want_sources, &mut want).unwrap();
+                assert_eq!(b.indices[..], want[..], "step {step}");
+                assert_eq!(b.sources.as_deref(), Some(&want_sources[..]), "step {step}");
+            }
+            l.close().unwrap();
+            for (k, w) in windowed.iter().enumerate() {
+                let missed = w.missed.load(std::sync::atomic::Ordering::Relaxed);
+                assert_eq!(missed, 0, "source {k} from step {start}: rows gathered before their window loaded");
+                // The rows drawn, rounded out to whole windows (16,384
+                // records of the default shape), and one window ahead.
+                let drawn = (weights[k] * (steps * BATCH) as f64) as u64;
+                let prefetched = w.prefetched.load(std::sync::atomic::Ordering::Relaxed);
+                assert!(prefetched <= drawn + 3 * 16_384, "source {k}: {prefetched} loaded for {drawn} drawn");
+            }
+        }
+    });
+}

@@ -246,6 +246,11 @@ impl CycleOrder {
         self.start(w) + self.inside(w).invert(t)
     }
 
+    /// [`CycleOrder::window`], `None` past the last window.
+    pub(crate) fn window_at(&self, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
+        (w < self.windows()).then(|| self.window(w))
+    }
+
     /// Window `w`'s cycle positions and its blocks' index ranges, sorted.
     fn window(&self, w: u64) -> (Range<u64>, Vec<Range<u64>>) {
         let first = w * self.l.w;
@@ -425,7 +430,8 @@ pub struct Window {
     /// The index ranges of the window's blocks, in index order.
     pub records: Vec<Range<u64>>,
     /// The cycle, counted from the origin, the window in it, and the shard
-    /// whose stretch it is in (0 in an unsplit cycle).
+    /// whose stretch it is in (0 in an unsplit cycle), or for a mixture's
+    /// source, its stream's cycle, the window and the source.
     pub(crate) at: (u64, u64, u64),
 }
 

@@ -1,5 +1,7 @@
 //! The sampler: modes, state, and the per-step index computation.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use crate::blocked::{self, Blocks, CycleOrder, Layout, Window};
@@ -711,6 +713,33 @@ impl Sampler {
         let order = layout.cycle(cycle_key(key, self.origin, cycle));
         let j = blocked::split_window_of_local(&order, k, (rel % steps_per_cycle) * s);
         blocked::split_window(&order, self.origin, cycle, k, j, steps_per_cycle)
+    }
+}
+
+impl Sampler {
+    /// Mode 3, unsplit, only (`None` otherwise): the number of windows of
+    /// cycle `cycle`'s order, and window `w` of it: its cycle positions and
+    /// its blocks' index ranges (`None` past the last window).
+    pub(crate) fn cycle_window(&self, cycle: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
+        match self.kernel {
+            Kernel::Blocked { layout, .. } if !layout.split() => match self.order(cycle) {
+                Order::Blocked(o) => o.window_at(w),
+                Order::Cyclic(_) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Mode 3, unsplit, only: the window of cycle `cycle` holding its cycle
+    /// position `q < length`.
+    pub(crate) fn cycle_window_of(&self, cycle: u64, q: u64) -> Option<u64> {
+        match self.kernel {
+            Kernel::Blocked { layout, .. } if !layout.split() && q < self.length => match self.order(cycle) {
+                Order::Blocked(o) => Some(blocked::window_of_position(&o, q)),
+                Order::Cyclic(_) => None,
+            },
+            _ => None,
+        }
     }
 }
 
