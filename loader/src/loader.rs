@@ -609,6 +609,19 @@ impl Loader {
         if let Some(saved) = &config.expect_mixture {
             mixture = mixture.with_order(saved.order);
         }
+        // Mode 3: each source's windows sized by its weight (a saved run
+        // takes its own shapes; one saved before they were chosen, the
+        // default), so that they last about as many steps and together take
+        // the memory of one source's.
+        if config.mode == Mode::Blocked {
+            let shapes = match &config.expect_mixture {
+                Some(saved) => saved.blocks.clone(),
+                None => Some(mixture_shapes(&sources, mixture.weights())),
+            };
+            if let Some(shapes) = shapes {
+                mixture = mixture.with_blocks(&shapes)?;
+            }
+        }
         let mine = mixture.state();
         match (&config.expect_mixture, config.expect_length) {
             (Some(saved), _) if !saved.matches(&mine) => {
@@ -1381,6 +1394,21 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     }
     *current = None;
     Ok(Batch { step, indices, sources, columns })
+}
+
+/// Mode 3 shapes for a mixture's sources: each source's own (what its first
+/// stream reads best), its window cut to the source's share of the weight.
+fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
+    sources
+        .iter()
+        .zip(weights)
+        .map(|(source, &w)| {
+            let c = source.streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
+            // Lossless enough: a window of at most 2^53 blocks.
+            let window_blocks = ((c.window_blocks as f64 * w).round() as u64).max(1);
+            Blocks { window_blocks, shards: 1, ..c }
+        })
+        .collect()
 }
 
 /// A loader of records refuses a state saved by a packed loader.

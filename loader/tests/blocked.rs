@@ -249,6 +249,12 @@ fn a_mixtures_sources_read_their_windows_ahead() {
                 ..LoaderConfig::new(BATCH)
             };
             let mut l = Loader::new_mixture(sources.clone(), cfg).unwrap();
+            // Each source's window cut to its weight: 256 blocks of the
+            // default shape, 128, 77 and 51.
+            let shapes = l.state().mixture.and_then(|m| m.blocks).expect("mode 3 saves the shapes");
+            let windows: Vec<u64> = shapes.iter().map(|b| b.window_blocks).collect();
+            assert_eq!(windows, [128, 77, 51]);
+            let m = m.clone().with_blocks(&shapes).unwrap();
             let steps = 1500;
             let mut want_sources = vec![0u32; BATCH as usize];
             let mut want = vec![0u64; BATCH as usize];
@@ -258,15 +264,24 @@ fn a_mixtures_sources_read_their_windows_ahead() {
                 assert_eq!(b.indices[..], want[..], "step {step}");
                 assert_eq!(b.sources.as_deref(), Some(&want_sources[..]), "step {step}");
             }
+            // Resumed, the saved shapes and the same batches.
+            let state = l.state();
             l.close().unwrap();
+            let mut resumed = Loader::new_mixture(sources.clone(), LoaderConfig::from_state(&state)).unwrap();
+            for step in start + steps..start + steps + 5 {
+                m.fill_shard(step, zring_loader::Shard::ALL, &mut want_sources, &mut want).unwrap();
+                assert_eq!(resumed.next().unwrap().indices[..], want[..], "resumed step {step}");
+            }
+            resumed.close().unwrap();
             for (k, w) in windowed.iter().enumerate() {
                 let missed = w.missed.load(std::sync::atomic::Ordering::Relaxed);
                 assert_eq!(missed, 0, "source {k} from step {start}: rows gathered before their window loaded");
-                // The rows drawn, rounded out to whole windows (16,384
-                // records of the default shape), and one window ahead.
+                // The rows drawn, rounded out to whole windows, and one
+                // window ahead.
                 let drawn = (weights[k] * (steps * BATCH) as f64) as u64;
+                let window = windows[k] * 64;
                 let prefetched = w.prefetched.load(std::sync::atomic::Ordering::Relaxed);
-                assert!(prefetched <= drawn + 3 * 16_384, "source {k}: {prefetched} loaded for {drawn} drawn");
+                assert!(prefetched <= drawn + 3 * window, "source {k}: {prefetched} loaded for {drawn} drawn");
             }
         }
     });

@@ -146,7 +146,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Mode, Sampler, Shard, Window, MAX_BATCH};
+use crate::{Blocks, Error, Mode, Sampler, Shard, Window, MAX_BATCH};
 
 /// Indices per sampler step of an iid or sequential source stream (module
 /// docs).
@@ -182,6 +182,11 @@ pub struct MixtureState {
     /// state saved before rows were interleaved).
     #[serde(default)]
     pub order: RowOrder,
+    /// Mode 3: each source's block shape ([`Mixture::with_blocks`]); absent,
+    /// every source's is [`Blocks::DEFAULT`] (states saved before mixtures
+    /// chose their shapes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<Blocks>>,
 }
 
 impl MixtureState {
@@ -207,7 +212,7 @@ struct SourceStream {
 }
 
 impl SourceStream {
-    fn new(mode: Mode, length: u64, seed: u64) -> Result<SourceStream, Error> {
+    fn new(mode: Mode, length: u64, seed: u64, shape: Option<Blocks>) -> Result<SourceStream, Error> {
         // Cyclic streams are the same however they are cut into steps (module
         // docs); whole cycles per step compute each cycle's keys once.
         let block = match mode {
@@ -215,7 +220,7 @@ impl SourceStream {
             Mode::Cyclic | Mode::Blocked => 1,
             _ => STREAM_BLOCK.min(length),
         };
-        Ok(SourceStream { sampler: Sampler::new(mode, length, block, seed)?, block, length })
+        Ok(SourceStream { sampler: Sampler::with_blocks(mode, length, block, seed, shape)?, block, length })
     }
 
     /// Writes the indices at positions `first .. first + out.len()`.
@@ -269,6 +274,8 @@ pub struct Mixture {
     /// The sources in grouped order: by position, except that sources of
     /// under a row per batch come last (module docs).
     seq: Vec<usize>,
+    /// Mode 3: each source's block shape, when chosen ([`Mixture::with_blocks`]).
+    blocks: Option<Vec<Blocks>>,
 }
 
 /// Where each source's rows of one step are: its first stream position, its
@@ -324,7 +331,7 @@ impl Mixture {
         let streams = lengths
             .iter()
             .enumerate()
-            .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k)))
+            .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k), None))
             .collect::<Result<_, _>>()?;
         let radices = prime_factors(batch_size);
         Ok(Mixture {
@@ -338,7 +345,42 @@ impl Mixture {
             radices,
             apportion,
             seq,
+            blocks: None,
         })
+    }
+
+    /// The same mixture in mode 3 with source `k`'s stream in blocks of
+    /// `shapes[k]` (one per source, else [`Error::BufferLength`]; their
+    /// [`Blocks::shards`] are taken as 1: a mixture's cycles are not split
+    /// between shards): a loader sizes
+    /// each source's windows by its weight, so that they all last about as
+    /// many steps and their memory is one plain window's. Other modes are
+    /// returned unchanged. The shapes are part of the state, and a run
+    /// resumed takes the saved ones.
+    pub fn with_blocks(mut self, shapes: &[Blocks]) -> Result<Mixture, Error> {
+        if self.mode != Mode::Blocked {
+            return Ok(self);
+        }
+        if shapes.len() != self.lengths.len() {
+            return Err(Error::BufferLength { expected: self.lengths.len() as u64, got: shapes.len() as u64 });
+        }
+        self.streams = self
+            .lengths
+            .iter()
+            .zip(shapes)
+            .enumerate()
+            .map(|(k, (&n, &shape))| {
+                SourceStream::new(self.mode, n, source_seed(self.seed, k), Some(Blocks { shards: 1, ..shape }))
+            })
+            .collect::<Result<_, _>>()?;
+        self.blocks = Some(shapes.iter().map(|&b| Blocks { shards: 1, ..b }).collect());
+        Ok(self)
+    }
+
+    /// Mode 3: each source's block shape when [`Mixture::with_blocks`] set
+    /// them (`None`: [`Blocks::DEFAULT`] for every source).
+    pub fn blocks(&self) -> Option<&[Blocks]> {
+        self.blocks.as_deref()
     }
 
     /// The same mixture with its rows in `order`: a run resumed from a
@@ -387,7 +429,12 @@ impl Mixture {
 
     /// What a resumed run must find again.
     pub fn state(&self) -> MixtureState {
-        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone(), order: self.order }
+        MixtureState {
+            weights: self.weights.clone(),
+            lengths: self.lengths.clone(),
+            order: self.order,
+            blocks: self.blocks.clone(),
+        }
     }
 
     /// The length of `shard`'s slice of each global batch, or

@@ -287,53 +287,78 @@ fn split_shapes_are_checked_and_windows_are_per_shard() {
 #[test]
 fn a_mixtures_source_windows_hold_its_rows_and_know_their_steps() {
     let lengths = [40_000u64, 35_003, 20_000];
-    let m = crate::Mixture::new(Mode::Blocked, &lengths, &[0.5, 0.3, 0.2], 64, 3).unwrap();
-    let steps = 1700u64;
-    // (source, index) -> the steps that draw it.
-    let mut drawn: std::collections::HashMap<(u32, u64), Vec<u64>> = std::collections::HashMap::new();
-    let mut rows = Vec::new();
-    for step in 0..steps {
-        let mut sources = vec![0u32; 64];
-        let mut indices = vec![0u64; 64];
-        m.fill_shard(step, Shard::ALL, &mut sources, &mut indices).unwrap();
-        for (&k, &i) in sources.iter().zip(&indices) {
-            drawn.entry((k, i)).or_default().push(step);
+    let plain = crate::Mixture::new(Mode::Blocked, &lengths, &[0.5, 0.3, 0.2], 64, 3).unwrap();
+    // Windows sized by weight, as a loader chooses them.
+    let shapes: Vec<Blocks> = [(50, 40), (64, 24), (7, 200)]
+        .iter()
+        .map(|&(b, w)| Blocks { block_records: b, window_blocks: w, shards: 1 })
+        .collect();
+    let shaped = plain.clone().with_blocks(&shapes).unwrap();
+    assert_eq!(shaped.state().blocks.as_deref(), Some(&shapes[..]));
+    assert_eq!(plain.state().blocks, None);
+    let json = serde_json::to_string(&plain.state()).unwrap();
+    assert!(!json.contains("blocks"), "{json}");
+    let saved: crate::MixtureState = serde_json::from_str(&serde_json::to_string(&shaped.state()).unwrap()).unwrap();
+    assert_eq!(saved.blocks.as_deref(), Some(&shapes[..]));
+    assert!(saved.matches(&plain.state()), "the shapes are taken from the state, not compared");
+    let rows = |m: &crate::Mixture| {
+        let (mut sources, mut indices) = (vec![0u32; 64], vec![0u64; 64]);
+        m.fill_shard(5, Shard::ALL, &mut sources, &mut indices).unwrap();
+        indices
+    };
+    assert_ne!(rows(&shaped), rows(&plain), "the shapes are part of the batches");
+    assert!(plain.clone().with_blocks(&shapes[..2]).is_err());
+    for m in [plain, shaped] {
+        let steps = 1700u64;
+        // (source, index) -> the steps that draw it.
+        let mut drawn: std::collections::HashMap<(u32, u64), Vec<u64>> = std::collections::HashMap::new();
+        let mut rows = Vec::new();
+        for step in 0..steps {
+            let mut sources = vec![0u32; 64];
+            let mut indices = vec![0u64; 64];
+            m.fill_shard(step, Shard::ALL, &mut sources, &mut indices).unwrap();
+            for (&k, &i) in sources.iter().zip(&indices) {
+                drawn.entry((k, i)).or_default().push(step);
+            }
+            rows.push((sources, indices));
         }
-        rows.push((sources, indices));
-    }
-    for start in [0u64, 377] {
-        for k in 0..3usize {
-            let mut window = m.source_window(k, start).expect("mode 3 has windows");
-            assert!(window.steps.contains(&start) || window.steps.start == start, "{window:?}");
-            let mut loaded: Vec<std::ops::Range<u64>> = Vec::new();
-            let mut walked = 0;
-            while window.steps.start < steps {
-                loaded.extend(window.records.iter().cloned());
-                for step in window.steps.start.max(start)..window.complete.min(steps) {
-                    let (sources, indices) = &rows[step as usize];
-                    for (&s, &i) in sources.iter().zip(indices) {
-                        if s as usize == k {
-                            assert!(loaded.iter().any(|r| r.contains(&i)), "source {k} step {step}: {i} not loaded");
+        for start in [0u64, 377] {
+            for k in 0..3usize {
+                let mut window = m.source_window(k, start).expect("mode 3 has windows");
+                assert!(window.steps.contains(&start) || window.steps.start == start, "{window:?}");
+                let mut loaded: Vec<std::ops::Range<u64>> = Vec::new();
+                let mut walked = 0;
+                while window.steps.start < steps {
+                    loaded.extend(window.records.iter().cloned());
+                    for step in window.steps.start.max(start)..window.complete.min(steps) {
+                        let (sources, indices) = &rows[step as usize];
+                        for (&s, &i) in sources.iter().zip(indices) {
+                            if s as usize == k {
+                                assert!(
+                                    loaded.iter().any(|r| r.contains(&i)),
+                                    "source {k} step {step}: {i} not loaded"
+                                );
+                            }
                         }
                     }
-                }
-                let held: Vec<u64> = window.records.iter().flat_map(Clone::clone).collect();
-                let mut at = vec![None; held.len()];
-                m.fill_window_steps(&window, &held, &mut at).unwrap();
-                for (&i, &t) in held.iter().zip(&at) {
-                    let t = t.expect("every record of a window is drawn from it");
-                    assert!(window.steps.contains(&t), "{t} outside {window:?}");
-                    if t < steps {
-                        assert!(drawn[&(k as u32, i)].contains(&t), "source {k}: {i} not drawn at {t}");
+                    let held: Vec<u64> = window.records.iter().flat_map(Clone::clone).collect();
+                    let mut at = vec![None; held.len()];
+                    m.fill_window_steps(&window, &held, &mut at).unwrap();
+                    for (&i, &t) in held.iter().zip(&at) {
+                        let t = t.expect("every record of a window is drawn from it");
+                        assert!(window.steps.contains(&t), "{t} outside {window:?}");
+                        if t < steps {
+                            assert!(drawn[&(k as u32, i)].contains(&t), "source {k}: {i} not drawn at {t}");
+                        }
                     }
+                    let next = m.next_source_window(&window).unwrap();
+                    assert!(next.steps.start <= window.complete, "a gap after {window:?}");
+                    assert!(next.complete >= window.complete);
+                    window = next;
+                    walked += 1;
                 }
-                let next = m.next_source_window(&window).unwrap();
-                assert!(next.steps.start <= window.complete, "a gap after {window:?}");
-                assert!(next.complete >= window.complete);
-                window = next;
-                walked += 1;
+                assert!(walked >= 2, "source {k}: {walked} windows");
             }
-            assert!(walked >= 2, "source {k}: {walked} windows");
         }
     }
     // Other modes have none.
