@@ -264,15 +264,8 @@ fn a_mixtures_sources_read_their_windows_ahead() {
                 assert_eq!(b.indices[..], want[..], "step {step}");
                 assert_eq!(b.sources.as_deref(), Some(&want_sources[..]), "step {step}");
             }
-            // Resumed, the saved shapes and the same batches.
             let state = l.state();
             l.close().unwrap();
-            let mut resumed = Loader::new_mixture(sources.clone(), LoaderConfig::from_state(&state)).unwrap();
-            for step in start + steps..start + steps + 5 {
-                m.fill_shard(step, zring_loader::Shard::ALL, &mut want_sources, &mut want).unwrap();
-                assert_eq!(resumed.next().unwrap().indices[..], want[..], "resumed step {step}");
-            }
-            resumed.close().unwrap();
             for (k, w) in windowed.iter().enumerate() {
                 let missed = w.missed.load(std::sync::atomic::Ordering::Relaxed);
                 assert_eq!(missed, 0, "source {k} from step {start}: rows gathered before their window loaded");
@@ -283,6 +276,13 @@ fn a_mixtures_sources_read_their_windows_ahead() {
                 let prefetched = w.prefetched.load(std::sync::atomic::Ordering::Relaxed);
                 assert!(prefetched <= drawn + 3 * window, "source {k}: {prefetched} loaded for {drawn} drawn");
             }
+            // Resumed, the saved shapes and the same batches.
+            let mut resumed = Loader::new_mixture(sources.clone(), LoaderConfig::from_state(&state)).unwrap();
+            for step in start + steps..start + steps + 5 {
+                m.fill_shard(step, zring_loader::Shard::ALL, &mut want_sources, &mut want).unwrap();
+                assert_eq!(resumed.next().unwrap().indices[..], want[..], "resumed step {step}");
+            }
+            resumed.close().unwrap();
         }
     });
 }
