@@ -141,8 +141,9 @@ def child(spec: dict) -> None:
         "policy": str(stats.get("read_policy", stats.get("policy", ""))),
     }
     if spec["kind"] == "mix":
-        res["reads"] = {k: {f: v[f] for f in ("hit_rate", "bytes_read") if f in v}
+        res["reads"] = {k: {f: v[f] for f in ("hit_rate", "bytes_read", "cache_capacity") if f in v}
                         for k, v in (dl.stats().get("reads") or {}).items()}
+        res["blocks"] = (dl.state().get("mixture") or {}).get("blocks")
     if spec["kind"] == "loader":
         sampler = dl.state()["sampler"]
         res["blocks"] = sampler.get("blocks")

@@ -1244,6 +1244,15 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                 ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
                 look.fill(&ctx.plan, step, rows_sources, &indices, &mut next)?;
             }
+            // A mode-3 mixture draws a record again only in its source's
+            // next cycle, far past the windows read ahead: "none in sight"
+            // ranks it as the prefetch's window ranks what it loaded, and
+            // spares searching the mixture's rows (several times the cost of
+            // the rows, bench-results/engine-notes.md).
+            None if matches!(&ctx.plan, Plan::Mixture(m) if m.mode() == Mode::Blocked) => {
+                ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
+                next.fill(None);
+            }
             None => ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, Some(&mut next))?,
         }
         Some(next)
@@ -1396,17 +1405,24 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     Ok(Batch { step, indices, sources, columns })
 }
 
-/// Mode 3 shapes for a mixture's sources: each source's own (what its first
-/// stream reads best), its window cut to the source's share of the weight.
+/// Mode 3 shapes for a mixture's sources: each source's own blocks (what its
+/// first stream reads best, about 1 MiB each), and a share of the windows'
+/// blocks by its weight. A store's shape has a window of a quarter of its
+/// record cache, and the stores share the cache: their windows together are
+/// what one store's would be alone.
 fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
-    sources
+    let shapes: Vec<Blocks> = sources
+        .iter()
+        .map(|source| source.streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT))
+        .collect();
+    let total: u64 = shapes.iter().map(|b| b.window_blocks).fold(0, u64::saturating_add);
+    shapes
         .iter()
         .zip(weights)
-        .map(|(source, &w)| {
-            let c = source.streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
+        .map(|(c, &w)| {
             // Lossless enough: a window of at most 2^53 blocks.
-            let window_blocks = ((c.window_blocks as f64 * w).round() as u64).max(1);
-            Blocks { window_blocks, shards: 1, ..c }
+            let window_blocks = ((total as f64 * w).round() as u64).max(1);
+            Blocks { window_blocks, shards: 1, ..*c }
         })
         .collect()
 }

@@ -249,11 +249,11 @@ fn a_mixtures_sources_read_their_windows_ahead() {
                 ..LoaderConfig::new(BATCH)
             };
             let mut l = Loader::new_mixture(sources.clone(), cfg).unwrap();
-            // Each source's window cut to its weight: 256 blocks of the
-            // default shape, 128, 77 and 51.
+            // Each source's share by weight of the sources' windows (256
+            // blocks each of the default shape): 384, 230 and 154.
             let shapes = l.state().mixture.and_then(|m| m.blocks).expect("mode 3 saves the shapes");
             let windows: Vec<u64> = shapes.iter().map(|b| b.window_blocks).collect();
-            assert_eq!(windows, [128, 77, 51]);
+            assert_eq!(windows, [384, 230, 154]);
             let m = m.clone().with_blocks(&shapes).unwrap();
             let steps = 1500;
             let mut want_sources = vec![0u32; BATCH as usize];
