@@ -220,7 +220,9 @@ impl Sampler {
             if shape.shards == 0 {
                 return Err(Error::ZeroBlocks { what: "shards" });
             }
-            if batch % u64::from(shape.shards) != 0 {
+            // Not `is_multiple_of`: the workspace supports Rust 1.80.
+            let shards = u64::from(shape.shards);
+            if batch / shards * shards != batch {
                 return Err(Error::ShardDoesNotDivide { batch, count: shape.shards });
             }
         }
