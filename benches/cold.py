@@ -37,6 +37,7 @@ The full run (the figures in bench-results/cold.md):
 
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3
+    python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3 --mix DIR
 
 As root (drop_caches, cgroups), in the project venv with zring built by
 ``make develop-bench``. Data goes to $ZRING_BENCH_DIR/cold (default
@@ -63,6 +64,7 @@ from common import REPO, Cgroups, drop_caches, fio_randread, note, notes, shown 
 
 RECORD = budget.RECORD
 BATCH = 256
+MIX_WEIGHTS = (0.5, 0.3, 0.2)
 MIB = 1 << 20
 
 
@@ -84,8 +86,8 @@ def child(spec: dict) -> None:
     # CPU time of the whole process (every thread: the loader's workers, the
     # store's pool, the window thread) from before the store opens.
     cpu0 = cpu_seconds()
-    ds = zring.Dataset(spec["path"])
-    n = len(ds)
+    ds = zring.Dataset(spec["path"]) if spec["kind"] != "mix" else None
+    n = len(ds) if ds is not None else 0
     secs = float(spec["secs"])
     faults = []
     if spec["kind"] == "gather":
@@ -96,6 +98,16 @@ def child(spec: dict) -> None:
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_majflt
             get(rng.integers(0, n, size=BATCH, dtype=np.int64))
             faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_majflt - f0)
+    elif spec["kind"] == "mix":
+        # The same records three times over (hard-linked copies: three
+        # stores to zring), mixed 0.5/0.3/0.2.
+        streams = zring.mix([{"data": zring.Dataset(p)} for p in spec["paths"]], MIX_WEIGHTS)
+        n = sum(len(zring.Dataset(p)) for p in spec["paths"])
+        dl = zring.DataLoader(streams, batch_size=BATCH, mode=spec.get("mode", 3), seed=spec["seed"],
+                              num_workers=spec["workers"], prefetch_size=spec.get("prefetch", 4))
+
+        def step() -> None:
+            next(dl)
     else:
         dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=spec.get("mode", 2), seed=spec["seed"],
                               num_workers=spec["workers"], prefetch_size=spec.get("prefetch", 4))
@@ -106,7 +118,7 @@ def child(spec: dict) -> None:
     # Cold reads only: the loader (mode 2) reads each record once per pass,
     # so one pass at most; the gather's draws repeat, so a quarter of the
     # store at most, where few are served from memory.
-    most = max(4, n // BATCH // (1 if spec["kind"] == "loader" else 4))
+    most = max(4, n // BATCH // (4 if spec["kind"] == "gather" else 1))
     t0 = time.perf_counter()
     while True:
         t = time.perf_counter()
@@ -128,6 +140,10 @@ def child(spec: dict) -> None:
         "majflt_first": faults[0] if faults else None,
         "policy": str(stats.get("read_policy", stats.get("policy", ""))),
     }
+    if spec["kind"] == "mix":
+        res["reads"] = {k: {f: v[f] for f in ("hit_rate", "bytes_read", "cache_capacity") if f in v}
+                        for k, v in (dl.stats().get("reads") or {}).items()}
+        res["blocks"] = (dl.state().get("mixture") or {}).get("blocks")
     if spec["kind"] == "loader":
         sampler = dl.state()["sampler"]
         res["blocks"] = sampler.get("blocks")
@@ -170,6 +186,9 @@ def main() -> None:
     ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
     ap.add_argument("--mode", type=int, choices=(2, 3), default=2,
                     help="3: fio 1 MiB QD32 against the DataLoader in modes 2 and 3 (default 2: the runs above)")
+    ap.add_argument("--mix", type=Path, default=None,
+                    help="with --mode 3: also a 3-source mixture in mode 3, its sources hard-linked copies of the "
+                         "store made in this directory (same file system as the data)")
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
     ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
                                                             "--quick prints only)")
@@ -259,6 +278,7 @@ def main() -> None:
 
 
 MODE3_BEGIN, MODE3_END = "<!-- mode3:begin -->", "<!-- mode3:end -->"
+SHARDS_BEGIN, SHARDS_END = "<!-- shard-reads:begin -->", "<!-- shard-reads:end -->"
 
 
 def write_cold(path: Path, text: str, mode3: bool) -> None:
@@ -271,6 +291,12 @@ def write_cold(path: Path, text: str, mode3: bool) -> None:
         before, rest = head.split(MODE3_BEGIN, 1)
         section, after = rest.split(MODE3_END, 1)
         head = before + after
+    # The section benches/shard_reads.py writes is kept as it is.
+    shards = ""
+    if SHARDS_BEGIN in head and SHARDS_END in head:
+        before, rest = head.split(SHARDS_BEGIN, 1)
+        shards, after = rest.split(SHARDS_END, 1)
+        head = before.rstrip("\n") + "\n" + after.lstrip("\n")
     if mode3:
         section = "\n" + text.strip("\n") + "\n"
     else:
@@ -278,14 +304,18 @@ def write_cold(path: Path, text: str, mode3: bool) -> None:
     body = head.rstrip("\n") + "\n"
     if section:
         body += f"\n{MODE3_BEGIN}{section}{MODE3_END}\n"
+    if shards:
+        body += f"\n{SHARDS_BEGIN}{shards}{SHARDS_END}\n"
     common.write_result(path, body)
 
 
 def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, rounds: int, secs: float,
             env: dict, limit: int | None, data: Path) -> None:
-    """``--mode 3``: fio 1 MiB QD32, the DataLoader in mode 2, in mode 3; interleaved."""
+    """``--mode 3``: fio 1 MiB QD32, the DataLoader in mode 2, in mode 3 (and with ``--mix``
+    over a mixture of three sources in mode 3); interleaved."""
     rows = []
     seq = 0
+    mix_paths = [str(p) for p in linked_copies(store, args.mix, 3)] if args.mix else []
     for r in range(rounds):
         drop_caches()
         fio = fio_randread(store, secs, 32, "1m")
@@ -295,6 +325,11 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
             spec = {"kind": "loader", "mode": mode, "path": str(store), "secs": secs, "seed": 100 + r,
                     "workers": args.workers, "prefetch": args.prefetch}
             row[mode] = measure(cgs, seq, spec, limit, env)
+        if mix_paths:
+            seq += 1
+            spec = {"kind": "mix", "mode": 3, "path": str(store), "paths": mix_paths, "secs": secs,
+                    "seed": 100 + r, "workers": args.workers, "prefetch": args.prefetch}
+            row["mix"] = measure(cgs, seq, spec, limit, env)
         rows.append(row)
         m2, m3 = row[2] or {}, row[3] or {}
         print(f"  round {r + 1}: fio 1 MiB QD32 {row['fio'] or 0:.0f} MiB/s, mode 2 {m2.get('mib_s', 0):.0f}, "
@@ -332,6 +367,17 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
         lines.append(f"| DataLoader mode {mode} | {med([x['mib_s'] for x in xs]):.0f} | {shown_range(ratios)} | "
                      f"{med([x['cpu_s_per_gib'] for x in xs]):.2f} | "
                      f"{med([x['p50_ms'] for x in xs]):.1f} / {med([x['p99_ms'] for x in xs]):.1f} |")
+    if mix_paths:
+        mixed = [row["mix"] for row in rows if row.get("mix")]
+        lines.append(f"| DataLoader mode 3, zring.mix of 3 sources (0.5/0.3/0.2) | "
+                     f"{med([x['mib_s'] for x in mixed]):.0f} | "
+                     f"{shown_range([row['mix']['mib_s'] / row['fio'] for row in ok if row.get('mix')])} | "
+                     f"{med([x['cpu_s_per_gib'] for x in mixed]):.2f} | "
+                     f"{med([x['p50_ms'] for x in mixed]):.1f} / {med([x['p99_ms'] for x in mixed]):.1f} |")
+        mix_ratio = [row["mix"]["mib_s"] / row[3]["mib_s"] for row in ok if row.get("mix")]
+        lines += ["", f"Mixture of 3 sources ÷ plain mode 3, per round: {shown_range(mix_ratio)} (each source a "
+                      "hard-linked copy of the store, so three stores to zring, the same bytes on disk). "
+                      f"Mixture reads (last round): {rows[-1].get('mix', {}) and rows[-1]['mix'].get('reads')}."]
     lines += ["", f"Mode 3 ÷ mode 2, per round: {shown_range(speedup)}.",
               "", "Per round: " + "; ".join(
                   f"fio {row['fio'] or 0:.0f}, mode 2 {(row[2] or {}).get('mib_s', 0):.0f}, "
@@ -344,6 +390,29 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
     print(text)
     if not args.quick or args.out:
         write_cold(args.out or REPO / "bench-results" / "cold.md", text, mode3=True)
+
+
+def linked_copies(store: Path, where: Path, count: int) -> list[Path]:
+    """``count`` copies of ``store`` in ``where`` whose chunk files are hard
+    links to its own (no data written; ``where`` must be on its file
+    system); small files are copied."""
+    out = []
+    for k in range(count):
+        d = where / f"{store.name}-link{k}"
+        if not d.exists():
+            tmp = where / f".{store.name}-link{k}.part"
+            tmp.mkdir(parents=True, exist_ok=True)
+            for f in store.iterdir():
+                target = tmp / f.name
+                if target.exists():
+                    continue
+                if f.name.startswith("chunk-"):
+                    os.link(f, target)
+                else:
+                    target.write_bytes(f.read_bytes())
+            tmp.rename(d)
+        out.append(d)
+    return out
 
 
 if __name__ == "__main__":

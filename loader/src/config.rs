@@ -93,7 +93,12 @@ pub struct LoaderConfig {
     /// for a store, a block of at least 1 MiB of records and a window of a
     /// quarter of its record cache). Ignored in the other modes and in
     /// mixtures, whose sources take [`Blocks::DEFAULT`](zring_sampler::Blocks::DEFAULT).
-    /// A field of 0 is chosen as for `None`.
+    /// A field of 0 is chosen as for `None`; the loader chooses
+    /// [`Blocks::shards`](zring_sampler::Blocks::shards) as its shard's
+    /// count, so each shard reads only its own blocks. A shape split for
+    /// more than one shard must be split for this loader's count
+    /// ([`Error::ShardCount`](crate::Error::ShardCount)); one of 1 shard
+    /// serves any count, each shard reading whole windows.
     pub blocks: Option<Blocks>,
 }
 

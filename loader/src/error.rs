@@ -40,6 +40,22 @@ pub enum Error {
         expected: &'static str,
     },
 
+    /// A saved [`LoaderState`](crate::LoaderState) of mode 3 split its cycles
+    /// for another shard count than this loader's: each shard's rows come from
+    /// blocks of its own, and another count would draw other rows.
+    #[error(
+        "the saved state's mode-3 cycles are split for {saved} shards, but this loader is shard {index} of \
+         {count}; resume each rank with shard=(k, {saved}), or start a new run"
+    )]
+    ShardCount {
+        /// The shard count in the state's block shape.
+        saved: u32,
+        /// This loader's shard.
+        index: u32,
+        /// This loader's shard count.
+        count: u32,
+    },
+
     /// A saved [`LoaderState`](crate::LoaderState) was made for streams of a
     /// different length than the ones given now, so its index sequence would
     /// not mean the same records.

@@ -288,6 +288,13 @@ impl Shared {
     }
 }
 
+/// What the mode-3 prefetch thread walks: one sampler's windows, or each
+/// source's of a mixture.
+enum Prefetch {
+    Single(Sampler),
+    Mixture(Mixture),
+}
+
 impl crate::prefetch::Windows for Shared {
     fn wait_for_claim(&self, step: u64) -> bool {
         let mut state = self.lock();
@@ -299,6 +306,10 @@ impl crate::prefetch::Windows for Shared {
 
     fn load(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
         self.ctx.streams.iter().flat_map(|s| &s.sources).all(|source| source.prefetch(blocks, next).is_ok())
+    }
+
+    fn load_source(&self, source: usize, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
+        self.ctx.streams.iter().filter_map(|s| s.sources.get(source)).all(|s| s.prefetch(blocks, next).is_ok())
     }
 
     fn loaded_until(&self, step: u64) {
@@ -520,22 +531,37 @@ impl Loader {
         refuse_pack_state(&config)?;
         check_config(&config)?;
         // Mode 3's shape: the configuration's (a saved state's), else what
-        // the first stream reads best.
+        // the first stream reads best, its cycles split for this loader's
+        // shard count (each shard then reads only its own blocks).
         let blocks = match config.mode {
             Mode::Blocked => {
-                let chosen = || streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
-                match config.blocks {
-                    Some(b) if b.block_records > 0 && b.window_blocks > 0 => Some(b),
+                let chosen = || {
+                    let c = streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT);
+                    Blocks { shards: config.shard.count, ..c }
+                };
+                let b = match config.blocks {
+                    Some(b) if b.block_records > 0 && b.window_blocks > 0 && b.shards > 0 => b,
                     // A field of 0 is chosen as for no shape.
                     Some(b) => {
                         let c = chosen();
-                        Some(Blocks {
+                        Blocks {
                             block_records: if b.block_records > 0 { b.block_records } else { c.block_records },
                             window_blocks: if b.window_blocks > 0 { b.window_blocks } else { c.window_blocks },
-                        })
+                            shards: if b.shards > 0 { b.shards } else { c.shards },
+                        }
                     }
-                    None => Some(chosen()),
+                    None => chosen(),
+                };
+                // Unsplit cycles (a state saved before the split, or a shape
+                // of 1 shard) serve any shard count, reading whole windows.
+                if b.shards > 1 && b.shards != config.shard.count {
+                    return Err(Error::ShardCount {
+                        saved: b.shards,
+                        index: config.shard.index,
+                        count: config.shard.count,
+                    });
                 }
+                Some(b)
             }
             _ => None,
         };
@@ -637,7 +663,20 @@ impl Loader {
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
         // A saved run goes on in its own row order: one saved before rows
         // were interleaved keeps its grouped batches.
-        let mixture = mixture_plan(config.mode, &lengths, &weights, &config)?;
+        let mut mixture = mixture_plan(config.mode, &lengths, &weights, &config)?;
+        // Mode 3: each source's windows sized by its weight (a saved run
+        // takes its own shapes; one saved before they were chosen, the
+        // default), so that they last about as many steps and together take
+        // the memory of one source's.
+        if config.mode == Mode::Blocked {
+            let shapes = match &config.expect_mixture {
+                Some(saved) => saved.blocks.clone(),
+                None => Some(mixture_shapes(&sources, mixture.weights())),
+            };
+            if let Some(shapes) = shapes {
+                mixture = mixture.with_blocks(&shapes)?;
+            }
+        }
         check_config(&config)?;
         // Every source's streams in source 0's order.
         let order: Vec<String> = sources[0].streams.iter().map(|s| s.name.clone()).collect();
@@ -873,7 +912,9 @@ impl Loader {
         slots.resize_with(config.depth, || None);
         // Mode 3 over one set of streams: a thread loads each window ahead.
         let blocked = match &plan {
-            Plan::Single(s) if s.state().mode == Mode::Blocked => Some(s.clone()),
+            Plan::Single(s) if s.state().mode == Mode::Blocked => Some(Prefetch::Single(s.clone())),
+            // A mixture's sources read their windows ahead too, each its own.
+            Plan::Mixture(m) if m.mode() == Mode::Blocked && pack.is_none() => Some(Prefetch::Mixture(m.clone())),
             _ => None,
         };
         let lookahead = match plan.mode() {
@@ -935,12 +976,13 @@ impl Loader {
             }
         }
 
-        if let Some(sampler) = blocked {
+        if let Some(prefetch) = blocked {
             let prefetch_shared = Arc::clone(&shared);
             let (shard, start) = (config.shard, config.start_step);
-            let spawned = thread::Builder::new()
-                .name("zring-prefetch".to_owned())
-                .spawn(move || crate::prefetch::run(&*prefetch_shared, &sampler, shard, start));
+            let spawned = thread::Builder::new().name("zring-prefetch".to_owned()).spawn(move || match prefetch {
+                Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
+                Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
+            });
             match spawned {
                 Ok(handle) => workers.push(handle),
                 // Without the thread the gathers read record by record.
@@ -1296,6 +1338,15 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                 ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
                 look.fill(&ctx.plan, step, rows_sources, &indices, &mut next)?;
             }
+            // A mode-3 mixture draws a record again only in its source's
+            // next cycle, far past the windows read ahead: "none in sight"
+            // ranks it as the prefetch's window ranks what it loaded, and
+            // spares searching the mixture's rows (several times the cost of
+            // the rows, bench-results/engine-notes.md).
+            None if matches!(&ctx.plan, Plan::Mixture(m) if m.mode() == Mode::Blocked) => {
+                ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
+                next.fill(None);
+            }
             None => ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, Some(&mut next))?,
         }
         Some(next)
@@ -1446,6 +1497,28 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     }
     *current = None;
     Ok(Batch { step, indices, sources, columns })
+}
+
+/// Mode 3 shapes for a mixture's sources: each source's own blocks (what its
+/// first stream reads best, about 1 MiB each), and a share of the windows'
+/// blocks by its weight. A store's shape has a window of a quarter of its
+/// record cache, and the stores share the cache: their windows together are
+/// what one store's would be alone.
+fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
+    let shapes: Vec<Blocks> = sources
+        .iter()
+        .map(|source| source.streams.first().and_then(|s| s.source.block_shape()).unwrap_or(Blocks::DEFAULT))
+        .collect();
+    let total: u64 = shapes.iter().map(|b| b.window_blocks).fold(0, u64::saturating_add);
+    shapes
+        .iter()
+        .zip(weights)
+        .map(|(c, &w)| {
+            // Lossless enough: a window of at most 2^53 blocks.
+            let window_blocks = ((total as f64 * w).round() as u64).max(1);
+            Blocks { window_blocks, shards: 1, ..*c }
+        })
+        .collect()
 }
 
 /// A loader of records refuses a state saved by a packed loader.

@@ -14,10 +14,18 @@
 //! stops (and the workers stop waiting for it) on shutdown, past the last
 //! step, or when a source's prefetch fails: the gathers then read what they
 //! need themselves and report any real error with its step.
+//!
+//! A mixture's sources read their windows ahead the same way, each its own
+//! ([`run_mixture`]).
+//!
+//! A loader of one shard walks that shard's windows
+//! ([`Sampler::shard_window`]): when the cycles are split for its shard
+//! count, windows of its own blocks only, so it reads about its share of
+//! the data; unsplit, the windows of the whole batch.
 
 use std::ops::Range;
 
-use zring_sampler::{Sampler, Shard};
+use zring_sampler::{Mixture, Sampler, Shard, Window};
 
 /// What the prefetch thread asks of the loader it works for (the loader's
 /// shared state implements it), so that this module needs nothing of the
@@ -29,6 +37,8 @@ pub(crate) trait Windows {
     /// Loads the records of `blocks` in every source, `next` holding when
     /// each is drawn next; `false` when a source failed.
     fn load(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
+    /// [`Windows::load`] in mixture source `source`'s streams only.
+    fn load_source(&self, source: usize, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
     /// Steps below `step` draw only from loaded windows.
     fn loaded_until(&self, step: u64);
     /// The thread has stopped: workers no longer wait for windows.
@@ -49,7 +59,9 @@ impl Drop for Done<'_> {
 /// `start`'s first draw on.
 pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: u64) {
     let _done = Done(shared);
-    let mut window = sampler.window(start);
+    // The windows of this loader's shard: its own blocks when the cycles
+    // are split for its shard count, else the windows of the whole batch.
+    let mut window = sampler.shard_window(start, shard);
     let mut previous_start: Option<u64> = None;
     while let Some(w) = window {
         if let Some(p) = previous_start {
@@ -75,16 +87,55 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
                 }
             }
         }
-        // A shard's record is needed by this loader only if drawn in its
-        // slots; the block is read whole either way, and the others' records
-        // rank as needed at their step (the cache keeps them no longer than
-        // this window's).
-        let _ = shard;
+        // Unsplit, a shard's record is needed by this loader only if drawn in
+        // its slots; the block is read whole either way, and the others'
+        // records rank as needed at their step (the cache keeps them no
+        // longer than this window's). Split, the window holds only records
+        // this shard draws.
         if !shared.load(&w.records, &next) {
             return;
         }
         shared.loaded_until(w.complete);
         previous_start = Some(w.steps.start);
         window = sampler.next_window(&w);
+    }
+}
+
+/// The prefetch thread's body for a mixture in mode 3: each source's
+/// windows ([`Mixture::source_window`]) from the ones holding `start`'s rows
+/// on, one window ahead per source as [`run`] does, always the source whose
+/// loaded windows end soonest next. Steps are claimed once every source's
+/// windows they draw from are loaded.
+pub(crate) fn run_mixture(shared: &dyn Windows, mixture: &Mixture, start: u64) {
+    let _done = Done(shared);
+    let sources = mixture.lengths().len();
+    let mut pending: Vec<Option<Window>> = (0..sources).map(|k| mixture.source_window(k, start)).collect();
+    let mut previous_start: Vec<Option<u64>> = vec![None; sources];
+    // The steps below `complete[k]` draw from source `k`'s loaded windows
+    // only; a source past its last window holds the others back no more.
+    let mut complete: Vec<u64> = pending.iter().map(|w| if w.is_some() { start } else { u64::MAX }).collect();
+    while let Some(k) = (0..sources).filter(|&k| pending[k].is_some()).min_by_key(|&k| complete[k]) {
+        let Some(w) = pending[k].take() else {
+            return;
+        };
+        if let Some(p) = previous_start[k] {
+            if !shared.wait_for_claim(p) {
+                return;
+            }
+        }
+        let indices: Vec<u64> = w.records.iter().flat_map(Clone::clone).collect();
+        let mut next = vec![None; indices.len()];
+        if mixture.fill_window_steps(&w, &indices, &mut next).is_err() || !shared.load_source(k, &w.records, &next) {
+            return;
+        }
+        complete[k] = w.complete;
+        previous_start[k] = Some(w.steps.start);
+        pending[k] = mixture.next_source_window(&w);
+        if pending[k].is_none() {
+            complete[k] = u64::MAX;
+        }
+        if let Some(&until) = complete.iter().min() {
+            shared.loaded_until(until);
+        }
     }
 }

@@ -206,7 +206,7 @@ pub(crate) fn block_shape(store: &Store, layout: Layout) -> Blocks {
     let r = store.read_stats();
     let memory = if r.cache_capacity > 0 { r.cache_capacity } else { r.budget_bytes };
     let window_blocks = (memory / 4 / (block_records * record_bytes)).max(1);
-    Blocks { block_records, window_blocks }
+    Blocks { block_records, window_blocks, shards: 1 }
 }
 
 /// The loader's hints in the store's terms: a later step, or later than any

@@ -209,7 +209,7 @@ mod tests {
             let cfg = LoaderConfig {
                 mode,
                 seed: 5,
-                blocks: Some(Blocks { block_records: 16, window_blocks: 2 }),
+                blocks: Some(Blocks { block_records: 16, window_blocks: 2, shards: 1 }),
                 ..LoaderConfig::new(20)
             };
             let mut loader = Loader::new(vec![Stream::new("x", Arc::new(sub.clone()))], cfg).unwrap();

@@ -27,7 +27,7 @@ const BATCH: u64 = 8;
 const STEPS: u64 = 1000;
 /// Windows of 20 records: a new window every two or three steps, so the
 /// prefetch thread waits for claims hundreds of times per run.
-const SHAPE: Blocks = Blocks { block_records: 10, window_blocks: 2 };
+const SHAPE: Blocks = Blocks { block_records: 10, window_blocks: 2, shards: 1 };
 
 #[test]
 fn mode_3_delivers_at_every_depth_and_thread_count() {

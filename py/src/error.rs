@@ -101,6 +101,7 @@ pub fn loader(err: zring_loader::Error) -> PyErr {
         | L::LengthMismatch { .. }
         | L::InvalidConfig { .. }
         | L::StateMismatch { .. }
+        | L::ShardCount { .. }
         | L::StreamChanged { .. }
         | L::CannotGrow { .. }
         | L::MixtureMismatch { .. }

@@ -287,6 +287,8 @@ impl PyLoader {
             config.blocks = Some(zring_loader::Blocks {
                 block_records: block_records.unwrap_or(0),
                 window_blocks: window_blocks.unwrap_or(0),
+                // 0: the loader's shard count.
+                shards: 0,
             });
         }
         if let Some((index, count)) = shard {

@@ -38,6 +38,7 @@ impl PySampler {
         let blocks = Blocks {
             block_records: block_records.unwrap_or(Blocks::DEFAULT.block_records),
             window_blocks: window_blocks.unwrap_or(Blocks::DEFAULT.window_blocks),
+            ..Blocks::DEFAULT
         };
         let inner =
             Sampler::with_blocks(self::mode(mode)?, length, batch_size, seed, Some(blocks)).map_err(error::sampler)?;

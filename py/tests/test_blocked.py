@@ -1,7 +1,8 @@
 """Mode 3 (blocked) from Python: each cycle visits every record once, a
 batch comes from one window of blocks of consecutive records, a state
-resumes exactly (block shape included) and two shards concatenate to the
-global batch."""
+resumes exactly (block shape included), two shards of an unsplit state
+concatenate to the global batch, and shards started with ``shard=`` draw
+from blocks of their own."""
 
 import numpy as np
 import pytest
@@ -94,15 +95,23 @@ def test_mode_3_at_prefetch_size_1_does_not_hang(ys):
         np.testing.assert_array_equal(out[k], s.batch(k))
 
 
-def test_two_shards_concatenate_to_the_global_batch(ys):
+def test_two_shards_of_an_unsplit_state_concatenate_to_the_global_batch(ys):
+    """A state saved without shards (or before mode 3 split its cycles per
+    shard) resumes on any shard count, the shards' slices making its global
+    batches; a run started with ``shard=`` splits its cycles instead, so
+    its batches are others."""
     with _loader(ys) as full:
+        state = full.state()
         whole = [next(full)["y"].copy() for _ in range(30)]
-    parts = []
+    parts, split = [], []
     for i in range(2):
-        with _loader(ys, shard=(i, 2)) as dl:
+        with zring.DataLoader({"y": ys}, state=state, shard=(i, 2), num_workers=1) as dl:
             parts.append([next(dl)["y"].copy() for _ in range(30)])
+        with _loader(ys, shard=(i, 2)) as dl:
+            split.append([next(dl)["y"].copy() for _ in range(30)])
     for step in range(30):
         np.testing.assert_array_equal(np.concatenate([parts[0][step], parts[1][step]]), whole[step])
+    assert any((np.concatenate([split[0][k], split[1][k]]) != whole[k]).any() for k in range(30))
 
 
 def test_the_sampler_matches_the_loader_and_a_zero_shape_is_refused(ys):
@@ -122,3 +131,30 @@ def test_the_default_shape_is_a_mebibyte_of_records(ys):
     # 8-byte records: 1 MiB is 131072 of them.
     assert shape["block_records"] == 131072
     assert shape["window_blocks"] >= 1
+
+
+def test_shards_draw_from_blocks_of_their_own_and_resume_with_their_count(ys):
+    """With ``shard=(k, 4)`` the cycles are split: each rank's rows come
+    from its own blocks (a quarter of them), the ranks' rows of a cycle are
+    every record once, and the state resumes only with 4 shards."""
+    rows, states = [], []
+    for k in range(4):
+        with _loader(ys, shard=(k, 4)) as dl:
+            mine = [next(dl)["y"].copy() for _ in range(N // BATCH)]
+            states.append(dl.state())
+        rows.append(np.concatenate(mine))
+        # Its own blocks only: a quarter of the 100 blocks of 10, and the
+        # two it shares at the cuts of the cycle's block order.
+        assert len(np.unique(rows[-1] // 10)) <= 100 // 4 + 2, k
+    np.testing.assert_array_equal(np.sort(np.concatenate(rows)), np.arange(N))
+    assert states[0]["sampler"]["blocks"] == {"block_records": 10, "window_blocks": 4, "shards": 4}
+    with _loader(ys, shard=(1, 4)) as dl:
+        for _ in range(3):
+            next(dl)
+        state = dl.state()
+        want = [next(dl)["y"].copy() for _ in range(10)]
+    with zring.DataLoader({"y": ys}, state=state, shard=(1, 4), num_workers=1) as dl2:
+        for w in want:
+            np.testing.assert_array_equal(next(dl2)["y"], w)
+    with pytest.raises(ValueError, match="split for 4 shards.*shard=\\(k, 4\\)"):
+        zring.DataLoader({"y": ys}, state=state, shard=(0, 2))

@@ -54,9 +54,12 @@ pub enum Error {
     BadMode(u8),
 
     /// Mode 3 was given a block shape with a 0 in it.
-    #[error("{what} is 0: mode 3 needs blocks of at least one record and windows of at least one block")]
+    #[error(
+        "{what} is 0: mode 3 needs blocks of at least one record, windows of at least one block and at least \
+         one shard"
+    )]
     ZeroBlocks {
-        /// The field that is 0: `block_records` or `window_blocks`.
+        /// The field that is 0: `block_records`, `window_blocks` or `shards`.
         what: &'static str,
     },
 

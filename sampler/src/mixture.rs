@@ -168,7 +168,7 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::schedule::{Curve, Track};
-use crate::{Error, Mode, Sampler, SchedulePiece, Shard, MAX_BATCH};
+use crate::{Blocks, Error, Mode, Sampler, SchedulePiece, Shard, Window, MAX_BATCH};
 
 /// Indices per sampler step of an iid or sequential source stream (module
 /// docs).
@@ -211,6 +211,11 @@ pub struct MixtureState {
     /// piece's points, used only to shape the rounding tree.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule: Option<Vec<SchedulePiece>>,
+    /// Mode 3: each source's block shape ([`Mixture::with_blocks`]); absent,
+    /// every source's is [`Blocks::DEFAULT`] (states saved before mixtures
+    /// chose their shapes).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<Vec<Blocks>>,
 }
 
 impl MixtureState {
@@ -236,7 +241,7 @@ struct SourceStream {
 }
 
 impl SourceStream {
-    fn new(mode: Mode, length: u64, seed: u64) -> Result<SourceStream, Error> {
+    fn new(mode: Mode, length: u64, seed: u64, shape: Option<Blocks>) -> Result<SourceStream, Error> {
         // Cyclic streams are the same however they are cut into steps (module
         // docs); whole cycles per step compute each cycle's keys once.
         let block = match mode {
@@ -244,7 +249,7 @@ impl SourceStream {
             Mode::Cyclic | Mode::Blocked => 1,
             _ => STREAM_BLOCK.min(length),
         };
-        Ok(SourceStream { sampler: Sampler::new(mode, length, block, seed)?, block, length })
+        Ok(SourceStream { sampler: Sampler::with_blocks(mode, length, block, seed, shape)?, block, length })
     }
 
     /// Writes the indices at positions `first .. first + out.len()`.
@@ -300,6 +305,8 @@ pub struct Mixture {
     /// The sources in grouped order: by position, except that sources of
     /// under a row per batch come last (module docs).
     seq: Vec<usize>,
+    /// Mode 3: each source's block shape, when chosen ([`Mixture::with_blocks`]).
+    blocks: Option<Vec<Blocks>>,
 }
 
 /// A schedule's integrals: each source's, and for each split of the
@@ -472,7 +479,7 @@ impl Mixture {
         let streams = lengths
             .iter()
             .enumerate()
-            .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k)))
+            .map(|(k, &n)| SourceStream::new(mode, n, source_seed(seed, k), None))
             .collect::<Result<_, _>>()?;
         let radices = prime_factors(batch_size);
         Ok(Mixture {
@@ -487,7 +494,42 @@ impl Mixture {
             radices,
             apportion,
             seq,
+            blocks: None,
         })
+    }
+
+    /// The same mixture in mode 3 with source `k`'s stream in blocks of
+    /// `shapes[k]` (one per source, else [`Error::BufferLength`]; their
+    /// [`Blocks::shards`] are taken as 1: a mixture's cycles are not split
+    /// between shards): a loader sizes
+    /// each source's windows by its weight, so that they all last about as
+    /// many steps and their memory is one plain window's. Other modes are
+    /// returned unchanged. The shapes are part of the state, and a run
+    /// resumed takes the saved ones.
+    pub fn with_blocks(mut self, shapes: &[Blocks]) -> Result<Mixture, Error> {
+        if self.mode != Mode::Blocked {
+            return Ok(self);
+        }
+        if shapes.len() != self.lengths.len() {
+            return Err(Error::BufferLength { expected: self.lengths.len() as u64, got: shapes.len() as u64 });
+        }
+        self.streams = self
+            .lengths
+            .iter()
+            .zip(shapes)
+            .enumerate()
+            .map(|(k, (&n, &shape))| {
+                SourceStream::new(self.mode, n, source_seed(self.seed, k), Some(Blocks { shards: 1, ..shape }))
+            })
+            .collect::<Result<_, _>>()?;
+        self.blocks = Some(shapes.iter().map(|&b| Blocks { shards: 1, ..b }).collect());
+        Ok(self)
+    }
+
+    /// Mode 3: each source's block shape when [`Mixture::with_blocks`] set
+    /// them (`None`: [`Blocks::DEFAULT`] for every source).
+    pub fn blocks(&self) -> Option<&[Blocks]> {
+        self.blocks.as_deref()
     }
 
     /// The same mixture with its rows in `order`: a run resumed from a
@@ -542,6 +584,7 @@ impl Mixture {
             lengths: self.lengths.clone(),
             order: self.order,
             schedule: self.schedule.as_ref().map(|s| s.pieces.clone()),
+            blocks: self.blocks.clone(),
         }
     }
 
@@ -617,6 +660,120 @@ impl Mixture {
         }
         let left = rows.saturating_sub(floors);
         quota_k.floor() as u64 + u64::from(ahead < left)
+    }
+
+    /// Mode 3 only (`None` otherwise, or past the last step): the window of
+    /// source `k`'s stream that its first row at or after `step` is drawn
+    /// from, with the steps whose rows of source `k` draw from it and its
+    /// blocks' index ranges in source `k`. A reader loads a window's blocks
+    /// before those steps gather; [`Mixture::next_source_window`] names the
+    /// one after it. (Every shard's rows of the source come from it: a
+    /// mixture's cycles are not split between shards.)
+    pub fn source_window(&self, k: usize, step: u64) -> Option<Window> {
+        let stream = self.blocked_stream(k)?;
+        let p = self.allocation_of(k, step.checked_mul(self.batch_size)?);
+        let (cycle, q) = (p / stream.length, p % stream.length);
+        let w = stream.sampler.cycle_window_of(cycle, q)?;
+        self.stream_window(k, cycle, w)
+    }
+
+    /// The window of source `k`'s stream after `window` (one of its
+    /// [`Mixture::source_window`]s).
+    pub fn next_source_window(&self, window: &Window) -> Option<Window> {
+        let (cycle, w, k) = window.at;
+        let k = usize::try_from(k).ok()?;
+        let stream = self.blocked_stream(k)?;
+        match stream.sampler.cycle_window(cycle, w + 1) {
+            Some(_) => self.stream_window(k, cycle, w + 1),
+            None => self.stream_window(k, cycle.checked_add(1)?, 0),
+        }
+    }
+
+    /// For each of `indices`, records of `window` (of source `k`, from
+    /// [`Mixture::source_window`]), the step that draws it from that window
+    /// (`None` for an index it does not hold).
+    pub fn fill_window_steps(&self, window: &Window, indices: &[u64], out: &mut [Option<u64>]) -> Result<(), Error> {
+        if out.len() != indices.len() {
+            return Err(Error::BufferLength { expected: indices.len() as u64, got: out.len() as u64 });
+        }
+        out.fill(None);
+        let (cycle, w, k) = window.at;
+        let Some(stream) = usize::try_from(k).ok().and_then(|k| self.blocked_stream(k)) else {
+            return Ok(());
+        };
+        let k = k as usize;
+        let Some((positions, _)) = stream.sampler.cycle_window(cycle, w) else {
+            return Ok(());
+        };
+        let Some(base) = cycle.checked_mul(stream.length) else {
+            return Ok(());
+        };
+        // The steps of the window's stream positions, walked once: the
+        // first row of step t is at A_k(t B).
+        let (lo, hi) = (base + positions.start, base + positions.end);
+        let mut by_position = Vec::with_capacity((hi - lo) as usize);
+        let mut t = window.steps.start;
+        let mut next_start = self.step_start(k, t + 1);
+        for p in lo..hi {
+            while next_start.is_some_and(|a| a <= p) {
+                t += 1;
+                next_start = self.step_start(k, t + 1);
+            }
+            by_position.push(t);
+        }
+        for (o, &i) in out.iter_mut().zip(indices) {
+            let Some(q) = stream.sampler.cycle_position(cycle, i) else {
+                continue;
+            };
+            *o = (base + q).checked_sub(lo).and_then(|d| by_position.get(d as usize)).copied();
+        }
+        Ok(())
+    }
+
+    /// Source `k`'s stream when the mixture is in mode 3.
+    fn blocked_stream(&self, k: usize) -> Option<&SourceStream> {
+        (self.mode == Mode::Blocked).then(|| self.streams.get(k)).flatten()
+    }
+
+    /// The stream position of source `k`'s first row of `step`, `A_k(step
+    /// B)`; `None` past 2^64 rows.
+    fn step_start(&self, k: usize, step: u64) -> Option<u64> {
+        Some(self.allocation_of(k, step.checked_mul(self.batch_size)?))
+    }
+
+    /// The step whose rows of source `k` hold stream position `p`: the last
+    /// step starting at or before it.
+    fn step_of_position(&self, k: usize, p: u64) -> Option<u64> {
+        // A_k(t B) is about w_k t B: search upwards from 0 by doubling,
+        // then halve.
+        let mut hi = 1u64;
+        while self.step_start(k, hi)? <= p {
+            hi = hi.checked_mul(2)?;
+        }
+        let mut lo = 0u64;
+        // Invariant: A(lo) <= p < A(hi).
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.step_start(k, mid)? <= p {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        Some(lo)
+    }
+
+    /// Window `w` of cycle `cycle` of source `k`'s stream, in steps.
+    fn stream_window(&self, k: usize, cycle: u64, w: u64) -> Option<Window> {
+        let stream = self.blocked_stream(k)?;
+        let (positions, records) = stream.sampler.cycle_window(cycle, w)?;
+        let base = cycle.checked_mul(stream.length)?;
+        let (lo, hi) = (base.checked_add(positions.start)?, base.checked_add(positions.end)?);
+        let first = self.step_of_position(k, lo)?;
+        let last = self.step_of_position(k, hi - 1)?;
+        // The steps before `complete` draw only positions below `hi`.
+        let complete = self.step_of_position(k, hi)?;
+        Some(Window { steps: first..last + 1, complete, records, at: (cycle, w, k as u64) })
     }
 
     /// Where each source's rows of `step` are.

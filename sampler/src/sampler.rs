@@ -1,5 +1,7 @@
 //! The sampler: modes, state, and the per-step index computation.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 
 use crate::blocked::{self, Blocks, CycleOrder, Layout, Window};
@@ -215,12 +217,20 @@ impl Sampler {
             if shape.window_blocks == 0 {
                 return Err(Error::ZeroBlocks { what: "window_blocks" });
             }
+            if shape.shards == 0 {
+                return Err(Error::ZeroBlocks { what: "shards" });
+            }
+            // Not `is_multiple_of`: the workspace supports Rust 1.80.
+            let shards = u64::from(shape.shards);
+            if batch / shards * shards != batch {
+                return Err(Error::ShardDoesNotDivide { batch, count: shape.shards });
+            }
         }
         let kernel = match mode {
             Mode::Sequential => Kernel::Sequential,
             Mode::Blocked => Kernel::Blocked {
                 key: mix64(seed ^ BLOCKED_KEY),
-                layout: Layout::new(length, blocks.unwrap_or(Blocks::DEFAULT)),
+                layout: Layout::new(length, blocks.unwrap_or(Blocks::DEFAULT), batch),
                 steps_per_cycle: length / batch,
             },
             Mode::Iid => Kernel::Iid { key: mix64(seed ^ IID_KEY), lemire: Lemire::new(length, 64) },
@@ -641,10 +651,16 @@ impl Sampler {
     /// a window's blocks (each one read of consecutive records) before the
     /// steps of [`Window::steps`] gather, and [`Sampler::next_window`] names
     /// the one to load after it.
+    ///
+    /// A sampler whose [`Blocks::shards`] split the cycles has windows per
+    /// shard only ([`Sampler::shard_window`]): `None` here.
     pub fn window(&self, step: u64) -> Option<Window> {
         let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
             return None;
         };
+        if layout.split() {
+            return None;
+        }
         let b = self.batch_len as u64;
         let rel = step.checked_sub(self.origin)?;
         let cycle = rel / steps_per_cycle;
@@ -660,11 +676,72 @@ impl Sampler {
             return None;
         };
         let b = self.batch_len as u64;
-        let (cycle, w) = window.at;
+        let (cycle, w, k) = window.at;
         let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        if layout.split() {
+            let (cycle, j) = blocked::split_next_at(&order, cycle, k, w, steps_per_cycle);
+            let order = layout.cycle(cycle_key(key, self.origin, cycle));
+            return blocked::split_window(&order, self.origin, cycle, k, j, steps_per_cycle);
+        }
         let (cycle, w) = blocked::next_at(&order, cycle, w, steps_per_cycle, b);
         let order = layout.cycle(cycle_key(key, self.origin, cycle));
         blocked::window(&order, self.origin, cycle, w, steps_per_cycle, b)
+    }
+}
+
+impl Sampler {
+    /// Mode 3 only (`None` otherwise, or past the last step): the window
+    /// that `shard`'s first index of `step` is drawn from, with the steps
+    /// at which `shard` draws from it and its records' index ranges.
+    /// Unsplit cycles ([`Blocks::shards`] 1) have one window for all shards:
+    /// [`Sampler::window`]. Cycles split for `k` shards have windows per
+    /// shard, and a shard of another count gets `None`. [`Sampler::next_window`]
+    /// names the window after it, of the same shard.
+    pub fn shard_window(&self, step: u64, shard: Shard) -> Option<Window> {
+        let Kernel::Blocked { key, layout, steps_per_cycle } = self.kernel else {
+            return None;
+        };
+        if !layout.split() {
+            return self.window(step);
+        }
+        let shard = shard.check().ok()?;
+        if u64::from(shard.count) != layout.shards() {
+            return None;
+        }
+        let k = u64::from(shard.index);
+        let s = self.batch_len as u64 / layout.shards();
+        let rel = step.checked_sub(self.origin)?;
+        let cycle = rel / steps_per_cycle;
+        let order = layout.cycle(cycle_key(key, self.origin, cycle));
+        let j = blocked::split_window_of_local(&order, k, (rel % steps_per_cycle) * s);
+        blocked::split_window(&order, self.origin, cycle, k, j, steps_per_cycle)
+    }
+}
+
+impl Sampler {
+    /// Mode 3, unsplit, only (`None` otherwise): the number of windows of
+    /// cycle `cycle`'s order, and window `w` of it: its cycle positions and
+    /// its blocks' index ranges (`None` past the last window).
+    pub(crate) fn cycle_window(&self, cycle: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
+        match self.kernel {
+            Kernel::Blocked { layout, .. } if !layout.split() => match self.order(cycle) {
+                Order::Blocked(o) => o.window_at(w),
+                Order::Cyclic(_) => None,
+            },
+            _ => None,
+        }
+    }
+
+    /// Mode 3, unsplit, only: the window of cycle `cycle` holding its cycle
+    /// position `q < length`.
+    pub(crate) fn cycle_window_of(&self, cycle: u64, q: u64) -> Option<u64> {
+        match self.kernel {
+            Kernel::Blocked { layout, .. } if !layout.split() && q < self.length => match self.order(cycle) {
+                Order::Blocked(o) => Some(blocked::window_of_position(&o, q)),
+                Order::Cyclic(_) => None,
+            },
+            _ => None,
+        }
     }
 }
 

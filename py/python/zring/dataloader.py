@@ -566,7 +566,11 @@ class DataLoader(_util.Closeable):
                 cycle has; sequential: from the next pass, at record 0). A
                 mixture resumes only over sources of the saved lengths.
                 States saved before fingerprints existed resume as before.
-            shard: ``(index, count)``; the count must divide the batch.
+            shard: ``(index, count)``; the count must divide the batch. In
+                mode 3 each cycle's blocks are split between the ``count``
+                shards, so each reads only the blocks holding its rows; such
+                a state resumes only with the same count (a state saved
+                before the split, or without ``shard``, resumes with any).
             transform_workers: Threads that call ``transform`` (default
                 None: as many as ``num_workers``). ``0`` calls it on the
                 consumer thread inside ``next()``. Unused (no thread starts)
