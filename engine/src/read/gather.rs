@@ -644,7 +644,7 @@ pub(crate) fn read_group_with(
     }
     let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
     let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
-    let buf = scratch.get(direct_bytes + buffered_bytes);
+    let (buf, region) = scratch.get_in(direct_bytes + buffered_bytes);
     let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
     let mut reads = Vec::with_capacity(items.len());
     let mut io_items: Vec<&mut Item<'_>> = items.iter_mut().collect();
@@ -664,6 +664,7 @@ pub(crate) fn read_group_with(
     let r = uring::read_batch(
         s.backend,
         reads,
+        Some(region),
         &mut |i, buf| {
             let it = &mut *io_items[i];
             let stored_len = it.entry.stored_len as usize;
