@@ -8,6 +8,8 @@ the store opens) per GiB delivered; for a DataLoader also the CPU its own
 threads report in ``stats()["cpu_s"]``. The paths:
 
 * ``mode2``: the cold DataLoader, batch 256, mode 2 (12 KiB O_DIRECT reads);
+* ``mode2-nocache``: the same with the record cache off (``ZRING_CACHE_BYTES=0``):
+  the read path alone, without the copies into the cache as it fills;
 * ``mode3``: the cold DataLoader in mode 3 (1 MiB blocks);
 * ``hot``: the hot DataLoader (the store in the page cache), mode 2.
 
@@ -145,6 +147,7 @@ def run(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict)
 
 PATHS = {
     "mode2": ("DataLoader mode 2, cold (12 KiB O_DIRECT reads)", 2, False),
+    "mode2-nocache": ("DataLoader mode 2, cold, no record cache (ZRING_CACHE_BYTES=0)", 2, False),
     "mode3": ("DataLoader mode 3, cold (1 MiB blocks)", 3, False),
     "hot": ("DataLoader mode 2, hot (page cache)", 2, True),
 }
@@ -202,7 +205,10 @@ def main() -> None:
                     # The hot path reads what the page cache holds: a store
                     # that fits, warmed by one untimed pass.
                     spec["path"] = str(hot_store(data))
-                x = run(cgs if not hot else None, seq, spec, limit, envs[name])
+                env = envs[name]
+                if kind.endswith("-nocache"):
+                    env = dict(env, ZRING_CACHE_BYTES="0")
+                x = run(cgs if not hot else None, seq, spec, limit, env)
                 res.setdefault((kind, name), []).append(x or {})
                 print(f"  round {r + 1} {kind} {name}: {json.dumps(x)}", file=sys.stderr, flush=True)
 

@@ -812,13 +812,9 @@ impl AlignedBuf {
         AlignedBuf { raw: Vec::new(), id: 0 }
     }
 
-    /// The aligned region of at least `len` bytes; contents unspecified.
-    pub fn get(&mut self, len: usize) -> &mut [u8] {
-        self.get_in(len).0
-    }
-
-    /// [`get`](Self::get), and the whole allocation it lies in, for reads to
-    /// register ([`read_batch`]).
+    /// The aligned region of at least `len` bytes (contents unspecified),
+    /// and the whole allocation it lies in, for reads to register
+    /// ([`read_batch`]).
     pub fn get_in(&mut self, len: usize) -> (&mut [u8], Region) {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         if self.raw.len() < len + ALIGN {
@@ -1015,7 +1011,7 @@ mod tests {
     fn aligned_buffers_are_aligned() {
         let mut a = AlignedBuf::new();
         for len in [1, 4096, 10_000] {
-            let s = a.get(len);
+            let (s, _) = a.get_in(len);
             assert_eq!(s.as_ptr() as usize % ALIGN, 0);
             assert_eq!(s.len(), len);
         }
