@@ -18,6 +18,9 @@ in one pass on one thread (``zring._zring.ceiling``, in a build with the
 bench feature; ``make develop-bench``), and memcpy alone (NumPy), as
 CPU-seconds per GiB.
 
+``--perf-stat`` runs each process under ``perf stat`` and adds its system
+calls, ``io_uring_enter`` calls, context switches and page faults per GiB.
+
 ``--build NAME=DIR`` (repeatable) puts DIR first on the children's
 ``PYTHONPATH``, so two builds of zring (a directory holding the ``zring``
 package each) alternate within every round; without it, the installed zring.
@@ -119,27 +122,56 @@ def child(spec: dict) -> None:
     loader_cpu = st.get("cpu_s")
     if loader_cpu is not None and spec["hot"]:
         loader_cpu -= s0.get("cpu_s", 0.0)
-    res = {"mib_s": gib * 1024 / wall, "cpu_s_per_gib": cpu / gib,
+    res = {"mib_s": gib * 1024 / wall, "cpu_s_per_gib": cpu / gib, "gib": gib,
            "loader_cpu_s_per_gib": None if loader_cpu is None else loader_cpu / gib,
            "version": getattr(zring, "__file__", "")}
     print("RESULT " + json.dumps(res), flush=True)
     os._exit(0)
 
 
-def run(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict) -> dict | None:
+#: Counted by ``perf stat`` around each child with ``--perf-stat``, per GiB delivered.
+EVENTS = {"raw_syscalls:sys_enter": "system calls", "syscalls:sys_enter_io_uring_enter": "io_uring_enter",
+          "context-switches": "context switches", "page-faults": "page faults"}
+
+
+def spawn_counted(spec: dict, env: dict, timeout: float) -> tuple[int | None, str, str, dict]:
+    """The child under ``perf stat``: its result and the events' counts
+    (the whole process, from its start)."""
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("r", suffix=".csv") as f:
+        cmd = ["perf", "stat", "-x,", "-e", ",".join(EVENTS), "-o", f.name, sys.executable,
+               str(Path(__file__).resolve()), "--child", json.dumps(spec)]
+        p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
+        counts = {}
+        for line in f.read().splitlines():
+            parts = line.split(",")
+            if len(parts) > 2 and parts[0].replace(".", "").isdigit():
+                counts[parts[2]] = float(parts[0])
+    return p.returncode, p.stdout, p.stderr, counts
+
+
+def run(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict, perf: bool = False) -> dict | None:
     if not spec.get("hot"):
         drop_caches()
     cg = None
     if cgs is not None and limit:
         cg, _ = cgs.create(f"zring-cpu-{os.getpid()}-{seq}", limit)
         spec = dict(spec, cgroup=str(cg))
+    counts: dict = {}
     try:
-        rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
+        if perf:
+            rc, out, err, counts = spawn_counted(spec, env, spec["secs"] + 120)
+        else:
+            rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
         ooms = cgs.oom_kills(cg) if cg else 0
     finally:
         if cg:
             cgs.remove(cg)
     res = budget.parse_result(out) if rc == 0 else None
+    if res is not None and counts and res.get("gib"):
+        res["per_gib"] = {EVENTS[k]: v / res["gib"] for k, v in counts.items() if k in EVENTS}
     if res is None:
         note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
     return res
@@ -164,6 +196,9 @@ def main() -> None:
     ap.add_argument("--build", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--gib", type=float, default=5.4)
     ap.add_argument("--out", type=Path, default=None, help="report file (default: print only)")
+    ap.add_argument("--perf-stat", action="store_true",
+                    help="count system calls, io_uring_enter calls, context switches and page faults per GiB "
+                         "(perf stat around each process; its start and the store's open included)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -208,7 +243,7 @@ def main() -> None:
                 env = envs[name]
                 if kind.endswith("-nocache"):
                     env = dict(env, ZRING_CACHE_BYTES="0")
-                x = run(cgs if not hot else None, seq, spec, limit, env)
+                x = run(cgs if not hot else None, seq, spec, limit, env, args.perf_stat)
                 res.setdefault((kind, name), []).append(x or {})
                 print(f"  round {r + 1} {kind} {name}: {json.dumps(x)}", file=sys.stderr, flush=True)
 
@@ -225,8 +260,9 @@ def main() -> None:
              f" DataLoader batch 256, {args.workers} workers, prefetch {args.prefetch}.", "",
              "Floor, one thread: " + ", ".join(f"{k} {v:.3f}" for k, v in fl_med.items()) + " CPU-s per GiB.", "",
              "| read path | build | MiB/s (median) | CPU-s per GiB, process (range) | of which the loader's threads "
-             "(`stats()`) | ÷ floor (memcpy+crc) |",
-             "|---|---|---:|---:|---:|---:|"]
+             "(`stats()`) | ÷ floor (memcpy+crc) |" + ("".join(f" {v} per GiB |" for v in EVENTS.values())
+                                                     if args.perf_stat else ""),
+             "|---|---|---:|---:|---:|---:|" + ("---:|" * len(EVENTS) if args.perf_stat else "")]
     for kind in kinds:
         for name in builds:
             xs = res[(kind, name)]
@@ -234,8 +270,11 @@ def main() -> None:
             c = [v for v in c if v is not None]
             rng = f" ({min(c):.2f}–{max(c):.2f})" if len(c) > 1 else ""
             lc = med([x.get("loader_cpu_s_per_gib") for x in xs if x])
+            counted = "".join(f" {med([(x.get('per_gib') or {}).get(v) for x in xs if x]):,.0f} |"
+                              for v in EVENTS.values()) if args.perf_stat else ""
             lines.append(f"| {PATHS[kind][0]} | {name} | {med([x.get('mib_s') for x in xs if x]):.0f} | "
-                         f"**{med(c):.2f}**{rng} | {'' if lc != lc else f'{lc:.2f}'} | {med(c) / floor_total:.1f} |")
+                         f"**{med(c):.2f}**{rng} | {'' if lc != lc else f'{lc:.2f}'} | {med(c) / floor_total:.1f} |"
+                         + counted)
         if len(builds) == 2:
             a, b = list(builds)
             pa = [x.get("cpu_s_per_gib") for x in res[(kind, a)]]
@@ -246,7 +285,8 @@ def main() -> None:
             speed = [y / x for x, y in zip(sa, sb) if x and y]
             if ratios:
                 lines.append(f"| {PATHS[kind][0]} | {b} ÷ {a}, round by round | {med(speed):.2f} | "
-                             f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | | |")
+                             f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | | |"
+                             + (" |" * len(EVENTS) if args.perf_stat else ""))
     argv = " ".join(a.split("=", 1)[0] + "=DIR" if "=/" in a else a for a in sys.argv[1:])
     lines += ["", f"Command: `python benches/cpu.py {argv}`. Data: {shown(store)}."]
     lines += [f"- note: {x}" for x in common.notes]

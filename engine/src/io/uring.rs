@@ -176,10 +176,6 @@ fn deferred(ring: &IoUring) -> bool {
 /// `IORING_ENTER_GETEVENTS`.
 const GETEVENTS: u32 = 1;
 
-/// Most completions a wait asks for once every request is submitted: the
-/// callbacks of the first ones run while the rest are still in flight.
-const DRAIN_BATCH: usize = 32;
-
 /// Submits what is queued and waits for `want` completions
 /// (`io_uring_enter`; fault hook: [`crate::io::fault::Kind::Enter`]).
 fn enter(ring: &mut IoUring, want: usize) -> io::Result<usize> {
@@ -702,10 +698,12 @@ unsafe fn run_uring(
         }
         // While requests wait to be submitted, a wait ends once a quarter of
         // those in flight have completed, so the queue stays at least three
-        // quarters full; once all are submitted, a batch of completions at a
-        // time. Either way one enter per several completions, not one each.
+        // quarters full; once all are submitted, once all have completed (the
+        // thread has nothing else to do meanwhile: a batch's other threads,
+        // and a loader's other workers, keep the cores busy). Either way one
+        // enter per many completions, not one each.
         let more = next < reqs.len() || !retry.is_empty();
-        let want = if more { flight.count / 4 } else { flight.count.min(DRAIN_BATCH) };
+        let want = if more { flight.count / 4 } else { flight.count };
         if flight.wait(want).is_err() {
             // The ring failed (EAGAIN, ENOMEM or EBUSY when memory is tight,
             // say), not a file: stop using it; settle() waits for what the
