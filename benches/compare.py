@@ -32,6 +32,7 @@ import argparse
 import gc
 import json
 import os
+import resource
 import shutil
 import struct
 import sys
@@ -173,6 +174,14 @@ class Row:
         self.lat_ms = [v * 1e3 for v in lat_s]
         self.nbytes, self.records, self.secs = nbytes, records, secs
         self.extra = extra
+        # The process's CPU-seconds (every thread) over the timed work, when measured.
+        self.cpu_s: float | None = extra.pop("cpu_s", None)
+
+    def cpu_per_gib(self) -> str:
+        """CPU-seconds per GiB delivered, as shown ("-" when not measured)."""
+        if self.cpu_s is None or not self.nbytes:
+            return "-"
+        return f"{self.cpu_s / (self.nbytes / (1 << 30)):.2f}"
 
     @property
     def mib_s(self) -> float:
@@ -190,6 +199,7 @@ def timed_gather(name: str, kind: str, fn, batches: list[np.ndarray], budget: fl
         check(batches[0], first)
     lat = []
     busy = 0.0
+    c0 = cpu_secs()
     for idx in batches[1:]:
         t = time.perf_counter()
         fn(idx)
@@ -198,6 +208,7 @@ def timed_gather(name: str, kind: str, fn, batches: list[np.ndarray], budget: fl
         busy += d
         if busy >= budget and len(lat) >= GATHER_MIN_BATCHES:
             break
+    extra.setdefault("cpu_s", cpu_secs() - c0)
     return Row(name, kind, lat, len(lat) * BATCH * RECORD, len(lat) * BATCH, busy, **extra)
 
 
@@ -539,19 +550,21 @@ def bench_cold(data: Path, gib: float, mode: str) -> tuple[list[Row], str]:
     rounds = COLD_ROUNDS[mode]
     for name, kind, g in contenders_:
         batches = index_batches(n, rounds * COLD_BATCHES_PER_ROUND, seed=SEED + 1)
-        lat, busy, disk, pio = [], 0.0, 0, 0
+        lat, busy, disk, pio, cpu = [], 0.0, 0, 0, 0.0
         for r in range(rounds):
             evict([root])
             for b in batches[r * COLD_BATCHES_PER_ROUND:(r + 1) * COLD_BATCHES_PER_ROUND]:
                 d0, p0 = block_read_bytes(), proc_read_bytes()
-                t = time.perf_counter()
+                c0, t = cpu_secs(), time.perf_counter()
                 g(b)
                 el = time.perf_counter() - t
+                cpu += cpu_secs() - c0
                 disk += block_read_bytes() - d0
                 pio += proc_read_bytes() - p0
                 lat.append(el)
                 busy += el
-        row = Row(name, kind, lat, len(lat) * BATCH * RECORD, len(lat) * BATCH, busy, disk=disk, proc_io=pio)
+        row = Row(name, kind, lat, len(lat) * BATCH * RECORD, len(lat) * BATCH, busy, disk=disk, proc_io=pio,
+                  cpu_s=cpu)
         rows.append(row)
         print(f"  cold {name:<32} {row.mib_s:8.0f} MiB/s  disk {disk / MIB:8.0f} MiB  p50 {pct(row.lat_ms, 50):7.2f} ms",
               file=sys.stderr)
@@ -605,15 +618,18 @@ def bench_loader(arr: np.ndarray, data: Path, steps: int) -> list[Row]:
         lat = []
         for _ in range(LOADER_WARMUP):
             next(it)
-        t0 = time.perf_counter()
+        c0, t0 = cpu_secs(), time.perf_counter()
         for _ in range(steps):
             t = time.perf_counter()
             b = next(it)
             lat.append(time.perf_counter() - t)
             del b
         wall = time.perf_counter() - t0
+        # This process's threads only: a loader working in other processes
+        # (torch's workers) shows "-".
+        cpu = cpu_secs() - c0 if "procs" not in name else None
         close()
-        row = Row(name, kind, lat, steps * BATCH * (RECORD + 8), steps * BATCH, wall)
+        row = Row(name, kind, lat, steps * BATCH * (RECORD + 8), steps * BATCH, wall, cpu_s=cpu)
         rows.append(row)
         print(f"  load {name:<40} {row.per_s:8.1f} batches/s  wait p50 {pct(row.lat_ms, 50):7.3f} ms "
               f"p99 {pct(row.lat_ms, 99):7.3f} ms", file=sys.stderr)
@@ -720,9 +736,10 @@ def bench_loader(arr: np.ndarray, data: Path, steps: int) -> list[Row]:
 # --------------------------------------------------------------------------
 
 def cpu_secs() -> float:
-    """CPU seconds this process (all its threads) has used, user + system."""
-    t = os.times()
-    return t.user + t.system
+    """CPU seconds this process (all its threads) has used, user + system
+    (getrusage: microseconds, where os.times counts clock ticks)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def ceilings(src: np.ndarray, kinds: tuple[str, ...] = ("compress", "decode", "memcpy"),
@@ -1017,8 +1034,8 @@ def gather_table(rows: list[Row], title: str, hot: bool, ceil: dict[str, float |
     if ceil is not None:
         head += " × ceiling |"
         sep += "---:|"
-    head += " p50 ms | p99 ms | p99.9 ms |"
-    sep += "---:|---:|---:|"
+    head += " CPU-s per GiB | p50 ms | p99 ms | p99.9 ms |"
+    sep += "---:|---:|---:|---:|"
     if hot:
         head += " write MiB/s | on disk MiB | size ratio |"
         sep += "---:|---:|---:|"
@@ -1031,14 +1048,14 @@ def gather_table(rows: list[Row], title: str, hot: bool, ceil: dict[str, float |
         base = lx.get(codec)
         if r.kind == "ceiling":
             s.append(f"| {r.name} | {r.mib_s:.0f} | {r.extra['iops'] / BATCH:.0f} (÷256) | {ratio(r.mib_s, base)} | "
-                     f"{ratio(r.mib_s, best.mib_s if best else None)} | per 12k read: {r.extra['clat_p50_ms']:.3f} | "
+                     f"{ratio(r.mib_s, best.mib_s if best else None)} | - | per 12k read: {r.extra['clat_p50_ms']:.3f} | "
                      f"{r.extra['clat_p99_ms']:.3f} | {r.extra['clat_p999_ms']:.3f} | - | - |")
             continue
         line = f"| {r.name} | {r.mib_s:.0f} | {r.per_s:.0f} | {ratio(r.mib_s, base)} | {ratio(r.mib_s, best.mib_s if best else None)} |"
         if ceil is not None:
             top = ceil.get("memcpy" if codec == "raw" else "decode") if r.kind in ("zring", "loaderx") else None
             line += f" {ratio(r.mib_s, top)} |"
-        line += f" {pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | {pct(r.lat_ms, 99.9):.3f} |"
+        line += f" {r.cpu_per_gib()} | {pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | {pct(r.lat_ms, 99.9):.3f} |"
         if hot:
             line += f" {r.extra['write_mib_s']:.0f} | {r.extra['disk'] / MIB:.0f} | {r.extra['ratio']:.2f} |"
         else:
@@ -1055,12 +1072,13 @@ def loader_table(rows: list[Row], steps: int) -> str:
          f"prefetch {LOADER_PREFETCH}, {steps} steps after {LOADER_WARMUP} warm-up, consumer does no work\n"]
     if best:
         s.append(f"Best peer: **{best.name}** ({best.per_s:.1f} batches/s).\n")
-    s += ["| loader | batches/s | MiB/s | × loaderx | × best peer | wait p50 ms | wait p99 ms | wait p99.9 ms |",
-          "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    s += ["| loader | batches/s | MiB/s | × loaderx | × best peer | CPU-s per GiB | wait p50 ms | wait p99 ms "
+          "| wait p99.9 ms |",
+          "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         codec = r.name.split()[-1] if r.kind in ("zring", "loaderx") else "raw"
         s.append(f"| {r.name} | {r.per_s:.1f} | {r.mib_s:.0f} | {ratio(r.per_s, lx.get(codec))} | "
-                 f"{ratio(r.per_s, best.per_s if best else None)} | {pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | "
+                 f"{ratio(r.per_s, best.per_s if best else None)} | {r.cpu_per_gib()} | {pct(r.lat_ms, 50):.3f} | {pct(r.lat_ms, 99):.3f} | "
                  f"{pct(r.lat_ms, 99.9):.3f} |")
     return "\n".join(s) + "\n"
 

@@ -15,7 +15,9 @@ ceiling of the same work on every core with no store at all (memcpy plus
 CRC-32C in one pass as the engine does it, zstd decoding;
 ``zring._zring.ceiling``, built by ``make develop-bench``), plus memcpy
 alone, the checksum alone, memcpy then the checksum in a second pass, and
-each contender's per-record metadata on disk.
+each contender's per-record metadata on disk. Beside each rate, the
+process's CPU-seconds (user + system, every thread) per GiB delivered over
+the timed run, and each ceiling's (its threads' time per GiB: the floor).
 
     python benches/hot.py --secs 2 --rounds 5
     perf record -g -o hot.perf -- python benches/hot.py --profile 2000
@@ -25,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 import time
 from pathlib import Path
@@ -76,15 +79,28 @@ def refaulted() -> int:
         return 0
 
 
-def gather_rate(g, batches: list[np.ndarray], secs: float) -> float:
-    """MiB/s of ``g`` over the batches, cycling, for ``secs`` seconds."""
+def cpu_seconds() -> float:
+    """User plus system CPU-seconds of this process so far, every thread."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+#: CPU-seconds per GiB delivered of each timed run, by key ([`timed`]).
+cpu_per_gib: dict[str, list[float]] = {}
+
+
+def gather_rate(g, batches: list[np.ndarray], secs: float) -> tuple[float, float]:
+    """MiB/s of ``g`` over the batches, cycling, for ``secs`` seconds, and the
+    process's CPU-seconds per GiB over them."""
     g(batches[0])
     done = 0
+    c0 = cpu_seconds()
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < secs:
         g(batches[done % len(batches)])
         done += 1
-    return done * BATCH * RECORD / MIB / (time.perf_counter() - t0)
+    gib = done * BATCH * RECORD / (1 << 30)
+    return gib * 1024 / (time.perf_counter() - t0), (cpu_seconds() - c0) / gib
 
 
 def loader_rate(lib, data: Path, label: Path, secs: float) -> float:
@@ -94,11 +110,14 @@ def loader_rate(lib, data: Path, label: Path, secs: float) -> float:
         for _ in range(10):
             next(dl)
         done = 0
+        c0 = cpu_seconds()
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < secs:
             next(dl)
             done += 1
-        return done / (time.perf_counter() - t0)
+        # Decoded bytes delivered: the records and their labels.
+        gib = done * BATCH * (RECORD + 8) / (1 << 30)
+        return done / (time.perf_counter() - t0), (cpu_seconds() - c0) / gib
     finally:
         dl.close()
 
@@ -140,7 +159,9 @@ def main() -> None:
         for p in warm:
             compare.warm(p)
         before = refaulted()
-        res.setdefault(key, []).append(run())
+        rate, cpu = run()
+        res.setdefault(key, []).append(rate)
+        cpu_per_gib.setdefault(key, []).append(cpu)
         refaults[key] = refaults.get(key, 0) + refaulted() - before
 
     cores = os.cpu_count() or 1
@@ -150,12 +171,17 @@ def main() -> None:
     flat = compare.make_records(4096).reshape(-1)
     kinds = ["memcpy", "crc", "memcpy then crc", "memcpy+crc", "decode"]
     ceils: dict[str, list[float]] = {}
+    ceil_share: dict[str, list[float]] = {}  # cores busy during each ceiling's call
     for r in range(args.rounds):
         # The ceilings too, in every round: one measurement at the end
         # would meet other weather than the contenders did.
         for kind in list(kinds) if fn else []:
             try:
+                # Its CPU per GiB from the process's CPU time meanwhile (on a
+                # shared machine the wall clock also counts others' work).
+                c0, t0 = cpu_seconds(), time.perf_counter()
                 ceils.setdefault(kind, []).append(fn(kind, flat, RECORD, cores))
+                ceil_share.setdefault(kind, []).append((cpu_seconds() - c0) / (time.perf_counter() - t0))
             except ValueError as e:  # an older build
                 common.note(f"no {kind} ceiling: {e}")
                 kinds.remove(kind)
@@ -181,19 +207,22 @@ def main() -> None:
         zc = f"{z * to_mib / c:.2f}" if c else "-"
         lc = f"{lx * to_mib / c:.2f}" if c else "-"
         pairs = [a / b for a, b in zip(res[key.format("zring")], res[key.format("loaderx")])]
+        zcpu = float(np.median(cpu_per_gib[key.format("zring")]))
+        lcpu = float(np.median(cpu_per_gib[key.format("loaderx")]))
         return (f"| {what} | {unit} | {z:,.0f} ({zs[0]:,.0f}–{zs[1]:,.0f}) | {lx:,.0f} ({ls[0]:,.0f}–{ls[1]:,.0f}) | "
                 f"**{z / lx:.2f}** | {np.median(pairs):.2f} ({min(pairs):.2f}–{max(pairs):.2f}) | {zc} | {lc} | "
-                f"{ceiling or '-'} |")
+                f"{ceiling or '-'} | {zcpu:.2f} | {lcpu:.2f} |")
 
     lines = [
         "| work | unit | zring (range) | loaderx 0.7.3 (range) | zring ÷ loaderx | same, round by round: median (range) "
-        "| zring ÷ ceiling | loaderx ÷ ceiling | ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "| zring ÷ ceiling | loaderx ÷ ceiling | ceiling | zring CPU-s per GiB | loaderx CPU-s per GiB |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|",
         row("hot raw gather, 256 × 12 KiB (zring verifies every checksum)", "gather {} raw", "MiB/s", "memcpy+crc"),
         row("hot zstd gather, 256 × 12 KiB", "gather {} zstd", "MiB/s", "decode"),
         row("DataLoader, zstd 12 KiB + int64 label, batch 256", "loader {}", "batches/s", "decode"),
     ]
-    ceil_lines = [f"- {k}: {v:,.0f} MiB/s ({min(ceils[k]):,.0f}–{max(ceils[k]):,.0f})" for k, v in ceil.items()]
+    ceil_lines = [f"- {k}: {v:,.0f} MiB/s ({min(ceils[k]):,.0f}–{max(ceils[k]):,.0f}), "
+                  f"{float(np.median(ceil_share[k])) * 1024 / v:.3f} CPU-s per GiB" for k, v in ceil.items()]
     meta = ["| store | records | payload bytes | on disk | metadata per record |", "|---|---:|---:|---:|---:|"]
     for key, p in paths.items():
         what = key.split()[1]

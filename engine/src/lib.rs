@@ -97,6 +97,14 @@ pub(crate) mod snapshot;
 mod store;
 pub(crate) mod write;
 
+/// CPU time of threads, for a loader's statistics: the calling thread's
+/// own, that of the decode pool's threads working on its gathers, and any
+/// thread's of this process by its id.
+pub mod cpu {
+    pub use crate::io::process::{task_cpu_ns, thread_cpu_ns, thread_id};
+    pub use crate::read::gather::helped_ns;
+}
+
 pub use admin::{Stats, VerifyReport};
 pub use error::{Error, Result};
 pub use format::codec::Codec;

@@ -101,7 +101,7 @@ use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
 use crate::plan::{self, Plan};
 use crate::pool::Pool;
 use crate::source::{Fingerprint, Layout, Request, Source};
-use crate::stats::{self, GatherStats, LoaderStats};
+use crate::stats::{self, GatherStats, LoaderStats, ThreadsCpu};
 
 /// One named input of a loader. Every stream is gathered at the same indices,
 /// so record `i` of each stream lines up: an image stream and a label stream
@@ -271,6 +271,8 @@ pub(crate) struct Shared {
     claimed: Condvar,
     /// The consumer waits here for slot 0, a dead worker or shutdown.
     ready: Condvar,
+    /// CPU time of the loader's threads.
+    cpu: ThreadsCpu,
 }
 
 impl Shared {
@@ -955,13 +957,14 @@ impl Loader {
             work: Condvar::new(),
             claimed: Condvar::new(),
             ready: Condvar::new(),
+            cpu: ThreadsCpu::new(config.threads),
         });
 
         let mut workers = Vec::with_capacity(config.threads);
         for i in 0..config.threads {
             let worker_shared = Arc::clone(&shared);
             let spawned =
-                thread::Builder::new().name(format!("zring-loader-{i}")).spawn(move || worker(&worker_shared));
+                thread::Builder::new().name(format!("zring-loader-{i}")).spawn(move || worker(&worker_shared, i));
             match spawned {
                 Ok(handle) => workers.push(handle),
                 Err(e) => {
@@ -979,9 +982,13 @@ impl Loader {
         if let Some(prefetch) = blocked {
             let prefetch_shared = Arc::clone(&shared);
             let (shard, start) = (config.shard, config.start_step);
-            let spawned = thread::Builder::new().name("zring-prefetch".to_owned()).spawn(move || match prefetch {
-                Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
-                Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
+            let spawned = thread::Builder::new().name("zring-prefetch".to_owned()).spawn(move || {
+                prefetch_shared.cpu.window_started();
+                match prefetch {
+                    Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
+                    Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
+                }
+                prefetch_shared.cpu.window_ended();
             });
             match spawned {
                 Ok(handle) => workers.push(handle),
@@ -1179,7 +1186,7 @@ impl Loader {
         // (a worker woken for a step it has not claimed yet is not idle).
         let window_end = state.next_deliver.saturating_add(ctx.window(state.ragged_step_max));
         let idle = if state.next_claim >= window_end { state.idle } else { 0 };
-        let mut stats = stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle);
+        let mut stats = stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle, &self.shared.cpu);
         drop(state);
         stats.consumed = self.consumed(self.next_step);
         stats
@@ -1227,13 +1234,14 @@ impl Drop for DeathWatch<'_> {
     }
 }
 
-fn worker(shared: &Shared) {
+fn worker(shared: &Shared, i: usize) {
     let _watch = DeathWatch(shared);
     loop {
         let step = {
             let mut state = shared.lock();
             loop {
                 if state.shutdown {
+                    shared.cpu.publish(i);
                     return;
                 }
                 let window_end = state.next_deliver.saturating_add(shared.ctx.window(state.ragged_step_max));
@@ -1259,6 +1267,7 @@ fn worker(shared: &Shared) {
         let mut current_stream: Option<Arc<str>> = None;
         let gathered = panic::catch_unwind(AssertUnwindSafe(|| gather_step(&shared.ctx, step, &mut current_stream)));
         let elapsed = started.elapsed();
+        shared.cpu.publish(i);
         let outcome = match gathered {
             Ok(outcome) => outcome,
             Err(payload) => Err(Error::Panicked {

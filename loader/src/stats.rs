@@ -2,6 +2,7 @@
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// The longest duration the histograms resolve (one hour, in microseconds);
 /// longer ones are recorded as this value.
@@ -76,6 +77,59 @@ pub struct LoaderStats {
     /// source.
     #[serde(default)]
     pub consumed: Vec<crate::Consumed>,
+    /// CPU-seconds (user plus system) the loader's threads have used since it
+    /// was built: the gather threads (with the decode pool's time on their
+    /// gathers) and the mode-3 window thread. Divided by the bytes gathered,
+    /// the read path's CPU cost per byte.
+    pub cpu_s: f64,
+    /// The part of `cpu_s` used by the mode-3 window thread (0 otherwise).
+    pub window_cpu_s: f64,
+}
+
+/// CPU time of a loader's threads ([`LoaderStats::cpu_s`]): each gather
+/// thread publishes its own after every step, the window thread its id
+/// while it runs (read from the kernel) and its total when it ends.
+#[derive(Debug, Default)]
+pub(crate) struct ThreadsCpu {
+    workers: Vec<AtomicU64>,
+    window_tid: AtomicU32,
+    window_ns: AtomicU64,
+}
+
+impl ThreadsCpu {
+    pub(crate) fn new(workers: usize) -> Self {
+        ThreadsCpu { workers: (0..workers).map(|_| AtomicU64::new(0)).collect(), ..ThreadsCpu::default() }
+    }
+
+    /// Called on gather thread `i`: its CPU time so far, its gathers' share of
+    /// the decode pool's included.
+    pub(crate) fn publish(&self, i: usize) {
+        let ns = zring_engine::cpu::thread_cpu_ns() + zring_engine::cpu::helped_ns();
+        if let Some(slot) = self.workers.get(i) {
+            slot.store(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Called on the window thread as it starts.
+    pub(crate) fn window_started(&self) {
+        self.window_tid.store(zring_engine::cpu::thread_id(), Ordering::Relaxed);
+    }
+
+    /// Called on the window thread as it ends.
+    pub(crate) fn window_ended(&self) {
+        let ns = zring_engine::cpu::thread_cpu_ns() + zring_engine::cpu::helped_ns();
+        self.window_ns.store(ns, Ordering::Relaxed);
+        self.window_tid.store(0, Ordering::Relaxed);
+    }
+
+    /// (all threads, the window thread) in seconds.
+    fn seconds(&self) -> (f64, f64) {
+        let workers: u64 = self.workers.iter().map(|w| w.load(Ordering::Relaxed)).sum();
+        let tid = self.window_tid.load(Ordering::Relaxed);
+        let live = if tid != 0 { zring_engine::cpu::task_cpu_ns(tid) } else { None };
+        let window = live.unwrap_or_else(|| self.window_ns.load(Ordering::Relaxed));
+        ((workers + window) as f64 / 1e9, window as f64 / 1e9)
+    }
 }
 
 /// A histogram of microseconds with its bounds preset, so recording never
@@ -115,8 +169,12 @@ pub(crate) fn snapshot(
     wait: &Histogram<u64>,
     gather: &GatherStats,
     idle: u64,
+    cpu: &ThreadsCpu,
 ) -> LoaderStats {
+    let (cpu_s, window_cpu_s) = cpu.seconds();
     LoaderStats {
+        cpu_s,
+        window_cpu_s,
         workers_idle: idle,
         buffers_allocated: allocated,
         steps_delivered: delivered,

@@ -161,6 +161,8 @@ fn stats_count_what_was_delivered() {
             assert!((b.mean_us - orig.mean_us).abs() <= orig.mean_us * 1e-12);
             b.mean_us = orig.mean_us;
         }
+        assert!((back.cpu_s - s.cpu_s).abs() <= s.cpu_s * 1e-12);
+        back.cpu_s = s.cpu_s;
         assert_eq!(back, s);
     });
 }
@@ -196,5 +198,38 @@ fn a_single_stream_of_a_shared_source_works() {
         let mut loader = Loader::new(streams, config(Mode::Iid, 2, 2)).unwrap();
         let b = loader.next().unwrap();
         assert_eq!(b.column("a").unwrap().data(), b.column("b").unwrap().data());
+    });
+}
+
+/// User plus system CPU-seconds of this whole process, from /proc/self/stat
+/// (in clock ticks of 1/100 s).
+fn process_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    let fields: Vec<&str> = stat.rsplit_once(')').unwrap().1.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+    (fields[11].parse::<f64>().unwrap() + fields[12].parse::<f64>().unwrap()) / 100.0
+}
+
+#[test]
+fn stats_count_the_cpu_time_of_the_gather_threads() {
+    with_timeout(DEADLOCK, || {
+        // 64 KiB records: each step's gather does measurable work.
+        let streams = vec![Stream::new("img", MemSource::fixed(64, 65_536))];
+        let mut loader = Loader::new(streams, config(Mode::Iid, 2, 2)).unwrap();
+        assert_eq!(loader.stats().window_cpu_s, 0.0, "no window thread outside mode 3");
+        for _ in 0..200 {
+            loader.next().unwrap();
+        }
+        let s = loader.stats();
+        assert!(s.cpu_s > 0.0, "200 steps of 1 MiB took no CPU time: {s:?}");
+        assert_eq!(s.window_cpu_s, 0.0);
+        // The threads' time is part of the process's (clock ticks round down,
+        // by up to one per thread).
+        let process = process_cpu_s();
+        assert!(s.cpu_s <= process + 0.05, "loader threads {} s, the whole process {process} s", s.cpu_s);
+        loader.close().unwrap();
+        // The time of threads that have ended is kept.
+        let after = loader.stats();
+        assert!(after.cpu_s >= s.cpu_s, "{} after close, {} before", after.cpu_s, s.cpu_s);
     });
 }

@@ -174,6 +174,12 @@ def test_stats_and_close(streams):
     assert st["steps_delivered"] == 6
     assert st["records_gathered"] >= 30
     assert {"p50_us", "p99_us", "p999_us"} <= st["wait"].keys()
+    # The gather threads' CPU time: some, and part of the process's.
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    assert 0 < st["cpu_s"] <= ru.ru_utime + ru.ru_stime
+    assert st["window_cpu_s"] == 0  # no window thread outside mode 3
     dl.close()
     dl.close()
     with pytest.raises(ValueError, match="closed"):

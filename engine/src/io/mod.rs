@@ -19,7 +19,7 @@ pub(crate) mod locks;
 pub(crate) mod mmap;
 #[allow(
     unsafe_code,
-    reason = "registers an exit handler, trims the heap and (in tests) forks; every block has its SAFETY argument"
+    reason = "registers an exit handler, trims the heap, reads thread CPU clocks and (in tests) forks; every block has its SAFETY argument"
 )]
 pub(crate) mod process;
 #[allow(

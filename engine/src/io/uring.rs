@@ -147,10 +147,34 @@ fn probe() -> io::Result<()> {
 }
 
 /// A new ring of `entries` (fault hook: [`crate::io::fault::Kind::RingSetup`]).
+///
+/// Where the kernel has them (Linux 6.1), the ring takes its completions as
+/// deferred task work, run only when its thread waits for them
+/// (`IORING_SETUP_DEFER_TASKRUN`, which needs `IORING_SETUP_SINGLE_ISSUER`:
+/// each ring belongs to the one thread that made it, [`run`]), so a wait for
+/// `n` completions sleeps until `n` have arrived instead of waking for each
+/// one. Linux 5.19 gets `IORING_SETUP_COOP_TASKRUN` (completions wait for the
+/// thread's next system call instead of interrupting it), older kernels a
+/// plain ring. A ring with deferred completions says so through
+/// `is_setup_single_issuer` ([`deferred`]).
 fn new_ring(entries: u32) -> io::Result<IoUring> {
     crate::io::fault::hit(crate::io::fault::Kind::RingSetup)?;
-    IoUring::new(entries)
+    IoUring::builder()
+        .setup_single_issuer()
+        .setup_defer_taskrun()
+        .build(entries)
+        .or_else(|_| IoUring::builder().setup_coop_taskrun().build(entries))
+        .or_else(|_| IoUring::new(entries))
 }
+
+/// Whether `ring`'s completions reach its queue only when its thread enters
+/// the kernel to wait for them ([`new_ring`]).
+fn deferred(ring: &IoUring) -> bool {
+    ring.params().is_setup_single_issuer()
+}
+
+/// `IORING_ENTER_GETEVENTS`.
+const GETEVENTS: u32 = 1;
 
 /// Submits what is queued and waits for `want` completions
 /// (`io_uring_enter`; fault hook: [`crate::io::fault::Kind::Enter`]).
@@ -164,6 +188,60 @@ thread_local! {
     // inherits the parent's mapping of the ring, and must never submit to it.
     // `None` inside: this thread could not make a ring, and reads with pread.
     static RING: RefCell<Option<(u32, Option<IoUring>)>> = const { RefCell::new(None) };
+    // The region registered with this thread's ring as its fixed buffer
+    // ([`Region`]): its id (0: none) and whether the kernel took it.
+    static REGISTERED: std::cell::Cell<(u64, bool)> = const { std::cell::Cell::new((0, false)) };
+}
+
+/// One live allocation that reads may land in, registered with the thread's
+/// ring as a fixed buffer (`IORING_REGISTER_BUFFERS`), so its reads
+/// (`IORING_OP_READ_FIXED`) skip pinning their pages one request at a time.
+/// `id` names the allocation: a new one, even at the same address, has a new
+/// id and is registered again before any read lands in it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Region {
+    pub id: u64,
+    pub base: *const u8,
+    pub len: usize,
+}
+
+/// The largest region registered: registration pins its pages for as long
+/// as the ring keeps it.
+const MAX_REGISTERED: usize = 64 << 20;
+
+impl Region {
+    fn holds(&self, ptr: *const u8, len: usize) -> bool {
+        let (a, b) = (self.base as usize, ptr as usize);
+        b >= a && b + len <= a + self.len
+    }
+}
+
+/// Whether `region` is registered with `ring` now, registering it (in place
+/// of the one before) if not; `false` when the kernel refuses (a
+/// locked-memory limit, say), which is not asked again for the same region.
+/// Nothing may be in flight on `ring`.
+///
+/// # Safety
+/// `region` must be one live allocation, valid for writes, that stays
+/// allocated for as long as reads are submitted into it.
+unsafe fn register(ring: &IoUring, region: &Region) -> bool {
+    let (id, ok) = REGISTERED.with(std::cell::Cell::get);
+    if id == region.id {
+        return ok;
+    }
+    if ok {
+        let _ = ring.submitter().unregister_buffers();
+    }
+    let ok = region.len <= MAX_REGISTERED && {
+        let iov = libc::iovec { iov_base: region.base.cast_mut().cast(), iov_len: region.len };
+        // SAFETY: the caller guarantees the region is one live allocation;
+        // the kernel pins its pages, which stay the allocation's while it
+        // lives (a fork copies pinned pages for the child), and only reads
+        // into this allocation, named by its id, use them.
+        unsafe { ring.submitter().register_buffers(&[iov]) }.is_ok()
+    };
+    REGISTERED.with(|c| c.set((region.id, ok)));
+    ok
 }
 
 /// Runs every request in `reqs`, calling `on_done(i)` once request `i` has fully
@@ -193,6 +271,26 @@ unsafe fn run(
     on_done: &mut dyn FnMut(usize),
     idle: &mut dyn FnMut(),
 ) -> Result<(), ReqError> {
+    // SAFETY: the caller's contract is forwarded unchanged; no region.
+    unsafe { run_in(backend, op, reqs, limit, None, prepare, on_done, idle) }
+}
+
+/// [`run`], with reads that lie inside `region` made as fixed-buffer reads.
+///
+/// # Safety
+/// As for [`run`]; and `region`, if given, must be one live allocation,
+/// valid for writes, for the whole call.
+#[allow(clippy::too_many_arguments, reason = "run's arguments and the region, passed down once")]
+unsafe fn run_in(
+    backend: BackendKind,
+    op: Op,
+    reqs: &mut [Req],
+    limit: usize,
+    region: Option<Region>,
+    prepare: Prepare<'_>,
+    on_done: &mut dyn FnMut(usize),
+    idle: &mut dyn FnMut(),
+) -> Result<(), ReqError> {
     if reqs.is_empty() {
         idle();
         return Ok(());
@@ -204,7 +302,10 @@ unsafe fn run(
                 Some((p, ring)) if p == pid => ring,
                 // A parent's ring in a forked child: dropping it unmaps the
                 // child's copy and closes the child's descriptor only.
-                _ => new_ring(RING_ENTRIES).ok(),
+                _ => {
+                    REGISTERED.with(|c| c.set((0, false)));
+                    new_ring(RING_ENTRIES).ok()
+                }
             });
             let Some(mut ring) = ring else {
                 // This thread cannot make a ring (a locked-memory limit, say):
@@ -215,13 +316,19 @@ unsafe fn run(
                 return unsafe { run_sync(op, reqs, prepare, on_done) };
             };
             let mut healthy = false;
-            // SAFETY: the caller's contract is forwarded unchanged.
-            let r = unsafe { run_uring(&mut ring, op, reqs, limit, prepare, on_done, idle, &mut healthy) };
+            // Nothing is in flight on the ring between batches.
+            // SAFETY: the caller guarantees the region is one live allocation.
+            let region = region.filter(|r| op == Op::Read && unsafe { register(&ring, r) });
+            // SAFETY: the caller's contract is forwarded unchanged, and the
+            // region is registered with this ring.
+            let r = unsafe { run_uring(&mut ring, op, reqs, limit, region, prepare, on_done, idle, &mut healthy) };
             // A ring whose enter failed may hold entries it never submitted,
             // pointing at this call's buffers: it is dropped, and the next
             // batch makes a new one.
             if healthy {
                 RING.with(|cell| *cell.borrow_mut() = Some((pid, Some(ring))));
+            } else {
+                REGISTERED.with(|c| c.set((0, false)));
             }
             r
         }
@@ -245,9 +352,13 @@ pub(crate) struct ReadBuf<'a> {
 /// Runs a batch of reads; as read `i` completes, its buffer is handed back
 /// through `on_done(i, buf)`, while the other reads may still be in flight.
 /// `idle` runs once while the first reads are in flight (see [`run`]).
+///
+/// Reads whose buffers lie inside `region` (the allocation they were cut
+/// from, [`AlignedBuf::get_in`]) are made as fixed-buffer reads.
 pub(crate) fn read_batch<'a>(
     backend: BackendKind,
     reads: Vec<ReadBuf<'a>>,
+    region: Option<Region>,
     on_done: &mut dyn FnMut(usize, &'a mut [u8]),
     idle: &mut dyn FnMut(),
 ) -> Result<(), ReqError> {
@@ -278,7 +389,9 @@ pub(crate) fn read_batch<'a>(
     // valid for writes and disjoint. The buffers are held in `slots` and not
     // touched until their completion, when `done` moves buffer `i` out to the
     // callback. The descriptors are borrowed for `'a`, so they stay open.
-    unsafe { run(backend, Op::Read, &mut reqs, usize::MAX, &mut no_prepare, &mut done, idle) }
+    // A region comes from `AlignedBuf::get_in`, whose allocation the buffers
+    // borrow from, so it lives for the call.
+    unsafe { run_in(backend, Op::Read, &mut reqs, usize::MAX, region, &mut no_prepare, &mut done, idle) }
 }
 
 /// Gives a request with a null pointer its buffer at its first submission
@@ -462,10 +575,11 @@ struct InFlight<'r> {
 }
 
 impl InFlight<'_> {
-    /// Submits what is queued and waits for a completion.
-    fn wait(&mut self) -> io::Result<()> {
+    /// Submits what is queued and waits for `want` completions (at most the
+    /// requests in flight).
+    fn wait(&mut self, want: usize) -> io::Result<()> {
         loop {
-            match enter(self.ring, 1) {
+            match enter(self.ring, want.clamp(1, self.count.max(1))) {
                 Ok(_) => return Ok(()),
                 Err(e) if e.raw_os_error() == Some(libc::EINTR) => continue,
                 Err(e) => {
@@ -481,7 +595,7 @@ impl InFlight<'_> {
         let mut looks = 0u64;
         while self.count > 0 {
             if !self.failed {
-                let _ = self.wait();
+                let _ = self.wait(1);
             } else {
                 if self.ring.submission().len() >= self.count {
                     // Everything left never reached the kernel.
@@ -489,6 +603,15 @@ impl InFlight<'_> {
                 }
                 looks += 1;
                 std::thread::sleep(std::time::Duration::from_millis(looks.min(10)));
+                if deferred(self.ring) {
+                    // Completions held as deferred task work reach the queue
+                    // only through an enter asking for them: one that submits
+                    // nothing and does not wait.
+                    // SAFETY: nothing is submitted (`to_submit` 0) and no
+                    // argument is passed; the call only posts completions of
+                    // requests already in the kernel's hands.
+                    let _ = unsafe { self.ring.submitter().enter::<libc::sigset_t>(0, 0, GETEVENTS, None) };
+                }
             }
             let n = self.ring.completion().count();
             self.count -= n.min(self.count);
@@ -510,6 +633,7 @@ unsafe fn run_uring(
     op: Op,
     reqs: &mut [Req],
     limit: usize,
+    region: Option<Region>,
     prepare: Prepare<'_>,
     on_done: &mut dyn FnMut(usize),
     idle: &mut dyn FnMut(),
@@ -546,6 +670,9 @@ unsafe fn run_uring(
                 let p = unsafe { r.ptr.add(d) };
                 let len = u32::try_from(r.len - d).unwrap_or(!4095);
                 let entry = match op {
+                    Op::Read if region.is_some_and(|g| g.holds(p, len as usize)) => {
+                        opcode::ReadFixed::new(types::Fd(r.fd), p, len, 0).offset(r.offset + d as u64).build()
+                    }
                     Op::Read => opcode::Read::new(types::Fd(r.fd), p, len).offset(r.offset + d as u64).build(),
                     Op::Write => {
                         opcode::Write::new(types::Fd(r.fd), p.cast_const(), len).offset(r.offset + d as u64).build()
@@ -569,7 +696,15 @@ unsafe fn run_uring(
             let _ = enter(flight.ring, 0);
             idle();
         }
-        if flight.wait().is_err() {
+        // While requests wait to be submitted, a wait ends once a quarter of
+        // those in flight have completed, so the queue stays at least three
+        // quarters full; once all are submitted, once all have completed (the
+        // thread has nothing else to do meanwhile: a batch's other threads,
+        // and a loader's other workers, keep the cores busy). Either way one
+        // enter per many completions, not one each.
+        let more = next < reqs.len() || !retry.is_empty();
+        let want = if more { flight.count / 4 } else { flight.count };
+        if flight.wait(want).is_err() {
             // The ring failed (EAGAIN, ENOMEM or EBUSY when memory is tight,
             // say), not a file: stop using it; settle() waits for what the
             // kernel holds without entering it again, and the requests not
@@ -664,23 +799,30 @@ unsafe fn run_uring(
 /// transfers require.
 pub(crate) struct AlignedBuf {
     raw: Vec<u8>,
+    /// Names the allocation `raw` holds ([`Region::id`]); 0 before the first.
+    id: u64,
 }
 
 pub(crate) use crate::io::slab::ALIGN;
 
 impl AlignedBuf {
     pub fn new() -> AlignedBuf {
-        AlignedBuf { raw: Vec::new() }
+        AlignedBuf { raw: Vec::new(), id: 0 }
     }
 
-    /// The aligned region of at least `len` bytes; contents unspecified.
-    pub fn get(&mut self, len: usize) -> &mut [u8] {
+    /// The aligned region of at least `len` bytes (contents unspecified),
+    /// and the whole allocation it lies in, for reads to register
+    /// ([`read_batch`]).
+    pub fn get_in(&mut self, len: usize) -> (&mut [u8], Region) {
+        static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
         if self.raw.len() < len + ALIGN {
             self.raw = vec![0u8; len + ALIGN];
+            self.id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
+        let region = Region { id: self.id, base: self.raw.as_ptr(), len: self.raw.len() };
         let addr = self.raw.as_ptr() as usize;
         let start = (ALIGN - addr % ALIGN) % ALIGN;
-        &mut self.raw[start..start + len]
+        (&mut self.raw[start..start + len], region)
     }
 }
 
@@ -818,10 +960,56 @@ mod tests {
     }
 
     #[test]
+    fn reads_into_a_registered_region_land_there_even_after_it_grows() {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..1_000_000u32).map(|i| (i % 241) as u8).collect();
+        f.write_all(&data).unwrap();
+        for b in backends() {
+            let mut scratch = AlignedBuf::new();
+            let mut ids = Vec::new();
+            // The buffer grows twice (a new allocation each time, maybe at
+            // the same address): each is registered before reads land in it.
+            for (round, n) in [(0, 10), (1, 10), (2, 60), (3, 200)] {
+                let (buf, region) = scratch.get_in(n * 4096);
+                ids.push(region.id);
+                let reads: Vec<ReadBuf<'_>> = buf
+                    .chunks_mut(4096)
+                    .enumerate()
+                    .map(|(k, piece)| {
+                        let offset = ((k * 7 + round) % 240) as u64 * 4096;
+                        ReadBuf { fd: f.as_fd(), offset, buf: piece, need: 4096 }
+                    })
+                    .collect();
+                let mut seen = 0;
+                read_batch(
+                    b,
+                    reads,
+                    Some(region),
+                    &mut |k, got| {
+                        let at = ((k * 7 + round) % 240) * 4096;
+                        assert_eq!(got, &data[at..at + 4096], "{b:?} round {round} read {k}");
+                        seen += 1;
+                    },
+                    &mut || {},
+                )
+                .unwrap();
+                assert_eq!(seen, n);
+            }
+            assert_eq!(ids[0], ids[1], "a buffer that did not grow keeps its id");
+            assert!(ids[1] != ids[2] && ids[2] != ids[3], "a new allocation gets a new id: {ids:?}");
+            if b == BackendKind::Uring {
+                // Registered (or refused, under a small locked-memory limit)
+                // as the ring's buffer: the last allocation, not a stale one.
+                assert_eq!(REGISTERED.with(std::cell::Cell::get).0, ids[3]);
+            }
+        }
+    }
+
+    #[test]
     fn aligned_buffers_are_aligned() {
         let mut a = AlignedBuf::new();
         for len in [1, 4096, 10_000] {
-            let s = a.get(len);
+            let (s, _) = a.get_in(len);
             assert_eq!(s.as_ptr() as usize % ALIGN, 0);
             assert_eq!(s.len(), len);
         }

@@ -16,8 +16,20 @@ use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+
+thread_local! {
+    /// CPU nanoseconds the decode pool's threads spent on this thread's gathers.
+    static HELPED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// CPU time, in nanoseconds, the decode pool's threads have spent so far on
+/// the gathers the calling thread made (its share of a gather that fans out);
+/// with [`crate::cpu::thread_cpu_ns`], the whole CPU cost of its gathers.
+pub fn helped_ns() -> u64 {
+    HELPED.with(std::cell::Cell::get)
+}
 
 /// A gather below this many bytes runs on the calling thread alone.
 const PARALLEL_MIN_BYTES: u64 = 128 << 10;
@@ -443,20 +455,25 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
     let mut shares = cold.chunks_mut(per);
     let own = shares.next().unwrap_or_default();
     let failed: Mutex<Option<Error>> = Mutex::new(None);
+    let helped = AtomicU64::new(0);
     let mine = pool.in_place_scope(|scope| {
         for _ in 0..helpers {
             let share = shares.next().unwrap_or_default();
             let (failed, queue) = (&failed, &queue);
             #[cfg(test)]
             crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
+            let helped = &helped;
             scope.spawn(move |_| {
+                let cpu0 = crate::io::process::thread_cpu_ns();
                 if let Err(e) = read_group(s, snap, share, queue) {
                     failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
                 }
+                helped.fetch_add(crate::io::process::thread_cpu_ns().saturating_sub(cpu0), Ordering::Relaxed);
             });
         }
         read_group(s, snap, own, &queue)
     });
+    HELPED.with(|h| h.set(h.get() + helped.into_inner()));
     let r = mine.and(match failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
         Some(e) => Err(e),
         None => Ok(()),
@@ -627,7 +644,7 @@ pub(crate) fn read_group_with(
     }
     let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
     let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
-    let buf = scratch.get(direct_bytes + buffered_bytes);
+    let (buf, region) = scratch.get_in(direct_bytes + buffered_bytes);
     let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
     let mut reads = Vec::with_capacity(items.len());
     let mut io_items: Vec<&mut Item<'_>> = items.iter_mut().collect();
@@ -647,6 +664,7 @@ pub(crate) fn read_group_with(
     let r = uring::read_batch(
         s.backend,
         reads,
+        Some(region),
         &mut |i, buf| {
             let it = &mut *io_items[i];
             let stored_len = it.entry.stored_len as usize;

@@ -891,8 +891,13 @@ class DataLoader(_util.Closeable):
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
         percentiles (µs). They describe the Rust loader; with transform workers
         its consumers are those workers, so ``steps_delivered`` counts the steps
-        they took, which may run ahead of ``next()``. Under ``"reads"``, each
-        stream's read policy and its cache and page-cache hits (see
+        they took, which may run ahead of ``next()``. ``cpu_s`` is the CPU time
+        (user + system seconds) of the loader's own threads since it was
+        built: the gather threads, the decode pool's share of their gathers,
+        and the mode-3 window thread (``window_cpu_s`` of it); divided by
+        ``bytes_gathered``, the read path's CPU cost per byte (transform
+        workers and ``next()``'s own thread are not in it). Under ``"reads"``,
+        each stream's read policy and its cache and page-cache hits (see
         :meth:`Dataset.read_stats`). Under ``"consumed"``, per source, what
         the run consumed before the next step the Rust loader delivers (as
         in :meth:`state`)."""
