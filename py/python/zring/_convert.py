@@ -50,11 +50,25 @@ What each source becomes:
   every store belonging to sample ``i``; the keys are kept in each store's
   names. A sample lacking an extension others have is an error naming it.
 * A Megatron-LM indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``, named by
-  its prefix or either file): one record per document in ``DST``, a
-  :class:`RaggedDataset` of the token dtype, byte for byte
-  (:mod:`zring._megatron`).
+  its prefix or either file): one record per document in ``DST/tokens.zr``,
+  a :class:`RaggedDataset` of the token dtype, byte for byte
+  (:mod:`zring._megatron`). Token corpora are thus named one way whatever
+  their source: ``DST/<column>.zr``, the column ``tokens`` for Megatron
+  (``input_ids``, say, for a tokenized Parquet or HuggingFace dataset).
+  Megatron conversions made by zring 0.2 and earlier are a store at ``DST``; they
+  still open there.
 * A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
   (:func:`zring.import_loaderx`), as before.
+
+``dtype=`` (``zring convert --dtype``) stores every value of the number
+columns (Parquet, Arrow) or the tokens (Megatron) as that dtype: a uint16
+Megatron import as int32 beside int32 stores, say, or int64 ``input_ids`` as
+int32. Widening (``np.can_cast(..., "safe")``) always works; a narrowing
+cast is checked block by block, and a value it cannot hold (70000 for
+uint16, 1.5 for an integer) is a ValueError naming the column or file and
+the value, with nothing left at ``DST``. String, binary and image columns
+keep their bytes. The source's dtype is kept in each store's schema
+(``converted_from``).
 
 Names live in a ragged store of UTF-8 bytes, ``names/`` inside the store's
 directory, record ``i`` naming record ``i``: read a name at a time (a billion
@@ -74,7 +88,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import _megatron, _schema
+from . import _megatron, _schema, _util
 from ._zrecord import NAMES_DIR, WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
@@ -99,7 +113,13 @@ class _Sink:
     """One store being filled: fixed (``shape`` given) or ragged."""
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...] | None, codec: str,
-                 extra: dict[str, Any] | None = None):
+                 extra: dict[str, Any] | None = None, cast: np.dtype | None = None, what: str = ""):
+        # ``cast``: convert's ``dtype=``, what every value is stored as
+        # (checked: a value it cannot hold is an error naming ``what``).
+        self.cast, self.what = cast, what
+        if cast is not None:
+            extra = {**(extra or {}), "converted_from": str(np.dtype(dtype))}
+            dtype = cast
         self.path, self.dtype, self.shape, self.codec = path, np.dtype(dtype), shape, codec
         if shape is None:
             schema = _schema.ragged_schema(self.dtype, (), codec)
@@ -111,9 +131,21 @@ class _Sink:
         self.store: Store = _open_for_write(path, schema, lambda _: False, "", sealable=True)
         self.records = 0
 
+    def _values(self, values: np.ndarray) -> np.ndarray:
+        if self.cast is None:
+            return np.ascontiguousarray(values, dtype=self.dtype)
+        try:
+            return _util.as_dtype(values, self.dtype, self.what)
+        except ValueError as e:
+            src = np.asarray(values).dtype
+            raise ValueError(
+                f"{e}: dtype={self.dtype} narrows {src} only where every value fits; pass a wider dtype, or "
+                f"none to keep {src} (nothing was written)"
+            ) from None
+
     def fixed(self, values: np.ndarray) -> None:
         """Appends ``len(values)`` records of shape ``self.shape``."""
-        values = np.ascontiguousarray(values, dtype=self.dtype)
+        values = self._values(values)
         n = len(values)
         if n:
             item = values.nbytes // n
@@ -122,8 +154,12 @@ class _Sink:
 
     def ragged(self, values: np.ndarray, offsets: np.ndarray) -> None:
         """Appends one record per ``offsets[i]:offsets[i + 1]`` slice of ``values``."""
-        values = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
         offsets = np.asarray(offsets, dtype=np.int64)
+        if self.cast is not None and len(offsets):
+            # Only the slice stored is checked (an Arrow chunk's values may
+            # extend past its offsets).
+            values, offsets = np.asarray(values).reshape(-1)[offsets[0]:offsets[-1]], offsets - offsets[0]
+        values = self._values(values).reshape(-1)
         n = len(offsets) - 1
         if n <= 0:
             return
@@ -364,7 +400,8 @@ def _plan(pa: Any, schema: Any, first: Path, columns: Sequence[str] | None) -> t
 
 
 def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source], plans: dict[str, Any],
-                     tables: Iterable[Any], total: int, fill: Any, codec: str, progress: bool | None) -> dict[str, int]:
+                     tables: Iterable[Any], total: int, fill: Any, codec: str, progress: bool | None,
+                     cast: np.dtype | None = None) -> dict[str, int]:
     """Appends each column of every table of ``tables`` (in order) to its
     store ``DST/<column>.zr``: what Parquet and Arrow sources share."""
     bar = _progress(total, f"convert {src.name}", progress)
@@ -373,8 +410,9 @@ def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source],
     ok = False
     try:
         for c, (kind, dt, shape) in plans.items():
+            numeric = kind != "bytes"
             sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec,
-                             sources[c].extra)
+                             sources[c].extra, cast if numeric else None, f"column {c!r} of {src}")
             if sources[c].names:
                 named[c] = _Sink(dst / f"{c}.zr" / NAMES_DIR, np.dtype(np.uint8), None, "zstd")
         for table in tables:
@@ -397,14 +435,14 @@ def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source],
 
 
 def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str,
-                     progress: bool | None) -> dict[str, int]:
+                     progress: bool | None, cast: np.dtype | None = None) -> dict[str, int]:
     pa, pq = _pyarrow()
     files = _parquet_files(src)
     schema = pq.ParquetFile(files[0]).schema_arrow
     names, sources, plans = _plan(pa, schema, files[0], columns)
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     return _convert_columns(pa, src, dst, sources, plans, _row_groups(pq, files, schema, names), total, fill,
-                            codec, progress)
+                            codec, progress, cast)
 
 
 # --------------------------------------------------------------------------
@@ -504,7 +542,7 @@ def _arrow_tables(pa: Any, files: Sequence[Path], schema: Any, names: Sequence[s
 
 
 def _convert_arrow(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str, block_bytes: int,
-                   progress: bool | None) -> dict[str, int]:
+                   progress: bool | None, cast: np.dtype | None = None) -> dict[str, int]:
     pa, _ = _pyarrow()
     files = _arrow_files(src)
     schema = _ipc_reader(pa, files[0]).schema
@@ -512,7 +550,7 @@ def _convert_arrow(src: Path, dst: Path, columns: Sequence[str] | None, fill: An
     # Memory-mapped: counting rows reads message headers, not the data.
     total = sum(b.num_rows for f in files for b in _ipc_batches(pa, f))
     return _convert_columns(pa, src, dst, sources, plans, _arrow_tables(pa, files, schema, names, block_bytes),
-                            total, fill, codec, progress)
+                            total, fill, codec, progress, cast)
 
 
 # --------------------------------------------------------------------------
@@ -740,9 +778,11 @@ def _kind(src: Path) -> str:
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
             fill: Any = None, extensions: Sequence[str] | None = None, codec: str = "zstd",
             kind: str | None = None, overwrite: bool = False, block_bytes: int = WRITE_CHUNK_BYTES,
-            progress: bool | None = None) -> dict[str, int]:
+            progress: bool | None = None, dtype: Any = None) -> dict[str, int]:
     """Converts ``src`` into zring stores at ``dst`` (module docs); returns
-    the records written per store (``""`` for a single store at ``dst``).
+    the records written per store: ``{column: n}`` for ``DST/<column>.zr``
+    (``{"tokens": n}`` for Megatron), ``{"": n}`` for a single store at
+    ``dst``.
 
     Args:
         src: A ``.parquet`` file or a directory of them, a HuggingFace
@@ -752,9 +792,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             prefix, or its ``.idx`` or ``.bin`` file). ``kind`` overrides the
             guess (``"parquet"``, ``"arrow"``, ``"folder"``, ``"tar"``,
             ``"npy"``, ``"loaderx"``, ``"megatron"``).
-        dst: The store (``.npy``, loaderx, folder, Megatron) or the directory of stores
-            (Parquet and Arrow: one per column; tar: one per extension) to
-            create.
+        dst: The store (``.npy``, loaderx, folder) or the directory of
+            stores (Parquet and Arrow: ``DST/<column>.zr`` per column; tar:
+            one per extension; Megatron: ``DST/tokens.zr``) to create.
         columns: Parquet or Arrow columns to convert (default: all).
         fill: What a null becomes (default: a null is an error); a value the
             column's type cannot hold exactly (1.5 in an integer column, -1 in
@@ -765,6 +805,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         overwrite: Replace an existing ``dst``.
         block_bytes: Bytes handed to one append (folders, tar, Arrow).
         progress: Show a tqdm bar; by default only when stderr is a terminal.
+        dtype: Store the number columns (Parquet, Arrow) or the tokens
+            (Megatron) as this NumPy dtype: widening always, narrowing only
+            if every value fits (module docs).
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is not set, or it
@@ -772,9 +815,10 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             empty directory (nothing is removed).
         ValueError: A column or member that cannot be mapped, a null without
             ``fill``, a sample missing an extension, an unknown ``kind``, a
-            HuggingFace ``DatasetDict`` folder (convert one split's folder) or
+            HuggingFace ``DatasetDict`` folder (convert one split's folder),
             a folder holding ``save_to_disk`` folders (unless
-            ``kind="folder"``).
+            ``kind="folder"``), or a ``dtype`` that is not numeric, is given
+            for another kind of source, or cannot hold a value.
         ImportError: A Parquet or Arrow source without pyarrow installed.
     """
     src, dst = Path(src), Path(dst)
@@ -785,6 +829,19 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
     kind = kind or _kind(src)
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    cast = None
+    if dtype is not None:
+        try:
+            cast = np.dtype(dtype).newbyteorder("<")
+        except TypeError as e:
+            raise ValueError(f"dtype={dtype!r} is not a NumPy dtype ({e})") from None
+        if cast.kind not in "biuf":
+            raise ValueError(f"dtype={dtype!r} is not a numeric dtype (int32, uint16, float32, ...)")
+        if kind not in ("parquet", "arrow", "megatron"):
+            raise ValueError(
+                f"dtype={cast} casts Parquet and Arrow number columns and Megatron tokens only; a {kind} source "
+                f"is stored as it is"
+            )
     if os.path.lexists(dst) and not overwrite:
         # Said here rather than by the writers convert builds on, whose
         # message offers an append convert does not have.
@@ -799,11 +856,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             stats = import_loaderx(str(src), str(where))
             return {"": int(stats["records"])}
         if kind == "parquet":
-            return _convert_parquet(src, where, columns, fill, codec, progress)
+            return _convert_parquet(src, where, columns, fill, codec, progress, cast)
         if kind == "arrow":
-            return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress)
+            return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress, cast)
         if kind == "folder":
             return _convert_folder(src, where, extensions, codec, int(block_bytes), progress)
         if kind == "megatron":
-            return _megatron.convert(src, where, codec, int(block_bytes), progress, _Sink, _progress)
+            return _megatron.convert(src, where, codec, int(block_bytes), progress, _Sink, _progress, cast)
         return _convert_tar(src, where, codec, int(block_bytes), progress)

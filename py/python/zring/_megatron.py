@@ -1,6 +1,7 @@
 """Megatron-LM indexed datasets (``PREFIX.bin`` + ``PREFIX.idx``) into a
-zring :class:`RaggedDataset`, one record per document (:func:`convert`'s
-``kind="megatron"``, ``zring convert PREFIX DST``).
+zring :class:`RaggedDataset`, one record per document, at ``DST/tokens.zr``
+(:func:`convert`'s ``kind="megatron"``, ``zring convert PREFIX DST``; zring 0.2 and
+earlier wrote the store at ``DST`` itself, and such stores still open there).
 
 The format, as megatron-core's ``IndexedDataset`` writes and reads it (all
 integers little-endian):
@@ -50,6 +51,9 @@ PREAMBLE_BYTES = 9 + 8 + 1 + 8 + 8
 CHECK_SEQUENCES = 1 << 20
 #: Bytes of tokens gathered with one index array (8 bytes an index).
 GATHER_BYTES = 1 << 20
+#: The store a conversion writes inside its destination: ``DST/tokens.zr``,
+#: named like a Parquet or HuggingFace column's ``DST/<column>.zr``.
+STORE = "tokens.zr"
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
           8: np.uint16}
 
@@ -130,9 +134,10 @@ class Index:
 
 
 def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool | None,
-            sink_type: Any, progress_bar: Any) -> dict[str, int]:
-    """Writes one record per document of the dataset at ``src`` to a ragged
-    store at ``dst`` (module docs)."""
+            sink_type: Any, progress_bar: Any, cast: np.dtype | None = None) -> dict[str, int]:
+    """Writes one record per document of the dataset at ``src`` to the
+    ragged store ``dst/tokens.zr`` (module docs), its tokens cast to
+    ``cast`` if given."""
     found = paths(src)
     if found is None:
         raise FileNotFoundError(f"{src} is not a Megatron dataset: {src}.idx and {src}.bin (or the same prefix "
@@ -148,8 +153,9 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
     seq_starts = np.concatenate([[0], np.cumsum(seq_lengths)])
     doc_tokens = seq_starts[docs]
     bar = progress_bar(index.document_count, f"convert {idx_path.stem}", progress)
-    sink = sink_type(dst, index.dtype, None, codec, {"megatron": {"documents": index.document_count,
-                                                                  "sequences": len(seq_lengths)}})
+    sink = sink_type(dst / STORE, index.dtype, None, codec,
+                     {"megatron": {"documents": index.document_count, "sequences": len(seq_lengths)}},
+                     cast, f"{bin_path}")
     ok = False
     try:
         d = 0
@@ -178,7 +184,7 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
         if bar is not None:
             bar.close()
         sink.close(failed=not ok)
-    return {"": sink.records}
+    return {STORE[:-3]: sink.records}
 
 
 def gather(tokens: np.ndarray, ptr: np.ndarray, nbytes: np.ndarray) -> np.ndarray:
