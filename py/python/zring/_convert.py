@@ -1,6 +1,6 @@
 """Importers: Parquet files, Arrow IPC files (HuggingFace ``save_to_disk``
 folders), folders of files and WebDataset tar shards into zring stores
-(:func:`convert`, and ``zring convert`` on the command line).
+(:func:`zring.convert`, and ``zring convert`` on the command line).
 
 Every importer streams: a Parquet file a row group at a time, Arrow files,
 folders and tar shards a block of about ``block_bytes`` at a time, so memory
@@ -15,16 +15,16 @@ What each source becomes:
 
 * Parquet (a file, or a directory of ``*.parquet`` files read in sorted
   order; needs ``pyarrow``): ``DST/<column>.zr`` per column (``columns=``
-  picks some). Fixed-width numbers and booleans become a :class:`Dataset` of
-  scalars; fixed-size lists (nested too) a :class:`Dataset` with that item
-  shape; variable-length lists of numbers a :class:`RaggedDataset` of the
-  element type; strings and binary a :class:`RaggedDataset` of uint8 (the
+  picks some). Fixed-width numbers and booleans become a :class:`~zring.Dataset` of
+  scalars; fixed-size lists (nested too) a :class:`~zring.Dataset` with that item
+  shape; variable-length lists of numbers a :class:`~zring.RaggedDataset` of the
+  element type; strings and binary a :class:`~zring.RaggedDataset` of uint8 (the
   UTF-8 bytes). Timestamps, dates, times and durations become int64 (int32
   for date32/time32) counts since the epoch in the column's unit, which the
   store's schema records (``unit``, ``arrow_type``); dictionary (categorical)
   columns become their values; a struct of ``bytes`` (binary) and ``path``
   (string), HuggingFace's ``Image()`` feature, becomes a
-  :class:`RaggedDataset` of the encoded bytes whose names are the paths. A
+  :class:`~zring.RaggedDataset` of the encoded bytes whose names are the paths. A
   null is an error naming its column unless ``fill=`` is given: then a null
   number (or list element) becomes ``fill`` (a fill the column's type cannot
   hold exactly is an error) and a null list, string or binary an empty
@@ -40,18 +40,18 @@ What each source becomes:
   that holds ``save_to_disk`` folders is refused too, rather than stored as
   opaque files (``kind="folder"`` stores them so on purpose).
 * A folder of files: one uint8 record per file in ``DST``, a
-  :class:`RaggedDataset`, files in sorted order of their relative paths,
-  which are kept (:attr:`RaggedDataset.names`); ``extensions=`` keeps only
+  :class:`~zring.RaggedDataset`, files in sorted order of their relative paths,
+  which are kept (:attr:`~zring.RaggedDataset.names`); ``extensions=`` keeps only
   files with those extensions.
 * WebDataset shards (a ``.tar`` file, or a directory of them read in sorted
   order): members are grouped into samples by key (the member's path up to
   the first dot of its file name) in shard order, and each extension becomes
-  ``DST/<extension>.zr`` (a :class:`RaggedDataset` of uint8), record ``i`` of
+  ``DST/<extension>.zr`` (a :class:`~zring.RaggedDataset` of uint8), record ``i`` of
   every store belonging to sample ``i``; the keys are kept in each store's
   names. A sample lacking an extension others have is an error naming it.
 * A Megatron-LM indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``, named by
   its prefix or either file): one record per document in ``DST/tokens.zr``,
-  a :class:`RaggedDataset` of the token dtype, byte for byte
+  a :class:`~zring.RaggedDataset` of the token dtype, byte for byte
   (:mod:`zring._megatron`). Token corpora are thus named one way whatever
   their source: ``DST/<column>.zr``, the column ``tokens`` for Megatron
   (``input_ids``, say, for a tokenized Parquet or HuggingFace dataset).
@@ -712,7 +712,7 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
 # Entry point
 # --------------------------------------------------------------------------
 
-#: The kinds of source :func:`convert` reads.
+#: The kinds of source :func:`zring.convert` reads.
 KINDS = ("parquet", "arrow", "folder", "tar", "npy", "loaderx", "megatron")
 
 
@@ -779,7 +779,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             fill: Any = None, extensions: Sequence[str] | None = None, codec: str = "zstd",
             kind: str | None = None, overwrite: bool = False, block_bytes: int = WRITE_CHUNK_BYTES,
             progress: bool | None = None, dtype: Any = None) -> dict[str, int]:
-    """Converts ``src`` into zring stores at ``dst`` (module docs); returns
+    """Converts ``src`` into zring stores at ``dst`` (what each source
+    becomes: the "Converting datasets" page, ``docs/convert.rst``); returns
     the records written per store: ``{column: n}`` for ``DST/<column>.zr``
     (``{"tokens": n}`` for Megatron), ``{"": n}`` for a single store at
     ``dst``.
@@ -807,7 +808,7 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         progress: Show a tqdm bar; by default only when stderr is a terminal.
         dtype: Store the number columns (Parquet, Arrow) or the tokens
             (Megatron) as this NumPy dtype: widening always, narrowing only
-            if every value fits (module docs).
+            if every value fits (a value that does not is a ValueError).
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is not set, or it

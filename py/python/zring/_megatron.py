@@ -1,6 +1,6 @@
 """Megatron-LM indexed datasets (``PREFIX.bin`` + ``PREFIX.idx``) into a
-zring :class:`RaggedDataset`, one record per document, at ``DST/tokens.zr``
-(:func:`convert`'s ``kind="megatron"``, ``zring convert PREFIX DST``; zring 0.2 and
+zring :class:`~zring.RaggedDataset`, one record per document, at ``DST/tokens.zr``
+(:func:`zring.convert`'s ``kind="megatron"``, ``zring convert PREFIX DST``; zring 0.2 and
 earlier wrote the store at ``DST`` itself, and such stores still open there).
 
 The format, as megatron-core's ``IndexedDataset`` writes and reads it (all
