@@ -335,3 +335,29 @@ def test_convert_dtype_narrows_only_when_every_value_fits(tmp_path, capsys):
     np.save(tmp_path / "a.npy", np.arange(4))
     with pytest.raises(ValueError, match=r"npy source is stored as it is"):
         zring.convert(tmp_path / "a.npy", tmp_path / "x", dtype=np.int32)
+
+
+def test_write_ragged_of_many_small_documents_over_many_blocks_is_exact(tmp_path):
+    """write_ragged appends one block while it gathers the next: over many
+    blocks every document lands in order, whatever form it comes in (views
+    of one buffer, strided, big-endian, lists); an error in a later block
+    (a value uint16 cannot hold) leaves nothing at the path."""
+    rng = np.random.default_rng(11)
+    flat = rng.integers(0, 60000, 200_000, dtype=np.uint16)
+    ends = np.sort(rng.integers(0, len(flat), 5000))
+    docs = [flat[a:b] for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+    docs[10] = flat[:40:2]  # strided
+    docs[11] = flat[40:60].astype(">u2")  # big-endian
+    docs[12] = [1, 2, 3]  # a list
+    docs[13] = flat[:0]  # empty
+    n = zring.write_ragged(tmp_path / "d", docs, dtype=np.uint16, codec="raw", chunk_bytes=4096, progress=False)
+    assert n == len(docs)
+    with zring.RaggedDataset(tmp_path / "d") as d:
+        assert len(d) == len(docs)
+        for i, doc in enumerate(docs):
+            assert np.array_equal(d[i], np.asarray(doc, dtype=np.int64)), f"document {i}"
+    bad = list(docs)
+    bad[3000] = np.array([70000])
+    with pytest.raises(ValueError, match=r"array 3000.*70000"):
+        zring.write_ragged(tmp_path / "e", bad, dtype=np.uint16, codec="raw", chunk_bytes=4096, progress=False)
+    assert not (tmp_path / "e").exists()
