@@ -12,7 +12,18 @@ PY    := $(VENV)/bin/python
 PIP   := $(VENV)/bin/pip
 FUZZ_SECONDS ?= 15
 
-.PHONY: demo test bench venv develop develop-release develop-bench rust-test py-test fuzz lint doc docs clean
+# maturin builds pyo3 with PYO3_PYTHON, PYO3_ENVIRONMENT_SIGNATURE and
+# PYO3_BUILD_EXTENSION_MODULE set. A cargo command that sees other values re-runs
+# pyo3's build script and recompiles pyo3, numpy and zring-py, and the next
+# maturin build recompiles them back (minutes each way: this is what made
+# `make docs` after `make test` a second compile). So every cargo command here
+# that compiles pyo3 runs with maturin's values (by hand: prefix it with
+# `env $$(make -s pyo3-env)`), and zring-py has no Rust test, doctest or bench
+# target, so cargo test and bench never link it.
+PYO3_ENV = PYO3_PYTHON=$(abspath $(PY)) PYO3_BUILD_EXTENSION_MODULE=1 \
+	PYO3_ENVIRONMENT_SIGNATURE=$$($(PY) -c 'import struct, sys; v = sys.version_info; print("%s-%d.%d-%dbit" % (sys.implementation.name, v.major, v.minor, 8 * struct.calcsize("P")))')
+
+.PHONY: demo test bench venv pyo3-env develop develop-release develop-bench rust-test py-test fuzz lint doc docs clean
 
 $(VENV)/.ok: py/requirements-dev.txt
 	python3 -m venv $(VENV)
@@ -21,6 +32,9 @@ $(VENV)/.ok: py/requirements-dev.txt
 	touch $@
 
 venv: $(VENV)/.ok
+
+pyo3-env: venv
+	@echo $(PYO3_ENV)
 
 # The package, built in the test profile (the workspace's dev profile is
 # optimised; one profile keeps CI to one build of every crate).
@@ -33,9 +47,9 @@ develop-release: venv
 demo: develop-release
 	$(PY) scripts/demo.py
 
-lint:
+lint: venv
 	cargo fmt --all -- --check
-	cargo clippy --workspace --all-targets -- -D warnings
+	$(PYO3_ENV) cargo clippy --workspace --all-targets -- -D warnings
 
 doc:
 	RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --exclude zring-py

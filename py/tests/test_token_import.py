@@ -2,6 +2,7 @@
 HuggingFace tokenized Parquet convert into ragged token stores exactly, one
 record per document, in the corpus's own dtype."""
 
+import json
 import struct
 from pathlib import Path
 
@@ -54,8 +55,8 @@ def test_megatron_documents_convert_byte_exact(tmp_path, dtype, high, gap):
     write_megatron(tmp_path / "web_text_document", docs, dtype, gap=gap)
     # Small blocks: documents are appended a few at a time.
     counts = zring.convert(tmp_path / "web_text_document", tmp_path / "web", block_bytes=4096)
-    assert counts == {"": 700}
-    with zring.RaggedDataset(tmp_path / "web") as d:
+    assert counts == {"tokens": 700}
+    with zring.RaggedDataset(tmp_path / "web" / "tokens.zr") as d:
         assert d.dtype == np.dtype(dtype) and len(d) == 700
         for i, doc in enumerate(docs):
             want = np.concatenate(doc) if doc else np.zeros(0, dtype)
@@ -69,7 +70,7 @@ def test_the_cli_converts_a_megatron_prefix_or_its_idx_file(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "code.idx"), str(tmp_path / "a")]) == 0
     assert cli.main(["convert", str(tmp_path / "code"), str(tmp_path / "b"), "--kind", "megatron"]) == 0
     for out in ("a", "b"):
-        with zring.RaggedDataset(tmp_path / out) as d:
+        with zring.RaggedDataset(tmp_path / out / "tokens.zr") as d:
             assert len(d) == 50
             np.testing.assert_array_equal(d[49], np.concatenate(docs[49]))
     assert cli.main(["convert", str(tmp_path / "code"), str(tmp_path / "b")]) == 1
@@ -149,7 +150,7 @@ def test_scattered_sequences_convert_exactly(tmp_path):
         f.write(np.asarray([len(x) for x in seqs], "<i4").tobytes() + pointers.astype("<i8").tobytes())
         f.write(doc_index.astype("<i8").tobytes())
     zring.convert(tmp_path / "sc", tmp_path / "z", block_bytes=1 << 16)
-    with zring.RaggedDataset(tmp_path / "z") as d:
+    with zring.RaggedDataset(tmp_path / "z" / "tokens.zr") as d:
         assert len(d) == len(docs)
         for k, doc in enumerate(docs):
             want = np.concatenate(doc) if doc else np.zeros(0, np.uint16)
@@ -174,7 +175,7 @@ def test_megatron_core_files_convert_to_what_megatron_core_reads(tmp_path, name)
     for suffix in (".bin", ".idx"):
         (tmp_path / f"mc{suffix}").write_bytes(Path(f"{prefix}{suffix}").read_bytes())
     zring.convert(tmp_path / "mc", tmp_path / "z")
-    with zring.RaggedDataset(tmp_path / "z") as d:
+    with zring.RaggedDataset(tmp_path / "z" / "tokens.zr") as d:
         assert len(d) == len(starts) - 1 and d.dtype == tokens.dtype == np.dtype(name)
         for k in range(len(d)):
             assert d[k].tobytes() == tokens[starts[k]:starts[k + 1]].tobytes(), f"document {k}"
@@ -223,7 +224,7 @@ def test_a_uint16_megatron_import_packs_with_int32_stores_without_a_rewrite(tmp_
         docs = [(base + d * 1000 + np.arange(int(rng.integers(1, 900)))).astype(np.int32) for d in range(300)]
         zring.write_ragged(tmp_path / f"hf{k}", docs)
         others.append(zring.RaggedDataset(tmp_path / f"hf{k}"))
-    megatron = zring.RaggedDataset(tmp_path / "mega")
+    megatron = zring.RaggedDataset(tmp_path / "mega" / "tokens.zr")
     assert megatron.dtype == np.uint16 and others[0].dtype == np.int32
     mix = zring.mix([megatron, *others], [0.6, 0.3, 0.1])
     packed = zring.pack(mix, 128, labels=True, eod_id=-1)
@@ -249,3 +250,114 @@ def test_a_uint16_megatron_import_packs_with_int32_stores_without_a_rewrite(tmp_
                                             r"uint16 tokens cannot hold"):
             for _ in range(5):
                 next(dl)
+
+
+def test_megatron_parquet_and_huggingface_corpora_are_named_one_way(tmp_path, capsys):
+    """Every converted token corpus is a directory of stores DST/<column>.zr:
+    the Megatron import's column is ``tokens``, and the CLI prints that
+    path; a Megatron store converted by zring 0.2 (the store at DST itself)
+    still opens where it is."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = [[np.arange(d + 1, dtype=np.uint16)] for d in range(30)]
+    write_megatron(tmp_path / "m", docs, np.uint16)
+    assert zring.convert(tmp_path / "m", tmp_path / "mega") == {"tokens": 30}
+    pq.write_table(pa.table({"input_ids": pa.array([np.concatenate(d) for d in docs], pa.list_(pa.uint16()))}),
+                   tmp_path / "t.parquet")
+    assert zring.convert(tmp_path / "t.parquet", tmp_path / "pq") == {"input_ids": 30}
+    assert sorted(p.name for p in (tmp_path / "mega").iterdir()) == ["tokens.zr"]
+    assert sorted(p.name for p in (tmp_path / "pq").iterdir()) == ["input_ids.zr"]
+    with zring.RaggedDataset(tmp_path / "mega" / "tokens.zr") as a, \
+            zring.RaggedDataset(tmp_path / "pq" / "input_ids.zr") as b:
+        assert len(a) == len(b) == 30
+        assert all(np.array_equal(a[i], b[i]) for i in range(30))
+    assert cli.main(["convert", str(tmp_path / "m"), str(tmp_path / "cli")]) == 0
+    assert f"{tmp_path / 'cli' / 'tokens.zr'}: 30 records" in capsys.readouterr().out
+    # A zring 0.2 conversion: the same store, at DST itself.
+    (tmp_path / "mega" / "tokens.zr").rename(tmp_path / "old")
+    with zring.RaggedDataset(tmp_path / "old") as d:
+        assert len(d) == 30 and np.array_equal(d[29], np.arange(30))
+
+
+@pytest.mark.parametrize("to", [np.int32, np.int64, np.uint32])
+def test_convert_dtype_widens_megatron_tokens_on_disk(tmp_path, to):
+    """dtype= (--dtype) stores a uint16 Megatron import's tokens widened,
+    every value the same, the source's dtype kept in the schema."""
+    rng = np.random.default_rng(5)
+    docs = corpus(rng, 80, np.uint16, 65536)
+    write_megatron(tmp_path / "m", docs, np.uint16)
+    assert zring.convert(tmp_path / "m", tmp_path / "w", dtype=to, block_bytes=512) == {"tokens": 80}
+    with zring.RaggedDataset(tmp_path / "w" / "tokens.zr") as d:
+        assert d.dtype == np.dtype(to)
+        for i, doc in enumerate(docs):
+            want = np.concatenate(doc) if doc else np.zeros(0, np.uint16)
+            assert d[i].dtype == np.dtype(to) and np.array_equal(d[i], want.astype(np.int64)), f"document {i}"
+    with zring.Store(tmp_path / "w" / "tokens.zr") as s:
+        assert json.loads(s.schema())["converted_from"] == "uint16"
+
+
+def test_convert_dtype_narrows_only_when_every_value_fits(tmp_path, capsys):
+    """int32 tokens under 65,536 narrow to uint16; one token of 70,000 makes
+    the narrowing an error naming the value, the file and the flag (in the
+    CLI: --dtype), leaving nothing at DST. Parquet list columns narrow the
+    same way and keep string columns' bytes."""
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    docs = [[np.arange(d * 100, d * 100 + 50, dtype=np.int32)] for d in range(40)]
+    write_megatron(tmp_path / "small", docs, np.int32)
+    zring.convert(tmp_path / "small", tmp_path / "u16", dtype="uint16")
+    with zring.RaggedDataset(tmp_path / "u16" / "tokens.zr") as d:
+        assert d.dtype == np.uint16 and np.array_equal(d[39], np.arange(3900, 3950))
+    docs[17][0][3] = 70000
+    write_megatron(tmp_path / "big", docs, np.int32)
+    with pytest.raises(ValueError, match=r"70000.*uint16.*dtype=uint16.*wider") as e:
+        zring.convert(tmp_path / "big", tmp_path / "bad", dtype=np.uint16, block_bytes=256)
+    assert "big.bin" in str(e.value)
+    assert not (tmp_path / "bad").exists()
+    assert cli.main(["convert", str(tmp_path / "big"), str(tmp_path / "bad"), "--dtype", "uint16"]) == 1
+    err = capsys.readouterr().err
+    assert "--dtype uint16" in err and "70000" in err and "dtype=" not in err
+    assert not (tmp_path / "bad").exists()
+
+    rows = [np.arange(n, dtype=np.int64) * 1000 for n in range(1, 30)]
+    pq.write_table(pa.table({"input_ids": pa.array(rows, pa.list_(pa.int64())),
+                             "text": pa.array([f"doc {i}" for i in range(29)])}), tmp_path / "t.parquet",
+                   row_group_size=8)
+    zring.convert(tmp_path / "t.parquet", tmp_path / "pq", dtype=np.int32)
+    with zring.RaggedDataset(tmp_path / "pq" / "input_ids.zr") as d, \
+            zring.RaggedDataset(tmp_path / "pq" / "text.zr") as t:
+        assert d.dtype == np.int32 and all(np.array_equal(d[i], rows[i]) for i in range(29))
+        assert t.dtype == np.uint8 and bytes(t[7]) == b"doc 7"
+    with pytest.raises(ValueError, match=r"column 'input_ids'.*dtype=uint8"):
+        zring.convert(tmp_path / "t.parquet", tmp_path / "pq8", dtype=np.uint8)
+    with pytest.raises(ValueError, match=r"dtype=.*numeric"):
+        zring.convert(tmp_path / "small", tmp_path / "x", dtype="U3")
+    np.save(tmp_path / "a.npy", np.arange(4))
+    with pytest.raises(ValueError, match=r"npy source is stored as it is"):
+        zring.convert(tmp_path / "a.npy", tmp_path / "x", dtype=np.int32)
+
+
+def test_write_ragged_of_many_small_documents_over_many_blocks_is_exact(tmp_path):
+    """write_ragged appends one block while it gathers the next: over many
+    blocks every document lands in order, whatever form it comes in (views
+    of one buffer, strided, big-endian, lists); an error in a later block
+    (a value uint16 cannot hold) leaves nothing at the path."""
+    rng = np.random.default_rng(11)
+    flat = rng.integers(0, 60000, 200_000, dtype=np.uint16)
+    ends = np.sort(rng.integers(0, len(flat), 5000))
+    docs = [flat[a:b] for a, b in zip(np.concatenate([[0], ends[:-1]]), ends)]
+    docs[10] = flat[:40:2]  # strided
+    docs[11] = flat[40:60].astype(">u2")  # big-endian
+    docs[12] = [1, 2, 3]  # a list
+    docs[13] = flat[:0]  # empty
+    n = zring.write_ragged(tmp_path / "d", docs, dtype=np.uint16, codec="raw", chunk_bytes=4096, progress=False)
+    assert n == len(docs)
+    with zring.RaggedDataset(tmp_path / "d") as d:
+        assert len(d) == len(docs)
+        for i, doc in enumerate(docs):
+            assert np.array_equal(d[i], np.asarray(doc, dtype=np.int64)), f"document {i}"
+    bad = list(docs)
+    bad[3000] = np.array([70000])
+    with pytest.raises(ValueError, match=r"array 3000.*70000"):
+        zring.write_ragged(tmp_path / "e", bad, dtype=np.uint16, codec="raw", chunk_bytes=4096, progress=False)
+    assert not (tmp_path / "e").exists()

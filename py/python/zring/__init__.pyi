@@ -227,11 +227,14 @@ def convert(
     block_bytes: int = ...,
     progress: Optional[bool] = None,
     workers: Optional[int] = None,
+    dtype: Any = None,
 ) -> dict[str, int]:
     """Parquet or Arrow IPC files (a HuggingFace save_to_disk folder; one
     store per column), a folder of files, WebDataset tar shards (one store per
-    extension), a .npy or a loaderx store into zring stores at dst, each
-    with its table sealed in format 2; returns the records written per store.
+    extension), a Megatron .bin/.idx dataset (dst/tokens.zr), a .npy or a
+    loaderx store into zring stores at dst, each with its table sealed in
+    format 2; dtype= stores number columns and tokens in that dtype (narrowing
+    only if every value fits); returns the records written per store.
     With workers=N, a folder of many files becomes a dataset of parts, one
     part per file, converted by N worker processes."""
 

@@ -1,6 +1,6 @@
 """Importers: Parquet files, Arrow IPC files (HuggingFace ``save_to_disk``
 folders), folders of files and WebDataset tar shards into zring stores
-(:func:`convert`, and ``zring convert`` on the command line).
+(:func:`zring.convert`, and ``zring convert`` on the command line).
 
 Every importer streams: a Parquet file a row group at a time, Arrow files,
 folders and tar shards a block of about ``block_bytes`` at a time, so memory
@@ -15,16 +15,16 @@ What each source becomes:
 
 * Parquet (a file, or a directory of ``*.parquet`` files read in sorted
   order; needs ``pyarrow``): ``DST/<column>.zr`` per column (``columns=``
-  picks some). Fixed-width numbers and booleans become a :class:`Dataset` of
-  scalars; fixed-size lists (nested too) a :class:`Dataset` with that item
-  shape; variable-length lists of numbers a :class:`RaggedDataset` of the
-  element type; strings and binary a :class:`RaggedDataset` of uint8 (the
+  picks some). Fixed-width numbers and booleans become a :class:`~zring.Dataset` of
+  scalars; fixed-size lists (nested too) a :class:`~zring.Dataset` with that item
+  shape; variable-length lists of numbers a :class:`~zring.RaggedDataset` of the
+  element type; strings and binary a :class:`~zring.RaggedDataset` of uint8 (the
   UTF-8 bytes). Timestamps, dates, times and durations become int64 (int32
   for date32/time32) counts since the epoch in the column's unit, which the
   store's schema records (``unit``, ``arrow_type``); dictionary (categorical)
   columns become their values; a struct of ``bytes`` (binary) and ``path``
   (string), HuggingFace's ``Image()`` feature, becomes a
-  :class:`RaggedDataset` of the encoded bytes whose names are the paths. A
+  :class:`~zring.RaggedDataset` of the encoded bytes whose names are the paths. A
   null is an error naming its column unless ``fill=`` is given: then a null
   number (or list element) becomes ``fill`` (a fill the column's type cannot
   hold exactly is an error) and a null list, string or binary an empty
@@ -40,19 +40,23 @@ What each source becomes:
   that holds ``save_to_disk`` folders is refused too, rather than stored as
   opaque files (``kind="folder"`` stores them so on purpose).
 * A folder of files: one uint8 record per file in ``DST``, a
-  :class:`RaggedDataset`, files in sorted order of their relative paths,
-  which are kept (:attr:`RaggedDataset.names`); ``extensions=`` keeps only
+  :class:`~zring.RaggedDataset`, files in sorted order of their relative paths,
+  which are kept (:attr:`~zring.RaggedDataset.names`); ``extensions=`` keeps only
   files with those extensions.
 * WebDataset shards (a ``.tar`` file, or a directory of them read in sorted
   order): members are grouped into samples by key (the member's path up to
   the first dot of its file name) in shard order, and each extension becomes
-  ``DST/<extension>.zr`` (a :class:`RaggedDataset` of uint8), record ``i`` of
+  ``DST/<extension>.zr`` (a :class:`~zring.RaggedDataset` of uint8), record ``i`` of
   every store belonging to sample ``i``; the keys are kept in each store's
   names. A sample lacking an extension others have is an error naming it.
 * A Megatron-LM indexed dataset (``PREFIX.bin`` + ``PREFIX.idx``, named by
-  its prefix or either file): one record per document in ``DST``, a
-  :class:`RaggedDataset` of the token dtype, byte for byte
-  (:mod:`zring._megatron`).
+  its prefix or either file): one record per document in ``DST/tokens.zr``,
+  a :class:`~zring.RaggedDataset` of the token dtype, byte for byte
+  (:mod:`zring._megatron`). Token corpora are thus named one way whatever
+  their source: ``DST/<column>.zr``, the column ``tokens`` for Megatron
+  (``input_ids``, say, for a tokenized Parquet or HuggingFace dataset).
+  Megatron conversions made by zring 0.2 and earlier are a store at ``DST``; they
+  still open there.
 * A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
   (:func:`zring.import_loaderx`), as before.
 
@@ -62,6 +66,16 @@ dataset of parts (:mod:`zring.parts`): each file is converted into one part,
 by ``N`` worker processes at once, and the parts are committed in the files'
 order, ``DST`` (a single store) or ``DST/<column>.zr`` (one per column or
 extension) each a dataset of parts read as one dataset.
+
+``dtype=`` (``zring convert --dtype``) stores every value of the number
+columns (Parquet, Arrow) or the tokens (Megatron) as that dtype: a uint16
+Megatron import as int32 beside int32 stores, say, or int64 ``input_ids`` as
+int32. Widening (``np.can_cast(..., "safe")``) always works; a narrowing
+cast is checked block by block, and a value it cannot hold (70000 for
+uint16, 1.5 for an integer) is a ValueError naming the column or file and
+the value, with nothing left at ``DST``. String, binary and image columns
+keep their bytes. The source's dtype is kept in each store's schema
+(``converted_from``).
 
 Names live in a ragged store of UTF-8 bytes, ``names/`` inside the store's
 directory, record ``i`` naming record ``i``: read a name at a time (a billion
@@ -81,7 +95,7 @@ from typing import Any, Iterable, Iterator
 
 import numpy as np
 
-from . import _megatron, _schema
+from . import _megatron, _schema, _util
 from ._zrecord import NAMES_DIR, WRITE_CHUNK_BYTES, _finish, _open_for_write, _progress, _release, _target, write_dataset
 from ._zring import Store, import_loaderx
 
@@ -106,7 +120,13 @@ class _Sink:
     """One store being filled: fixed (``shape`` given) or ragged."""
 
     def __init__(self, path: Path, dtype: np.dtype, shape: tuple[int, ...] | None, codec: str,
-                 extra: dict[str, Any] | None = None):
+                 extra: dict[str, Any] | None = None, cast: np.dtype | None = None, what: str = ""):
+        # ``cast``: convert's ``dtype=``, what every value is stored as
+        # (checked: a value it cannot hold is an error naming ``what``).
+        self.cast, self.what = cast, what
+        if cast is not None:
+            extra = {**(extra or {}), "converted_from": str(np.dtype(dtype))}
+            dtype = cast
         self.path, self.dtype, self.shape, self.codec = path, np.dtype(dtype), shape, codec
         if shape is None:
             schema = _schema.ragged_schema(self.dtype, (), codec)
@@ -118,9 +138,21 @@ class _Sink:
         self.store: Store = _open_for_write(path, schema, lambda _: False, "", sealable=True)
         self.records = 0
 
+    def _values(self, values: np.ndarray) -> np.ndarray:
+        if self.cast is None:
+            return np.ascontiguousarray(values, dtype=self.dtype)
+        try:
+            return _util.as_dtype(values, self.dtype, self.what)
+        except ValueError as e:
+            src = np.asarray(values).dtype
+            raise ValueError(
+                f"{e}: dtype={self.dtype} narrows {src} only where every value fits; pass a wider dtype, or "
+                f"none to keep {src} (nothing was written)"
+            ) from None
+
     def fixed(self, values: np.ndarray) -> None:
         """Appends ``len(values)`` records of shape ``self.shape``."""
-        values = np.ascontiguousarray(values, dtype=self.dtype)
+        values = self._values(values)
         n = len(values)
         if n:
             item = values.nbytes // n
@@ -129,8 +161,12 @@ class _Sink:
 
     def ragged(self, values: np.ndarray, offsets: np.ndarray) -> None:
         """Appends one record per ``offsets[i]:offsets[i + 1]`` slice of ``values``."""
-        values = np.ascontiguousarray(values, dtype=self.dtype).reshape(-1)
         offsets = np.asarray(offsets, dtype=np.int64)
+        if self.cast is not None and len(offsets):
+            # Only the slice stored is checked (an Arrow chunk's values may
+            # extend past its offsets).
+            values, offsets = np.asarray(values).reshape(-1)[offsets[0]:offsets[-1]], offsets - offsets[0]
+        values = self._values(values).reshape(-1)
         n = len(offsets) - 1
         if n <= 0:
             return
@@ -383,7 +419,8 @@ def _plan(pa: Any, schema: Any, first: Path, columns: Sequence[str] | None) -> t
 
 
 def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source], plans: dict[str, Any],
-                     tables: Iterable[Any], total: int, fill: Any, codec: str, progress: bool | None) -> dict[str, int]:
+                     tables: Iterable[Any], total: int, fill: Any, codec: str, progress: bool | None,
+                     cast: np.dtype | None = None) -> dict[str, int]:
     """Appends each column of every table of ``tables`` (in order) to its
     store ``DST/<column>.zr``: what Parquet and Arrow sources share."""
     bar = _progress(total, f"convert {src.name}", progress)
@@ -392,8 +429,9 @@ def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source],
     ok = False
     try:
         for c, (kind, dt, shape) in plans.items():
+            numeric = kind != "bytes"
             sinks[c] = _Sink(dst / f"{c}.zr", dt, None if kind in ("list", "bytes") else shape, codec,
-                             sources[c].extra)
+                             sources[c].extra, cast if numeric else None, f"column {c!r} of {src}")
             if sources[c].names:
                 named[c] = _Sink(dst / f"{c}.zr" / NAMES_DIR, np.dtype(np.uint8), None, "zstd")
         for table in tables:
@@ -416,14 +454,14 @@ def _convert_columns(pa: Any, src: Path, dst: Path, sources: dict[str, _Source],
 
 
 def _convert_parquet(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str,
-                     progress: bool | None) -> dict[str, int]:
+                     progress: bool | None, cast: np.dtype | None = None) -> dict[str, int]:
     pa, pq = _pyarrow()
     files = _parquet_files(src)
     schema = pq.ParquetFile(files[0]).schema_arrow
     names, sources, plans = _plan(pa, schema, files[0], columns)
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in files)
     return _convert_columns(pa, src, dst, sources, plans, _row_groups(pq, files, schema, names), total, fill,
-                            codec, progress)
+                            codec, progress, cast)
 
 
 # --------------------------------------------------------------------------
@@ -523,7 +561,7 @@ def _arrow_tables(pa: Any, files: Sequence[Path], schema: Any, names: Sequence[s
 
 
 def _convert_arrow(src: Path, dst: Path, columns: Sequence[str] | None, fill: Any, codec: str, block_bytes: int,
-                   progress: bool | None) -> dict[str, int]:
+                   progress: bool | None, cast: np.dtype | None = None) -> dict[str, int]:
     pa, _ = _pyarrow()
     files = _arrow_files(src)
     schema = _ipc_reader(pa, files[0]).schema
@@ -531,7 +569,7 @@ def _convert_arrow(src: Path, dst: Path, columns: Sequence[str] | None, fill: An
     # Memory-mapped: counting rows reads message headers, not the data.
     total = sum(b.num_rows for f in files for b in _ipc_batches(pa, f))
     return _convert_columns(pa, src, dst, sources, plans, _arrow_tables(pa, files, schema, names, block_bytes),
-                            total, fill, codec, progress)
+                            total, fill, codec, progress, cast)
 
 
 # --------------------------------------------------------------------------
@@ -723,7 +761,7 @@ def _input_files(src: Path, kind: str) -> list[Path]:
 
 
 def _convert_file(kind: str, src: str, where: str, columns: Sequence[str] | None, fill: Any, codec: str,
-                  block_bytes: int) -> dict[str, tuple[Any, str | None]]:
+                  block_bytes: int, cast: np.dtype | None = None) -> dict[str, tuple[Any, str | None]]:
     """Converts input file ``src`` as :func:`convert` would, then stages each
     of its stores as a part of its dataset under ``where`` (``where`` itself
     for a single store, ``where/<column>.zr`` per column); returns
@@ -739,13 +777,13 @@ def _convert_file(kind: str, src: str, where: str, columns: Sequence[str] | None
     try:
         out = work / "out"
         if kind == "parquet":
-            counts = _convert_parquet(file, out, columns, fill, codec, False)
+            counts = _convert_parquet(file, out, columns, fill, codec, False, cast)
         elif kind == "arrow":
-            counts = _convert_arrow(file, out, columns, fill, codec, block_bytes, False)
+            counts = _convert_arrow(file, out, columns, fill, codec, block_bytes, False, cast)
         elif kind == "tar":
             counts = _convert_tar(file, out, codec, block_bytes, False)
         else:
-            counts = _megatron.convert(file, out, codec, block_bytes, False, _Sink, _progress, counts=False)
+            counts = _megatron.convert(file, out, codec, block_bytes, False, _Sink, _progress, cast, counts=False)
         staged = {}
         for name in counts:
             if name:
@@ -766,20 +804,20 @@ def _ignore_sigint() -> None:
 
 
 def _convert_parts(kind: str, src: Path, where: Path, workers: int, columns: Sequence[str] | None, fill: Any,
-                   codec: str, block_bytes: int, progress: bool | None) -> dict[str, int]:
+                   codec: str, block_bytes: int, progress: bool | None, cast: np.dtype | None = None) -> dict[str, int]:
     """One part per input file of ``src``, converted by ``workers`` processes
     (this one when 1) and committed, in the files' order, as a dataset of
     parts per store (module docs)."""
     from . import parts
 
     files = _input_files(src, kind)
-    args = (columns, fill, codec, block_bytes)
+    args = (columns, fill, codec, block_bytes, cast)
     bar = _progress(len(files), f"convert {src.name}", progress)
     results: list[dict[str, tuple[Any, str | None]]] = []
     try:
         if workers == 1:
             for f in files:
-                results.append(_convert_file(kind, str(f), str(where), columns, fill, codec, block_bytes))
+                results.append(_convert_file(kind, str(f), str(where), *args))
                 if bar is not None:
                     bar.update(1)
         else:
@@ -824,7 +862,7 @@ def _convert_parts(kind: str, src: Path, where: Path, workers: int, columns: Seq
 # Entry point
 # --------------------------------------------------------------------------
 
-#: The kinds of source :func:`convert` reads.
+#: The kinds of source :func:`zring.convert` reads.
 KINDS = ("parquet", "arrow", "folder", "tar", "npy", "loaderx", "megatron")
 
 
@@ -892,9 +930,12 @@ def _kind(src: Path) -> str:
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
             fill: Any = None, extensions: Sequence[str] | None = None, codec: str = "zstd",
             kind: str | None = None, overwrite: bool = False, block_bytes: int = WRITE_CHUNK_BYTES,
-            progress: bool | None = None, workers: int | None = None) -> dict[str, int]:
-    """Converts ``src`` into zring stores at ``dst`` (module docs); returns
-    the records written per store (``""`` for a single store at ``dst``).
+            progress: bool | None = None, workers: int | None = None, dtype: Any = None) -> dict[str, int]:
+    """Converts ``src`` into zring stores at ``dst`` (what each source
+    becomes: the "Converting datasets" page, ``docs/convert.rst``); returns
+    the records written per store: ``{column: n}`` for ``DST/<column>.zr``
+    (``{"tokens": n}`` for Megatron), ``{"": n}`` for a single store at
+    ``dst``.
 
     Args:
         src: A ``.parquet`` file or a directory of them, a HuggingFace
@@ -904,9 +945,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             prefix, or its ``.idx`` or ``.bin`` file). ``kind`` overrides the
             guess (``"parquet"``, ``"arrow"``, ``"folder"``, ``"tar"``,
             ``"npy"``, ``"loaderx"``, ``"megatron"``).
-        dst: The store (``.npy``, loaderx, folder, Megatron) or the directory of stores
-            (Parquet and Arrow: one per column; tar: one per extension) to
-            create.
+        dst: The store (``.npy``, loaderx, folder) or the directory of
+            stores (Parquet and Arrow: ``DST/<column>.zr`` per column; tar:
+            one per extension; Megatron: ``DST/tokens.zr``) to create.
         columns: Parquet or Arrow columns to convert (default: all).
         fill: What a null becomes (default: a null is an error); a value the
             column's type cannot hold exactly (1.5 in an integer column, -1 in
@@ -926,6 +967,9 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             :class:`Dataset` and :class:`RaggedDataset`. Every file must
             convert into the same columns of the same dtypes and shapes.
             Default: one store, the files converted in order by this process.
+        dtype: Store the number columns (Parquet, Arrow) or the tokens
+            (Megatron) as this NumPy dtype: widening always, narrowing only
+            if every value fits (a value that does not is a ValueError).
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is not set, or it
@@ -933,9 +977,10 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             empty directory (nothing is removed).
         ValueError: A column or member that cannot be mapped, a null without
             ``fill``, a sample missing an extension, an unknown ``kind``, a
-            HuggingFace ``DatasetDict`` folder (convert one split's folder) or
+            HuggingFace ``DatasetDict`` folder (convert one split's folder),
             a folder holding ``save_to_disk`` folders (unless
-            ``kind="folder"``).
+            ``kind="folder"``), or a ``dtype`` that is not numeric, is given
+            for another kind of source, or cannot hold a value.
         ImportError: A Parquet or Arrow source without pyarrow installed.
     """
     src, dst = Path(src), Path(dst)
@@ -946,6 +991,19 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
     kind = kind or _kind(src)
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    cast = None
+    if dtype is not None:
+        try:
+            cast = np.dtype(dtype).newbyteorder("<")
+        except TypeError as e:
+            raise ValueError(f"dtype={dtype!r} is not a NumPy dtype ({e})") from None
+        if cast.kind not in "biuf":
+            raise ValueError(f"dtype={dtype!r} is not a numeric dtype (int32, uint16, float32, ...)")
+        if kind not in ("parquet", "arrow", "megatron"):
+            raise ValueError(
+                f"dtype={cast} casts Parquet and Arrow number columns and Megatron tokens only; a {kind} source "
+                f"is stored as it is"
+            )
     if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
         raise ValueError(f"workers= must be a positive number of processes, got {workers!r}")
     if kind == "megatron" and workers is None and src.is_dir():
@@ -959,7 +1017,8 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         if os.path.lexists(dst) and not overwrite:
             raise FileExistsError(f"{dst} already exists; pass overwrite=True to replace it")
         with _target(dst, overwrite, False) as where:
-            return _convert_parts(kind, src, where, int(workers), columns, fill, codec, int(block_bytes), progress)
+            return _convert_parts(kind, src, where, int(workers), columns, fill, codec, int(block_bytes), progress,
+                                  cast)
     if os.path.lexists(dst) and not overwrite:
         # Said here rather than by the writers convert builds on, whose
         # message offers an append convert does not have.
@@ -974,11 +1033,11 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
             stats = import_loaderx(str(src), str(where))
             return {"": int(stats["records"])}
         if kind == "parquet":
-            return _convert_parquet(src, where, columns, fill, codec, progress)
+            return _convert_parquet(src, where, columns, fill, codec, progress, cast)
         if kind == "arrow":
-            return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress)
+            return _convert_arrow(src, where, columns, fill, codec, int(block_bytes), progress, cast)
         if kind == "folder":
             return _convert_folder(src, where, extensions, codec, int(block_bytes), progress)
         if kind == "megatron":
-            return _megatron.convert(src, where, codec, int(block_bytes), progress, _Sink, _progress)
+            return _megatron.convert(src, where, codec, int(block_bytes), progress, _Sink, _progress, cast)
         return _convert_tar(src, where, codec, int(block_bytes), progress)

@@ -1,6 +1,7 @@
 """Megatron-LM indexed datasets (``PREFIX.bin`` + ``PREFIX.idx``) into a
-zring :class:`RaggedDataset`, one record per document (:func:`convert`'s
-``kind="megatron"``, ``zring convert PREFIX DST``).
+zring :class:`~zring.RaggedDataset`, one record per document, at ``DST/tokens.zr``
+(:func:`zring.convert`'s ``kind="megatron"``, ``zring convert PREFIX DST``; zring 0.2 and
+earlier wrote the store at ``DST`` itself, and such stores still open there).
 
 The format, as megatron-core's ``IndexedDataset`` writes and reads it (all
 integers little-endian):
@@ -50,6 +51,9 @@ PREAMBLE_BYTES = 9 + 8 + 1 + 8 + 8
 CHECK_SEQUENCES = 1 << 20
 #: Bytes of tokens gathered with one index array (8 bytes an index).
 GATHER_BYTES = 1 << 20
+#: The store a conversion writes inside its destination: ``DST/tokens.zr``,
+#: named like a Parquet or HuggingFace column's ``DST/<column>.zr``.
+STORE = "tokens.zr"
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64, 6: np.float64, 7: np.float32,
           8: np.uint16}
 
@@ -130,10 +134,11 @@ class Index:
 
 
 def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool | None,
-            sink_type: Any, progress_bar: Any, counts: bool = True) -> dict[str, int]:
-    """Writes one record per document of the dataset at ``src`` to a ragged
-    store at ``dst`` (module docs). ``counts``: record the dataset's document
-    and sequence counts in the store's schema (not in a part of a dataset of
+            sink_type: Any, progress_bar: Any, cast: np.dtype | None = None, counts: bool = True) -> dict[str, int]:
+    """Writes one record per document of the dataset at ``src`` to the
+    ragged store ``dst/tokens.zr`` (module docs), its tokens cast to
+    ``cast`` if given. ``counts``: record the dataset's document and
+    sequence counts in the store's schema (not in a part of a dataset of
     parts, whose parts' schemas must be alike)."""
     found = paths(src)
     if found is None:
@@ -151,7 +156,7 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
     doc_tokens = seq_starts[docs]
     bar = progress_bar(index.document_count, f"convert {idx_path.stem}", progress)
     described = {"documents": index.document_count, "sequences": len(seq_lengths)} if counts else {}
-    sink = sink_type(dst, index.dtype, None, codec, {"megatron": described})
+    sink = sink_type(dst / STORE, index.dtype, None, codec, {"megatron": described}, cast, f"{bin_path}")
     ok = False
     try:
         d = 0
@@ -180,7 +185,7 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
         if bar is not None:
             bar.close()
         sink.close(failed=not ok)
-    return {"": sink.records}
+    return {STORE[:-3]: sink.records}
 
 
 def gather(tokens: np.ndarray, ptr: np.ndarray, nbytes: np.ndarray) -> np.ndarray:

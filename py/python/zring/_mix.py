@@ -199,13 +199,26 @@ class Mixture:
 
 def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | RaggedDataset],
         weights: Sequence[float] | Schedule) -> Mixture:
-    """A weighted mixture of stream dicts for :class:`zring.DataLoader` (module docs).
+    """A weighted mixture of stream dicts for :class:`zring.DataLoader`.
     A bare dataset counts as the stream dict ``{"tokens": ds}``; a mixture of
     RaggedDatasets of token documents is what :func:`zring.pack` takes.
 
-    Any positive weights: a source of under one row per batch gets its rows
-    over the steps, within a row of its share of the rows so far while at
-    most three sources are that small (module docs).
+    After ``t + 1`` steps of ``B`` rows, source ``s`` has given the
+    largest-remainder rounding of ``w_s * (t + 1) * B`` rows (the running
+    total is rounded, so the long-run shares are exact; one batch holds
+    ``floor(w_s * B) - 1`` to ``ceil(w_s * B) + 1`` of its rows). The
+    weights need not sum to 1 and may be as small as you like: a source of
+    under one row per batch gets its rows over the steps, within a row of
+    its share of the rows so far while at most three sources are that
+    small. Each source samples its own records (a sampler seeded from the
+    loader's seed and the source's position); the
+    plan is a pure function of the step, so ``state()`` and ``state=``
+    resume exactly, and each ``shard=`` holds each source's share of its
+    own rows. :attr:`zring.DataLoader.last_sources` names each row's source.
+
+    Every rule (the rounding, small weights, shards, resuming old states)
+    is in the "Language-model input" page of the API reference
+    (``docs/lm.rst``; in Python, ``help(zring._mix)``).
 
     ``weights`` may be a :func:`zring.schedule`: weights as a function of the
     step (piecewise linear or constant), each source's rows so far within a

@@ -72,7 +72,7 @@ usual few integers (plus the packing), ``state=`` resumes exactly,
 each global batch. Packing runs in the Rust loader's threads, which copy
 the tokens from the store into the batch buffers (only the documents cut at
 the ends of a stretch go through a scratch buffer); Python sees finished
-arrays. :attr:`DataLoader.last_indices` holds the rows' numbers in the
+arrays. :attr:`zring.DataLoader.last_indices` holds the rows' numbers in the
 stream.
 
 The loader finds a row without replaying the stream: per cycle of the
@@ -89,7 +89,7 @@ order) a run resumed in cycle ``c`` sums the ``c`` cycles before it once.
 A ``zring.mix([docs_a, docs_b], [0.7, 0.3])`` of RaggedDatasets packs each
 source into its own row stream; each batch holds each source's share of the
 rows (as for any mixture), and since every row is ``seq_len`` tokens of one
-source, the weights count tokens. :attr:`DataLoader.last_sources` names each
+source, the weights count tokens. :attr:`zring.DataLoader.last_sources` names each
 row's source. Source ``k`` orders its documents with seed ``seed + k``.
 """
 
@@ -216,7 +216,25 @@ def pack(source: RaggedDataset | Mixture, seq_len: int, *, mode: str = "concat",
          labels: bool = False, mask_boundaries: bool = False, eod_id: int | None = None, bos_id: int | None = None,
          dtype: Any = None) -> Packed:
     """Rows of ``seq_len`` tokens from a RaggedDataset of token documents, or a
-    :func:`zring.mix` of them, for :class:`zring.DataLoader` (module docs).
+    :func:`zring.mix` of them, for :class:`zring.DataLoader`.
+
+    Each batch is a dict of ``(batch_size, seq_len)`` arrays: ``tokens``
+    (``dtype``), ``segment_ids`` (int32: ``1, 2, ...`` for the document
+    pieces of a row in order, 0 on padding), ``positions`` (int32: each
+    token's offset in its document) and, with ``labels=True``, ``labels``
+    (each token's next token) and ``loss_mask`` (uint8, 0 where the label
+    is not trained). ``mode="concat"`` cuts the documents, back to back in
+    the loader's sampling order, every ``seq_len`` tokens and never pads;
+    ``mode="first_fit"`` places the documents of each window of 1,024 into
+    the first row with room (longer ones cut into pieces of ``seq_len``) and
+    pads the rest of each row. Step ``t``'s rows are a pure function of the
+    seed, the step and the stores: ``DataLoader.state()`` and ``state=``
+    resume exactly, ``shard=`` splits each batch. Over a mixture each source
+    packs its own rows, so the weights count tokens.
+
+    Every rule (labels at row and document edges, EOD and BOS, dtypes,
+    memory, resume cost) is in the "Language-model input" page of the API
+    reference (``docs/lm.rst``; in Python, ``help(zring._pack)``).
 
     Args:
         source: A RaggedDataset of 1-D integer documents, or a ``zring.mix``

@@ -16,6 +16,7 @@ import json
 import os
 import sys
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -653,7 +654,15 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
                 {k: encoded.get(k) for k in ("dtype", "dtype_name")}
                 and tuple(existing.get("item_shape", ())) == ishape)
 
+    rank = 1 + len(ishape)
+
     def prepared(i: int, a: Any) -> np.ndarray:
+        # The usual case (a C-contiguous array of the dtype and row shape)
+        # skips the checked cast: a million small documents spend their time
+        # here.
+        if type(a) is np.ndarray and a.dtype == dt and a.ndim == rank and a.shape[1:] == ishape \
+                and a.flags.c_contiguous:
+            return a
         a = _util.as_dtype(a, dt, f"array {i}")
         if a.ndim < 1 or tuple(a.shape[1:]) != ishape:
             raise ValueError(
@@ -677,25 +686,41 @@ def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np
     need_dict = codec == "zstd_dict" and not store.has_dict()
     block: list[np.ndarray] = []
     block_bytes = 0
+    # One block is appended by a thread (the engine releases the GIL) while
+    # this one gathers the next: the caller's arrays and the engine's copy,
+    # checksums and compression run on two cores. At most one append is in
+    # flight, so memory stays about two blocks.
+    pool = ThreadPoolExecutor(1, thread_name_prefix="zring-write")
+    pending: Future[None] | None = None
+    pending_records = 0
+
+    def settle() -> None:
+        """Waits for the append in flight (raising its error) and counts it."""
+        nonlocal pending, pending_records, total
+        if pending is not None:
+            f, pending = pending, None
+            f.result()
+            total += pending_records
+            if bar is not None:
+                bar.update(pending_records)
+            pending_records = 0
 
     def flush() -> None:
-        nonlocal block, block_bytes, need_dict, total
+        nonlocal block, block_bytes, need_dict, pending, pending_records
         if not block:
             return
-        lens = np.array([a.nbytes for a in block], dtype=np.uint64)
+        lens = np.fromiter((a.nbytes for a in block), dtype=np.uint64, count=len(block))
         offsets = np.zeros(len(block), dtype=np.uint64)
         np.cumsum(lens[:-1], out=offsets[1:])
-        src = np.concatenate([a.reshape(-1).view(np.uint8) for a in block]) if block_bytes \
-            else np.zeros(0, dtype=np.uint8)
+        src = np.concatenate(block).reshape(-1).view(np.uint8) if block_bytes else np.zeros(0, dtype=np.uint8)
         if need_dict:
             k = min(len(block), DICT_MAX_SAMPLES)
             end = int(offsets[k - 1] + lens[k - 1])
             store.train_dict(src[:end], lens[:k], _dict_target(end, dict_size))
             need_dict = False
-        store.append(src, offsets, lens, codec)
-        total += len(block)
-        if bar is not None:
-            bar.update(len(block))
+        settle()
+        pending = pool.submit(store.append, src, offsets, lens, codec)
+        pending_records = len(block)
         block, block_bytes = [], 0
 
     ok = False
@@ -707,9 +732,11 @@ def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np
             if block_bytes >= chunk_bytes:
                 flush()
         flush()
+        settle()
         _finish(store, seal)
         ok = True
     finally:
+        pool.shutdown(wait=True)
         if bar is not None:
             bar.close()
         _release(store, not ok)

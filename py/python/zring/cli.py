@@ -3,7 +3,7 @@
     zring info PATH
     zring verify PATH
     zring parts PATH [--ranks N [--rank K]]
-    zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
+    zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--dtype D] [--overwrite]
                   [--workers N]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
@@ -181,6 +181,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         block_bytes=args.chunk_bytes,
         progress=None if args.progress is None else args.progress,
         workers=args.workers,
+        dtype=args.dtype,
     )
     secs = time.perf_counter() - t
     for name, n in counts.items():
@@ -265,8 +266,8 @@ def _parser() -> argparse.ArgumentParser:
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
                                        "WebDataset tar shards (one store per extension), or a Megatron-LM .bin/.idx "
-                                       "dataset (SRC its prefix or either file; one record per document) into zring "
-                                       "stores")
+                                       "dataset (SRC its prefix or either file; one record per document, in DST/tokens.zr) "
+                                       "into zring stores")
     s.add_argument("src")
     s.add_argument("dst")
     s.add_argument("--codec", default="zstd", choices=("zstd", "raw"))
@@ -276,6 +277,9 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--fill", type=_fill, help="what a null becomes (default: a null is an error)")
     s.add_argument("--ext", help="folder: keep only files with these extensions, comma-separated")
     s.add_argument("--kind", choices=KINDS, help="the source's kind (default: guessed)")
+    s.add_argument("--dtype", help="Parquet and Arrow number columns, Megatron tokens: store every value as this "
+                                   "NumPy dtype (int32, uint16, ...); widening always works, narrowing fails, "
+                                   "naming a value, unless every value fits")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
     s.add_argument("--workers", type=_workers, default=None, metavar="N",
                    help="a folder of Parquet, Arrow, tar or Megatron-LM files: write one part per file, N files "
@@ -391,6 +395,7 @@ _FLAGS = (
     ("columns=", "--columns"),
     ("workers=N", "--workers N"),
     ("workers=", "--workers"),
+    ("dtype=", "--dtype "),
     ("kind='folder'", "--kind folder"),
     ("block_bytes", "--chunk-bytes"),
     ("cache_bytes", "--cache-bytes"),
