@@ -377,6 +377,15 @@ pub fn commit_parts(
     .map_err(error::engine)
 }
 
+/// The parts the manifest of the dataset at `path` lists, in order, as
+/// `(dir, records, content)`; the manifest's checksum is checked, the parts
+/// are not opened.
+#[pyfunction]
+pub fn manifest_parts(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<(String, u64, String)>> {
+    let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
+    Ok(m.parts.into_iter().map(|p| (p.dir, p.records, p.content)).collect())
+}
+
 /// Which rank reads each committed part of the dataset at `path` when
 /// `ranks` ranks each read only their own (`zring_engine::parts::assign_ranks`):
 /// a list of `(dir, records, rank)` in manifest order. Reads the manifest
