@@ -389,6 +389,9 @@ pub struct Parts {
     ends: Vec<u64>,
     fingerprints: Vec<Fingerprint>,
     open: RwLock<Open>,
+    /// The first part's `schema.json` text, read when the dataset was opened
+    /// (a later overwrite commit may remove the part's folder).
+    schema_text: Option<String>,
     /// Each part's last use, by [`Parts::clock`].
     stamps: Vec<AtomicU64>,
     clock: AtomicU64,
@@ -461,22 +464,27 @@ impl Parts {
         }
         let capacity = capacity.max(1);
         let n = manifest.parts.len();
-        let parts = Parts {
+        let mut parts = Parts {
             root,
             manifest,
             numbers,
             ends,
             fingerprints,
             open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
+            schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
+        let mut schema_text = None;
         {
             let mut open = parts.write();
             for (k, p) in parts.manifest.parts.iter().enumerate() {
                 let store = check_part(&parts.root, parts.numbers[k], p, Some(&parts.manifest.schema))
                     .map_err(|e| dropped(&parts.root, parts.manifest.generation, &p.dir, e))?;
+                if k == 0 {
+                    schema_text = store.schema()?;
+                }
                 let store = Arc::new(store);
                 if open.count < capacity {
                     let view = store.view();
@@ -485,7 +493,14 @@ impl Parts {
                 }
             }
         }
+        parts.schema_text = schema_text;
         Ok(parts)
+    }
+
+    /// The first part's `schema.json` text as it was when the dataset was
+    /// opened (every part's, but for its codec), or `None`.
+    pub fn schema_text(&self) -> Option<&str> {
+        self.schema_text.as_deref()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Open> {

@@ -296,14 +296,14 @@ impl PyParts {
     }
 
     /// The first part's schema.json text (every part's, but for its codec),
-    /// or None.
-    fn schema(&self, py: Python<'_>) -> PyResult<Option<String>> {
+    /// as read when the dataset was opened, or None.
+    fn schema(&self) -> PyResult<Option<String>> {
         let parts = self.parts()?;
         if parts.part_count() == 0 {
             let s = &parts.manifest().schema;
             return Ok((!s.is_null()).then(|| s.to_string()));
         }
-        py.detach(|| parts.store(0)?.schema()).map_err(error::engine)
+        Ok(parts.schema_text().map(str::to_owned))
     }
 
     /// Release the dataset (its stores close once running calls finish)

@@ -212,22 +212,45 @@ def test_parts_of_a_commit_that_died_before_its_manifest_are_staged_again(tmp_pa
     _reads(root, 4)
 
 
-def test_a_reader_of_a_generation_an_overwrite_removed_is_told_to_reopen(tmp_path):
+def test_a_reader_of_a_generation_an_overwrite_dropped_reads_on_then_is_told_to_reopen(tmp_path):
     root, _ = _dataset(tmp_path, n=40)
     # 64 descriptors: a few parts open at a time, so reading the last part opens it again.
     code = textwrap.dedent(f"""
-        import resource, numpy as np, zring
+        import os, resource, time, numpy as np, zring
         from zring import parts
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
         ds = zring.Dataset({root!r})
         n = len(ds)
+        want = np.array([[n - 1, 1 - n]])  # the last record, in part 39 (not read before the overwrite)
         parts.commit({root!r}, [parts.write_part({root!r}, np.zeros((5, 2), np.int64))], mode="overwrite")
+        assert len(zring.Dataset({root!r})) == 5
+        # The last part, not open since the open checked it, is still there to read.
+        assert np.array_equal(ds[[n - 1]], want)
+        print("read on")
+        # An hour later a commit removes the dropped parts: the old reader is told to reopen.
+        marks = os.path.join({root!r}, "dropped")
+        hour_ago = time.time() - parts.KEEP_DROPPED - 5
+        for m in os.listdir(marks):
+            os.utime(os.path.join(marks, m), (hour_ago, hour_ago))
+        parts.commit({root!r}, [])
+        assert sorted(os.listdir(os.path.join({root!r}, "parts"))) == [p["dir"][6:] for p in parts.list_parts({root!r})]
+        assert os.listdir(marks) == []
         try:
-            ds[[n - 1]]  # in the last part, not open since the open checked it
+            ds[[n - {PER} - 1]]  # in part 38, not open
         except zring.StaleError as e:
             print("stale:", e)
-        assert len(zring.Dataset({root!r})) == 5
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+    assert "read on" in out.stdout, out.stdout
     assert "removed by a later commit" in out.stdout and "reopen" in out.stdout, out.stdout
+
+
+def test_the_schema_is_the_one_read_at_open(tmp_path):
+    """Dataset() reads the schema after opening the parts: a part removed meanwhile
+    (by an overwrite an hour old) does not make the dataset look like a raw store."""
+    root, names = _dataset(tmp_path)
+    p = zring._zring.Parts(root)
+    text = p.schema()
+    shutil.rmtree(os.path.join(root, "parts", names[0]))
+    assert p.schema() == text and json.loads(text)["dtype"] == "<i8"

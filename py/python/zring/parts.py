@@ -30,6 +30,7 @@ The layout::
       manifest.json        committed parts, in order (docs: "Datasets of parts")
       parts/<id>/          one store per committed part
       staging/<id>/        written, not yet committed
+      dropped/<id>         when an overwrite dropped parts/<id> (removed an hour later)
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ __all__ = ["PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
 STAGING_DIR = "staging"
+DROPPED_DIR = "dropped"
 _LOCK = ".commit.lock"
 
 
@@ -198,6 +200,11 @@ def _listed(root: Path) -> list[tuple[str, int, str]]:
     return [(d, int(r), str(c)) for d, r, c in _zring.manifest_parts(str(root))]
 
 
+#: Seconds a part an overwrite commit dropped stays on disk (a commit at
+#: least that much later removes it), so that readers of the generation
+#: before keep reading it.
+KEEP_DROPPED = 3600.0
+
 #: Seconds a staged part is kept before a commit may remove it as a leftover
 #: (``remove_uncommitted=True``): another writer's parts, staged and not yet
 #: committed, are younger than this.
@@ -235,9 +242,12 @@ def commit(dataset: str | os.PathLike[str], infos: Iterable[PartInfo], mode: str
     ``mode="append"`` lists the dataset's committed parts first, unchanged,
     then ``infos`` (a loader state saved before resumes over the grown
     dataset: the new parts join at its next cycle); ``"overwrite"`` lists
-    ``infos`` only, and the parts no longer listed are removed. The manifest
-    is replaced in one atomic rename, so a reader sees the old list or the
-    new one. A part is checked (its records and schema) before the manifest
+    ``infos`` only, and the parts no longer listed are removed by the first
+    commit at least :data:`KEEP_DROPPED` (an hour) later, so that readers
+    that opened the dataset before go on reading it (after that, a read of a
+    removed part raises :class:`zring.StaleError`: reopen). The manifest is
+    replaced in one atomic rename, so a reader sees the old list or the new
+    one. A part is checked (its records and schema) before the manifest
     names it, and every part must have the dtype and shape of the others.
     Commits are serialised by a lock on the dataset: two processes may
     commit to one dataset at once, and each append lands.
@@ -333,15 +343,30 @@ def commit(dataset: str | os.PathLike[str], infos: Iterable[PartInfo], mode: str
             raise
         listed = {d.split("/", 1)[1] for d, _, _ in entries}
         dropped = {d.split("/", 1)[1] for d, _, _ in previous} - listed
+        marks = root / DROPPED_DIR
+        if dropped:
+            # Dropped by an overwrite: marked now, removed by a commit once
+            # KEEP_DROPPED old, so a reader of the old generation reads on.
+            marks.mkdir(exist_ok=True)
+            for name in dropped:
+                (marks / name).touch()
+        now = time.time()
         for child in (root / PARTS_DIR).iterdir():
-            if child.name in dropped:
-                # Dropped by an overwrite.
-                shutil.rmtree(child, ignore_errors=True)
-            elif child.name not in listed:
+            if child.name in listed:
+                continue
+            mark = marks / child.name
+            if mark.exists():
+                if _age(mark, now) >= KEEP_DROPPED:
+                    shutil.rmtree(child, ignore_errors=True)
+            else:
                 # Moved by a commit that died before its manifest: staged again.
                 staging.mkdir(exist_ok=True)
                 with contextlib.suppress(OSError):
                     os.rename(child, staging / child.name)
+        if marks.is_dir():
+            for mark in marks.iterdir():
+                if mark.name in listed or not (root / PARTS_DIR / mark.name).exists():
+                    mark.unlink(missing_ok=True)
         if grace is not None and staging.is_dir():
             _remove_staged(staging, grace)
     return int(generation)
