@@ -20,9 +20,11 @@ driver decides what the dataset holds::
 (built beside its place and renamed in, so a task that dies leaves no
 half part under a name) and returns what the driver needs. :func:`commit`
 moves exactly the parts it is given to ``<dataset>/parts/``, replaces the
-manifest in one atomic rename, then removes whatever else is staged: the
-parts of failed or retried attempts, which no manifest ever names. A
-part is read only once a manifest lists it.
+manifest in one atomic rename, then removes the staged leftovers an hour
+old: the parts of failed or retried attempts, which no manifest ever names
+(younger ones may be another writer's, yet to be committed). A part is
+read only once a manifest lists it. Several processes may commit at once;
+a refused commit leaves its parts staged.
 
 The layout::
 
