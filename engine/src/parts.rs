@@ -319,10 +319,12 @@ fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> R
 
 /// `err`, the error opening part `dir` of the dataset at `root` as its
 /// manifest of `generation` lists it, or a [`Error::Stale`] when the part is
-/// missing because a later commit (an overwrite) no longer lists it: the
+/// missing (or was removed while it was being opened) because a later
+/// commit (an overwrite) no longer lists it: the
 /// handle reads a generation that is gone, and is to be opened again.
 fn dropped(root: &Path, generation: u64, dir: &str, err: Error) -> Error {
-    if !matches!(err, Error::NotAStore { .. }) {
+    // Missing, or removed while it was being opened (its schema.json gone).
+    if !matches!(err, Error::NotAStore { .. }) && root.join(dir).exists() {
         return err;
     }
     match read_manifest(root) {
