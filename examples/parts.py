@@ -7,8 +7,11 @@ What it shows:
    One task fails after writing its part, and is run again, as a
    scheduler (Ray, Spark) would retry it.
 2. The driver commits the parts it got back with ``zring.parts.commit``: one
-   atomic replace of ``manifest.json``; the failed attempt's staged part is
-   removed, and every document is in the dataset exactly once.
+   atomic replace of ``manifest.json``, and every document is in the dataset
+   exactly once. This driver is the dataset's only writer, so it removes the
+   failed attempt's staged part at once (``remove_uncommitted=0``; by
+   default a commit leaves staged parts alone for an hour, in case another
+   writer has yet to commit them).
 3. ``zring.RaggedDataset`` opens the folder as one dataset: a packed
    ``DataLoader`` reads it, and a loader of its documents saves a state.
 4. Four more parts are appended (a new manifest generation), and the saved
@@ -70,7 +73,7 @@ def main() -> int:
         with mp.get_context("spawn").Pool(2) as pool:
             infos = write(pool, root, range(a.shards), a.docs, marker)
             staged = len(os.listdir(Path(root) / "staging"))
-            generation = zring.parts.commit(root, infos)
+            generation = zring.parts.commit(root, infos, remove_uncommitted=0)
             print(f"{a.shards} parts committed (generation {generation}); {staged} were staged, "
                   f"{len(os.listdir(Path(root) / 'staging'))} left after the commit")
             ds = zring.RaggedDataset(root)

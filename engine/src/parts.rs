@@ -155,8 +155,15 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
         }
         Err(e) => return Err(io_err("read", &path)(e)),
     };
-    let text = crate::format::schema::decode(&path, &bytes)?;
-    let bad = |detail: String| corrupted(path.display().to_string(), detail);
+    // Only a commit writes the manifest: one edited or damaged is restored,
+    // never repaired in place (its parts are still there).
+    const RESTORE: &str = "restore manifest.json from a copy or undo the edit (only zring.parts.commit \
+                           writes it; the parts it lists are unchanged)";
+    let bad = |detail: String| corrupted(path.display().to_string(), format!("{detail}; {RESTORE}"));
+    let text = crate::format::schema::decode(&path, &bytes).map_err(|e| match e {
+        Error::Corrupted { detail, .. } => bad(detail),
+        other => other,
+    })?;
     let m: Manifest = serde_json::from_str(&text).map_err(|e| bad(format!("not a manifest: {e}")))?;
     if m.format != FORMAT {
         return Err(bad(format!("format {:?}, expected {FORMAT:?}", m.format)));
@@ -262,10 +269,25 @@ pub fn schema_of(text: Option<&str>, path: &Path) -> Result<Value> {
 /// it against its entry and, when given, `schema`.
 fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> Result<Store> {
     let path = root.join(&p.dir);
+    let restore = || {
+        format!(
+            "restore the folder {} from a copy (`zring parts {}` lists every part the manifest names)",
+            p.dir,
+            root.display()
+        )
+    };
     let store = Store::builder(&path).open().map_err(|e| match e {
         Error::NotAStore { reason, .. } => Error::NotAStore {
             path: path.clone(),
-            reason: format!("part {k} of the dataset {} is missing or damaged ({reason})", root.display()),
+            reason: format!(
+                "part {k} of the dataset {} is missing or damaged ({reason}); {}",
+                root.display(),
+                restore()
+            ),
+        },
+        Error::Corrupted { what, detail } => Error::Corrupted {
+            what,
+            detail: format!("{detail} (part {k} of the dataset {}; {})", root.display(), restore()),
         },
         other => other,
     })?;
@@ -286,10 +308,36 @@ fn check_part(root: &Path, k: usize, p: &PartEntry, schema: Option<&Value>) -> R
     if &s != schema {
         return Err(corrupted(
             path.display().to_string(),
-            format!("part {k} has schema {s}, the dataset's other parts {schema}: its dtype or shape differs"),
+            format!(
+                "part {k} has schema {s}, the dataset's other parts {schema}: its dtype or shape differs; write it \
+                 again with theirs (a part a commit refuses stays staged)"
+            ),
         ));
     }
     Ok(store)
+}
+
+/// `err`, the error opening part `dir` of the dataset at `root` as its
+/// manifest of `generation` lists it, or a [`Error::Stale`] when the part is
+/// missing (or was removed while it was being opened) because a later
+/// commit (an overwrite) no longer lists it: the
+/// handle reads a generation that is gone, and is to be opened again.
+fn dropped(root: &Path, generation: u64, dir: &str, err: Error) -> Error {
+    // Missing, or removed while it was being opened (its schema.json gone).
+    if !matches!(err, Error::NotAStore { .. }) && root.join(dir).exists() {
+        return err;
+    }
+    match read_manifest(root) {
+        Ok(now) if now.generation != generation && !now.parts.iter().any(|p| p.dir == dir) => Error::Stale {
+            path: root.to_path_buf(),
+            detail: format!(
+                "part {dir} of manifest generation {generation}, which this handle reads, was removed by a later \
+                 commit (mode=\"overwrite\", generation {})",
+                now.generation
+            ),
+        },
+        _ => err,
+    }
 }
 
 /// The rank that reads each part when `ranks` ranks each read only their
@@ -343,6 +391,9 @@ pub struct Parts {
     ends: Vec<u64>,
     fingerprints: Vec<Fingerprint>,
     open: RwLock<Open>,
+    /// The first part's `schema.json` text, read when the dataset was opened
+    /// (a later overwrite commit may remove the part's folder).
+    schema_text: Option<String>,
     /// Each part's last use, by [`Parts::clock`].
     stamps: Vec<AtomicU64>,
     clock: AtomicU64,
@@ -380,8 +431,21 @@ impl Parts {
         Parts::open_selected(dir, open_capacity(), Some((rank, ranks)))
     }
 
+    /// Opens the dataset (or a rank's parts of it). A part missing because an
+    /// overwrite commit dropped it between reading the manifest and opening
+    /// the part is no damage: the open starts again from the new manifest.
     fn open_selected(dir: impl AsRef<Path>, capacity: usize, rank: Option<(u32, u32)>) -> Result<Parts> {
-        let root = dir.as_ref().to_path_buf();
+        let mut tries = 0;
+        loop {
+            match Parts::open_once(dir.as_ref(), capacity, rank) {
+                Err(Error::Stale { .. }) if tries < 8 => tries += 1,
+                other => return other,
+            }
+        }
+    }
+
+    fn open_once(dir: &Path, capacity: usize, rank: Option<(u32, u32)>) -> Result<Parts> {
+        let root = dir.to_path_buf();
         let mut manifest = read_manifest(&root)?;
         let mut numbers: Vec<usize> = (0..manifest.parts.len()).collect();
         if let Some((rank, ranks)) = rank {
@@ -402,21 +466,28 @@ impl Parts {
         }
         let capacity = capacity.max(1);
         let n = manifest.parts.len();
-        let parts = Parts {
+        let mut parts = Parts {
             root,
             manifest,
             numbers,
             ends,
             fingerprints,
             open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
+            schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
+        let mut schema_text = None;
         {
             let mut open = parts.write();
             for (k, p) in parts.manifest.parts.iter().enumerate() {
-                let store = Arc::new(check_part(&parts.root, parts.numbers[k], p, Some(&parts.manifest.schema))?);
+                let store = check_part(&parts.root, parts.numbers[k], p, Some(&parts.manifest.schema))
+                    .map_err(|e| dropped(&parts.root, parts.manifest.generation, &p.dir, e))?;
+                if k == 0 {
+                    schema_text = store.schema()?;
+                }
+                let store = Arc::new(store);
                 if open.count < capacity {
                     let view = store.view();
                     open.slots[k] = Some(Arc::new(OpenPart { store, view }));
@@ -424,7 +495,14 @@ impl Parts {
                 }
             }
         }
+        parts.schema_text = schema_text;
         Ok(parts)
+    }
+
+    /// The first part's `schema.json` text as it was when the dataset was
+    /// opened (every part's, but for its codec), or `None`.
+    pub fn schema_text(&self) -> Option<&str> {
+        self.schema_text.as_deref()
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Open> {
@@ -515,7 +593,10 @@ impl Parts {
         // use came before the most opens.
         let now = self.clock.fetch_add(1, Relaxed) + 1;
         // Checked whole at open; a part opened again is checked for its records.
-        let store = Arc::new(check_part(&self.root, self.numbers[k], &self.manifest.parts[k], None)?);
+        let entry = &self.manifest.parts[k];
+        let store = check_part(&self.root, self.numbers[k], entry, None)
+            .map_err(|e| dropped(&self.root, self.manifest.generation, &entry.dir, e))?;
+        let store = Arc::new(store);
         let view = store.view();
         let part = Arc::new(OpenPart { store, view });
         let mut open = self.write();

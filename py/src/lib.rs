@@ -123,6 +123,7 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parts::commit_parts, m)?)?;
     m.add_function(wrap_pyfunction!(parts::part_fingerprint, m)?)?;
     m.add_function(wrap_pyfunction!(parts::rank_plan, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::manifest_parts, m)?)?;
     m.add_class::<sampler::PySampler>()?;
     m.add_class::<loader::PyLoader>()?;
     m.add_class::<loader::PyBatchBuffer>()?;

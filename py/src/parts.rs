@@ -296,14 +296,14 @@ impl PyParts {
     }
 
     /// The first part's schema.json text (every part's, but for its codec),
-    /// or None.
-    fn schema(&self, py: Python<'_>) -> PyResult<Option<String>> {
+    /// as read when the dataset was opened, or None.
+    fn schema(&self) -> PyResult<Option<String>> {
         let parts = self.parts()?;
         if parts.part_count() == 0 {
             let s = &parts.manifest().schema;
             return Ok((!s.is_null()).then(|| s.to_string()));
         }
-        py.detach(|| parts.store(0)?.schema()).map_err(error::engine)
+        Ok(parts.schema_text().map(str::to_owned))
     }
 
     /// Release the dataset (its stores close once running calls finish)
@@ -375,6 +375,15 @@ pub fn commit_parts(
         Ok(commit_manifest(&path, schema, entries, replace)?.generation)
     })
     .map_err(error::engine)
+}
+
+/// The parts the manifest of the dataset at `path` lists, in order, as
+/// `(dir, records, content)`; the manifest's checksum is checked, the parts
+/// are not opened.
+#[pyfunction]
+pub fn manifest_parts(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<(String, u64, String)>> {
+    let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
+    Ok(m.parts.into_iter().map(|p| (p.dir, p.records, p.content)).collect())
 }
 
 /// Which rank reads each committed part of the dataset at `path` when

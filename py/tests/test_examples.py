@@ -24,6 +24,7 @@ RUNS = {
     "lm_mixture.py": ([], None),
     "ranks.py": ([], None),
     "parts.py": ([], None),
+    "parts_ranks.py": ([], None),
     "torch_loop.py": ([], "torch"),
 }
 # Examples that another test module already runs.

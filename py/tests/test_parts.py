@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 
 import numpy as np
 import pytest
@@ -61,7 +62,8 @@ def test_a_pool_writes_parts_and_the_driver_commits_each_record_once(tmp_path):
     assert os.path.exists(marker)
     # The failed attempt's part is staged beside the others, uncommitted.
     assert len(os.listdir(os.path.join(root, "staging"))) == n + 1
-    generation = parts.commit(root, [infos[k] for k in range(n)])
+    # This driver is the dataset's only writer: every leftover goes now.
+    generation = parts.commit(root, [infos[k] for k in range(n)], remove_uncommitted=0)
     assert generation == 1
     assert os.listdir(os.path.join(root, "staging")) == [], "no orphan left"
     assert sorted(os.listdir(os.path.join(root, "parts"))) == sorted(i.name for i in infos.values())
@@ -220,7 +222,13 @@ def test_a_state_saved_over_one_manifest_resumes_over_ten_appended_parts(tmp_pat
     listed = parts.list_parts(root)
     keep = [parts.PartInfo(p["dir"].split("/", 1)[1], p["records"], p["content"]) for p in listed[1:]]
     parts.commit(root, keep, mode="overwrite")
-    assert not os.path.exists(os.path.join(root, listed[0]["dir"])), "the dropped part is removed"
+    dropped = os.path.join(root, listed[0]["dir"])
+    assert os.path.isdir(dropped), "the dropped part stays an hour, for readers of the generation before"
+    mark = os.path.join(root, "dropped", listed[0]["dir"].split("/", 1)[1])
+    hour_ago = time.time() - parts.KEEP_DROPPED - 5
+    os.utime(mark, (hour_ago, hour_ago))
+    parts.commit(root, [])
+    assert not os.path.exists(dropped) and not os.path.exists(mark), "then a commit removes it"
     with pytest.raises(ValueError, match="stream \"x\" changed since the state was saved"):
         zring.DataLoader({"x": zring.Dataset(root)}, state=saved)
 

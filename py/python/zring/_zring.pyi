@@ -293,6 +293,9 @@ def rank_plan(path: str | os.PathLike[str], ranks: int) -> list[tuple[str, int, 
 def commit_parts(path: str | os.PathLike[str], parts: Sequence[tuple[str, int, str]], replace: bool) -> int:
     """Replace the manifest at path with parts ((dir, records, content)) in one rename; the new generation."""
 
+def manifest_parts(path: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
+    """The parts the manifest at path lists ((dir, records, content)), its checksum checked; parts not opened."""
+
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:
     """MiB/s of `threads` threads doing only `kind` ("compress", "decode",

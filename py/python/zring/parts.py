@@ -20,9 +20,11 @@ driver decides what the dataset holds::
 (built beside its place and renamed in, so a task that dies leaves no
 half part under a name) and returns what the driver needs. :func:`commit`
 moves exactly the parts it is given to ``<dataset>/parts/``, replaces the
-manifest in one atomic rename, then removes whatever else is staged: the
-parts of failed or retried attempts, which no manifest ever names. A
-part is read only once a manifest lists it.
+manifest in one atomic rename, then removes the staged leftovers an hour
+old: the parts of failed or retried attempts, which no manifest ever names
+(younger ones may be another writer's, yet to be committed). A part is
+read only once a manifest lists it. Several processes may commit at once;
+a refused commit leaves its parts staged.
 
 The layout::
 
@@ -30,6 +32,7 @@ The layout::
       manifest.json        committed parts, in order (docs: "Datasets of parts")
       parts/<id>/          one store per committed part
       staging/<id>/        written, not yet committed
+      dropped/<id>         when an overwrite dropped parts/<id> (removed an hour later)
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ import fcntl
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -55,6 +59,7 @@ __all__ = ["PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
 STAGING_DIR = "staging"
+DROPPED_DIR = "dropped"
 _LOCK = ".commit.lock"
 
 
@@ -71,6 +76,9 @@ class PartInfo:
     records: int
     #: The part's fingerprint content (8 hex digits; see ``Zrecord.fingerprint``).
     content: str
+    #: The dataset the part was written for, as :func:`write_part` was given
+    #: it (made absolute), to name in an error when it is committed elsewhere.
+    dataset: str = ""
 
 
 def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | None = None,
@@ -96,14 +104,40 @@ def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | Non
     kwargs.setdefault("progress", False)
     if ragged is None:
         ragged = not isinstance(data, np.ndarray)
-    if ragged:
-        write_ragged(staging / name, data, **kwargs)
-    else:
-        if len(data) == 0:
-            raise ValueError("no records to write; a part holds at least one")
-        write_dataset(staging / name, data, **kwargs)
+    if not ragged and len(data) == 0:
+        raise ValueError("no records to write; a part holds at least one")
+    with _writing(staging):
+        if ragged:
+            write_ragged(staging / name, data, **kwargs)
+        else:
+            write_dataset(staging / name, data, **kwargs)
     records, content, _schema = _zring.part_fingerprint(str(staging / name))
-    return PartInfo(name=name, records=int(records), content=str(content))
+    return PartInfo(name=name, records=int(records), content=str(content), dataset=os.path.abspath(root))
+
+
+@contextlib.contextmanager
+def _writing(staging: Path):
+    """A part being written: a shared lock on the staging folder, so that a
+    commit's cleanup leaves the folders being built (``.NAME.*.partial``)."""
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _writers_active(staging: Path) -> bool:
+    """Whether a :func:`write_part` is writing into ``staging`` now."""
+    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        return False
+    finally:
+        os.close(fd)
 
 
 def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str]) -> tuple[PartInfo, str | None]:
@@ -176,88 +210,179 @@ def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
 
 
 def _listed(root: Path) -> list[tuple[str, int, str]]:
-    """The manifest's parts without opening them (the commit checks the
-    manifest's checksum itself)."""
-    path = root / MANIFEST
-    if not path.is_file():
+    """The manifest's parts without opening them, its checksum checked."""
+    if not (root / MANIFEST).is_file():
         return []
-    doc = json.loads(path.read_text(encoding="utf-8"))
-    return [(p["dir"], int(p["records"]), str(p["content"])) for p in doc.get("parts", [])]
+    return [(d, int(r), str(c)) for d, r, c in _zring.manifest_parts(str(root))]
+
+
+#: Seconds a part an overwrite commit dropped stays on disk (a commit at
+#: least that much later removes it), so that readers of the generation
+#: before keep reading it.
+KEEP_DROPPED = 3600.0
+
+#: Seconds a staged part is kept before a commit may remove it as a leftover
+#: (``remove_uncommitted=True``): another writer's parts, staged and not yet
+#: committed, are younger than this.
+STAGED_GRACE = 3600.0
+
+
+def _age(path: Path, now: float) -> float:
+    """Seconds since ``path`` (a staged part's folder) last changed."""
+    try:
+        return now - path.lstat().st_mtime
+    except FileNotFoundError:
+        return -1.0
+
+
+def _remove_staged(staging: Path, grace: float) -> None:
+    """Remove the staged leftovers at least ``grace`` seconds old; never a
+    folder being written (``.NAME.*.partial``) while a write is running."""
+    active = _writers_active(staging)
+    now = time.time()
+    for child in staging.iterdir():
+        if active and child.name.startswith(".") and child.name.endswith(".partial"):
+            continue
+        if _age(child, now) < grace:
+            continue
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)
 
 
 def commit(dataset: str | os.PathLike[str], infos: Iterable[PartInfo], mode: str = "append",
-           *, remove_uncommitted: bool = True) -> int:
+           *, remove_uncommitted: bool | float = True) -> int:
     """Commit the staged parts ``infos``, in that order; returns the manifest's generation.
 
     ``mode="append"`` lists the dataset's committed parts first, unchanged,
     then ``infos`` (a loader state saved before resumes over the grown
     dataset: the new parts join at its next cycle); ``"overwrite"`` lists
-    ``infos`` only, and the parts no longer listed are removed. The manifest
-    is replaced in one atomic rename, so a reader sees the old list or the
-    new one. A part is checked (its records and schema) before the manifest
+    ``infos`` only, and the parts no longer listed are removed by the first
+    commit at least :data:`KEEP_DROPPED` (an hour) later, so that readers
+    that opened the dataset before go on reading it (after that, a read of a
+    removed part raises :class:`zring.StaleError`: reopen). The manifest is
+    replaced in one atomic rename, so a reader sees the old list or the new
+    one. A part is checked (its records and schema) before the manifest
     names it, and every part must have the dtype and shape of the others.
+    Commits are serialised by a lock on the dataset: two processes may
+    commit to one dataset at once, and each append lands.
 
-    Then, with ``remove_uncommitted`` (the default), everything else under
-    ``staging/`` is removed: the parts of failed or retried tasks. Commit
-    once every task of the job has finished (a task still writing would
-    lose its part); with ``remove_uncommitted=False`` staged parts stay for
-    a later commit.
+    A commit that fails (a part refused, the manifest damaged, a part
+    listed twice) leaves the manifest as it was and puts the parts it was
+    given back under ``staging/``, so they can be committed again.
+
+    Then the leftovers under ``staging/`` are removed: the parts of failed or
+    retried tasks, which no manifest will name. A staged part cannot say
+    whether a task failed after writing it or another writer's driver has
+    yet to commit it, so ``remove_uncommitted=True`` (the default) removes
+    only staged parts at least :data:`STAGED_GRACE` (an hour) old, and never
+    a part being written: every writer's parts are safe for that long. A
+    number removes those at least that many seconds old (``0``: every
+    staged part not being written now, for a driver that is the dataset's
+    only writer and commits once its tasks have finished); ``False``
+    removes nothing.
 
     Committing a part twice (a driver that retries its commit) is harmless:
     a part already under ``parts/`` is not moved again, and a part listed
     twice is an error.
 
     Raises:
-        ValueError: an unknown ``mode``, or a part missing from the staging
-            area (never written, or removed by another commit).
+        ValueError: an unknown ``mode``, a part listed twice, or a part
+            missing from the staging area (never written there, written
+            for another dataset, or removed).
         CorruptError: a part whose records differ from its PartInfo, or
-            whose schema differs from the other parts'.
+            whose schema differs from the other parts', or a damaged
+            manifest (each naming the file, and what to do).
+        NotAStoreError: a committed part missing (naming it).
     """
     if mode not in ("append", "overwrite"):
         raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    if remove_uncommitted is True:
+        grace: float | None = STAGED_GRACE
+    elif remove_uncommitted is False:
+        grace = None
+    else:
+        grace = float(remove_uncommitted)
+        if not grace >= 0:
+            raise ValueError(f"remove_uncommitted must be True, False or seconds >= 0, got {remove_uncommitted!r}")
     root = Path(dataset)
     infos = list(infos)
     for info in infos:
         if not isinstance(info, PartInfo):
             raise TypeError(f"commit takes PartInfo objects from write_part, got {type(info).__name__}")
+    seen: set[str] = set()
+    for info in infos:
+        if info.name in seen:
+            raise ValueError(f"part {info.name} is given twice; give each PartInfo once")
+        seen.add(info.name)
     root.mkdir(parents=True, exist_ok=True)
     (root / PARTS_DIR).mkdir(exist_ok=True)
     staging = root / STAGING_DIR
     with _commit_lock(root):
-        old = _listed(root) if mode == "append" else []
+        previous = _listed(root)
+        old = previous if mode == "append" else []
         old_dirs = {d for d, _, _ in old}
         entries = list(old)
-        moved = False
-        for info in infos:
-            rel = f"{PARTS_DIR}/{info.name}"
-            if rel in old_dirs:
-                continue  # committed before: a retried commit
-            src, dst = staging / info.name, root / PARTS_DIR / info.name
-            if src.is_dir() and not dst.exists():
-                os.rename(src, dst)
-                moved = True
-            elif not dst.is_dir():
-                raise ValueError(
-                    f"part {info.name} is not staged in {staging}: it was never written there, or another commit "
-                    "removed it; write it again"
-                )
-            entries.append((rel, info.records, info.content))
-        if moved:
-            _fsync_dir(root / PARTS_DIR)
-            if staging.is_dir():
-                _fsync_dir(staging)
-        generation = _zring.commit_parts(str(root), entries, mode == "overwrite")
+        moved: list[str] = []
+        try:
+            for info in infos:
+                rel = f"{PARTS_DIR}/{info.name}"
+                if rel in old_dirs:
+                    continue  # committed before: a retried commit
+                src, dst = staging / info.name, root / PARTS_DIR / info.name
+                if src.is_dir() and not dst.exists():
+                    os.rename(src, dst)
+                    moved.append(info.name)
+                elif not dst.is_dir():
+                    if info.dataset and os.path.abspath(root) != info.dataset:
+                        raise ValueError(
+                            f"part {info.name} was written for the dataset {info.dataset}, not {root}: commit it "
+                            "to the dataset given to write_part"
+                        )
+                    raise ValueError(
+                        f"part {info.name} is not staged in {staging}: it was removed (or never written there); "
+                        "write it again"
+                    )
+                entries.append((rel, info.records, info.content))
+            if moved:
+                _fsync_dir(root / PARTS_DIR)
+                if staging.is_dir():
+                    _fsync_dir(staging)
+            generation = _zring.commit_parts(str(root), entries, mode == "overwrite")
+        except BaseException:
+            # Nothing committed: the parts go back to staging, to be committed again.
+            staging.mkdir(exist_ok=True)
+            for name in moved:
+                with contextlib.suppress(OSError):
+                    os.rename(root / PARTS_DIR / name, staging / name)
+            raise
         listed = {d.split("/", 1)[1] for d, _, _ in entries}
-        # Unlisted parts: those an overwrite dropped, or moved by a commit
-        # that failed before its manifest.
+        dropped = {d.split("/", 1)[1] for d, _, _ in previous} - listed
+        marks = root / DROPPED_DIR
+        if dropped:
+            # Dropped by an overwrite: marked now, removed by a commit once
+            # KEEP_DROPPED old, so a reader of the old generation reads on.
+            marks.mkdir(exist_ok=True)
+            for name in dropped:
+                (marks / name).touch()
+        now = time.time()
         for child in (root / PARTS_DIR).iterdir():
-            if child.name not in listed:
-                shutil.rmtree(child, ignore_errors=True)
-        if remove_uncommitted and staging.is_dir():
-            for child in staging.iterdir():
-                if child.is_dir() and not child.is_symlink():
+            if child.name in listed:
+                continue
+            mark = marks / child.name
+            if mark.exists():
+                if _age(mark, now) >= KEEP_DROPPED:
                     shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink(missing_ok=True)
+            else:
+                # Moved by a commit that died before its manifest: staged again.
+                staging.mkdir(exist_ok=True)
+                with contextlib.suppress(OSError):
+                    os.rename(child, staging / child.name)
+        if marks.is_dir():
+            for mark in marks.iterdir():
+                if mark.name in listed or not (root / PARTS_DIR / mark.name).exists():
+                    mark.unlink(missing_ok=True)
+        if grace is not None and staging.is_dir():
+            _remove_staged(staging, grace)
     return int(generation)
-
