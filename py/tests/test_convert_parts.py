@@ -63,10 +63,17 @@ def test_megatron_partitions_become_one_part_each(tmp_path):
         expect += docs
     with pytest.raises(ValueError, match="holds 3 Megatron-LM datasets.*workers=N"):
         zring.convert(src, tmp_path / "one")
-    assert zring.convert(src, tmp_path / "out", workers=2) == {"": len(expect)}
-    docs = zring.RaggedDataset(str(tmp_path / "out"))
-    assert [p["records"] for p in parts.list_parts(tmp_path / "out")] == [5, 6, 7]
+    # Named as a single Megatron import is: DST/tokens.zr.
+    assert zring.convert(src, tmp_path / "out", workers=2) == {"tokens": len(expect)}
+    docs = zring.RaggedDataset(str(tmp_path / "out" / "tokens.zr"))
+    assert [p["records"] for p in parts.list_parts(tmp_path / "out" / "tokens.zr")] == [5, 6, 7]
     assert [docs[i].tolist() for i in range(len(docs))] == expect
+    assert docs[0].dtype == np.uint16
+    # dtype= casts each part's tokens alike.
+    assert zring.convert(src, tmp_path / "wide", workers=2, dtype="int32") == {"tokens": len(expect)}
+    wide = zring.RaggedDataset(str(tmp_path / "wide" / "tokens.zr"))
+    assert wide[0].dtype == np.int32
+    assert [wide[i].tolist() for i in range(len(wide))] == expect
 
 
 def test_the_command_line_and_its_errors_speak_flags(tmp_path, capsys):

@@ -115,15 +115,20 @@ class _DiesAfterWriting(zring.ray.ZringDatasink):
 def test_a_task_dying_after_writing_is_retried_and_its_first_part_removed(tmp_path):
     ds = _dataset()
     out = str(tmp_path / "tokens")
+    # Another writer's part, staged and not yet committed: the Ray job must
+    # remove its own leftovers only.
+    other = parts.write_part(out, [np.full(3, N + 1, np.int32)])
     marker = str(tmp_path / "died")
-    sink = _DiesAfterWriting(out, marker, column="tokens")
+    sink = _DiesAfterWriting(out, marker, column="tokens", mode="append")
     ds.write_datasink(sink)
     assert os.path.exists(marker), "the task died once"
     assert sink.rows == ds.count() == N
     assert sorted(_doc_ids(out)) == list(range(N)), "every document exactly once"
-    assert _staged(out) == [], "no orphan left"
+    assert _staged(out) == [other.name], "no orphan of the job left, the other writer's part kept"
     listed = parts.list_parts(out)
     assert sorted(os.listdir(os.path.join(out, "parts"))) == sorted(p["dir"].split("/")[1] for p in listed)
+    parts.commit(out, [other])
+    assert len(zring.RaggedDataset(out)) == N + 1, "the other writer's part still commits"
 
 
 def test_append_adds_parts_after_the_dataset_and_error_mode_refuses_one(tmp_path):
@@ -140,7 +145,12 @@ def test_append_adds_parts_after_the_dataset_and_error_mode_refuses_one(tmp_path
     assert sorted(ids[:1000]) == list(range(1000)) and sorted(ids[1000:]) == list(range(1000, 1500))
     assert zring.ray.write(_dataset(5000, 5100, 1), out, column="tokens", mode="overwrite") == 100
     assert sorted(_doc_ids(out)) == list(range(5000, 5100))
-    assert len(os.listdir(os.path.join(out, "parts"))) == len(parts.list_parts(out))
+    # The replaced parts stay for readers of the old version, each marked
+    # dropped (a later commit removes them after parts.KEEP_DROPPED).
+    listed = {p["dir"].split("/")[1] for p in parts.list_parts(out)}
+    dropped = set(os.listdir(os.path.join(out, "dropped")))
+    assert set(os.listdir(os.path.join(out, "parts"))) == listed | dropped and not listed & dropped
+    assert len(dropped) == len(grown)
 
 
 def test_numpy_arrays_of_differing_lengths_are_ragged_and_of_one_shape_fixed(tmp_path):

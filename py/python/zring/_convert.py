@@ -64,8 +64,9 @@ With ``workers=N`` a folder of many input files (``train-000NN-of-000MM.parquet`
 files, HuggingFace Arrow files, tar shards, Megatron-LM partitions) becomes a
 dataset of parts (:mod:`zring.parts`): each file is converted into one part,
 by ``N`` worker processes at once, and the parts are committed in the files'
-order, ``DST`` (a single store) or ``DST/<column>.zr`` (one per column or
-extension) each a dataset of parts read as one dataset.
+order, ``DST`` (a single store), ``DST/<column>.zr`` (one per column or
+extension) or ``DST/tokens.zr`` (Megatron-LM) each a dataset of parts read as
+one dataset.
 
 ``dtype=`` (``zring convert --dtype``) stores every value of the number
 columns (Parquet, Arrow) or the tokens (Megatron) as that dtype: a uint16

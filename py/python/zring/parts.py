@@ -82,7 +82,7 @@ class PartInfo:
 
 
 def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | None = None,
-               **kwargs: Any) -> PartInfo:
+               _job: str | None = None, **kwargs: Any) -> PartInfo:
     """Write ``data`` as one staged part of the dataset at ``dataset``; returns its :class:`PartInfo`.
 
     Safe to call from any number of processes at once (each part gets a new
@@ -100,7 +100,7 @@ def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | Non
     root = Path(dataset)
     staging = root / STAGING_DIR
     staging.mkdir(parents=True, exist_ok=True)
-    name = f"p-{uuid.uuid4().hex}"
+    name = _part_name(_job)
     kwargs.setdefault("progress", False)
     if ragged is None:
         ragged = not isinstance(data, np.ndarray)
@@ -140,7 +140,29 @@ def _writers_active(staging: Path) -> bool:
         os.close(fd)
 
 
-def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str]) -> tuple[PartInfo, str | None]:
+def _part_name(job: str | None = None) -> str:
+    """A new part id: ``p-<uuid>``, or ``p-<job>-<uuid>`` for a part staged
+    by a writing job that removes its own leftovers
+    (:func:`_remove_job_leftovers`)."""
+    return f"p-{job}-{uuid.uuid4().hex}" if job else f"p-{uuid.uuid4().hex}"
+
+
+def _remove_job_leftovers(root: Path, job: str) -> None:
+    """Remove what job ``job``'s tasks left in the staging area of the
+    dataset at ``root``: the parts of failed or retried attempts, which no
+    commit lists (the committed ones have left ``staging/``), and the folders
+    they were building. Other writers' staged parts stay."""
+    staging = root / STAGING_DIR
+    if not staging.is_dir():
+        return
+    with _commit_lock(root):
+        for child in staging.iterdir():
+            if child.name.startswith((f"p-{job}-", f".building-{job}-")) and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str],
+           job: str | None = None) -> tuple[PartInfo, str | None]:
     """Moves the complete store at ``store`` (on the dataset's file system)
     into the dataset's staging area as a new part, as :func:`write_part`
     leaves the one it writes; returns its :class:`PartInfo` and its schema
@@ -148,7 +170,7 @@ def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str]) -> tu
     :func:`commit` requires of every part alike."""
     staging = Path(dataset) / STAGING_DIR
     staging.mkdir(parents=True, exist_ok=True)
-    name = f"p-{uuid.uuid4().hex}"
+    name = _part_name(job)
     os.rename(store, staging / name)
     records, content, schema = _zring.part_fingerprint(str(staging / name))
     return PartInfo(name=name, records=int(records), content=str(content)), schema

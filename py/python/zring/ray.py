@@ -131,7 +131,7 @@ def _plan(t: Any) -> tuple[str, np.dtype | None, tuple[int, ...]]:
     return "numpy", None, ()
 
 
-def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str) -> _parts.PartInfo:
+def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str, job: str) -> _parts.PartInfo:
     """The rows of ``column`` in ``tables`` as one staged part of the dataset
     at ``root``. Arrow lists, strings and fixed-width columns are appended a
     chunk at a time (values and offsets as they are, no array per row);
@@ -144,7 +144,7 @@ def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str) ->
         # arrays of several.
         arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
         if all(a.dtype != object for a in arrays):
-            return _parts.write_part(root, np.concatenate(arrays), codec=codec)
+            return _parts.write_part(root, np.concatenate(arrays), codec=codec, _job=job)
 
         def rows() -> Iterator[np.ndarray]:
             for a in arrays:
@@ -153,7 +153,7 @@ def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str) ->
                     if row.dtype == object:
                         raise ValueError(f"column {column!r} holds rows that are not numeric arrays")
                     yield row
-        return _parts.write_part(root, rows(), ragged=True, codec=codec)
+        return _parts.write_part(root, rows(), ragged=True, codec=codec, _job=job)
     for t in tables[1:]:
         other = _plan(t.schema.field(column).type)
         if other != (kind, dtype, shape):
@@ -161,22 +161,24 @@ def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str) ->
                              f"{tables[0].schema.field(column).type} in another")
     staging = root / _parts.STAGING_DIR
     staging.mkdir(parents=True, exist_ok=True)
-    # Built under staging/ (which the commit clears), then renamed to its id.
-    build = staging / f".building-{uuid.uuid4().hex}"
-    sink = _Sink(build, dtype, None if kind != "fixed" else shape, codec)
+    # Built under staging/, named by the job (which removes what its failed
+    # attempts leave), then renamed to its id.
+    build = staging / f".building-{job}-{uuid.uuid4().hex}"
     ok = False
-    try:
-        for chunk in _chunks(tables, column):
-            if kind == "fixed":
-                sink.fixed(_fixed_rows(chunk, shape))
-            else:
-                sink.ragged(*(_list_rows(chunk) if kind == "list" else _bytes_rows(chunk)))
-        ok = True
-    finally:
-        sink.close(failed=not ok)
-        if not ok:
-            shutil.rmtree(build, ignore_errors=True)
-    return _parts._stage(root, build)[0]
+    with _parts._writing(staging):
+        sink = _Sink(build, dtype, None if kind != "fixed" else shape, codec)
+        try:
+            for chunk in _chunks(tables, column):
+                if kind == "fixed":
+                    sink.fixed(_fixed_rows(chunk, shape))
+                else:
+                    sink.ragged(*(_list_rows(chunk) if kind == "list" else _bytes_rows(chunk)))
+            ok = True
+        finally:
+            sink.close(failed=not ok)
+            if not ok:
+                shutil.rmtree(build, ignore_errors=True)
+        return _parts._stage(root, build, job)[0]
 
 
 class ZringDatasink(_Datasink):
@@ -196,6 +198,9 @@ class ZringDatasink(_Datasink):
         self.column = column
         self.mode = mode
         self.codec = codec
+        # Names the parts this write's tasks stage, so that the driver removes
+        # its own failed attempts' leftovers and never another writer's.
+        self._job = uuid.uuid4().hex[:12]
         #: Rows committed by the write (set when it completes).
         self.rows: int | None = None
         #: ``{column: manifest generation}`` after the write.
@@ -254,7 +259,7 @@ class ZringDatasink(_Datasink):
         missing = [c for c in names if c not in tables[0].schema.names]
         if missing:
             raise ValueError(f"the dataset has no column(s) {missing}; it has {tables[0].schema.names}")
-        written = {c: _write_column(self._root(c), tables, c, self.codec) for c in names}
+        written = {c: _write_column(self._root(c), tables, c, self.codec, self._job) for c in names}
         return _TaskResult(task, rows, written)
 
     def on_write_complete(self, write_result: Any, *args: Any, **kwargs: Any) -> None:
@@ -289,6 +294,7 @@ class ZringDatasink(_Datasink):
             root = self._root(c)
             if infos or mode == "overwrite" or (root / _parts.MANIFEST).is_file():
                 self.generation[c] = _parts.commit(root, infos, mode=mode)
+            _parts._remove_job_leftovers(root, self._job)
         self.rows = rows
 
     def on_write_failed(self, error: Exception, *args: Any, **kwargs: Any) -> None:
@@ -296,11 +302,7 @@ class ZringDatasink(_Datasink):
         names them; the dataset is as it was)."""
         roots = {Path(self.path)} if isinstance(self.column, str) else set(Path(self.path).glob("*.zr"))
         for root in roots:
-            staging = root / _parts.STAGING_DIR
-            if not staging.is_dir():
-                continue
-            with _parts._commit_lock(root):
-                shutil.rmtree(staging, ignore_errors=True)
+            _parts._remove_job_leftovers(root, self._job)
 
 
 def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] | None = None,
