@@ -345,6 +345,12 @@ pub struct Parts {
     open: RwLock<Open>,
     /// Each part's last use, by [`Parts::clock`].
     stamps: Vec<AtomicU64>,
+    /// Each part's records copied from its mappings by [`Parts::gather`]
+    /// and not yet counted into its store's reads: one array for the
+    /// dataset, so a gather touching hundreds of parts adds to a few
+    /// cache lines, and each part's counters are updated every
+    /// few dozen of its records (`read::gather::count_mapped`).
+    pending: Vec<AtomicU64>,
     clock: AtomicU64,
     capacity: usize,
 }
@@ -410,6 +416,7 @@ impl Parts {
             fingerprints,
             open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
@@ -528,7 +535,9 @@ impl Parts {
                 .filter(|&j| open.slots[j].is_some())
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
-            open.slots[oldest] = None;
+            if let Some(p) = open.slots[oldest].take() {
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest]));
+            }
             open.count -= 1;
         }
         open.slots[k] = Some(Arc::clone(&part));
@@ -612,12 +621,13 @@ impl Parts {
                     for &k in &touched {
                         self.stamps[k].store(now, Relaxed);
                     }
-                    let sources: Vec<_> = held.iter().map(|p| p.view.source()).collect();
+                    let sources: Vec<_> =
+                        held.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
                     return crate::read::gather::gather_over(&sources, &at, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
-            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let sources: Vec<_> = open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -644,7 +654,7 @@ impl Parts {
         }
         for parts in touched.chunks(group) {
             let open = self.parts_of(parts)?;
-            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let sources: Vec<_> = open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
@@ -685,10 +695,19 @@ impl Parts {
         self.part(0).map(Some)
     }
 
-    /// Stores open now (at most the capacity).
+    /// Stores open now (at most the capacity), each with every record
+    /// gathered from it counted into its read statistics
+    /// ([`Store::read_stats`]; [`Parts::gather`] counts the records it
+    /// copies from a part's mappings every few dozen).
     pub fn open_stores(&self) -> Vec<Arc<Store>> {
         let _gate = crate::fork::enter();
-        self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
+        let open = self.read();
+        for (k, p) in open.slots.iter().enumerate() {
+            if let Some(p) = p {
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k]));
+            }
+        }
+        open.slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
     }
 
     /// The fingerprint of parts `0..n`: their records, and a CRC-32C over
