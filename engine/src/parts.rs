@@ -499,7 +499,26 @@ impl Parts {
         if index >= self.len() {
             return Err(Error::IndexOutOfRange { index, len: self.len() });
         }
-        let k = self.ends.partition_point(|&e| e <= index);
+        // Parts of about equal sizes (the usual case) put the record near
+        // `index / len` of the way through them: a few steps from there,
+        // else a binary search.
+        let n = self.ends.len();
+        let mut k = ((u128::from(index) * n as u128) / u128::from(self.len())) as usize;
+        let mut steps = 0;
+        loop {
+            if self.ends[k] <= index {
+                k += 1;
+            } else if k > 0 && self.ends[k - 1] > index {
+                k -= 1;
+            } else {
+                break;
+            }
+            steps += 1;
+            if steps == 4 {
+                k = self.ends.partition_point(|&e| e <= index);
+                break;
+            }
+        }
         Ok((k, index - self.start(k)))
     }
 

@@ -456,8 +456,16 @@ impl Table {
     /// loaded into the CPU cache: entries of a random batch lie in scattered
     /// lines, and reading them one after another waits for each miss in turn.
     pub fn prefetch(&self, indices: &[u64]) {
+        if self.map.is_some() {
+            self.prefetch_at(indices, crate::io::mmap::evictions());
+        }
+    }
+
+    /// [`Table::prefetch`] with the eviction count `epoch` read by the
+    /// caller ([`crate::io::mmap::evictions`]): a gather over many tables
+    /// reads it once.
+    pub fn prefetch_at(&self, indices: &[u64], epoch: Option<u64>) {
         let Some(map) = self.map.as_ref() else { return };
-        let epoch = crate::io::mmap::evictions();
         if let Some(e) = epoch {
             map.confirm(&self.pages, e);
         }

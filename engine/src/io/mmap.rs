@@ -174,6 +174,9 @@ pub(crate) struct Residency {
 
 /// Remembered pages asked about when the host's eviction count moves.
 const SAMPLES: usize = 8;
+/// A mapping of at most this many words of pages (64 pages each: 2 MiB) is
+/// asked about whole when the count moves, one call for all its pages.
+const WHOLE_WORDS: usize = 8;
 
 impl Residency {
     /// Nothing known about a mapping of `len` bytes.
@@ -190,6 +193,14 @@ impl Residency {
         if was == epoch {
             return;
         }
+        if self.seen.len() <= WHOLE_WORDS {
+            // A small mapping (a part of a dataset of parts holds a chunk of
+            // a few MiB): one call asks about every page, the price of one
+            // sample, and the bitmap is the answer.
+            self.ask_whole(map);
+            self.epoch.store(epoch, Relaxed);
+            return;
+        }
         if was != u64::MAX && self.sample_resident(epoch, map) {
             self.epoch.store(epoch, Relaxed);
             return;
@@ -198,6 +209,29 @@ impl Residency {
             w.store(0, Relaxed);
         }
         self.epoch.store(epoch, Relaxed);
+    }
+
+    /// Sets the bitmap to what the kernel says of every page of `map` now
+    /// (nothing known where it cannot say).
+    fn ask_whole(&self, map: &Mmap) {
+        let mut vec = [0u8; WHOLE_WORDS * 64];
+        let pages = map.len().div_ceil(PAGE).min(vec.len());
+        let len = map.len().min(pages * PAGE);
+        // SAFETY: the range is the mapping's own (from its start, at most its
+        // length), so the kernel reads only our mapping's page tables; `vec`
+        // has a byte for each of its at most `WHOLE_WORDS * 64` pages.
+        let r = len > 0 && unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
+        for (k, w) in self.seen.iter().enumerate() {
+            let bits = if r {
+                vec[k * 64..(k * 64 + 64).min(pages)]
+                    .iter()
+                    .enumerate()
+                    .fold(0u64, |a, (b, &v)| a | (u64::from(v & 1) << b))
+            } else {
+                0
+            };
+            w.store(bits, Relaxed);
+        }
     }
 
     /// Whether up to [`SAMPLES`] remembered pages, drawn at random, are all

@@ -171,7 +171,7 @@ const PENDING_RECORDS: u32 = 40;
 /// A part's pending mapped reads are counted into its store
 /// ([`Reads::observe`](crate::memory::reads::Reads::observe)) once they
 /// reach this many records, or [`FLUSH_BYTES`].
-pub(crate) const FLUSH_RECORDS: u64 = 64;
+pub(crate) const FLUSH_RECORDS: u64 = 256;
 const FLUSH_BYTES: u64 = 1 << 34;
 
 /// Counts a record of `stored` bytes that `source` served from its
@@ -196,14 +196,8 @@ pub(crate) fn flush_mapped(source: &Source<'_>) {
     if records == 0 {
         return;
     }
-    let seen = Seen {
-        records,
-        stored_bytes: bytes,
-        mapped: records,
-        mapped_bytes: bytes,
-        residency: true,
-        ..Seen::default()
-    };
+    let seen =
+        Seen { records, stored_bytes: bytes, mapped: records, mapped_bytes: bytes, residency: true, ..Seen::default() };
     // Lossless: counting returns the gather's result, Ok here.
     let _ = observed(&source.ctx, source.snap, seen, Ok(()));
 }
@@ -283,9 +277,10 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         locals[fill[src]] = index;
         fill[src] += 1;
     }
+    let epoch = crate::io::mmap::evictions();
     for (src, source) in sources.iter().enumerate() {
         if ends[src] < ends[src + 1] {
-            source.snap.table.prefetch(&locals[ends[src]..ends[src + 1]]);
+            source.snap.table.prefetch_at(&locals[ends[src]..ends[src + 1]], epoch);
         }
     }
     // Each record's slot, what to read, and the snapshot it reads from.
@@ -312,7 +307,7 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     }
     let total: u64 = share.iter().sum();
     let mmap = sources.iter().any(|s| s.ctx.mmap);
-    let epoch = if mmap { crate::io::mmap::evictions() } else { None };
+    let epoch = if mmap { epoch } else { None };
     if mmap {
         for (it, &src) in items.iter().zip(&from) {
             let Source { ctx, snap, .. } = &sources[src];
