@@ -456,16 +456,8 @@ impl Table {
     /// loaded into the CPU cache: entries of a random batch lie in scattered
     /// lines, and reading them one after another waits for each miss in turn.
     pub fn prefetch(&self, indices: &[u64]) {
-        if self.map.is_some() {
-            self.prefetch_at(indices, crate::io::mmap::evictions());
-        }
-    }
-
-    /// [`Table::prefetch`] with the eviction count `epoch` read by the
-    /// caller ([`crate::io::mmap::evictions`]): a gather over many tables
-    /// reads it once.
-    pub fn prefetch_at(&self, indices: &[u64], epoch: Option<u64>) {
         let Some(map) = self.map.as_ref() else { return };
+        let epoch = crate::io::mmap::evictions();
         if let Some(e) = epoch {
             map.confirm(&self.pages, e);
         }
@@ -480,6 +472,20 @@ impl Table {
         if !cold.is_empty() {
             map.will_need_pages(&self.pages, &mut cold);
         }
+        for &i in indices {
+            if let Some(at) = self.entry_at(i) {
+                map.prefetch(at);
+            }
+        }
+    }
+
+    /// Loads the cache lines holding the entries of `indices` into the CPU
+    /// cache, and no more: a gather over many tables (a dataset of parts)
+    /// touching a record or two of each, whose tables are in memory (read
+    /// when the parts opened), would pay [`Table::prefetch`]'s residency
+    /// checks, system calls included, once per table.
+    pub fn prefetch_lines(&self, indices: &[u64]) {
+        let Some(map) = self.map.as_ref() else { return };
         for &i in indices {
             if let Some(at) = self.entry_at(i) {
                 map.prefetch(at);

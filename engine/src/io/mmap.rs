@@ -175,8 +175,11 @@ pub(crate) struct Residency {
 /// Remembered pages asked about when the host's eviction count moves.
 const SAMPLES: usize = 8;
 /// A mapping of at most this many words of pages (64 pages each: 2 MiB) is
-/// asked about whole when the count moves, one call for all its pages.
-const WHOLE_WORDS: usize = 8;
+/// sampled with one page: on a host whose count moves every few
+/// milliseconds, a gather over hundreds of small parts (a dataset of parts)
+/// would otherwise ask about eight pages of each part it touches, a system
+/// call each, more than its copies cost.
+const SMALL_WORDS: usize = 8;
 
 impl Residency {
     /// Nothing known about a mapping of `len` bytes.
@@ -193,14 +196,6 @@ impl Residency {
         if was == epoch {
             return;
         }
-        if self.seen.len() <= WHOLE_WORDS {
-            // A small mapping (a part of a dataset of parts holds a chunk of
-            // a few MiB): one call asks about every page, the price of one
-            // sample, and the bitmap is the answer.
-            self.ask_whole(map);
-            self.epoch.store(epoch, Relaxed);
-            return;
-        }
         if was != u64::MAX && self.sample_resident(epoch, map) {
             self.epoch.store(epoch, Relaxed);
             return;
@@ -211,31 +206,8 @@ impl Residency {
         self.epoch.store(epoch, Relaxed);
     }
 
-    /// Sets the bitmap to what the kernel says of every page of `map` now
-    /// (nothing known where it cannot say).
-    fn ask_whole(&self, map: &Mmap) {
-        let mut vec = [0u8; WHOLE_WORDS * 64];
-        let pages = map.len().div_ceil(PAGE).min(vec.len());
-        let len = map.len().min(pages * PAGE);
-        // SAFETY: the range is the mapping's own (from its start, at most its
-        // length), so the kernel reads only our mapping's page tables; `vec`
-        // has a byte for each of its at most `WHOLE_WORDS * 64` pages.
-        let r = len > 0 && unsafe { libc::mincore(map.as_ptr() as *mut libc::c_void, len, vec.as_mut_ptr()) } == 0;
-        for (k, w) in self.seen.iter().enumerate() {
-            let bits = if r {
-                vec[k * 64..(k * 64 + 64).min(pages)]
-                    .iter()
-                    .enumerate()
-                    .fold(0u64, |a, (b, &v)| a | (u64::from(v & 1) << b))
-            } else {
-                0
-            };
-            w.store(bits, Relaxed);
-        }
-    }
-
-    /// Whether up to [`SAMPLES`] remembered pages, drawn at random, are all
-    /// still in memory.
+    /// Whether up to [`SAMPLES`] remembered pages (one of a small mapping,
+    /// [`SMALL_WORDS`]), drawn at random, are all still in memory.
     fn sample_resident(&self, seed: u64, map: &Mmap) -> bool {
         let words = self.seen.len();
         if words == 0 {
@@ -249,6 +221,7 @@ impl Residency {
             x ^= x >> 27;
             x.wrapping_mul(0x2545_f491_4f6c_dd1d)
         };
+        let samples = if words <= SMALL_WORDS { 1 } else { SAMPLES };
         let mut found = 0;
         for _ in 0..8 * SAMPLES {
             let r = next();
@@ -263,7 +236,7 @@ impl Residency {
                 return false;
             }
             found += 1;
-            if found == SAMPLES {
+            if found == samples {
                 break;
             }
         }

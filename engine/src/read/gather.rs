@@ -237,8 +237,8 @@ fn finish_mapped(sources: &[Source<'_>], hot: &mut [MappedItem<'_, '_>]) -> Resu
 /// being record `at[k].1` of snapshot `at[k].0` of `sources` (a dataset of
 /// parts, `crate::parts`): one validation pass over all of them (every
 /// index, entry and slot checked before anything is written to `dst`, the
-/// slots against each other whatever snapshot they read from, the entries
-/// of each snapshot prefetched first), then
+/// slots against each other whatever snapshot they read from, the entries'
+/// cache lines loaded first), then
 ///
 /// * the records whose stored bytes are all in their part's mappings copied
 ///   or decoded and checked straight from them, on the calling thread and,
@@ -277,10 +277,9 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         locals[fill[src]] = index;
         fill[src] += 1;
     }
-    let epoch = crate::io::mmap::evictions();
     for (src, source) in sources.iter().enumerate() {
         if ends[src] < ends[src + 1] {
-            source.snap.table.prefetch_at(&locals[ends[src]..ends[src + 1]], epoch);
+            source.snap.table.prefetch_lines(&locals[ends[src]..ends[src + 1]]);
         }
     }
     // Each record's slot, what to read, and the snapshot it reads from.
@@ -307,7 +306,7 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     }
     let total: u64 = share.iter().sum();
     let mmap = sources.iter().any(|s| s.ctx.mmap);
-    let epoch = if mmap { epoch } else { None };
+    let epoch = if mmap { crate::io::mmap::evictions() } else { None };
     if mmap {
         for (it, &src) in items.iter().zip(&from) {
             let Source { ctx, snap, .. } = &sources[src];
