@@ -604,12 +604,15 @@ impl Parts {
     /// `req.indices` being indices of the dataset, with the same checks
     /// (every index, entry and slot, the checksum of every record read).
     ///
-    /// A batch touching many parts costs about what one store's gather of
-    /// the same records does: the records are located and checked in one
-    /// pass, and those in memory are copied straight from their part's
-    /// mappings, each part counting its reads once per call; the others,
-    /// and a part's share large enough for the decode pool, are read a part
-    /// at a time as that store's gather reads them. The parts are taken
+    /// A batch touching many parts is one gather (`read::gather::gather_over`):
+    /// the records are located and checked in one pass; those in memory
+    /// are copied straight from their part's mappings (with the decode pool
+    /// for a batch worth it) and counted into the dataset's pending counts,
+    /// each part's reads counted every few hundred of its records; the
+    /// other records of parts read buffered go out in one batch of reads
+    /// for all parts; a part read through its record cache, and a part's
+    /// share large enough for the decode pool, are read as that store's
+    /// gather reads them. The parts are taken
     /// open (opened if need be) a few at a time, at most a quarter of the
     /// open set at once; a call over more parts than that checks and reads
     /// one group of parts after the other, so an error in a later group can
