@@ -38,6 +38,7 @@ html_theme = "alabaster"
 nitpicky = True
 nitpick_ignore_regex = [
     (r"py:.*", r"(numpy|np|os|pathlib|jax|collections|typing|torch|grain)(\..*)?"),
-    (r"py:class", r"zring\.(dataset\._Base|adapters\._Source|_util\.Closeable)"),
+    (r"py:class", r"zring\.(dataset\._Base|adapters\._Source|_util\.Closeable|ray\._TaskResult)"),
+    (r"py:.*", r"ray(\..*)?"),
 ]
 html_title = f"zring {release} API reference"

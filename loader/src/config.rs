@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, Shard};
+use zring_sampler::{Blocks, MixtureState, Mode, SamplerState, SchedulePoint, Shard};
 
 use crate::pack::Pack;
 use crate::source::Fingerprint;
@@ -76,6 +76,13 @@ pub struct LoaderConfig {
     /// `expect_length` set (a state of a single-source loader), it must not
     /// be a mixture. [`LoaderConfig::from_state`] sets it.
     pub expect_mixture: Option<MixtureState>,
+    /// A mixture's weights over the steps (`zring_sampler::SchedulePoint`s,
+    /// normalised point by point), in place of each source's fixed
+    /// [`MixSource::weight`](crate::MixSource::weight). With
+    /// `expect_mixture` whose weights or schedule differ, the resumed run
+    /// keeps its saved weights up to `start_step` and follows these from
+    /// there on (`zring_sampler::SchedulePiece`).
+    pub schedule: Option<Vec<SchedulePoint>>,
     /// When set, the loader must pack its documents this way
     /// ([`Loader::new_packed`](crate::Loader::new_packed)); when `None` with
     /// `expect_length` set, it must not pack. [`LoaderConfig::from_state`]
@@ -108,6 +115,7 @@ impl LoaderConfig {
             origin: 0,
             expect_fingerprints: BTreeMap::new(),
             expect_mixture: None,
+            schedule: None,
             expect_pack: None,
             blocks: None,
         }
@@ -165,6 +173,33 @@ pub struct LoaderState {
     /// packed stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack: Option<Pack>,
+    /// What the run consumed of each source up to `sampler.step` (all
+    /// ranks' rows), for people reading the state: never read back.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumed: Vec<Consumed>,
+}
+
+/// What a run consumed of one source up to a step: the rows of every rank
+/// (the global batches), the same on every rank, a function of the step.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Consumed {
+    /// Rows of the global batches drawn from the source (a mixture's rows
+    /// of it; for one source, the steps times the batch).
+    pub rows: u64,
+    /// A loader of records: records drawn (each a row; in iid mode with
+    /// repeats).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub records: Option<u64>,
+    /// Packed rows: documents begun (their first token, or BOS, delivered).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub documents: Option<u64>,
+    /// Packed rows: token positions delivered, `rows * seq_len` (in first
+    /// fit mode including padding).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens: Option<u64>,
+    /// Passes over the source: records (or documents begun) over the
+    /// source's records (or documents); 2.5 is two passes and half.
+    pub epochs: f64,
 }
 
 impl LoaderState {

@@ -101,9 +101,11 @@ pub enum Error {
         why: String,
     },
 
-    /// A saved [`LoaderState`](crate::LoaderState) was made for another
-    /// mixture (other weights or source lengths), or for a mixture when the
-    /// loader is none, or the other way round.
+    /// A saved [`LoaderState`](crate::LoaderState) was made for a mixture
+    /// of other sources (another number of them, or other lengths: the data
+    /// changed), or for a mixture when the loader is none, or the other way
+    /// round. Other weights or another schedule are not refused: the run
+    /// follows them from the saved step on ([`LoaderConfig::schedule`](crate::LoaderConfig::schedule)).
     #[error("the state was saved for {saved} but the loader is {loader}; resume with what the state was saved from")]
     MixtureMismatch {
         /// What the state describes.

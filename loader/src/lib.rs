@@ -132,9 +132,10 @@ mod prefetch;
 mod source;
 mod stats;
 mod store;
+mod subset;
 
 pub use batch::{Batch, Column};
-pub use config::{LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
+pub use config::{Consumed, LoaderConfig, LoaderState, DEFAULT_AHEAD_BYTES, MAX_DEPTH, MAX_THREADS};
 pub use error::Error;
 pub use loader::{Loader, MixSource, Stream};
 pub use pack::{Pack, PackMode, PackSource, TokenType, FIRST_FIT_WINDOW, PACKED_ROWS};
@@ -143,4 +144,5 @@ pub use pool::{Pooled, PooledBuf};
 pub use source::{Fingerprint, Layout, Request, Slots, Source, SourceError, Span};
 pub use stats::{LoaderStats, Percentiles};
 pub use store::StoreSource;
-pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, Shard};
+pub use subset::{key_bits, Subset};
+pub use zring_sampler::{Blocks, MixtureState, Mode, RowOrder, SamplerState, SchedulePiece, SchedulePoint, Shard};

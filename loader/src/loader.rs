@@ -91,10 +91,10 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, Shard};
+use zring_sampler::{Blocks, Mixture, MixtureState, Mode, Sampler, SamplerState, SchedulePiece, SchedulePoint, Shard};
 
 use crate::batch::{Batch, Column};
-use crate::config::{LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
+use crate::config::{Consumed, LoaderConfig, LoaderState, MAX_DEPTH, MAX_THREADS};
 use crate::error::Error;
 use crate::lookahead::Lookahead;
 use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
@@ -429,7 +429,65 @@ fn check_config(config: &LoaderConfig) -> Result<(), Error> {
 /// A mixture as error messages name it.
 fn describe(m: &MixtureState) -> String {
     let weights: Vec<String> = m.weights.iter().map(|w| format!("{w:.4}")).collect();
-    format!("a mixture of sources of {:?} records, weights [{}]", m.lengths, weights.join(", "))
+    match &m.schedule {
+        None => format!("a mixture of sources of {:?} records, weights [{}]", m.lengths, weights.join(", ")),
+        Some(pieces) => {
+            format!("a mixture of sources of {:?} records, scheduled in {} piece(s)", m.lengths, pieces.len())
+        }
+    }
+}
+
+/// The mixture of a loader over sources of `lengths` records, with fixed
+/// `weights` or `config.schedule`, resuming `config.expect_mixture` if
+/// set. A saved run is refused only when its sources' lengths differ (the
+/// data changed); under the same weights it goes on as saved, under others
+/// it keeps its saved weights up to `config.start_step` and follows the
+/// new ones from there (a new `SchedulePiece`; `zring_sampler::Mixture`,
+/// "Schedules").
+fn mixture_plan(mode: Mode, lengths: &[u64], weights: &[f64], config: &LoaderConfig) -> Result<Mixture, Error> {
+    let (b, seed) = (config.batch_size, config.seed);
+    // The loader's own weights as a piece, and its mixture when they are
+    // fixed (built once: choosing a rounding tree can take a while).
+    let (given, mine) = match &config.schedule {
+        Some(points) => (SchedulePiece::new(0, lengths.len(), points)?, None),
+        None => {
+            let m = Mixture::new(mode, lengths, weights, b, seed)?;
+            let point = SchedulePoint { step: 0, weights: m.weights().to_vec() };
+            (SchedulePiece { from: 0, points: vec![point] }, Some(m))
+        }
+    };
+    let fresh = |mine: Option<Mixture>| match mine {
+        Some(m) => Ok(m),
+        None => Mixture::scheduled(mode, lengths, vec![given.clone()], b, seed),
+    };
+    let Some(saved) = &config.expect_mixture else {
+        let m = fresh(mine)?;
+        if config.expect_length.is_some() {
+            return Err(Error::MixtureMismatch {
+                saved: "one set of streams".to_owned(),
+                loader: describe(&m.state()),
+            });
+        }
+        return Ok(m);
+    };
+    if saved.lengths != lengths {
+        return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&fresh(mine)?.state()) });
+    }
+    let pieces = saved.schedule.clone().unwrap_or_else(|| {
+        vec![SchedulePiece { from: 0, points: vec![SchedulePoint { step: 0, weights: saved.weights.clone() }] }]
+    });
+    let m = if pieces.last().is_some_and(|last| last.same_points(&given)) {
+        match saved.schedule {
+            None => fresh(mine)?,
+            Some(_) => Mixture::scheduled(mode, lengths, pieces, b, seed)?,
+        }
+    } else {
+        let at = config.start_step;
+        let mut kept: Vec<SchedulePiece> = pieces.into_iter().filter(|p| p.from < at).collect();
+        kept.push(SchedulePiece { from: at, points: given.points.clone() });
+        Mixture::scheduled(mode, lengths, kept, b, seed)?
+    };
+    Ok(m.with_order(saved.order))
 }
 
 impl Loader {
@@ -577,22 +635,9 @@ impl Loader {
         }
         refuse_pack_state(&config)?;
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
-        let mut mixture = Mixture::new(config.mode, &lengths, &weights, config.batch_size, config.seed)?;
         // A saved run goes on in its own row order: one saved before rows
         // were interleaved keeps its grouped batches.
-        if let Some(saved) = &config.expect_mixture {
-            mixture = mixture.with_order(saved.order);
-        }
-        let mine = mixture.state();
-        match (&config.expect_mixture, config.expect_length) {
-            (Some(saved), _) if !saved.matches(&mine) => {
-                return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&mine) });
-            }
-            (None, Some(_)) => {
-                return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader: describe(&mine) });
-            }
-            _ => {}
-        }
+        let mixture = mixture_plan(config.mode, &lengths, &weights, &config)?;
         check_config(&config)?;
         // Every source's streams in source 0's order.
         let order: Vec<String> = sources[0].streams.iter().map(|s| s.name.clone()).collect();
@@ -710,6 +755,8 @@ impl Loader {
         let mut packers = Vec::with_capacity(sources.len());
         let mut by_source = Vec::with_capacity(sources.len());
         let mut weights = Vec::with_capacity(sources.len());
+        // Each source's name (its path) where one was given, for errors.
+        let named: Vec<Option<String>> = sources.iter().map(|s| s.name.clone()).collect();
         for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
             let seed = config.seed.wrapping_add(k as u64);
             let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
@@ -735,25 +782,18 @@ impl Loader {
         if let Some(stream) = grown.into_iter().next() {
             let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
             let why = "a packed run resumes only over the documents it was saved with".to_owned();
+            // Named by its path where known, not only by its position.
+            let k = (0..named.len()).find(|&k| label(k) == stream);
+            let stream = match k.and_then(|k| named[k].as_ref().map(|n| (k, n))) {
+                Some((k, name)) if mixture => format!("{name} (source {k}, {stream})"),
+                Some((_, name)) => format!("{name} ({stream})"),
+                None => stream,
+            };
             return Err(Error::CannotGrow { stream, saved, now, why });
         }
         let plan = if mixture {
             let lengths = vec![pack::PACKED_ROWS; weights.len()];
-            let mut m = Mixture::new(Mode::Sequential, &lengths, &weights, config.batch_size, config.seed)?;
-            if let Some(saved) = &config.expect_mixture {
-                m = m.with_order(saved.order);
-            }
-            match &config.expect_mixture {
-                Some(saved) if !saved.matches(&m.state()) => {
-                    return Err(Error::MixtureMismatch { saved: describe(saved), loader: describe(&m.state()) });
-                }
-                None if config.expect_length.is_some() => {
-                    let loader = describe(&m.state());
-                    return Err(Error::MixtureMismatch { saved: "one set of streams".to_owned(), loader });
-                }
-                _ => {}
-            }
-            Plan::Mixture(m)
+            Plan::Mixture(mixture_plan(Mode::Sequential, &lengths, &weights, &config)?)
         } else {
             if let Some(saved) = &config.expect_mixture {
                 let loader = "one packed source".to_owned();
@@ -1021,7 +1061,58 @@ impl Loader {
         }
         let f = &self.fingerprints;
         let fingerprints = if ctx.plan.before_growth(step) { f.before.clone() } else { f.now.clone() };
-        LoaderState { sampler, shard: ctx.shard, mixture, fingerprints, pack: ctx.pack.as_ref().map(|p| p.pack) }
+        let consumed = self.consumed(step);
+        LoaderState {
+            sampler,
+            shard: ctx.shard,
+            mixture,
+            fingerprints,
+            pack: ctx.pack.as_ref().map(|p| p.pack),
+            consumed,
+        }
+    }
+
+    /// What the run consumed of each source before `step` (all ranks'
+    /// rows; [`Consumed`]), a function of the step: a mixture's rows of each
+    /// source are its allocation of the `step * B` rows so far. A packed
+    /// source's documents are counted from the lengths near the row (read
+    /// already by a run that got there); should that read fail, they are
+    /// left out.
+    pub fn consumed(&self, step: u64) -> Vec<Consumed> {
+        let ctx = &self.shared.ctx;
+        let (rows, lengths): (Vec<u64>, Vec<u64>) = match &ctx.plan {
+            Plan::Mixture(m) => {
+                let mut out = vec![0; m.lengths().len()];
+                let _ = m.allocation(step.saturating_mul(m.batch_len() as u64), &mut out);
+                (out, m.lengths().to_vec())
+            }
+            plan => {
+                let b = plan.shard_len(Shard::ALL).unwrap_or(0) as u64;
+                (vec![step.saturating_mul(b)], vec![plan.length()])
+            }
+        };
+        rows.iter()
+            .enumerate()
+            .map(|(k, &r)| match &ctx.pack {
+                Some(p) => {
+                    let docs = p.packers.get(k).and_then(|packer| packer.documents_before(r).ok());
+                    Consumed {
+                        rows: r,
+                        records: None,
+                        documents: docs.map(|d| d.0),
+                        tokens: Some(r.saturating_mul(p.pack.seq_len)),
+                        epochs: docs.map_or(0.0, |(d, n)| d as f64 / n.max(1) as f64),
+                    }
+                }
+                None => Consumed {
+                    rows: r,
+                    records: Some(r),
+                    documents: None,
+                    tokens: None,
+                    epochs: r as f64 / lengths[k].max(1) as f64,
+                },
+            })
+            .collect()
     }
 
     /// The step of the batch the next [`Loader::next`] returns.
@@ -1046,7 +1137,10 @@ impl Loader {
         // (a worker woken for a step it has not claimed yet is not idle).
         let window_end = state.next_deliver.saturating_add(ctx.window(state.ragged_step_max));
         let idle = if state.next_claim >= window_end { state.idle } else { 0 };
-        stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle)
+        let mut stats = stats::snapshot(self.delivered, allocated, &self.wait, &state.gather, idle);
+        drop(state);
+        stats.consumed = self.consumed(self.next_step);
+        stats
     }
 
     /// Stops the workers and waits for them to exit. Batches already returned

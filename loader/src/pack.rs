@@ -548,6 +548,48 @@ impl Packer {
         }
     }
 
+    /// The documents begun in this packer's first `rows` rows (a document
+    /// is begun when its first token, or its BOS, is in one of them), and
+    /// the number of documents of a cycle. Reads at most one block of
+    /// lengths, or one first-fit window, near the row (the cycle indices a
+    /// run at that row has built already).
+    pub(crate) fn documents_before(&self, rows: u64) -> Result<(u64, u64), SourceError> {
+        let src = &*self.source;
+        let n = self.docs;
+        if rows == 0 {
+            return Ok((0, n));
+        }
+        let begun = match self.pack.mode {
+            PackMode::Concat => {
+                let u = rows.saturating_mul(self.pack.seq_len);
+                let (c, o, idx) = self.locate(u, src)?;
+                let j = idx.marks.partition_point(|&m| m <= o) - 1;
+                let mut acc = idx.marks[j];
+                let first = c * n + j as u64 * MARK_EVERY;
+                let take = MARK_EVERY.min(n - j as u64 * MARK_EVERY) as usize;
+                let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
+                self.docs_at(src, first, &mut docs, &mut lens)?;
+                // Documents of the block that begin before token `o`.
+                let mut k = 0;
+                while k < take && acc < o {
+                    acc += lens[k];
+                    k += 1;
+                }
+                first + k as u64
+            }
+            PackMode::FirstFit => {
+                let (c, o, idx) = self.locate(rows, src)?;
+                let j = idx.marks.partition_point(|&m| m <= o) - 1;
+                let r = (o - idx.marks[j]) as usize;
+                let w = self.window(c, j as u64, src)?;
+                let placed = if r == 0 { 0 } else { w.ends[r - 1] };
+                let begun = w.pieces[..placed].iter().filter(|p| p.start == 0).count() as u64;
+                c * n + j as u64 * FIRST_FIT_WINDOW + begun
+            }
+        };
+        Ok((begun, n))
+    }
+
     fn window(&self, c: u64, j: u64, src: &dyn Source) -> Result<Arc<Window>, SourceError> {
         let per_cycle = self.docs.div_ceil(FIRST_FIT_WINDOW);
         let key = c.saturating_mul(per_cycle).saturating_add(j);

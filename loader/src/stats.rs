@@ -71,6 +71,11 @@ pub struct LoaderStats {
     /// Gather threads waiting with the window full (no step to claim): when
     /// it equals the thread count, nothing more is gathered until `next()`.
     pub workers_idle: u64,
+    /// What the run consumed of each source before the next step to
+    /// deliver (all ranks' rows; [`Consumed`](crate::Consumed)), one per
+    /// source.
+    #[serde(default)]
+    pub consumed: Vec<crate::Consumed>,
 }
 
 /// A histogram of microseconds with its bounds preset, so recording never
@@ -120,6 +125,7 @@ pub(crate) fn snapshot(
         bytes_gathered: gather.bytes,
         wait: Percentiles::of(wait),
         gather: Percentiles::of(&gather.time),
+        consumed: Vec::new(),
     }
 }
 

@@ -91,11 +91,18 @@ fn a_resumed_mixture_continues_mid_cycle_and_its_state_names_the_mixture() {
     for want in &reference[7..] {
         assert_eq!(resumed.next().unwrap().columns[0].data(), &want[..]);
     }
-    // Another mixture, or one set of streams, does not take this state.
+    // Sources of other lengths (the data changed), or one set of streams,
+    // do not take this state.
     let other = Loader::new_mixture(sources(&[120, 37, 54], &WEIGHTS), LoaderConfig::from_state(&state));
     assert!(matches!(other, Err(Error::MixtureMismatch { .. })), "{other:?}");
-    let reweighted = Loader::new_mixture(sources(&LENGTHS, &[0.4, 0.4, 0.2]), LoaderConfig::from_state(&state));
-    assert!(matches!(reweighted, Err(Error::MixtureMismatch { .. })));
+    // Other weights do, from the saved step on: the state then holds the
+    // saved weights from step 0 and the new ones from step 7.
+    let mut reweighted =
+        Loader::new_mixture(sources(&LENGTHS, &[0.4, 0.4, 0.2]), LoaderConfig::from_state(&state)).unwrap();
+    assert_eq!(reweighted.next().unwrap().step, 7);
+    let pieces = reweighted.state().mixture.unwrap().schedule.unwrap();
+    assert_eq!(pieces.iter().map(|p| p.from).collect::<Vec<_>>(), vec![0, 7]);
+    assert_eq!(pieces[1].points[0].weights, vec![0.4, 0.4, 0.2]);
     let streams = vec![Stream::new("img", tagged(0, 210, Layout::Fixed { record_bytes: 8 }) as Arc<dyn Source>)];
     let single = Loader::new(streams.clone(), LoaderConfig::from_state(&state)).unwrap_err();
     assert!(single.to_string().contains("saved for a mixture"), "{single}");

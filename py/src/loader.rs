@@ -11,13 +11,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use numpy::ndarray::ArrayViewMut1;
-use numpy::PyArray1;
+use numpy::{PyArray1, PyReadonlyArray1};
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyTuple};
 use zring_loader::{
-    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, Shard,
-    StoreSource, Stream, TokenType,
+    Loader, LoaderConfig, LoaderState, MixSource, Pack, PackMode, PackSource, PartsSource, PooledBuf, SchedulePoint,
+    Shard, Source, StoreSource, Stream, Subset, TokenType,
 };
 
 /// The `pack=` argument of `Loader(...)` (its docs).
@@ -72,22 +72,35 @@ fn stream_list(streams: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<Stream>>
         let name: String = tuple.get_item(0)?.extract()?;
         let handle = tuple.get_item(1)?;
         let record_bytes: Option<usize> = tuple.get_item(2)?.extract()?;
+        // A split (zring.split): `(records, key)`, the store's records it
+        // holds in increasing order and the hash of its definition.
+        let subset: Option<(PyReadonlyArray1<'_, u64>, u64)> =
+            if tuple.len() > 3 { tuple.get_item(3)?.extract()? } else { None };
         // A dataset of parts reads as one source over all its parts.
-        if let Ok(parts) = handle.cast::<crate::parts::PyParts>() {
+        let source: Arc<dyn Source> = if let Ok(parts) = handle.cast::<crate::parts::PyParts>() {
             let parts = parts.get().parts()?;
-            let source = match record_bytes {
-                Some(record_bytes) => PartsSource::fixed(parts, record_bytes),
-                None => PartsSource::ragged(parts),
-            };
-            list.push(Stream::new(name, Arc::new(source)));
-            continue;
-        }
-        let store = extract_store(&handle, &format!("{what}stream {name:?}"))?;
-        let source = match record_bytes {
-            Some(record_bytes) => StoreSource::fixed(store, record_bytes),
-            None => StoreSource::ragged(store),
+            match record_bytes {
+                Some(record_bytes) => Arc::new(PartsSource::fixed(parts, record_bytes)),
+                None => Arc::new(PartsSource::ragged(parts)),
+            }
+        } else {
+            let store = extract_store(&handle, &format!("{what}stream {name:?}"))?;
+            match record_bytes {
+                Some(record_bytes) => Arc::new(StoreSource::fixed(store, record_bytes)),
+                None => Arc::new(StoreSource::ragged(store)),
+            }
         };
-        list.push(Stream::new(name, Arc::new(source)));
+        let source = match subset {
+            None => source,
+            Some((records, key)) => {
+                let map = records.as_slice().map(<[u64]>::to_vec).unwrap_or_else(|_| records.as_array().to_vec());
+                Arc::new(
+                    Subset::new(source, map, key)
+                        .map_err(|e| PyValueError::new_err(format!("{what}stream {name:?}: {e}")))?,
+                )
+            }
+        };
+        list.push(Stream::new(name, source));
     }
     Ok(list)
 }
@@ -175,8 +188,13 @@ impl PyLoader {
     /// left out is chosen from the first stream: a block of at least 1 MiB
     /// of records, a window of a quarter of its record cache); a state
     /// fixes them (given with it, they must be the state's).
+    ///
+    /// `schedule`, with `weights`: the mixture's weights over the steps, a
+    /// list of `(step, weights)` points (`zring_sampler::SchedulePiece`;
+    /// `weights` then only count the sources). With a state saved under
+    /// other weights, the run follows these from the state's step on.
     #[new]
-    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None))]
+    #[pyo3(signature = (streams, *, batch_size = None, mode = None, seed = None, shard = None, depth = 4, threads = 4, state = None, weights = None, pack = None, block_records = None, window_blocks = None, schedule = None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -192,6 +210,7 @@ impl PyLoader {
         pack: Option<PackSpec>,
         block_records: Option<u64>,
         window_blocks: Option<u64>,
+        schedule: Option<Vec<(u64, Vec<f64>)>>,
     ) -> PyResult<Self> {
         if block_records == Some(0) || window_blocks == Some(0) {
             let what = if block_records == Some(0) { "block_records" } else { "window_blocks" };
@@ -275,6 +294,8 @@ impl PyLoader {
         }
         config.depth = depth;
         config.threads = threads;
+        config.schedule =
+            schedule.map(|points| points.into_iter().map(|(step, weights)| SchedulePoint { step, weights }).collect());
         if let Some((seq_len, how, pad_id, token_bytes, signed, labels, mask_boundaries, eod_id, bos_id, stored)) = pack
         {
             let mode = match how.as_str() {

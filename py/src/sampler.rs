@@ -87,11 +87,34 @@ impl PySampler {
 
 /// Each source's rows among the first `rows` of a mixture of `weights` (as
 /// given; normalised as the loader does) at `batch_size` rows per batch:
-/// what `zring_sampler::Mixture::allocation` counts.
+/// what `zring_sampler::Mixture::allocation` counts. With `schedule`, a list
+/// of `(step, weights)` corners, the weights follow it; with `pieces`, the
+/// JSON text of a saved state's `"schedule"` (taken as saved).
 #[pyfunction]
-pub fn mixture_allocation(weights: Vec<f64>, batch_size: u64, rows: u64) -> PyResult<Vec<u64>> {
+#[pyo3(signature = (weights, batch_size, rows, *, schedule = None, pieces = None))]
+pub fn mixture_allocation(
+    weights: Vec<f64>,
+    batch_size: u64,
+    rows: u64,
+    schedule: Option<Vec<(u64, Vec<f64>)>>,
+    pieces: Option<&str>,
+) -> PyResult<Vec<u64>> {
+    use zring_sampler::{Mixture, SchedulePiece, SchedulePoint};
     let lengths = vec![1; weights.len()];
-    let m = zring_sampler::Mixture::new(Mode::Iid, &lengths, &weights, batch_size, 0).map_err(error::sampler)?;
+    let m = match (schedule, pieces) {
+        (_, Some(text)) => {
+            let pieces: Vec<SchedulePiece> = crate::convert::from_json(text, "schedule pieces")?;
+            Mixture::scheduled(Mode::Iid, &lengths, pieces, batch_size, 0)
+        }
+        (Some(points), None) => {
+            let points: Vec<SchedulePoint> =
+                points.into_iter().map(|(step, weights)| SchedulePoint { step, weights }).collect();
+            SchedulePiece::new(0, lengths.len(), &points)
+                .and_then(|p| Mixture::scheduled(Mode::Iid, &lengths, vec![p], batch_size, 0))
+        }
+        (None, None) => Mixture::new(Mode::Iid, &lengths, &weights, batch_size, 0),
+    }
+    .map_err(error::sampler)?;
     let mut out = vec![0; weights.len()];
     m.allocation(rows, &mut out).map_err(error::sampler)?;
     Ok(out)

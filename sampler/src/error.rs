@@ -82,6 +82,16 @@ pub enum Error {
         weight: f64,
     },
 
+    /// A mixture schedule that is not one: no points, a first point after
+    /// step 0, steps out of order, three points at one step, a weight that
+    /// is negative or not finite, a point of weights summing to 0, or a
+    /// source of weight 0 at every point. The message says which.
+    #[error("bad mixture schedule: {why}")]
+    BadSchedule {
+        /// What is wrong, naming the point and source.
+        why: String,
+    },
+
     /// A mixture source that holds no records.
     #[error("source {0} is empty")]
     EmptySource(usize),

@@ -119,15 +119,19 @@ mod feistel;
 mod mixture;
 mod random;
 mod sampler;
+mod schedule;
 mod shard;
 
 pub use blocked::{Blocks, Window};
 pub use error::Error;
 pub use mixture::{Mixture, MixtureState, RowOrder, STREAM_BLOCK};
 pub use sampler::{Mode, Sampler, SamplerState, MAX_BATCH};
+pub use schedule::{weights_at, SchedulePiece, SchedulePoint};
 pub use shard::Shard;
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_blocked;
+#[cfg(test)]
+mod tests_schedule;

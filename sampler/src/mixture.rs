@@ -20,6 +20,25 @@
 //! alone (seeking is free, below) and the batches are those of earlier
 //! checkpoints.
 //!
+//! # Schedules
+//!
+//! [`Mixture::scheduled`] takes weights that change with the step
+//! ([`SchedulePiece`]: piecewise linear, with jumps). Source `s`'s *target*
+//! among the first `r` rows is then `B` times the integral of its weight
+//! from step 0 to `r / B` (for fixed weights, `w_s r`), and everything
+//! below rounds the targets where it rounded `w_s r`: largest remainders
+//! of the targets while every source has a row per batch or more at every
+//! point of the schedule (each step's count `floor(target growth) - 1` or
+//! more, so never negative, and every source within a row of its target);
+//! otherwise the rounding tree, a split giving its first child the nearest
+//! integer to the child's target at the (real) step where the node's own
+//! target reaches the node's rows, which for fixed weights is `share * n`
+//! and for any schedule grows with the node's rows by at most as much
+//! (the child's weight is part of the node's), so no count goes back. The
+//! tree's shape comes from the first piece's mean weights. A resumed run
+//! under other weights adds a piece from its step; every target up to that
+//! step is the saved run's to the bit.
+//!
 //! # Each shard holds each source's share
 //!
 //! A step's rows are interleaved, not grouped by source, so that a shard
@@ -146,7 +165,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Error, Mode, Sampler, Shard, MAX_BATCH};
+use std::sync::Arc;
+
+use crate::schedule::{Curve, Track};
+use crate::{Error, Mode, Sampler, SchedulePiece, Shard, MAX_BATCH};
 
 /// Indices per sampler step of an iid or sequential source stream (module
 /// docs).
@@ -182,6 +204,13 @@ pub struct MixtureState {
     /// state saved before rows were interleaved).
     #[serde(default)]
     pub order: RowOrder,
+    /// The weights over the steps, when they change (a schedule, or a run
+    /// resumed under other weights): the pieces in force, each from its
+    /// step on (`crate::SchedulePiece`). Absent for fixed weights, which
+    /// `weights` then are; present, `weights` are the mean of its first
+    /// piece's points, used only to shape the rounding tree.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule: Option<Vec<SchedulePiece>>,
 }
 
 impl MixtureState {
@@ -261,6 +290,8 @@ pub struct Mixture {
     lengths: Vec<u64>,
     streams: Vec<SourceStream>,
     order: RowOrder,
+    /// The weights over the steps, when they change (module docs).
+    schedule: Option<Arc<Scheduled>>,
     /// The batch length's prime factors, twos first, then the odd ones
     /// ascending: the radices of the digit reversal (module docs).
     radices: Vec<u64>,
@@ -269,6 +300,15 @@ pub struct Mixture {
     /// The sources in grouped order: by position, except that sources of
     /// under a row per batch come last (module docs).
     seq: Vec<usize>,
+}
+
+/// A schedule's integrals: each source's, and for each split of the
+/// rounding tree its node's and its first child's.
+#[derive(Debug)]
+struct Scheduled {
+    pieces: Vec<SchedulePiece>,
+    sources: Vec<Track>,
+    splits: Vec<Option<(Track, Track)>>,
 }
 
 /// Where each source's rows of one step are: its first stream position, its
@@ -314,7 +354,115 @@ impl Mixture {
         }
         let total = pairwise_sum(weights);
         let weights: Vec<f64> = weights.iter().map(|w| w / total).collect();
-        let apportion = Apportion::new(&weights, batch_size);
+        Mixture::build(mode, lengths, weights, None, batch_size, seed)
+    }
+
+    /// A mixture whose weights follow `pieces` (a schedule, and the
+    /// schedules a resumed run took over with: `crate::SchedulePiece`),
+    /// their points' weights normalised. Source `s`'s target among the first
+    /// `r` rows is `B` times the integral of its weight up to step `r / B`,
+    /// rounded as fixed weights' `w_s r` are (module docs, "Schedules").
+    /// One piece of one point is [`Mixture::new`] of its weights.
+    ///
+    /// Errors: those of [`Mixture::new`], and [`Error::BadSchedule`] for
+    /// pieces out of order or points of another number of sources.
+    pub fn scheduled(
+        mode: Mode,
+        lengths: &[u64],
+        pieces: Vec<SchedulePiece>,
+        batch_size: u64,
+        seed: u64,
+    ) -> Result<Mixture, Error> {
+        let bad = |why: String| Err(Error::BadSchedule { why });
+        let Some(first) = pieces.first() else { return bad("no schedule".to_owned()) };
+        if first.from != 0 || pieces.windows(2).any(|p| p[1].from <= p[0].from) {
+            return bad("pieces must start at step 0 and at increasing steps".to_owned());
+        }
+        for piece in &pieces {
+            let bad_point = |p: &crate::SchedulePoint| {
+                p.weights.iter().any(|w| !(w.is_finite() && *w >= 0.0)) || p.weights.iter().sum::<f64>() <= 0.0
+            };
+            if piece.points.windows(2).any(|w| w[1].step < w[0].step) || piece.points.iter().any(bad_point) {
+                return bad(format!(
+                    "the piece from step {} has steps out of order or weights that are negative, not finite or all 0",
+                    piece.from
+                ));
+            }
+            if piece.points.is_empty() || piece.points.iter().any(|p| p.weights.len() != lengths.len()) {
+                return Err(Error::WeightCount {
+                    weights: piece.points.first().map_or(0, |p| p.weights.len()),
+                    sources: lengths.len(),
+                });
+            }
+        }
+        if let [piece] = &pieces[..] {
+            if let [point] = &piece.points[..] {
+                // Normalised already (as Mixture::new would): taken as they
+                // are, so a saved run's weights go on bit for bit.
+                let weights = &point.weights;
+                if let Some((index, &weight)) = weights.iter().enumerate().find(|(_, w)| !(w.is_finite() && **w > 0.0))
+                {
+                    return Err(Error::BadWeight { index, weight });
+                }
+                return Mixture::build(mode, lengths, weights.clone(), None, batch_size, seed);
+            }
+        }
+        let n = lengths.len();
+        // The first piece's mean weights shape the tree (any positive
+        // weights would do; the rounding follows the targets).
+        let mut weights = vec![0.0; n];
+        for p in &first.points {
+            for (w, x) in weights.iter_mut().zip(&p.weights) {
+                *w += x / first.points.len() as f64;
+            }
+        }
+        let total = pairwise_sum(&weights);
+        weights.iter_mut().for_each(|w| *w /= total);
+        Mixture::build(mode, lengths, weights, Some(pieces), batch_size, seed)
+    }
+
+    fn build(
+        mode: Mode,
+        lengths: &[u64],
+        weights: Vec<f64>,
+        pieces: Option<Vec<SchedulePiece>>,
+        batch_size: u64,
+        seed: u64,
+    ) -> Result<Mixture, Error> {
+        if lengths.is_empty() {
+            return Err(Error::NoSources);
+        }
+        if let Some(source) = lengths.iter().position(|&n| n == 0) {
+            return Err(Error::EmptySource(source));
+        }
+        if batch_size == 0 {
+            return Err(Error::ZeroBatch);
+        }
+        if batch_size > MAX_BATCH {
+            return Err(Error::BatchTooLarge { batch: batch_size, max: MAX_BATCH });
+        }
+        let b = batch_size as f64;
+        // A source of a row per batch or more at every point: so on every
+        // step (a step's weight lies between its ends' points).
+        let big: Vec<bool> = match &pieces {
+            None => weights.iter().map(|w| w * b >= 1.0).collect(),
+            Some(pieces) => (0..weights.len())
+                .map(|k| pieces.iter().flat_map(|p| &p.points).all(|p| p.weights[k] * b >= 1.0))
+                .collect(),
+        };
+        let apportion = Apportion::new(&weights, &big);
+        let schedule = pieces.map(|pieces| {
+            let sources: Vec<Track> = (0..weights.len())
+                .map(|k| {
+                    Track::new(pieces.iter().map(|p| (p.from as f64 * b, Curve::of(&p.points, b, |w| w[k]))).collect())
+                })
+                .collect();
+            let splits = match &apportion {
+                Apportion::Hamilton => Vec::new(),
+                Apportion::Tree(tree) => tree.split_tracks(&sources),
+            };
+            Arc::new(Scheduled { pieces, sources, splits })
+        });
         let seq = match &apportion {
             Apportion::Hamilton => (0..weights.len()).collect(),
             Apportion::Tree(tree) => {
@@ -335,6 +483,7 @@ impl Mixture {
             lengths: lengths.to_vec(),
             streams,
             order: RowOrder::Interleaved,
+            schedule,
             radices,
             apportion,
             seq,
@@ -370,7 +519,8 @@ impl Mixture {
         self.batch_size as usize
     }
 
-    /// The normalised weights.
+    /// The normalised weights (with a schedule: the mean of its first
+    /// piece's points, which shape the rounding tree).
     pub fn weights(&self) -> &[f64] {
         &self.weights
     }
@@ -387,7 +537,28 @@ impl Mixture {
 
     /// What a resumed run must find again.
     pub fn state(&self) -> MixtureState {
-        MixtureState { weights: self.weights.clone(), lengths: self.lengths.clone(), order: self.order }
+        MixtureState {
+            weights: self.weights.clone(),
+            lengths: self.lengths.clone(),
+            order: self.order,
+            schedule: self.schedule.as_ref().map(|s| s.pieces.clone()),
+        }
+    }
+
+    /// The pieces of the schedule, `None` for fixed weights.
+    pub fn schedule(&self) -> Option<&[SchedulePiece]> {
+        self.schedule.as_ref().map(|s| &s.pieces[..])
+    }
+
+    /// Each source's target among the first `rows` rows (module docs): its
+    /// weight times `rows`, or with a schedule `B` times its weight's
+    /// integral up to step `rows / B`.
+    pub fn targets(&self, rows: u64, out: &mut [f64]) {
+        let r = rows as f64;
+        match &self.schedule {
+            None => out.iter_mut().zip(&self.weights).for_each(|(o, w)| *o = w * r),
+            Some(s) => out.iter_mut().zip(&s.sources).for_each(|(o, t)| *o = t.integral(r)),
+        }
     }
 
     /// The length of `shard`'s slice of each global batch, or
@@ -414,18 +585,23 @@ impl Mixture {
     /// Each source's rows among the first `rows`, into `out` (one per
     /// source); `order` is scratch.
     fn allocate(&self, rows: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
+        let mut quotas = vec![0.0; self.weights.len()];
+        self.targets(rows, &mut quotas);
         match &self.apportion {
-            Apportion::Hamilton => allocate(&self.weights, rows, out, order),
-            Apportion::Tree(tree) => tree.allocate(&self.weights, rows, out, order),
+            Apportion::Hamilton => allocate(&quotas, rows, out, order),
+            Apportion::Tree(tree) => {
+                let splits = self.schedule.as_ref().map(|s| &s.splits[..]);
+                tree.allocate(&quotas, splits, rows, out, order)
+            }
         }
     }
 
     /// Rows of source `k` among the first `rows`, computed alone (the same
     /// as [`Mixture::allocation`]'s `out[k]`).
     fn allocation_of(&self, k: usize, rows: u64) -> u64 {
-        if let Apportion::Tree(tree) = &self.apportion {
+        if matches!(self.apportion, Apportion::Tree(_)) || self.schedule.is_some() {
             let mut out = vec![0; self.weights.len()];
-            tree.allocate(&self.weights, rows, &mut out, &mut Vec::with_capacity(self.weights.len()));
+            self.allocate(rows, &mut out, &mut Vec::with_capacity(self.weights.len()));
             return out[k];
         }
         let r = rows as f64;
@@ -804,15 +980,14 @@ fn source_seed(seed: u64, k: usize) -> u64 {
     ((u128::from(seed) * 1_000_003 + k as u128) % (1u128 << 62)) as u64
 }
 
-/// The largest-remainder allocation of `rows` by `weights` into `out`:
-/// floors first, then one more row to each of the largest remainders (ties
-/// to the lower source) until `rows` are given. `order` is scratch.
-fn allocate(weights: &[f64], rows: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
-    let r = rows as f64;
+/// The largest-remainder allocation of `rows` by `quotas` (summing to
+/// `rows`) into `out`: floors first, then one more row to each of the
+/// largest remainders (ties to the lower source) until `rows` are given.
+/// `order` is scratch.
+fn allocate(quotas: &[f64], rows: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
     order.clear();
     let mut given = 0u64;
-    for (k, (w, o)) in weights.iter().zip(out.iter_mut()).enumerate() {
-        let q = w * r;
+    for (k, (&q, o)) in quotas.iter().zip(out.iter_mut()).enumerate() {
         let f = q.floor();
         *o = f as u64;
         given += *o;
@@ -846,14 +1021,14 @@ enum Apportion {
 }
 
 impl Apportion {
-    fn new(weights: &[f64], batch_size: u64) -> Apportion {
-        // The test the earlier refusal made, so that every mixture accepted
-        // then keeps its batches.
-        let b = batch_size as f64;
-        if weights.iter().all(|w| w * b >= 1.0) {
+    /// `big[k]`: source `k` gets a row per batch or more (for fixed weights
+    /// `w_k B >= 1`, the test the earlier refusal made, so that every
+    /// mixture accepted then keeps its batches).
+    fn new(weights: &[f64], big: &[bool]) -> Apportion {
+        if big.iter().all(|&b| b) {
             Apportion::Hamilton
         } else {
-            Apportion::Tree(Tree::new(weights, batch_size))
+            Apportion::Tree(Tree::new(weights, big))
         }
     }
 }
@@ -909,11 +1084,10 @@ const EXACT: usize = 8;
 const WIDE: usize = 64;
 
 impl Tree {
-    fn new(weights: &[f64], batch_size: u64) -> Tree {
-        let b = batch_size as f64;
-        let big: Vec<usize> = (0..weights.len()).filter(|&k| weights[k] * b >= 1.0).collect();
+    fn new(weights: &[f64], is_big: &[bool]) -> Tree {
+        let big: Vec<usize> = (0..weights.len()).filter(|&k| is_big[k]).collect();
         let mut leaves: Vec<Leaf> = (0..weights.len())
-            .filter(|&k| weights[k] * b < 1.0)
+            .filter(|&k| !is_big[k])
             .map(|k| Leaf { weight: weights[k], node: Node::Source(k) })
             .collect();
         if !big.is_empty() {
@@ -927,7 +1101,7 @@ impl Tree {
             _ => usize::MAX,
         };
         leaves.sort_by(|a, b| b.weight.total_cmp(&a.weight).then(key(a).cmp(&key(b))));
-        let tiny = (0..weights.len()).filter(|&k| weights[k] * b < 1.0).collect();
+        let tiny = (0..weights.len()).filter(|&k| !is_big[k]).collect();
         let mut tree = Tree { nodes: Vec::new(), big, tiny, bound: 0.0 };
         let lookahead = 1 + LOOK_LEVELS.iter().filter(|&&n| leaves.len() <= n).count();
         tree.build(&leaves, 0.0, 0, lookahead);
@@ -1035,21 +1209,69 @@ impl Tree {
         at
     }
 
-    /// Each source's rows among the first `rows`, into `out`.
-    fn allocate(&self, weights: &[f64], rows: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
+    /// Each node's integral over a schedule, for each split: its own and its
+    /// first child's (indexed by node; `None` for leaves).
+    fn split_tracks(&self, sources: &[Track]) -> Vec<Option<(Track, Track)>> {
+        let mut of: Vec<Option<Track>> = vec![None; self.nodes.len()];
+        // Children come after their parents: fill from the end.
+        for i in (0..self.nodes.len()).rev() {
+            of[i] = Some(match self.nodes[i] {
+                Node::Source(k) => sources[k].clone(),
+                Node::Group => Track::sum(&self.big.iter().map(|&k| &sources[k]).collect::<Vec<_>>()),
+                Node::Split { first, second, .. } => {
+                    Track::sum(&[of[first].as_ref().expect("child"), of[second].as_ref().expect("child")])
+                }
+            });
+        }
+        (0..self.nodes.len())
+            .map(|i| match self.nodes[i] {
+                Node::Split { first, .. } => Some((of[i].clone().expect("node"), of[first].clone().expect("child"))),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Each source's rows among the first `rows`, into `out`, from their
+    /// targets `quotas`. With a schedule (`splits`: each split's tracks,
+    /// and the rows per batch), a split gives its first child the nearest
+    /// integer to the child's target at the step where the node's target
+    /// reaches the node's rows (module docs).
+    fn allocate(
+        &self,
+        quotas: &[f64],
+        splits: Option<&[Option<(Track, Track)>]>,
+        rows: u64,
+        out: &mut [u64],
+        order: &mut Vec<(f64, usize)>,
+    ) {
         let mut count = vec![0u64; self.nodes.len()];
         count[0] = rows;
         for (i, node) in self.nodes.iter().enumerate() {
             match *node {
                 Node::Split { share, first, second } => {
                     let n = count[i];
+                    let want = match splits {
+                        None => share * n as f64,
+                        Some(tracks) => {
+                            let (node, child) = tracks[i].as_ref().expect("a split's tracks");
+                            let x = node.inverse(n as f64);
+                            if x.is_finite() {
+                                child.integral(x)
+                            } else {
+                                // The node's weight is 0 from some step on
+                                // and its rows are past its target: the
+                                // child's share of the whole.
+                                child.integral(f64::MAX.sqrt())
+                            }
+                        }
+                    };
                     // Nearest, halves up; never more than the node holds.
-                    let f = ((share * n as f64 + 0.5).floor() as u64).min(n);
+                    let f = ((want + 0.5).floor() as u64).min(n);
                     count[first] = f;
                     count[second] = n - f;
                 }
                 Node::Source(k) => out[k] = count[i],
-                Node::Group => apportion_group(weights, &self.big, rows, count[i], out, order),
+                Node::Group => apportion_group(quotas, &self.big, count[i], out, order),
             }
         }
     }
@@ -1123,25 +1345,17 @@ fn worst(weights: &[f64], above: f64, depth: usize, lookahead: usize) -> f64 {
         .fold(f64::INFINITY, f64::min)
 }
 
-/// Gives `members` (the sources of at least a row per batch) `total` rows
-/// among the first `rows`: each its global share `w_k rows` rounded down,
+/// Gives `members` (the sources of at least a row per batch) `total` rows:
+/// each its target `quotas[k]` (its global share) rounded down,
 /// then one more to the largest remainders (ties to the lower source) until
 /// `total` are given. The tree keeps `total` within a row of the members'
 /// share, which makes that each member's share rounded down or up; should
 /// float rounding ever leave it outside, the rows still add up.
-fn apportion_group(
-    weights: &[f64],
-    members: &[usize],
-    rows: u64,
-    total: u64,
-    out: &mut [u64],
-    order: &mut Vec<(f64, usize)>,
-) {
-    let r = rows as f64;
+fn apportion_group(quotas: &[f64], members: &[usize], total: u64, out: &mut [u64], order: &mut Vec<(f64, usize)>) {
     order.clear();
     let mut given = 0u64;
     for &k in members {
-        let q = weights[k] * r;
+        let q = quotas[k];
         let f = q.floor();
         out[k] = f as u64;
         given += out[k];
@@ -1170,7 +1384,7 @@ fn apportion_group(
 
 /// The sum NumPy's `add.reduce` computes over a contiguous float64 array:
 /// pairwise, in blocks of 128 summed with eight accumulators.
-fn pairwise_sum(a: &[f64]) -> f64 {
+pub(crate) fn pairwise_sum(a: &[f64]) -> f64 {
     let n = a.len();
     if n < 8 {
         a.iter().fold(0.0, |s, x| s + x)

@@ -6,7 +6,8 @@ A drop-in for loaderx 0.7.3 (``import zring as loaderx``): the same
 state=...)``, ``DataLoader.state()``), sharding, ``stats()``, ``verify()``,
 a typed exception hierarchy under :class:`ZringError`, importers from
 Parquet, folders of files and WebDataset shards (:func:`convert`), packed
-token rows for language models (:func:`pack`), and the
+token rows for language models (:func:`pack`), train/validation/test
+splits by document (:func:`split`), and the
 ``zring`` command.
 """
 
@@ -28,7 +29,9 @@ from ._sampler import Sampler
 from ._zrecord import Zrecord, ZrecordError, write_dataset, write_ragged
 from ._convert import convert
 from ._mix import Mixture, mix
+from ._schedule import Schedule, schedule
 from ._pack import Packed, pack
+from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 from . import parts
@@ -46,6 +49,7 @@ __all__ = [
     "StaleError",
     "RaggedDataset",
     "Sampler",
+    "Schedule",
     "Store",
     "UnsupportedVersionError",
     "Zrecord",
@@ -56,8 +60,10 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "schedule",
     "parts",
     "set_cache_bytes",
+    "split",
     "write_dataset",
     "write_ragged",
 ]

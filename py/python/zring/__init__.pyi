@@ -70,9 +70,38 @@ def write_ragged(
     append=True keeps the table's format. A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
     ValueError naming the value and the dtype."""
 
+class Schedule:
+    """Mixture weights over the steps (from schedule); pass it to mix."""
+    points: list[tuple[int, list[float]]]
+    interpolate: str
+    #: The points with each stair of a "step" schedule as a jump.
+    corners: list[tuple[int, list[float]]]
+    @property
+    def sources(self) -> int: ...
+    def mean_weights(self) -> list[float]: ...
+    def weights_at(self, step: float) -> npt.NDArray[np.float64]:
+        """The normalised weights at step (after a jump there, the later)."""
+    def targets(self, steps: float, batch_size: int) -> npt.NDArray[np.float64]:
+        """Each source's target after steps steps: batch_size times the
+        integral of its weight (computed in NumPy, for checking)."""
+
+def schedule(
+    points: Union[Mapping[int, Sequence[float]], Sequence[tuple[int, Sequence[float]]]],
+    *,
+    interpolate: str = "linear",
+) -> Schedule:
+    """Mixture weights as a function of the step: (step, weights) points
+    from step 0, linear between them ("linear") or held until the next
+    ("step"), the last held after; each source's rows so far within a row of
+    the integral of its weight; a state resumed under another schedule
+    follows it from the saved step on. ValueError for points out of order,
+    negative weights, or a source of weight 0 everywhere."""
+
 class Mixture:
     """Stream dicts and their weights (from mix); pass it to DataLoader."""
     sources: list[dict[str, Union[Dataset, RaggedDataset]]]
+    #: The weights' schedule, or None for fixed weights.
+    schedule: Optional[Schedule]
     weights: npt.NDArray[np.float64]
     names: list[str]
     lengths: list[int]
@@ -85,11 +114,12 @@ class Mixture:
         remainder); with batch_size, as a loader of that many rows per batch
         counts them (the same unless a source gets under a row per batch)."""
     def check_state(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        """The state in the loader's form; ValueError if saved for another mixture."""
+        """The state in the loader's form; ValueError if saved for sources of
+        other lengths (other weights are taken from the saved step on)."""
 
 def mix(
     sources: Sequence[Union[Mapping[str, Union[Dataset, RaggedDataset]], Dataset, RaggedDataset]],
-    weights: Sequence[float],
+    weights: Union[Sequence[float], Schedule],
 ) -> Mixture:
     """A weighted mixture for DataLoader: each source's rows so far are its
     share rounded down or up (largest remainder, carried over), so a batch
@@ -97,10 +127,42 @@ def mix(
     source of under a row per batch getting its rows over the steps (within
     a row of its share while at most three are that small); each source is
     drawn by its own sampler; last_sources/last_indices name each row;
-    state()/state= resume.
+    state()/state= resume (under other weights or a schedule: those from
+    the saved step on). weights may be a schedule().
     A bare dataset is the stream dict {"tokens": ds} (a mixture for pack).
     RaggedDatasets of integer documents may differ in dtype (uint16 and
     int32): pack delivers one; a loader of records over them refuses."""
+
+class SplitDataset(Dataset):
+    """A part of a Dataset (from split): a Dataset over some of its records."""
+    part: int
+    split: dict[str, Any]
+    @property
+    def records(self) -> npt.NDArray[np.uint64]:
+        """The store's records in this part, increasing."""
+
+class SplitRaggedDataset(RaggedDataset):
+    """A part of a RaggedDataset (from split)."""
+    part: int
+    split: dict[str, Any]
+    @property
+    def records(self) -> npt.NDArray[np.uint64]:
+        """The store's records in this part, increasing."""
+
+def split(
+    data: Union[Dataset, RaggedDataset, Mapping[str, Union[Dataset, RaggedDataset]], Mixture],
+    split: Union[str, Sequence[float], Sequence[tuple[int, Optional[int]]]],
+    *,
+    seed: int = 0,
+) -> tuple[Any, ...]:
+    """Train/validation/test parts by record: weights ("969,30,1", [0.98,
+    0.01, 0.01]: every whole period of sum(parts) records holds each part's
+    exact count, records interleaved by a keyed permutation per period) or
+    ranges ([(0, 900_000), (900_000, None)]). A record's part depends on its
+    index alone, so appending keeps every part's records and adds new ones
+    after them. One view per part, of data's kind (a mixture: each source
+    split, None for a part a source has no record in); views work wherever
+    the dataset does (DataLoader in any mode, mix, pack, jax.global_loader)."""
 
 class Packed:
     """Packed token rows (from pack); pass it to DataLoader."""
@@ -164,11 +226,14 @@ def convert(
     overwrite: bool = False,
     block_bytes: int = ...,
     progress: Optional[bool] = None,
+    workers: Optional[int] = None,
 ) -> dict[str, int]:
     """Parquet or Arrow IPC files (a HuggingFace save_to_disk folder; one
     store per column), a folder of files, WebDataset tar shards (one store per
     extension), a .npy or a loaderx store into zring stores at dst, each
-    with its table sealed in format 2; returns the records written per store."""
+    with its table sealed in format 2; returns the records written per store.
+    With workers=N, a folder of many files becomes a dataset of parts, one
+    part per file, converted by N worker processes."""
 
 def pad(
     values: npt.NDArray[Any], row_splits: npt.ArrayLike, max_len: Optional[int] = None, pad_value: Any = 0
@@ -183,6 +248,8 @@ class Dataset:
     dtype: np.dtype[Any]
     shape: tuple[int, ...]
     codec: str
+    #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
     ) -> None: ...
@@ -216,6 +283,8 @@ class RaggedDataset:
     dtype: np.dtype[Any]
     item_shape: tuple[int, ...]
     codec: str
+    #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
     ) -> None: ...
@@ -248,7 +317,7 @@ class RaggedDataset:
     def __exit__(self, *exc: object) -> None: ...
 
 class DataLoader:
-    """An endless iterator of batch dicts over named streams.
+    """An endless iterator of batch dicts over named streams (one_pass=True: one pass, for evaluation).
 
     A transform runs on ``transform_workers`` threads (default: as many as
     ``num_workers``; ``0`` runs it on the consumer thread), several steps at
@@ -265,6 +334,10 @@ class DataLoader:
     last_step: Optional[int]
     #: For a zring.mix mixture: the source of each row of the last batch.
     last_sources: Optional[npt.NDArray[np.int64]]
+    #: (rank, ranks) for a rank's loader over its own parts (rank_parts=), else None.
+    rank_parts: Optional[tuple[int, int]]
+    #: Real rows of the last batch (fewer in a one-pass loader's padded last batch).
+    last_valid: Optional[int]
     def __init__(
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
@@ -281,8 +354,17 @@ class DataLoader:
         cache_bytes: Optional[int] = None,
         block_records: Optional[int] = None,
         window_blocks: Optional[int] = None,
-    ) -> None: ...
-    def __len__(self) -> int: ...
+        rank_parts: Optional[tuple[int, int]] = None,
+        one_pass: bool = False,
+        last_batch: str = "partial",
+    ) -> None:
+        """one_pass=True: a finite loader that reads the streams (or a concat
+        pack of one source) once in order (mode 0), len(loader) steps, then
+        raises StopIteration; last_batch "partial" (the rows left), "drop"
+        (full batches only) or "pad" (a full batch, last_valid real rows first;
+        a packed pass marks tokens past it as padding, loss_mask 0)."""
+    def __len__(self) -> int:
+        """The steps of a one-pass loader; TypeError for an endless one."""
     def __iter__(self) -> "DataLoader": ...
     def __next__(self) -> Any: ...
     def next(self) -> Any:
@@ -290,9 +372,11 @@ class DataLoader:
     def state(self) -> dict[str, Any]:
         """Resume point: pass as state= to continue with the batch after the last one returned.
         It carries each stream's fingerprint: a resume over changed records raises, one over a
-        store that only grew finishes the cycle under way and adds the new records from the next."""
+        store that only grew finishes the cycle under way and adds the new records from the next.
+        Under "consumed", per source: rows, records (packed: documents, tokens) and epochs so far."""
     def stats(self) -> dict[str, Any]:
-        """Pipeline statistics, and each stream's read statistics under "reads"."""
+        """Pipeline statistics, and each stream's read statistics under "reads"; under
+        "consumed", per source, rows, records (packed: documents, tokens) and epochs so far."""
     def close(self) -> None:
         """Stop and join the transform workers and the gather threads."""
     def __enter__(self) -> "DataLoader": ...

@@ -56,6 +56,13 @@ What each source becomes:
 * A ``.npy`` file (:func:`zring.write_dataset`) and a loaderx store
   (:func:`zring.import_loaderx`), as before.
 
+With ``workers=N`` a folder of many input files (``train-000NN-of-000MM.parquet``
+files, HuggingFace Arrow files, tar shards, Megatron-LM partitions) becomes a
+dataset of parts (:mod:`zring.parts`): each file is converted into one part,
+by ``N`` worker processes at once, and the parts are committed in the files'
+order, ``DST`` (a single store) or ``DST/<column>.zr`` (one per column or
+extension) each a dataset of parts read as one dataset.
+
 Names live in a ragged store of UTF-8 bytes, ``names/`` inside the store's
 directory, record ``i`` naming record ``i``: read a name at a time (a billion
 names are never one list in memory), and :meth:`zring.Zrecord.delete` and
@@ -286,21 +293,33 @@ def _fill_nulls(pa: Any, arr: Any, name: str, fill: Any, kind: str) -> Any:
     return type(arr).from_arrays(offsets, values)
 
 
+def _numpy(pa: Any, arr: Any) -> np.ndarray:
+    """Arrow array ``arr`` as NumPy: an integer or float array without nulls
+    straight from its buffer (no copy), others by ``to_numpy``, which imports
+    pandas where it is installed (seconds, in every worker process)."""
+    t = arr.type
+    if (pa.types.is_integer(t) or pa.types.is_floating(t)) and arr.null_count == 0:
+        dtype = np.dtype(t.to_pandas_dtype())
+        if len(arr) == 0:
+            return np.zeros(0, dtype)
+        return np.frombuffer(arr.buffers()[1], dtype=dtype, count=arr.offset + len(arr))[arr.offset:]
+    return arr.to_numpy(zero_copy_only=False)
+
+
 def _append_column(pa: Any, sink: _Sink, arr: Any, kind: str, shape: tuple[int, ...] | None) -> None:
     if isinstance(arr, pa.ChunkedArray):
         for chunk in arr.chunks:
             _append_column(pa, sink, chunk, kind, shape)
         return
     if kind == "scalar":
-        sink.fixed(arr.to_numpy(zero_copy_only=False))
+        sink.fixed(_numpy(pa, arr))
     elif kind == "fixed_list":
         flat = arr.flatten()
         while pa.types.is_fixed_size_list(flat.type):
             flat = flat.flatten()
-        sink.fixed(flat.to_numpy(zero_copy_only=False).reshape((len(arr), *shape)))
+        sink.fixed(_numpy(pa, flat).reshape((len(arr), *shape)))
     elif kind == "list":
-        offsets = arr.offsets.to_numpy()
-        sink.ragged(arr.values.to_numpy(zero_copy_only=False), offsets)
+        sink.ragged(_numpy(pa, arr.values), _numpy(pa, arr.offsets))
     else:  # bytes: the data buffer with the offsets buffer
         offsets_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
         bufs = arr.buffers()
@@ -671,6 +690,137 @@ def _convert_tar(src: Path, dst: Path, codec: str, block_bytes: int, progress: b
 
 
 # --------------------------------------------------------------------------
+# One part per input file (workers=)
+# --------------------------------------------------------------------------
+
+def _megatron_prefixes(src: Path) -> list[Path]:
+    """The prefixes of the Megatron-LM datasets (``PREFIX.bin`` + ``PREFIX.idx``)
+    in directory ``src`` (its partitions), in sorted order; ``[]`` when it
+    holds anything else."""
+    files = [p for p in src.rglob("*") if p.is_file()]
+    if not files or any(p.suffix.lower() not in (".bin", ".idx") for p in files):
+        return []
+    prefixes = sorted({p.with_suffix("") for p in files})
+    if any(_megatron.paths(p) is None for p in prefixes):
+        return []
+    return prefixes
+
+
+def _input_files(src: Path, kind: str) -> list[Path]:
+    """The input files of ``src``, one part each, in order."""
+    if kind == "parquet":
+        return _parquet_files(src)
+    if kind == "arrow":
+        return _arrow_files(src)
+    if kind == "tar":
+        return _tar_files(src)
+    if kind == "megatron":
+        return _megatron_prefixes(src) if src.is_dir() else [src]
+    raise ValueError(
+        f"workers= writes one part per input file of Parquet, Arrow, tar or Megatron-LM files; {src} is a "
+        f"{kind} source, which converts into one store: leave workers= out"
+    )
+
+
+def _convert_file(kind: str, src: str, where: str, columns: Sequence[str] | None, fill: Any, codec: str,
+                  block_bytes: int) -> dict[str, tuple[Any, str | None]]:
+    """Converts input file ``src`` as :func:`convert` would, then stages each
+    of its stores as a part of its dataset under ``where`` (``where`` itself
+    for a single store, ``where/<column>.zr`` per column); returns
+    ``{column: (PartInfo, schema)}``. Runs in a worker process."""
+    from . import parts
+
+    import shutil
+    import uuid
+
+    root, file = Path(where), Path(src)
+    work = root / f".convert-{uuid.uuid4().hex}"
+    work.mkdir()
+    try:
+        out = work / "out"
+        if kind == "parquet":
+            counts = _convert_parquet(file, out, columns, fill, codec, False)
+        elif kind == "arrow":
+            counts = _convert_arrow(file, out, columns, fill, codec, block_bytes, False)
+        elif kind == "tar":
+            counts = _convert_tar(file, out, codec, block_bytes, False)
+        else:
+            counts = _megatron.convert(file, out, codec, block_bytes, False, _Sink, _progress, counts=False)
+        staged = {}
+        for name in counts:
+            if name:
+                staged[name] = parts._stage(root / f"{name}.zr", out / f"{name}.zr")
+            else:
+                staged[name] = parts._stage(root, out)
+        return staged
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _ignore_sigint() -> None:
+    """Workers leave Ctrl-C to the parent, which stops handing out files and
+    removes what was written (one traceback, not one per worker)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _convert_parts(kind: str, src: Path, where: Path, workers: int, columns: Sequence[str] | None, fill: Any,
+                   codec: str, block_bytes: int, progress: bool | None) -> dict[str, int]:
+    """One part per input file of ``src``, converted by ``workers`` processes
+    (this one when 1) and committed, in the files' order, as a dataset of
+    parts per store (module docs)."""
+    from . import parts
+
+    files = _input_files(src, kind)
+    args = (columns, fill, codec, block_bytes)
+    bar = _progress(len(files), f"convert {src.name}", progress)
+    results: list[dict[str, tuple[Any, str | None]]] = []
+    try:
+        if workers == 1:
+            for f in files:
+                results.append(_convert_file(kind, str(f), str(where), columns, fill, codec, block_bytes))
+                if bar is not None:
+                    bar.update(1)
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # Spawned, not forked: the parent may hold pyarrow's and the
+            # engine's threads.
+            ctx = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(min(workers, len(files)), mp_context=ctx, initializer=_ignore_sigint) as pool:
+                futures = [pool.submit(_convert_file, kind, str(f), str(where), *args) for f in files]
+                try:
+                    for fut in futures:
+                        results.append(fut.result())
+                        if bar is not None:
+                            bar.update(1)
+                except BaseException:
+                    for fut in futures:
+                        fut.cancel()
+                    raise
+    finally:
+        if bar is not None:
+            bar.close()
+    first = results[0]
+    for f, r in zip(files, results):
+        if r.keys() != first.keys():
+            raise ValueError(f"{f} converts into stores {sorted(r)}, {files[0]} into {sorted(first)}: every input "
+                             f"file needs the same columns")
+        for name, (_info, schema) in r.items():
+            if schema != first[name][1]:
+                raise ValueError(f"{f} has another schema than {files[0]}" + (f" (column {name!r})" if name else ""))
+    counts = {}
+    for name in first:
+        root = where / f"{name}.zr" if name else where
+        infos = [r[name][0] for r in results]
+        parts.commit(root, infos, mode="overwrite")
+        counts[name] = sum(i.records for i in infos)
+    return counts
+
+
+# --------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------
 
@@ -718,6 +868,8 @@ def _kind(src: Path) -> str:
         if _is_hf_dataset(src):
             return "arrow"
         entries = [p for p in src.rglob("*") if p.is_file()]
+        if _megatron_prefixes(src):
+            return "megatron"
         if entries and all(p.suffix.lower() == ".parquet" for p in entries):
             return "parquet"
         if entries and all(p.suffix.lower() == ".tar" for p in entries):
@@ -740,7 +892,7 @@ def _kind(src: Path) -> str:
 def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns: Sequence[str] | None = None,
             fill: Any = None, extensions: Sequence[str] | None = None, codec: str = "zstd",
             kind: str | None = None, overwrite: bool = False, block_bytes: int = WRITE_CHUNK_BYTES,
-            progress: bool | None = None) -> dict[str, int]:
+            progress: bool | None = None, workers: int | None = None) -> dict[str, int]:
     """Converts ``src`` into zring stores at ``dst`` (module docs); returns
     the records written per store (``""`` for a single store at ``dst``).
 
@@ -765,6 +917,15 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
         overwrite: Replace an existing ``dst``.
         block_bytes: Bytes handed to one append (folders, tar, Arrow).
         progress: Show a tqdm bar; by default only when stderr is a terminal.
+        workers: Write one part per input file (a Parquet, Arrow or tar
+            file, or a Megatron-LM dataset of a folder of them, such as
+            ``train-000NN-of-000MM.parquet`` files or Megatron partitions),
+            converted by this many worker processes, and commit them in the
+            files' order: ``dst`` (or ``dst/<column>.zr`` per column) is then
+            a dataset of parts (:mod:`zring.parts`), read as one dataset by
+            :class:`Dataset` and :class:`RaggedDataset`. Every file must
+            convert into the same columns of the same dtypes and shapes.
+            Default: one store, the files converted in order by this process.
 
     Raises:
         FileExistsError: ``dst`` exists and ``overwrite`` is not set, or it
@@ -785,6 +946,20 @@ def convert(src: str | os.PathLike[str], dst: str | os.PathLike[str], *, columns
     kind = kind or _kind(src)
     if kind not in KINDS:
         raise ValueError(f"unknown kind {kind!r}: expected one of {', '.join(KINDS)}")
+    if workers is not None and (isinstance(workers, bool) or int(workers) < 1):
+        raise ValueError(f"workers= must be a positive number of processes, got {workers!r}")
+    if kind == "megatron" and workers is None and src.is_dir():
+        found = _megatron_prefixes(src)
+        raise ValueError(
+            f"{src} holds {len(found)} Megatron-LM datasets (partitions); pass workers=N to write one part "
+            f"per dataset, or convert one prefix, such as {found[0] if found else src / 'PREFIX'}"
+        )
+    if workers is not None:
+        _input_files(src, kind)  # a ValueError for a kind that is not in files
+        if os.path.lexists(dst) and not overwrite:
+            raise FileExistsError(f"{dst} already exists; pass overwrite=True to replace it")
+        with _target(dst, overwrite, False) as where:
+            return _convert_parts(kind, src, where, int(workers), columns, fill, codec, int(block_bytes), progress)
     if os.path.lexists(dst) and not overwrite:
         # Said here rather than by the writers convert builds on, whose
         # message offers an append convert does not have.

@@ -130,9 +130,11 @@ class Index:
 
 
 def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool | None,
-            sink_type: Any, progress_bar: Any) -> dict[str, int]:
+            sink_type: Any, progress_bar: Any, counts: bool = True) -> dict[str, int]:
     """Writes one record per document of the dataset at ``src`` to a ragged
-    store at ``dst`` (module docs)."""
+    store at ``dst`` (module docs). ``counts``: record the dataset's document
+    and sequence counts in the store's schema (not in a part of a dataset of
+    parts, whose parts' schemas must be alike)."""
     found = paths(src)
     if found is None:
         raise FileNotFoundError(f"{src} is not a Megatron dataset: {src}.idx and {src}.bin (or the same prefix "
@@ -148,8 +150,8 @@ def convert(src: Path, dst: Path, codec: str, block_bytes: int, progress: bool |
     seq_starts = np.concatenate([[0], np.cumsum(seq_lengths)])
     doc_tokens = seq_starts[docs]
     bar = progress_bar(index.document_count, f"convert {idx_path.stem}", progress)
-    sink = sink_type(dst, index.dtype, None, codec, {"megatron": {"documents": index.document_count,
-                                                                  "sequences": len(seq_lengths)}})
+    described = {"documents": index.document_count, "sequences": len(seq_lengths)} if counts else {}
+    sink = sink_type(dst, index.dtype, None, codec, {"megatron": described})
     ok = False
     try:
         d = 0

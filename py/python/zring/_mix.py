@@ -35,6 +35,12 @@ more share the rounds, and one can be a little further (1.5 rows for the
 0.001 source above on 8 shards). A mixture whose every source has a row per
 batch or more keeps the batches it had before.
 
+Weights may follow a :func:`zring.schedule` (piecewise linear or constant
+over the steps): the rows so far are then the same roundings of each
+source's target, the batch times the integral of its weight, and a state
+resumed under other weights follows them from its step on
+(:mod:`zring._schedule`).
+
 Each source draws from its own stream of indices in the loader's mode (a
 sampler seeded from the loader's seed and the source's position): its rows
 at step ``t`` are the next positions of that stream, so in cyclic mode each
@@ -70,6 +76,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from . import _zring
+from ._schedule import Schedule
 from .dataset import Dataset, RaggedDataset
 
 _MODE_NAMES = {0: "Sequential", 1: "Iid", 2: "Cyclic", "sequential": "Sequential", "iid": "Iid", "cyclic": "Cyclic"}
@@ -80,11 +87,20 @@ class Mixture:
     in place of a stream dict. Made by :func:`mix`."""
 
     def __init__(self, sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | RaggedDataset],
-                 weights: Sequence[float]):
+                 weights: Sequence[float] | Schedule):
         # A bare dataset is a source of one stream, "tokens" (for zring.pack).
         self.sources = [{"tokens": s} if isinstance(s, (Dataset, RaggedDataset)) else dict(s) for s in sources]
         if not self.sources:
             raise ValueError("a mixture needs at least one source")
+        #: The :func:`zring.schedule` of the weights, or None for fixed
+        #: weights (``weights`` are then the schedule's mean weights, which
+        #: only shape the rounding of sources under a row per batch).
+        self.schedule = weights if isinstance(weights, Schedule) else None
+        if self.schedule is not None:
+            if self.schedule.sources != len(self.sources):
+                raise ValueError(
+                    f"a schedule of {self.schedule.sources} weights a point for {len(self.sources)} sources")
+            weights = self.schedule.mean_weights()
         try:
             w = np.asarray([float(x) for x in weights], dtype=np.float64)
         except (TypeError, ValueError):
@@ -133,6 +149,12 @@ class Mixture:
         remainders (Hamilton) of the shares; with ``batch_size``, what a
         loader of that many rows per batch counts, which is the same unless a
         source gets under a row per batch (module docs)."""
+        if self.schedule is not None:
+            if batch_size is None:
+                raise TypeError("a scheduled mixture's allocation needs batch_size (its steps)")
+            got = _zring.mixture_allocation(self.given_weights, int(batch_size), int(rows),
+                                            schedule=self.schedule.corners)
+            return np.asarray(got, dtype=np.int64)
         if batch_size is not None and np.any(self.weights * int(batch_size) < 1):
             got = _zring.mixture_allocation(self.given_weights, int(batch_size), int(rows))
             return np.asarray(got, dtype=np.int64)
@@ -149,19 +171,23 @@ class Mixture:
         the form the Rust loader reads (mode names; the length and shard
         filled in where an older state left them out).
 
+        A state saved under other weights or another schedule is taken:
+        the loader keeps its weights up to the saved step and follows this
+        mixture's from there on (:mod:`zring._schedule`).
+
         Raises:
-            ValueError: The state was saved for another mixture (other
-                weights or source lengths) or for a loader over one stream dict.
+            ValueError: The state was saved for a mixture of other sources
+                (another number, or other lengths: the data changed) or for
+                a loader over one stream dict.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from DataLoader.state(), got {type(state).__name__}")
         saved = state.get("mixture")
         if not isinstance(saved, Mapping):
             raise ValueError("the state was saved for a loader over one stream dict, not a mixture")
-        weights = saved.get("weights")
-        if (saved.get("lengths") != self.lengths or not isinstance(weights, (list, tuple))
-                or len(weights) != len(self.weights) or not np.allclose(weights, self.weights)):
-            raise ValueError("the state was saved for another mixture (other weights or source lengths)")
+        if saved.get("lengths") != self.lengths:
+            raise ValueError(f"the state was saved for a mixture of sources of {saved.get('lengths')} records, "
+                             f"these hold {self.lengths}: the data changed; resume over the sources it was saved with")
         out = dict(state)
         sampler = dict(out["sampler"])
         sampler["mode"] = _MODE_NAMES.get(sampler["mode"], sampler["mode"])
@@ -172,7 +198,7 @@ class Mixture:
 
 
 def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | RaggedDataset],
-        weights: Sequence[float]) -> Mixture:
+        weights: Sequence[float] | Schedule) -> Mixture:
     """A weighted mixture of stream dicts for :class:`zring.DataLoader` (module docs).
     A bare dataset counts as the stream dict ``{"tokens": ds}``; a mixture of
     RaggedDatasets of token documents is what :func:`zring.pack` takes.
@@ -180,6 +206,12 @@ def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | Ragg
     Any positive weights: a source of under one row per batch gets its rows
     over the steps, within a row of its share of the rows so far while at
     most three sources are that small (module docs).
+
+    ``weights`` may be a :func:`zring.schedule`: weights as a function of the
+    step (piecewise linear or constant), each source's rows so far within a
+    row of the integral of its weight (:mod:`zring._schedule`). Resuming a
+    state under other weights or another schedule keeps the saved weights
+    up to the saved step and follows the new ones from there on.
 
     Raises:
         ValueError: No sources, weights that are not positive or do not

@@ -2,8 +2,9 @@
 
     zring info PATH
     zring verify PATH
-    zring parts PATH [--ranks N]
+    zring parts PATH [--ranks N [--rank K]]
     zring convert SRC DST [--codec zstd] [--chunk-bytes N] [--columns A,B] [--fill X] [--kind K] [--overwrite]
+                  [--workers N]
     zring compact PATH [--format {1,2}]
     zring bench PATH [--batch-size 256] [--batches 200] [--seed 0] [--cache-bytes N]
 """
@@ -128,7 +129,17 @@ def cmd_verify(args: argparse.Namespace) -> int:
 def cmd_parts(args: argparse.Namespace) -> int:
     from .parts import rank_plan
 
+    if args.rank is not None and not 0 <= args.rank < args.ranks:
+        print(f"--rank {args.rank} is not one of --ranks {args.ranks} (0 to {args.ranks - 1})", file=sys.stderr)
+        return 2
     plan = rank_plan(args.path, args.ranks)
+    if args.rank is not None:
+        # What rank K's host needs, one path a line relative to the dataset:
+        # a list for rsync --files-from (or an object-store copy).
+        print("manifest.json")
+        for d in plan[args.rank]:
+            print(d)
+        return 0
     for rank, dirs in enumerate(plan):
         for d in dirs:
             print(f"{rank}\t{d}" if args.ranks > 1 else d)
@@ -146,6 +157,16 @@ def _fill(text: str) -> int | float:
         raise argparse.ArgumentTypeError(f"--fill takes a number, got {text!r}") from None
 
 
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"--workers takes a positive number of processes, got {text!r}")
+    return n
+
+
 def cmd_convert(args: argparse.Namespace) -> int:
     src, dst = Path(args.src), Path(args.dst)
     t = time.perf_counter()
@@ -159,6 +180,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         overwrite=args.overwrite,
         block_bytes=args.chunk_bytes,
         progress=None if args.progress is None else args.progress,
+        workers=args.workers,
     )
     secs = time.perf_counter() - t
     for name, n in counts.items():
@@ -236,6 +258,9 @@ def _parser() -> argparse.ArgumentParser:
                                      "that reads each (rank, tab, directory): what to stage on each host")
     s.add_argument("path")
     s.add_argument("--ranks", type=int, default=1)
+    s.add_argument("--rank", type=int, default=None,
+                   help="print only what rank K's host needs: manifest.json and its part directories, one a line "
+                        "(for rsync --files-from)")
     s.set_defaults(func=cmd_parts)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
@@ -252,6 +277,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--ext", help="folder: keep only files with these extensions, comma-separated")
     s.add_argument("--kind", choices=KINDS, help="the source's kind (default: guessed)")
     s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None, help="show a progress bar (default: on a terminal)")
+    s.add_argument("--workers", type=_workers, default=None, metavar="N",
+                   help="a folder of Parquet, Arrow, tar or Megatron-LM files: write one part per file, N files "
+                        "at a time in worker processes, so DST (per column: DST/COLUMN.zr) is a dataset of parts "
+                        "(default: one store, written by this process)")
     s.set_defaults(func=cmd_convert)
     s = sub.add_parser("compact", help="reclaim the space of deleted records; --format upgrades the table")
     s.add_argument("path")
@@ -360,6 +389,8 @@ _FLAGS = (
     ("overwrite=True", "--overwrite"),
     ("fill=", "--fill"),
     ("columns=", "--columns"),
+    ("workers=N", "--workers N"),
+    ("workers=", "--workers"),
     ("kind='folder'", "--kind folder"),
     ("block_bytes", "--chunk-bytes"),
     ("cache_bytes", "--cache-bytes"),

@@ -54,7 +54,7 @@ import numpy as np
 from . import _util, _zring
 from ._mix import Mixture
 from ._pack import Packed, _views as _packed_views
-from .dataset import Dataset, RaggedDataset
+from .dataset import Dataset, RaggedDataset, _rank_parts as _dataset_rank_parts
 
 
 def _identity(batch: Any) -> Any:
@@ -111,6 +111,102 @@ def _wrap(views: list[tuple[str, Any]], indices: np.ndarray, columns: list[Any])
     return batch
 
 
+def _datasets(streams: Any) -> list[tuple[str, Any]]:
+    """``(label, dataset)`` for every dataset a loader over ``streams`` reads."""
+    if isinstance(streams, Packed):
+        return [(f"source {k}" if len(streams.datasets) > 1 else "the packed source", ds)
+                for k, ds in enumerate(streams.datasets)]
+    if isinstance(streams, Mixture):
+        return [(f"source {k} stream {name!r}", ds)
+                for k, src in enumerate(streams.sources) for name, ds in src.items()]
+    return [(f"stream {name!r}", ds) for name, ds in streams.items()]
+
+
+def _split(value: Any) -> tuple[int, int]:
+    """A ``rank_parts`` argument checked: a ``(rank, ranks)`` pair, ``0 <= rank < ranks``."""
+    rank, ranks = _dataset_rank_parts(value)
+    if not 0 <= rank < ranks:
+        raise ValueError(f"rank_parts=({rank}, {ranks}): need 0 <= rank < ranks")
+    return rank, ranks
+
+
+def rank_split(streams: Any, rank_parts: Any = None) -> tuple[int, int] | None:
+    """The ``(rank, ranks)`` a loader over ``streams`` is, or None for a
+    loader over whole datasets.
+
+    Read from the datasets: each opened with ``rank_parts=(rank, ranks)``
+    holds only that rank's parts, so a loader over it can only be that
+    rank's loader. ``rank_parts``, when given, must be theirs.
+
+    Raises:
+        ValueError: datasets opened with different splits, some with one and
+            some without, or none with the ``rank_parts`` given (the message
+            names the dataset and says how to open it).
+    """
+    given = None if rank_parts is None else _split(rank_parts)
+    found = _datasets(streams)
+    splits = {getattr(ds, "rank_parts", None) for _, ds in found}
+    if given is None and len(splits) <= 1:
+        return next(iter(splits), None)
+    want = given if given is not None else next(s for s in splits if s is not None)
+    for label, ds in found:
+        have = getattr(ds, "rank_parts", None)
+        if have == want:
+            continue
+        if have is not None:
+            raise ValueError(
+                f"{label} ({ds.path}) was opened with rank_parts={have}, "
+                + (f"the loader was given rank_parts={want}" if given is not None else
+                   f"another with rank_parts={want}")
+                + "; a rank's loader reads every dataset with the same (rank, ranks)"
+            )
+        if not isinstance(ds._s, _zring.Parts):
+            raise ValueError(
+                f"{label} ({ds.path}) is one store, not a dataset of parts: every rank would read all of it. "
+                f"rank_parts={want} splits datasets of parts (zring.parts) among the ranks; write it as parts, "
+                "or read it with shard= in a loader without rank_parts"
+            )
+        raise ValueError(
+            f"{label} ({ds.path}) was opened over all its parts; open it with "
+            f"{type(ds).__name__}(path, rank_parts={want}) so that this rank reads only its own parts"
+        )
+    return want
+
+
+def _saved_split(state: Mapping[str, Any]) -> tuple[int, int] | None:
+    saved = state.get("rank_parts")
+    if saved is None:
+        return None
+    try:
+        return int(saved["rank"]), int(saved["ranks"])
+    except (TypeError, KeyError, ValueError):
+        raise ValueError(f"the state's rank_parts is not {{'rank': r, 'ranks': n}}: {saved!r}") from None
+
+
+def rank_state_problem(state: Mapping[str, Any], have: tuple[int, int] | None) -> str | None:
+    """Why a state saved by a loader of one rank split cannot resume in a
+    loader of split ``have`` (None: whole datasets), or None when it can.
+    One rank of one is the whole dataset."""
+    saved = _saved_split(state)
+    one = (0, 1)
+    if (saved or one) == (have or one):
+        return None
+    if saved is None:
+        return (f"the state was saved by a loader over whole datasets, this loader is rank {have[0]} of {have[1]} "
+                f"(rank_parts={have}) and reads only its parts; resume the state over the whole datasets "
+                "(no rank_parts), or start this run without state=")
+    if have is None:
+        return (f"the state was saved by rank {saved[0]} of {saved[1]} (rank_parts={saved}); open the datasets "
+                f"with rank_parts={saved} to resume it")
+    if saved[1] != have[1]:
+        return (f"the state was saved by rank {saved[0]} of {saved[1]} ranks, this loader is rank {have[0]} of "
+                f"{have[1]}: a run keeps its rank count, since each rank's cycle walks its own parts (another "
+                f"count assigns other parts to each rank); resume with {saved[1]} ranks, or start a new run "
+                f"(no state=) with {have[1]}")
+    return (f"the state was saved by rank {saved[0]} of {saved[1]}, this loader reads rank {have[0]}'s parts: "
+            f"resume each rank from the state it saved")
+
+
 # Transform pools still running; closed at interpreter exit while their
 # (daemon) threads can still be joined. Later, during finalisation, a daemon
 # thread may be frozen for good, so joining it from a __del__ could hang.
@@ -150,9 +246,10 @@ class _TransformPool:
     """
 
     def __init__(self, loader: Any, views: list[tuple[str, Any]], transform: Callable[[Any], Any],
-                 workers: int, ahead: int, first_step: int):
+                 workers: int, ahead: int, first_step: int, cut: Callable[..., Any] | None = None):
         self._loader = loader
         self._views = views
+        self._cut = cut  # a one-pass loader's cut of its last batch
         self._transform = transform
         self._ahead = ahead  # steps pulled (or being pulled) and not yet consumed, at most
         lock = threading.Lock()
@@ -225,7 +322,10 @@ class _TransformPool:
         finally:
             self._pull.release()
         try:
-            outcome, value = _OK, self._transform(_wrap(self._views, indices, columns))
+            batch = _wrap(self._views, indices, columns)
+            if self._cut is not None:
+                batch, indices = self._cut(step, batch, indices)
+            outcome, value = _OK, self._transform(batch)
         except BaseException as exc:  # delivered to the consumer at this step
             outcome, value = _TRANSFORM_ERROR, exc
         with self._ready:
@@ -289,8 +389,100 @@ class _TransformPool:
         _LIVE.discard(self)
 
 
+_LAST_BATCH = ("partial", "drop", "pad")
+
+
+def _check_one_pass(streams: Any, mode: int | None, state: Any, last_batch: Any) -> int | None:
+    """The mode of a one-pass loader (0), or a ValueError for what it cannot read."""
+    if last_batch not in _LAST_BATCH:
+        raise ValueError(f"last_batch must be \"partial\", \"drop\" or \"pad\", got {last_batch!r}")
+    if isinstance(streams, Mixture) or (isinstance(streams, Packed) and streams.mixture is not None):
+        raise ValueError(
+            "one_pass=True reads one source once; a mixture's sources each have their own pass: make a one-pass "
+            "loader over each source's part (zring.split) and combine the results"
+        )
+    if isinstance(streams, Packed) and streams.mode != "concat":
+        raise ValueError("one_pass=True packs in mode=\"concat\" only (the rows of a first-fit pass are not "
+                         "counted ahead); pack the evaluation split with mode=\"concat\"")
+    if state is not None:
+        saved = state.get("sampler", {}).get("mode") if isinstance(state, Mapping) else None
+        if saved not in (0, "Sequential"):
+            raise ValueError(f"one_pass=True reads in order (mode 0); the state was saved in mode {saved!r}")
+        return mode
+    if mode is not None and mode != 0:
+        raise ValueError(f"one_pass=True reads in order (mode 0), got mode={mode!r}: leave mode out")
+    return 0
+
+
+class _Pass:
+    """One pass of a finite loader (``one_pass=True``): its steps, and the
+    cut of its last batch."""
+
+    def __init__(self, loader: "DataLoader", batch_size: int, shard: Mapping[str, Any], last_batch: str):
+        packed = loader.packed
+        self.packed = packed
+        if packed is not None:
+            ds = packed.datasets[0]
+            idx = ds._records(np.arange(len(ds), dtype=np.uint64))
+            per_doc = int(packed.eod_id is not None) + int(packed.bos_id is not None)
+            #: The tokens of the pass (EOD/BOS counted).
+            self.tokens = int(ds._s.lengths(idx).sum()) // ds.dtype.itemsize + per_doc * len(ds)
+            self.length = -(-self.tokens // packed.seq_len)
+            batch = batch_size
+        else:
+            first = next(iter(loader.streams.values()))
+            self.length = len(first)
+            batch = min(batch_size, self.length)
+        full, rest = divmod(self.length, batch)
+        self.rest = 0 if last_batch == "drop" else rest
+        #: Steps in the pass.
+        self.steps = full + (1 if self.rest else 0)
+        self.last_batch = last_batch
+        count = int(shard.get("count", 1))
+        self.local = batch // count
+        self.offset = int(shard.get("index", 0)) * self.local
+
+    def valid(self, step: int, rows: int) -> int:
+        """Real rows of this process's batch at ``step``."""
+        if step == self.steps - 1 and self.rest:
+            return min(max(self.rest - self.offset, 0), self.local)
+        return rows
+
+    def cut(self, step: int, batch: dict[str, Any], indices: np.ndarray) -> tuple[dict[str, Any], np.ndarray]:
+        """The batch of ``step`` as the pass delivers it."""
+        if step != self.steps - 1:
+            return batch, indices
+        p = self.packed
+        if p is not None:
+            # Tokens at or past the pass's end, by their place in the stream.
+            at = indices.astype(np.int64)[:, None] * p.seq_len + np.arange(p.seq_len)
+            past = at >= self.tokens
+            if past.any():
+                batch["segment_ids"][past] = 0
+                batch["positions"][past] = 0
+                if p.pad_id is not None:
+                    batch["tokens"][past] = p.pad_id
+                if p.labels:
+                    label_past = at >= self.tokens - 1
+                    batch["loss_mask"][label_past] = 0
+                    if p.pad_id is not None:
+                        batch["labels"][label_past] = p.pad_id
+        if not self.rest or self.last_batch != "partial":
+            return batch, indices
+        v = self.valid(step, len(indices))
+        out: dict[str, Any] = {}
+        for name, value in batch.items():
+            if isinstance(value, tuple):
+                values, splits = value
+                out[name] = (values[: int(splits[v])], splits[: v + 1])
+            else:
+                out[name] = value[:v]
+        return out, indices[:v]
+
+
 class DataLoader(_util.Closeable):
-    """An endless iterator of batches over named streams.
+    """An endless iterator of batches over named streams (or, with
+    ``one_pass=True``, one pass over them in order, for evaluation).
 
     A batch is a dict ``{name: samples}``: for a :class:`Dataset` stream an
     array ``(B, *shape)``, for a :class:`RaggedDataset` stream a packed
@@ -315,7 +507,9 @@ class DataLoader(_util.Closeable):
                  transform: Callable[[dict[str, Any]], Any] = _identity, *,
                  state: dict[str, Any] | None = None, shard: tuple[int, int] | None = None,
                  transform_workers: int | None = None, cache_bytes: int | None = None,
-                 block_records: int | None = None, window_blocks: int | None = None):
+                 block_records: int | None = None, window_blocks: int | None = None,
+                 rank_parts: tuple[int, int] | None = None,
+                 one_pass: bool = False, last_batch: str = "partial"):
         """Start gathering.
 
         Args:
@@ -377,6 +571,24 @@ class DataLoader(_util.Closeable):
                 None: as many as ``num_workers``). ``0`` calls it on the
                 consumer thread inside ``next()``. Unused (no thread starts)
                 when ``transform`` is the default identity.
+            rank_parts: ``(rank, ranks)``: this loader is rank ``rank`` of
+                ``ranks``, each reading only its own parts of datasets of
+                parts (:mod:`zring.parts`), so a host needs only its own
+                parts on disk. Every dataset read (each stream, each source
+                of a mixture or of a packed source) must be opened with the
+                same ``rank_parts=(rank, ranks)``, which holds that rank's
+                parts (assigned by :func:`zring.parts.rank_plan`) as one
+                dataset; the loader draws its batches from them in any
+                ``mode``, a mixture holding each source's share of this
+                rank's rows, and over each cycle of its sampler each rank's
+                rows cover its records once, so the ranks' together cover
+                every record once. Default: taken from the datasets (a
+                loader over datasets opened with ``rank_parts`` is that
+                rank's loader). The state records it, and a state saved
+                with another rank count (or by another rank) is refused:
+                a run keeps its rank count. ``batch_size`` is this rank's
+                rows per step; ``shard=`` splits them further among the
+                processes of the rank (the same seed in each).
             cache_bytes: The memory budget of the process's store data
                 (see :class:`Dataset`): when given, the loader states it for
                 the process (so it applies to every open dataset too) until
@@ -385,6 +597,29 @@ class DataLoader(_util.Closeable):
                 their own, and the budget returns to the latest one left
                 (or to :func:`zring.set_cache_bytes`'s, a dataset's, or the
                 measured budget).
+            one_pass: A finite loader for evaluation: it reads the streams
+                (or a :func:`zring.pack` of one source, concat mode) once,
+                in order (mode 0, which it defaults to; another mode is
+                refused), ``len(loader)`` steps from step 0, then raises
+                StopIteration. A batch of ``n`` records holds records ``i *
+                n`` up to ``(i + 1) * n``; a packed one the rows of one pass
+                over the tokens (``ceil(T / seq_len)`` rows of the ``T``
+                tokens, EOD/BOS counted). A state saved during the pass
+                resumes it (pass ``one_pass`` and ``last_batch`` again). Not
+                for a :func:`zring.mix` mixture (each source has its own
+                pass: evaluate each source's split on its own).
+            last_batch: With ``one_pass``, what the last batch is when the
+                pass does not fill it: ``"partial"`` (default) the records
+                left, fewer rows than the others (on each shard its rows of
+                them, possibly none); ``"drop"`` no last batch (only full
+                ones); ``"pad"`` a full batch whose rows past the pass are
+                records from the start again, :attr:`last_valid` saying how
+                many rows are real (they come first). In a packed pass the
+                last real row's tokens past the pass, and ``"pad"``'s extra
+                rows, are marked as padding: ``segment_ids`` and
+                ``positions`` 0, ``loss_mask`` 0 (with ``labels``, also at
+                the pass's last token, whose label lies past it), and
+                ``tokens`` and ``labels`` ``pad_id`` where it is given.
 
         Raises:
             ValueError: No streams, streams of different lengths, an
@@ -395,12 +630,21 @@ class DataLoader(_util.Closeable):
                 that does not fit the streams: their records changed since
                 it was saved (the message names the stream), or they hold
                 another number of records and did not only grow.
+                Also: ``rank_parts`` that the datasets were not opened
+                with (the message says how to open them), a single store
+                under ``rank_parts``, or a state saved with another rank
+                split.
             TypeError: ``streams`` is not a dict (a bare Dataset, say), a
                 stream is not a zring Dataset or RaggedDataset, or
                 ``transform_workers`` is not an int.
+            ValueError: ``one_pass`` over a mixture, a first-fit packing,
+                or a mode (given or in ``state``) other than 0; a
+                ``last_batch`` other than ``"partial"``, ``"drop"`` or
+                ``"pad"``.
         """
         self._loader = None
         self._pool: _TransformPool | None = None
+        self._pass: _Pass | None = None
         packed = streams if isinstance(streams, Packed) else None
         mixture = streams if isinstance(streams, Mixture) else None
         if packed is None and mixture is None and not isinstance(streams, Mapping):
@@ -430,9 +674,9 @@ class DataLoader(_util.Closeable):
                 if not isinstance(name, str):
                     raise TypeError(f"stream names must be str, got {name!r}")
                 if isinstance(ds, Dataset):
-                    out.append((name, handle(prefix + name, ds), ds.record_bytes))
+                    out.append((name, handle(prefix + name, ds), ds.record_bytes, ds._subset()))
                 elif isinstance(ds, RaggedDataset):
-                    out.append((name, handle(prefix + name, ds), None))
+                    out.append((name, handle(prefix + name, ds), None, ds._subset()))
                 else:
                     raise TypeError(
                         f"stream {name!r} is a {type(ds).__name__}; DataLoader reads zring "
@@ -445,10 +689,11 @@ class DataLoader(_util.Closeable):
             # which the Rust loader checks.
             mixture = packed.mixture
             one = len(packed.datasets) == 1 and mixture is None
-            specs = [("tokens", handle("tokens", ds), None) for ds in packed.datasets] if one else [
-                [("tokens", handle(f"{k}/tokens", ds), None)] for k, ds in enumerate(packed.datasets)]
+            specs = [("tokens", handle("tokens", ds), None, ds._subset()) for ds in packed.datasets] if one else [
+                [("tokens", handle(f"{k}/tokens", ds), None, ds._subset())] for k, ds in enumerate(packed.datasets)]
             self._views = _packed_views(packed)
             weights = None if mixture is None else list(mixture.given_weights)
+            split = self._rank_check(packed, rank_parts, state)
         elif mixture is not None:
             for name, dtypes in mixture.mixed_dtypes.items():
                 raise ValueError(
@@ -460,12 +705,14 @@ class DataLoader(_util.Closeable):
                                 for k, src in enumerate(mixture.sources)]
             self._views = [(name, mixture.sources[0][name]) for name in mixture.names]
             weights: list[float] | None = list(mixture.given_weights)
+            split = self._rank_check(mixture, rank_parts, state)
             if state is not None:
                 state = mixture.check_state(state)
         else:
             specs = specs_of(self.streams, "")
             self._views = list(self.streams.items())
             weights = None
+            split = self._rank_check(self.streams, rank_parts, state)
         if mixture is None and packed is None:
             lengths = {name: len(ds) for name, ds in self.streams.items()}
             if len(set(lengths.values())) != 1:
@@ -481,6 +728,8 @@ class DataLoader(_util.Closeable):
         depth = _nonneg("prefetch_size", prefetch_size, 1)
         workers = _worker_count(transform_workers, threads)
         self.transform = transform
+        if one_pass:
+            mode = _check_one_pass(streams, mode, state, last_batch)
         if state is None:
             batch_size = 256 if batch_size is None else batch_size
             mode = 1 if mode is None else mode
@@ -500,6 +749,7 @@ class DataLoader(_util.Closeable):
                 threads=threads,
                 state=None if state is None else json.dumps(dict(state)),
                 weights=weights,
+                schedule=None if mixture is None or mixture.schedule is None else mixture.schedule.corners,
                 pack=None if packed is None else packed.spec(),
                 block_records=None if block_records is None else _nonneg("block_records", block_records, 1),
                 window_blocks=None if window_blocks is None else _nonneg("window_blocks", window_blocks, 1),
@@ -508,6 +758,9 @@ class DataLoader(_util.Closeable):
             self.close()
             raise
         self._loader = loader
+        #: ``(rank, ranks)`` when this loader is a rank reading only its own
+        #: parts (``rank_parts=``, or the datasets'), else None.
+        self.rank_parts: tuple[int, int] | None = split
         #: The :func:`zring.mix` mixture read, or None for a dict of streams.
         self.mixture = mixture
         #: The :func:`zring.pack` source read, or None.
@@ -521,12 +774,37 @@ class DataLoader(_util.Closeable):
         self.last_sources: np.ndarray | None = None
         #: The step number of the batch last returned; None before the first.
         self.last_step: int | None = None
-        if transform is not _identity and workers > 0:
-            first = int(self._loader.state()["sampler"]["step"])
-            self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first)
+        #: Rows of the batch last returned that are real (with ``one_pass``
+        #: and ``last_batch="pad"``, fewer than the batch's in the last
+        #: one); None before the first batch.
+        self.last_valid: int | None = None
+        pooled = transform is not _identity and workers > 0
+        saved = self._loader.state() if one_pass or pooled else {"sampler": {"step": 0}}
+        first = int(saved["sampler"]["step"])
+        self._next_step = first
+        if one_pass:
+            self._pass = _Pass(self, int(saved["sampler"]["batch_size"]), saved.get("shard") or {}, last_batch)
+        cut = None if self._pass is None else self._pass.cut
+        if pooled:
+            self._pool = _TransformPool(self._loader, self._views, transform, workers, workers + depth, first, cut)
+
+    @staticmethod
+    def _rank_check(streams: Any, rank_parts: Any, state: Any) -> tuple[int, int] | None:
+        """The rank split of a loader over ``streams`` (:func:`rank_split`),
+        checked against ``state``'s before anything else of the state (a
+        rank's sources have the rank's lengths)."""
+        split = rank_split(streams, rank_parts)
+        if isinstance(state, Mapping):
+            problem = rank_state_problem(state, split)
+            if problem is not None:
+                raise ValueError(problem)
+        return split
 
     def __len__(self) -> int:
-        raise TypeError("an endless loader has no length")
+        """With ``one_pass``, the steps of the pass; an endless loader has none."""
+        if self._pass is None:
+            raise TypeError("an endless loader has no length (one_pass=True makes a finite one)")
+        return self._pass.steps
 
     def __iter__(self) -> "DataLoader":
         return self
@@ -535,6 +813,8 @@ class DataLoader(_util.Closeable):
         loader, pool = self._loader, self._pool
         if loader is None:
             raise ValueError("the DataLoader is closed")
+        if self._pass is not None and self._next_step >= self._pass.steps:
+            raise StopIteration
         if pool is not None and os.getpid() == pool._pid:
             outcome, value, rows, step = pool.next()
             if outcome == _LOADER_ERROR:
@@ -550,6 +830,8 @@ class DataLoader(_util.Closeable):
         # own error about fork)
         step, indices, columns, sources = loader.next()
         batch = _wrap(self._views, indices, columns)
+        if self._pass is not None:
+            batch, indices = self._pass.cut(step, batch, indices)
         self._delivered(step, indices, sources)
         try:
             return self.transform(batch)
@@ -563,6 +845,8 @@ class DataLoader(_util.Closeable):
     def _delivered(self, step: int, indices: np.ndarray, sources: np.ndarray | None) -> None:
         self.last_step, self.last_indices = step, indices
         self.last_sources = None if sources is None else sources.astype(np.int64)
+        self._next_step = step + 1
+        self.last_valid = len(indices) if self._pass is None else self._pass.valid(step, len(indices))
 
     def next(self) -> Any:
         """The next batch (same as ``next(loader)``)."""
@@ -572,17 +856,32 @@ class DataLoader(_util.Closeable):
         """Where the consumer is: pass it as ``state=`` to resume with the batch
         after the one ``next()`` returned last (however far the transform
         workers have read ahead). A dict of the sampler's parameters and
-        step, the shard, a mixture's weights and lengths, and under
-        ``"fingerprints"`` each stream's ``{"records", "content"}``
-        (:meth:`Dataset.fingerprint`; ``"<source>/<name>"`` in a mixture)."""
+        step, the shard, a mixture's weights and lengths (and its schedule's
+        pieces: :mod:`zring._schedule`), under ``"fingerprints"`` each
+        stream's ``{"records", "content"}`` (:meth:`Dataset.fingerprint`;
+        ``"<source>/<name>"`` in a mixture), and for a rank's loader
+        (``rank_parts``) ``"rank_parts": {"rank", "ranks"}``. Under
+        ``"consumed"``, for the reader (never read back), one dict per source
+        of what the run consumed before that step, all ranks' rows: ``rows``,
+        ``records`` (packed rows: ``documents`` begun and ``tokens``,
+        ``rows * seq_len``) and ``epochs`` (records or documents over the
+        source's). A packed loader's ``sampler.length`` counts packed rows,
+        2^62 a source."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         pool = self._pool
-        if pool is None:
-            return self._loader.state()
         # The workers may have taken steps past the consumer's; a run over a
         # store that grew changes more than the step at its cycle boundary.
-        return self._loader.state_at(pool.next_step)
+        state = self._loader.state() if pool is None else self._loader.state_at(pool.next_step)
+        if self.rank_parts is not None:
+            state["rank_parts"] = {"rank": self.rank_parts[0], "ranks": self.rank_parts[1]}
+        return state
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        """The state that resumes at ``step`` (delivered or not)."""
+        if self._loader is None:
+            raise ValueError("the DataLoader is closed")
+        return self._loader.state_at(int(step))
 
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather
@@ -590,7 +889,9 @@ class DataLoader(_util.Closeable):
         its consumers are those workers, so ``steps_delivered`` counts the steps
         they took, which may run ahead of ``next()``. Under ``"reads"``, each
         stream's read policy and its cache and page-cache hits (see
-        :meth:`Dataset.read_stats`)."""
+        :meth:`Dataset.read_stats`). Under ``"consumed"``, per source, what
+        the run consumed before the next step the Rust loader delivers (as
+        in :meth:`state`)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
         stats = self._loader.stats()

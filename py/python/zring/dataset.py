@@ -33,6 +33,14 @@ def _open(path: str | os.PathLike[str], ragged: bool,
         # A dataset of parts: one read-only handle over every part (or a rank's).
         store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes),
                       rank_parts=None if rank_parts is None else _rank_parts(rank_parts))
+        if rank_parts is not None and len(store) == 0:
+            rank, ranks = _rank_parts(rank_parts)
+            store.close()
+            raise ValueError(
+                f"rank_parts=({rank}, {ranks}): rank {rank} reads no part of {p}, which has fewer parts than "
+                f"{ranks} ranks; run at most as many ranks as it has parts (zring parts {p} lists them), or "
+                "write it in more parts"
+            )
     elif rank_parts is not None:
         raise ValueError(f"rank_parts= reads a dataset of parts (zring.parts); {p} has no {_PARTS_MANIFEST}")
     else:
@@ -74,6 +82,7 @@ class _Base(_util.Closeable):
     codec: str
     dtype: np.dtype
     _store: Store | None
+    rank_parts: tuple[int, int] | None = None
 
     @property
     def _s(self) -> Store:
@@ -83,6 +92,15 @@ class _Base(_util.Closeable):
 
     def __len__(self) -> int:
         return len(self._s)
+
+    def _records(self, idx: np.ndarray) -> np.ndarray:
+        """The store's records of the indices ``idx`` (a split maps them)."""
+        return idx
+
+    def _subset(self) -> tuple[np.ndarray, int] | None:
+        """What the Rust loader reads of the store: None, all of it (a split
+        gives its records and key)."""
+        return None
 
     def verify(self) -> dict[str, Any]:
         """Read and check every record; raises CorruptError/ChecksumError on damage."""
@@ -141,7 +159,10 @@ class Dataset(_Base):
         (:mod:`zring.parts`) and opens as one dataset over its committed
         parts. With ``rank_parts=(rank, ranks)`` only the parts rank
         ``rank`` of ``ranks`` reads (:func:`zring.parts.rank_plan`) are
-        opened and make the dataset, so a host needs only its own parts.
+        opened and make the dataset, so a host needs only its own parts
+        (and the manifest); a :class:`DataLoader` or
+        :func:`zring.jax.global_loader` over it is that rank's loader
+        (docs: "Datasets beyond one host").
 
         ``cache_bytes`` is the memory the process may fill with store data (page
         cache or zring's record caches), one budget for the whole process:
@@ -161,12 +182,17 @@ class Dataset(_Base):
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
-            ValueError: ``path`` is a ragged dataset.
-            NotAStoreError: ``path`` holds no store.
+            ValueError: ``path`` is a ragged dataset; ``rank_parts`` over
+                a folder that is not a dataset of parts, or naming a rank
+                that gets no part (more ranks than parts).
+            NotAStoreError: ``path`` holds no store (or a part is missing).
         """
         self._store = None
         self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
+        #: ``(rank, ranks)`` when opened with ``rank_parts=`` (only that
+        #: rank's parts), else None.
+        self.rank_parts: tuple[int, int] | None = None if rank_parts is None else _rank_parts(rank_parts)
         #: The dtype of a sample.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         #: The shape of one sample (a batch is ``(n, *shape)``).
@@ -193,7 +219,7 @@ class Dataset(_Base):
 
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """Gather records into an array shaped ``(len(idxs), *self.shape)``."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         out = np.empty((idx.size, *self.shape), dtype=self.dtype)
         self._s.gather(idx, out.reshape(-1).view(np.uint8), self._itemsize)
         return out
@@ -257,6 +283,8 @@ class RaggedDataset(_Base):
         self._store = None
         self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
+        #: ``(rank, ranks)`` when opened with ``rank_parts=``, else None.
+        self.rank_parts: tuple[int, int] | None = None if rank_parts is None else _rank_parts(rank_parts)
         #: The dtype of the values.
         self.dtype: np.dtype = _schema.decode_dtype(schema)
         #: The shape of one row of a record (a record is ``(rows, *item_shape)``).
@@ -295,7 +323,7 @@ class RaggedDataset(_Base):
 
     def __getitems__(self, idxs: Any) -> tuple[np.ndarray, np.ndarray]:
         """Gather records into packed ``(values, row_splits)``."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         rows = self._rows(idx)
         row_splits = np.zeros(idx.size + 1, dtype=np.int64)
         np.cumsum(rows, out=row_splits[1:])
@@ -307,7 +335,7 @@ class RaggedDataset(_Base):
     def getitems_padded(self, idxs: Any, max_len: int | None = None,
                         pad_value: Any = 0) -> tuple[np.ndarray, np.ndarray]:
         """Gather records straight into a dense padded batch; see :func:`pad`."""
-        idx = _util.indices(idxs, len(self))
+        idx = self._records(_util.indices(idxs, len(self)))
         rows = self._rows(idx)
         b = int(idx.size)
         longest = int(rows.max()) if b else 0

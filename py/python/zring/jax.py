@@ -14,14 +14,17 @@ Overview
   :class:`jax.sharding.Sharding`; each process reads only the rows its own
   devices hold. It reads a dict of fixed-shape Datasets, a
   :func:`zring.mix` mixture of them, or a :func:`zring.pack` packed source
-  (global ``tokens``, ``segment_ids`` and ``positions`` arrays).
+  (global ``tokens``, ``segment_ids`` and ``positions`` arrays). Over
+  datasets of parts opened with ``rank_parts=(rank, ranks)``, each process
+  is a rank reading its rows from its own parts only (``rank_parts``).
 * :func:`process_rows` is the planning step on its own: which rows of the
   global batch a set of devices needs.
 * Checkpoints: :meth:`DevicePrefetch.state` and :meth:`GlobalLoader.state`
   return one small JSON-able dict (see :func:`checkpoint_state`); it
   resumes exactly through :func:`restore_loader` (a plain
   :class:`zring.DataLoader`) or :func:`global_loader` (``state=``), on any
-  process count whose shards divide the global batch. A fingerprint of the
+  process count whose shards divide the global batch (a rank's over its
+  own parts: that rank's, with the same rank count). A fingerprint of the
   stores is checked on resume.
 
 Why no background thread in :func:`device_prefetch`
@@ -59,7 +62,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
 
 from ._mix import Mixture
 from ._sampler import Sampler
-from .dataloader import DataLoader
+from .dataloader import DataLoader, rank_split, rank_state_problem
 from .dataset import Dataset, RaggedDataset
 
 __all__ = [
@@ -111,7 +114,7 @@ def fingerprint(streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any
         store = ds._s
         schema = json.loads(store.schema() or "{}")
         schema.pop("codec", None)
-        fp = store.fingerprint()
+        fp = ds.fingerprint()  # a zring.split part's mixes in the part's key
         blob = json.dumps({"schema": schema, "content": fp["content"]}, sort_keys=True)
         out[name] = {"records": int(fp["records"]), "sha256": hashlib.sha256(blob.encode()).hexdigest()[:16]}
     return out
@@ -154,24 +157,40 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | 
 
     It holds no shard and no process count: every process of a run saves
     the same dict, and it resumes on any shard count dividing the batch.
+
+    A rank's loader (``rank_parts``, each rank reading only its own parts)
+    is the exception: its checkpoint adds ``"rank_parts": {"rank",
+    "ranks"}`` and, as a packed source's, ``"loader"``, the rank's own
+    DataLoader state over its parts. Each rank saves its own and resumes
+    from it, with the same rank count.
     """
     mode = sampler_state["mode"]
     extra: dict[str, Any] = {}
-    if _is_packed(streams):
+    ranked = loader_state is not None and loader_state.get("rank_parts") is not None
+    if _is_packed(streams) or ranked:
         if loader_state is None:
             raise TypeError("a packed source's checkpoint needs the DataLoader's state (loader_state=)")
         saved = {k: v for k, v in loader_state.items() if k != "shard"}
         saved["sampler"] = dict(sampler_state)
         extra["loader"] = saved
         fp: Any = dict(loader_state.get("fingerprints", {}))
+        if ranked:
+            extra["rank_parts"] = dict(loader_state["rank_parts"])
     else:
         fp = fingerprint(streams)
     if isinstance(streams, Mixture):
-        order = "Interleaved"
         if loader_state is not None and isinstance(loader_state.get("mixture"), Mapping):
-            order = loader_state["mixture"].get("order", "Grouped")
-        extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths),
-                            "order": order}
+            # The loader's own: its order, and its schedule's pieces (a run
+            # resumed under other weights lists each from its step).
+            extra["mixture"] = dict(loader_state["mixture"])
+            extra["mixture"].setdefault("order", "Grouped")
+        else:
+            extra["mixture"] = {"weights": [float(w) for w in streams.weights], "lengths": list(streams.lengths),
+                                "order": "Interleaved"}
+    if loader_state is not None and "consumed" in loader_state and "loader" not in extra:
+        # For the reader: what each source gave up to the loader's step (not
+        # read back; the packed state under "loader" has its own).
+        extra["consumed"] = loader_state["consumed"]
     return {
         "format": STATE_FORMAT,
         "mode": _MODE_NUMBERS[mode] if isinstance(mode, str) else int(mode),
@@ -187,8 +206,10 @@ def checkpoint_state(streams: Mapping[str, Dataset | RaggedDataset] | Mixture | 
 _STATE_KEYS = ("format", "mode", "seed", "step", "global_batch_size", "length", "fingerprint")
 
 
-def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> dict[str, Any]:
-    """Validates a checkpoint dict against ``streams``; returns it as a plain dict."""
+def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset],
+                 split: tuple[int, int] | None | str = "datasets") -> dict[str, Any]:
+    """Validates a checkpoint dict against ``streams`` (of the rank split
+    ``split``, by default the datasets'); returns it as a plain dict."""
     if not isinstance(state, Mapping):
         raise TypeError(f"state must be a dict from state(), got {type(state).__name__}")
     missing = [k for k in _STATE_KEYS if k not in state]
@@ -197,6 +218,16 @@ def _check_state(state: Any, streams: Mapping[str, Dataset | RaggedDataset]) -> 
         raise StateMismatchError(f"not a zring.jax loader state: missing {missing}{hint}")
     if state["format"] != STATE_FORMAT:
         raise StateMismatchError(f"loader state format {state['format']!r} is not supported (expected {STATE_FORMAT})")
+    if split == "datasets":
+        split = rank_split(streams)
+    problem = rank_state_problem(state, split)  # type: ignore[arg-type]
+    if problem is not None:
+        raise StateMismatchError(problem)
+    if split is not None:
+        # A rank's checkpoint carries its loader's state, which the loader checks.
+        if not isinstance(state.get("loader"), Mapping):
+            raise StateMismatchError("the checkpoint has no 'loader' state: it was not saved by a rank's loader")
+        return dict(state)
     if _is_packed(streams):
         # The loader checks its own state (fingerprints, lengths) on resume.
         if not isinstance(state.get("loader"), Mapping):
@@ -249,7 +280,9 @@ def restore_loader(streams: Mapping[str, Dataset | RaggedDataset], state: Mappin
     ``state`` comes from :meth:`DevicePrefetch.state` or
     :meth:`GlobalLoader.state`. ``shard`` may differ from the saving run's
     (any count dividing the global batch). Other keyword arguments go to the
-    DataLoader (``num_workers``, ``prefetch_size``, ``transform``).
+    DataLoader (``num_workers``, ``prefetch_size``, ``transform``). A rank's
+    checkpoint (``rank_parts``) resumes over that rank's datasets, opened
+    with the same ``rank_parts``.
 
     Raises:
         StateMismatchError: The streams' fingerprint or length differs from
@@ -286,6 +319,7 @@ class DevicePrefetch:
         self._it: Iterator[Any] = iter(loader)
         # (step or None, device batch) in delivery order.
         self._queue: collections.deque[tuple[int | None, Any]] = collections.deque()
+        self.last_step: int | None = None
         self._put = _put
 
     def _fill(self) -> None:
@@ -304,7 +338,8 @@ class DevicePrefetch:
         self._fill()
         if not self._queue:
             raise StopIteration
-        _, batch = self._queue.popleft()
+        #: The step of the batch last returned (None if the loader has none).
+        self.last_step, batch = self._queue.popleft()
         # Refill right away: these transfers overlap the step about to run.
         self._fill()
         return batch
@@ -321,6 +356,10 @@ class DevicePrefetch:
         sampler = dict(full["sampler"])
         if self._queue and self._queue[0][0] is not None:
             sampler["step"] = int(self._queue[0][0])
+            # The loader's own state at that step (its per-source counts).
+            at = getattr(self.loader, "_state_at", None)
+            if at is not None:
+                full = at(sampler["step"])
         return checkpoint_state(self.loader.streams, sampler, full)
 
     def close(self) -> None:
@@ -457,12 +496,16 @@ class GlobalLoader:
     def __init__(self, streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                  mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                  process_index: int | None = None, process_count: int | None = None,
-                 prefetch: int = 2, **loader_kwargs: Any):
+                 prefetch: int = 2, rank_parts: tuple[int, int] | None = None, **loader_kwargs: Any):
         packed = _is_packed(streams)
         item_shapes = _item_shapes(streams)
         self.streams = streams if packed or isinstance(streams, Mixture) else dict(streams)
         if not item_shapes:
             raise ValueError("need at least one stream")
+        #: ``(rank, ranks)`` when this process is a rank reading only its own
+        #: parts (``rank_parts=``, or the datasets'), else None.
+        self.rank_parts = rank_split(self.streams, rank_parts)
+        ranked = self.rank_parts is not None
         self.process_index = jax.process_index() if process_index is None else int(process_index)
         self.process_count = jax.process_count() if process_count is None else int(process_count)
         if not 0 <= self.process_index < self.process_count:
@@ -476,24 +519,31 @@ class GlobalLoader:
             if key in loader_kwargs:
                 raise TypeError(f"global_loader does not take {key}= (it sets the batch and shard itself, "
                                 "and builds arrays from the raw stream batches)")
+        if loader_kwargs.get("one_pass"):
+            # A pass for evaluation (zring.DataLoader's one_pass): in order,
+            # and every global batch of one shape.
+            if loader_kwargs.get("last_batch", "partial") == "partial":
+                raise ValueError("global_loader(one_pass=True) needs last_batch=\"pad\" or \"drop\": a global "
+                                 "array has one shape, and a partial last batch would not")
+            mode = 0 if mode is None else mode
         B = int(global_batch_size)
         if B < 1:
             raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
         if isinstance(self.streams, Mapping):
             length = len(next(iter(self.streams.values())))
-            if length < B:
+            if length < B and not ranked:
                 raise ValueError(f"the streams hold {length} records, fewer than one global batch of {B}")
         elif isinstance(self.streams, Mixture):
             length = sum(self.streams.lengths)
         if state is not None:
-            state = _check_state(state, self.streams)
+            state = _check_state(state, self.streams, self.rank_parts)
             if int(state["global_batch_size"]) != B:
                 raise StateMismatchError(
                     f"the checkpoint has global batch {state['global_batch_size']}, this run asks for {B}")
             for key, given in (("mode", mode), ("seed", seed)):
                 if given is not None and int(given) != int(state[key]):
                     raise StateMismatchError(f"the checkpoint has {key}={state[key]}, this run asks for {key}={given}")
-        elif not packed:
+        elif not packed and not ranked:
             sampler = Sampler(length, B, 1 if mode is None else int(mode), 42 if seed is None else int(seed)).state()
             state = checkpoint_state(self.streams, sampler)
         self.global_batch_size = B
@@ -506,6 +556,13 @@ class GlobalLoader:
                              "only processes in the mesh take part in global_loader")
         # Streams sharded differently may need different rows; read the union of them.
         self.plan = RowPlan(_runs(np.unique(np.concatenate([p.positions for p in self.plans.values()]))), B)
+        if ranked:
+            self.full_batch = False
+            self.loader = self._rank_loader(len(self.plan), mode, seed, state, loader_kwargs)
+            self._take = {n: (None if np.array_equal(p.positions, self.plan.positions)
+                              else np.searchsorted(self.plan.positions, p.positions)) for n, p in self.plans.items()}
+            self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
+            return
         self.full_batch = self.plan.shard is None
         shard = (0, 1) if self.full_batch else self.plan.shard
         # Where each stream's local rows sit in what the loader delivers.
@@ -519,7 +576,29 @@ class GlobalLoader:
                                      seed=42 if seed is None else int(seed), shard=shard, **loader_kwargs)
         else:
             self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
+        # Each step read ahead: its (indices, sources), until returned.
+        self._rows: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
+        self._last: tuple[int | None, np.ndarray | None, np.ndarray | None] = (None, None, None)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
+
+    def _rank_loader(self, rows: int, mode: int | None, seed: int | None, state: Mapping[str, Any] | None,
+                     loader_kwargs: dict[str, Any]) -> DataLoader:
+        """This rank's loader: each step, the ``rows`` rows its devices hold,
+        drawn from its own parts (its datasets), with no shard."""
+        if isinstance(self.streams, Mapping):
+            length = len(next(iter(self.streams.values())))
+            if length < rows:
+                raise ValueError(f"rank {self.rank_parts[0]} of {self.rank_parts[1]} holds {length} records, fewer "
+                                 f"than the {rows} rows its devices hold of each global batch")
+        if state is None:
+            return DataLoader(self.streams, batch_size=rows, mode=1 if mode is None else int(mode),
+                              seed=42 if seed is None else int(seed), rank_parts=self.rank_parts, **loader_kwargs)
+        saved = int(state["loader"]["sampler"]["batch_size"])
+        if saved != rows:
+            raise StateMismatchError(f"the checkpoint's rank read {saved} rows of each global batch, this process's "
+                                     f"devices hold {rows}: resume with the sharding it was saved with")
+        return DataLoader(self.streams, state=_loader_state(state, None), rank_parts=self.rank_parts,
+                          **loader_kwargs)
 
     def _build(self, batch: dict[str, np.ndarray]) -> dict[str, Any]:
         out = {}
@@ -533,22 +612,41 @@ class GlobalLoader:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        return next(self._ahead)
+        batch = next(self._ahead)
+        # The loader has read ahead (prefetch): take the rows of the step
+        # just returned, not of the last one read.
+        step = self._ahead.last_step
+        rows = self._rows.pop(step, (None, None))
+        for old in [s for s in self._rows if s < step]:
+            del self._rows[old]
+        self._last = (step, *rows)
+        return batch
+
+    @property
+    def last_step(self) -> int | None:
+        """The step of the global batch last returned; None before the first."""
+        return self._last[0]
 
     @property
     def last_indices(self) -> np.ndarray | None:
-        """Record indices the underlying loader last read (may run ahead of the consumer)."""
-        return self.loader.last_indices
+        """Record indices of this process's rows of the batch last returned
+        (the underlying loader's rows of that step); None before the first."""
+        return self._last[1]
 
     @property
     def last_sources(self) -> np.ndarray | None:
-        """A mixture's source of each row the underlying loader last read (may
-        run ahead of the consumer), else None."""
-        return getattr(self.loader, "last_sources", None)
+        """A mixture's source of each of this process's rows of the batch
+        last returned (as :attr:`last_indices`), else None."""
+        return self._last[2]
 
     def state(self) -> dict[str, Any]:
-        """Checkpoint dict at the consumer's position; the same in every process."""
-        return self._ahead.state()
+        """Checkpoint dict at the consumer's position; the same in every
+        process, except for ranks reading their own parts (``rank_parts``):
+        then each process's own, to resume that rank from."""
+        state = self._ahead.state()
+        if self.rank_parts is not None:
+            state["global_batch_size"] = self.global_batch_size
+        return state
 
     def close(self) -> None:
         """Drop prefetched batches and stop the gather threads."""
@@ -582,10 +680,16 @@ class _Steps:
         return self
 
     def __next__(self) -> dict[str, Any]:
-        return self.owner._build(next(self.owner.loader))
+        loader = self.owner.loader
+        batch = self.owner._build(next(loader))
+        self.owner._rows[loader.last_step] = (loader.last_indices, getattr(loader, "last_sources", None))
+        return batch
 
     def state(self) -> dict[str, Any]:
         return self.owner.loader.state()
+
+    def _state_at(self, step: int) -> dict[str, Any]:
+        return self.owner.loader._state_at(step)
 
 
 def _runs(positions: np.ndarray) -> list[tuple[int, int]]:
@@ -606,7 +710,8 @@ def _keep(batch: Any, sharding: Any) -> Any:
 def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_size: int, sharding: Any, *,
                   mode: int | None = None, seed: int | None = None, state: Mapping[str, Any] | None = None,
                   process_index: int | None = None, process_count: int | None = None,
-                  prefetch: int = 2, **loader_kwargs: Any) -> GlobalLoader:
+                  prefetch: int = 2, rank_parts: tuple[int, int] | None = None,
+                  **loader_kwargs: Any) -> GlobalLoader:
     """Global ``jax.Array`` batches for this process of a multi-process run.
 
     Every process calls this with the same arguments. For each stream the
@@ -638,6 +743,22 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
     instead of its share, plus one copy of the kept rows. Rows replicated
     over several processes are read by each of them (identically).
 
+    Ranks reading their own parts: over datasets of parts
+    (:mod:`zring.parts`) opened with ``rank_parts=(rank, ranks)``, each
+    holding only rank ``rank``'s parts (:func:`zring.parts.rank_plan`),
+    every process is that rank's loader (usually ``rank, ranks =
+    jax.process_index(), jax.process_count()``): the rows its devices hold
+    of each step are the next rows of its own sampler over its own records
+    (in ``mode``, a mixture holding each source's share of them, a packed
+    source packing its own documents), read with no shard, so a host needs
+    only its own parts. Over each rank's cycle its rows cover its records
+    once, so the ranks' rows together cover every record once; the global
+    batch is no longer ``Sampler(...).batch(k)`` of the whole dataset.
+    Processes that hold the same rows (replicas) must be the same rank.
+    Each process's checkpoint is its own (:meth:`GlobalLoader.state`);
+    it resumes that rank, with the same rank count and sharding, and
+    another rank count is refused (:class:`StateMismatchError`).
+
     Args:
         streams: Fixed-shape zring Datasets of one length, a mixture of
             such dicts, or a packed source.
@@ -651,13 +772,23 @@ def global_loader(streams: Mapping[str, Dataset] | Mixture | Any, global_batch_s
             ``jax.process_count()``; given, they must match them (a guard
             against launching with a wrong rank).
         prefetch: Global batches built ahead of the consumer.
+        rank_parts: ``(rank, ranks)``: this process is rank ``rank`` of
+            ``ranks``, each reading only its own parts of datasets of parts
+            (see "Ranks reading their own parts" above). Default: taken
+            from the datasets, which must be opened with it.
         loader_kwargs: ``num_workers``, ``prefetch_size`` for the
-            DataLoader.
+            DataLoader; ``one_pass=True`` with ``last_batch="pad"`` (or
+            ``"drop"``) for a finite pass in order (mode 0) over a
+            :func:`zring.split` part, say: it stops after the pass, and the
+            real rows of its last batch are the first ``len(part) - step *
+            global_batch_size`` (a packed pass marks the rest as padding).
 
     Raises:
-        StateMismatchError: ``state`` does not fit the streams or arguments.
-        ValueError: Bad sizes, or a sharding whose blocks overlap.
+        StateMismatchError: ``state`` does not fit the streams or arguments
+            (saved with another rank count or by another rank, included).
+        ValueError: Bad sizes, a sharding whose blocks overlap, or
+            ``rank_parts`` the datasets were not opened with.
     """
     return GlobalLoader(streams, global_batch_size, sharding, mode=mode, seed=seed, state=state,
                         process_index=process_index, process_count=process_count, prefetch=prefetch,
-                        **loader_kwargs)
+                        rank_parts=rank_parts, **loader_kwargs)

@@ -87,6 +87,8 @@ class GlobalLoader:
     plan: RowPlan
     full_batch: bool
     loader: DataLoader
+    #: (rank, ranks) when this process is a rank reading only its own parts, else None.
+    rank_parts: Optional[tuple[int, int]]
     def __init__(
         self,
         streams: Union[Mapping[str, Dataset], Mixture, Any],
@@ -99,14 +101,21 @@ class GlobalLoader:
         process_index: Optional[int] = None,
         process_count: Optional[int] = None,
         prefetch: int = 2,
+        rank_parts: Optional[tuple[int, int]] = None,
         **loader_kwargs: Any,
     ) -> None: ...
     def __iter__(self) -> "GlobalLoader": ...
     def __next__(self) -> dict[str, Any]: ...
     @property
-    def last_indices(self) -> Optional[npt.NDArray[np.uint64]]: ...
+    def last_step(self) -> Optional[int]:
+        """The step of the global batch last returned."""
     @property
-    def last_sources(self) -> Optional[npt.NDArray[np.uint32]]: ...
+    def last_indices(self) -> Optional[npt.NDArray[np.uint64]]:
+        """This process's record indices of the batch last returned."""
+    @property
+    def last_sources(self) -> Optional[npt.NDArray[np.uint32]]:
+        """A mixture's source of each of this process's rows of the batch
+        last returned."""
     def state(self) -> dict[str, Any]:
         """Checkpoint dict at the consumer's position."""
     def close(self) -> None:
@@ -125,7 +134,10 @@ def global_loader(
     process_index: Optional[int] = None,
     process_count: Optional[int] = None,
     prefetch: int = 2,
+    rank_parts: Optional[tuple[int, int]] = None,
     **loader_kwargs: Any,
 ) -> GlobalLoader:
     """Global jax.Array batches for this process of a multi-process run, over
-    stream dicts, zring.mix mixtures or zring.pack packed sources."""
+    stream dicts, zring.mix mixtures or zring.pack packed sources; with
+    rank_parts (or datasets opened with it) each process a rank reading only
+    its own parts."""

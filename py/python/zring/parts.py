@@ -106,6 +106,20 @@ def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | Non
     return PartInfo(name=name, records=int(records), content=str(content))
 
 
+def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str]) -> tuple[PartInfo, str | None]:
+    """Moves the complete store at ``store`` (on the dataset's file system)
+    into the dataset's staging area as a new part, as :func:`write_part`
+    leaves the one it writes; returns its :class:`PartInfo` and its schema
+    (JSON, without the codec; ``None`` for raw records), which
+    :func:`commit` requires of every part alike."""
+    staging = Path(dataset) / STAGING_DIR
+    staging.mkdir(parents=True, exist_ok=True)
+    name = f"p-{uuid.uuid4().hex}"
+    os.rename(store, staging / name)
+    records, content, schema = _zring.part_fingerprint(str(staging / name))
+    return PartInfo(name=name, records=int(records), content=str(content)), schema
+
+
 @contextlib.contextmanager
 def _commit_lock(root: Path):
     """One commit at a time per dataset (an advisory lock on ``.commit.lock``)."""
@@ -150,7 +164,10 @@ def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
     when parts are appended after it, so a rank's saved loader state resumes
     over its grown parts). A run with another rank count is another split of
     the parts: a state saved with ``ranks`` ranks does not resume with
-    another count (the loader refuses it: its stream changed).
+    another count (the loader refuses it, naming both counts). ``zring parts
+    PATH --ranks N --rank K`` prints what rank ``K``'s host needs (the
+    manifest and ``plan[K]``), for ``rsync --files-from``; docs/parts.rst,
+    "Datasets beyond one host", has the rest.
     """
     plan: list[list[str]] = [[] for _ in range(int(ranks))]
     for d, _records, rank in _zring.rank_plan(str(dataset), int(ranks)):
