@@ -17,11 +17,20 @@ Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
 * ``ulimit -n 256``: a process limited to 256 descriptors opens the
   dataset, checks 50 random gathers and 50 loader batches against the
   records' values, and reports its open time and the most descriptors it
-  had open.
+  had open;
+* with ``--cold-secs`` (as root): the cold DataLoader, batch ``--batch``,
+  2 workers, ``--cold-mode`` (1: iid), in a fresh process for each
+  contender with the page cache dropped before it (and in a memory cgroup
+  of ``--cgroup-mib`` when given), the contenders alternated for
+  ``--rounds`` rounds: records/s over ``--cold-secs`` from the loader's
+  start, its first batch included, and the ratio round by round; the
+  dataset's open time from cold beside.
 
     python benches/parts.py --dir DIR                     # 1,000 parts, 1 M records
     python benches/parts.py --dir DIR --records 100000 --record-bytes 4096
     python benches/parts.py --dir DIR --parts 100 --records 100000 --secs 0.5
+    python benches/parts.py --dir DIR --record-bytes 1024 --cold-secs 3   # as root
+    PYTHONPATH=BUILD python benches/parts.py --dir DIR --single-hot 2     # one store only
 """
 
 from __future__ import annotations
@@ -90,14 +99,20 @@ def open_secs(path: Path, runs: int, limit: int = 0) -> float:
     return statistics.median(times)
 
 
-def gather_rate(ds, batches: list[np.ndarray], secs: float) -> float:
-    done, t0 = 0, time.perf_counter()
+def gather_rate(ds, batches: list[np.ndarray], secs: float, cpu: list | None = None) -> float:
+    """Records/s of ``ds[idx]`` over ``batches`` for ``secs``; with ``cpu``,
+    records per CPU-second of the process (every thread) appended to it: on a
+    host shared with other jobs, wall time measures the scheduler as much as
+    the gathers."""
+    done, t0, c0 = 0, time.perf_counter(), time.process_time()
     while True:
         for idx in batches:
             ds[idx]
             done += idx.size
         el = time.perf_counter() - t0
         if el >= secs:
+            if cpu is not None:
+                cpu.append(done / max(time.process_time() - c0, 1e-9))
             return done / el
 
 
@@ -141,6 +156,43 @@ LIMITED = textwrap.dedent(
 )
 
 
+COLD = textwrap.dedent(
+    """
+    import os, sys, time
+    path, secs, mode, batch, cg = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+    if cg:
+        open(os.path.join(cg, "cgroup.procs"), "w").write(str(os.getpid()))
+    import zring
+    t = time.perf_counter()
+    ds = zring.Dataset(path)
+    opened = time.perf_counter() - t
+    done, t0 = 0, time.perf_counter()
+    with zring.DataLoader({"x": ds}, batch_size=batch, mode=mode, num_workers=2, seed=3) as dl:
+        while time.perf_counter() - t0 < secs:
+            done += len(next(dl)["x"])
+        rate = done / (time.perf_counter() - t0)
+    print(opened, rate)
+    """
+)
+
+
+def cold_run(path: Path, secs: float, mode: int, batch: int, cgs, limit: int | None, seq: int) -> tuple[float, float]:
+    """(open seconds, loader records/s) of one fresh process, page cache dropped first."""
+    os.sync()
+    Path("/proc/sys/vm/drop_caches").write_text("3\n")
+    cg = None
+    if cgs is not None and limit:
+        cg, _ = cgs.create(f"zring-parts-{os.getpid()}-{seq}", limit)
+    try:
+        out = subprocess.run([sys.executable, "-c", COLD, str(path), str(secs), str(mode), str(batch), str(cg or "")],
+                             capture_output=True, text=True, check=True)
+    finally:
+        if cg:
+            cgs.remove(cg)
+    opened, rate = out.stdout.split()
+    return float(opened), float(rate)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", type=Path, default=None, help="where the data is built (kept for reruns)")
@@ -151,33 +203,87 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--secs", type=float, default=1.0)
     ap.add_argument("--opens", type=int, default=5)
+    ap.add_argument("--cold-secs", type=float, default=0, help="seconds of each cold DataLoader run (0: none)")
+    ap.add_argument("--cold-mode", type=int, default=1)
+    ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each cold process")
+    ap.add_argument("--skip-hot", action="store_true", help="only the open, cold and ulimit figures")
+    ap.add_argument("--skip-open", action="store_true", help="no open figures")
+    ap.add_argument("--single-hot", type=float, default=0,
+                    help="only hot random gathers from the one store for this many seconds, one line (to compare "
+                         "two builds, alternated: PYTHONPATH=BUILD python benches/parts.py --single-hot 2 ...)")
     a = ap.parse_args()
     root = a.dir or Path(tempfile.mkdtemp(prefix="zring-parts-"))
     root.mkdir(parents=True, exist_ok=True)
     width = max(2, a.record_bytes // 8)
     ds_path, single_path = build(root, a.parts, a.records, width)
+    if a.single_hot:
+        single = zring.Dataset(single_path)
+        rng = np.random.default_rng(7)
+        batches = [rng.integers(0, a.records, a.batch) for _ in range(64)]
+        gather_rate(single, batches, 0.5)  # warm
+        cpu: list[float] = []
+        rate = gather_rate(single, batches, a.single_hot, cpu)
+        print(f"one store, hot random gathers of {a.batch}: {rate / 1e6:.3f} M records/s, "
+              f"{cpu[0] / 1e6:.3f} M records per CPU-second ({zring.__file__})")
+        return
 
-    print(f"open, dataset of {a.parts} parts: {open_secs(ds_path, a.opens) * 1e3:.0f} ms "
-          f"(median of {a.opens} processes)")
-    print(f"open, one store:               {open_secs(single_path, a.opens) * 1e3:.0f} ms")
+    if not a.skip_open:
+        print(f"open, dataset of {a.parts} parts: {open_secs(ds_path, a.opens) * 1e3:.0f} ms "
+              f"(median of {a.opens} processes)")
+        print(f"open, one store:               {open_secs(single_path, a.opens) * 1e3:.0f} ms")
 
+    if a.cold_secs:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from common import Cgroups  # noqa: E402
+
+        cgs = Cgroups() if a.cgroup_mib else None
+        limit = a.cgroup_mib << 20 if a.cgroup_mib else None
+        colds = []
+        for r in range(a.rounds):
+            po, p = cold_run(ds_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r)
+            so, s = cold_run(single_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r + 1)
+            colds.append((p, s, po, so))
+            print(f"round {r}: cold DataLoader {p / 1e3:.1f} vs {s / 1e3:.1f} k rec/s ({p / s:.2f}x); "
+                  f"open from cold {po * 1e3:.0f} vs {so * 1e3:.0f} ms", flush=True)
+        med = statistics.median
+        print(f"cold DataLoader, mode {a.cold_mode}, batch {a.batch}, 2 workers, {a.cold_secs:g} s, page cache dropped: "
+              f"parts / one store = {med([p / s for p, s, _, _ in colds]):.2f}x (median of rounds; "
+              f"{med([c[0] for c in colds]) / 1e3:.1f} vs {med([c[1] for c in colds]) / 1e3:.1f} k records/s); "
+              f"open from cold {med([c[2] for c in colds]) * 1e3:.0f} vs {med([c[3] for c in colds]) * 1e3:.0f} ms")
+    if a.skip_hot:
+        a.rounds = 0
     ds, single = zring.Dataset(ds_path), zring.Dataset(single_path)
     rng = np.random.default_rng(7)
     batches = [rng.integers(0, a.records, a.batch) for _ in range(64)]
     for idx in batches[:4]:  # same records either way
         assert np.array_equal(ds[idx], single[idx])
-    gathers, loads = [], []
+    if a.rounds:
+        # Every record read once, so that both start in the page cache (the
+        # cold runs above dropped it).
+        for d in (ds, single):
+            for lo in range(0, a.records, 1 << 16):
+                d[np.arange(lo, min(a.records, lo + (1 << 16)))]
+    gathers, loads, cpus = [], [], []
     for r in range(a.rounds):
-        p, s = gather_rate(ds, batches, a.secs), gather_rate(single, batches, a.secs)
+        cp: list[float] = []
+        cs: list[float] = []
+        p, s = gather_rate(ds, batches, a.secs, cp), gather_rate(single, batches, a.secs, cs)
         lp, ls = loader_rate(ds, a.batch, a.secs), loader_rate(single, a.batch, a.secs)
         gathers.append((p, s))
+        cpus.append((cp[0], cs[0]))
         loads.append((lp, ls))
-        print(f"round {r}: gather {p / 1e6:.2f} vs {s / 1e6:.2f} M rec/s ({p / s:.2f}x); "
+        print(f"round {r}: gather {p / 1e6:.2f} vs {s / 1e6:.2f} M rec/s ({p / s:.2f}x), "
+              f"{cp[0] / 1e6:.2f} vs {cs[0] / 1e6:.2f} M rec per CPU-s ({cp[0] / cs[0]:.2f}x); "
               f"DataLoader {lp / 1e6:.2f} vs {ls / 1e6:.2f} M rec/s ({lp / ls:.2f}x)", flush=True)
     med = lambda xs: statistics.median(xs)  # noqa: E731
+    if not gathers:
+        gathers, loads, cpus = [(0.0, 1.0)], [(0.0, 1.0)], [(0.0, 1.0)]
     print(f"hot random gathers of {a.batch}: parts / one store = {med([p / s for p, s in gathers]):.2f}x "
           f"(median of rounds; {med([p for p, _ in gathers]) / 1e6:.2f} vs {med([s for _, s in gathers]) / 1e6:.2f} "
           "M records/s)")
+    print(f"hot random gathers of {a.batch} per CPU-second (all threads): parts / one store = "
+          f"{med([p / s for p, s in cpus]):.2f}x ({med([p for p, _ in cpus]) / 1e6:.2f} vs "
+          f"{med([s for _, s in cpus]) / 1e6:.2f} M records per CPU-second)")
     print(f"hot DataLoader, batch {a.batch}, 2 workers: parts / one store = {med([p / s for p, s in loads]):.2f}x "
           f"({med([p for p, _ in loads]) / 1e6:.2f} vs {med([s for _, s in loads]) / 1e6:.2f} M records/s)")
     ds.close()

@@ -396,6 +396,12 @@ pub struct Parts {
     schema_text: Option<String>,
     /// Each part's last use, by [`Parts::clock`].
     stamps: Vec<AtomicU64>,
+    /// Each part's records copied from its mappings by [`Parts::gather`]
+    /// and not yet counted into its store's reads: one array for the
+    /// dataset, so a gather touching hundreds of parts adds to a few
+    /// cache lines, and each part's counters are updated every
+    /// few dozen of its records (`read::gather::count_mapped`).
+    pending: Vec<AtomicU64>,
     clock: AtomicU64,
     capacity: usize,
 }
@@ -475,6 +481,7 @@ impl Parts {
             open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
             schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
@@ -570,7 +577,26 @@ impl Parts {
         if index >= self.len() {
             return Err(Error::IndexOutOfRange { index, len: self.len() });
         }
-        let k = self.ends.partition_point(|&e| e <= index);
+        // Parts of about equal sizes (the usual case) put the record near
+        // `index / len` of the way through them: a few steps from there,
+        // else a binary search.
+        let n = self.ends.len();
+        let mut k = ((u128::from(index) * n as u128) / u128::from(self.len())) as usize;
+        let mut steps = 0;
+        loop {
+            if self.ends[k] <= index {
+                k += 1;
+            } else if k > 0 && self.ends[k - 1] > index {
+                k -= 1;
+            } else {
+                break;
+            }
+            steps += 1;
+            if steps == 4 {
+                k = self.ends.partition_point(|&e| e <= index);
+                break;
+            }
+        }
         Ok((k, index - self.start(k)))
     }
 
@@ -609,7 +635,9 @@ impl Parts {
                 .filter(|&j| open.slots[j].is_some())
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
-            open.slots[oldest] = None;
+            if let Some(p) = open.slots[oldest].take() {
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest]));
+            }
             open.count -= 1;
         }
         open.slots[k] = Some(Arc::clone(&part));
@@ -657,12 +685,15 @@ impl Parts {
     /// `req.indices` being indices of the dataset, with the same checks
     /// (every index, entry and slot, the checksum of every record read).
     ///
-    /// A batch touching many parts costs about what one store's gather of
-    /// the same records does: the records are located and checked in one
-    /// pass, and those in memory are copied straight from their part's
-    /// mappings, each part counting its reads once per call; the others,
-    /// and a part's share large enough for the decode pool, are read a part
-    /// at a time as that store's gather reads them. The parts are taken
+    /// A batch touching many parts is one gather (`read::gather::gather_over`):
+    /// the records are located and checked in one pass; those in memory
+    /// are copied straight from their part's mappings (with the decode pool
+    /// for a batch worth it) and counted into the dataset's pending counts,
+    /// each part's reads counted every few hundred of its records; the
+    /// other records of parts read buffered go out in one batch of reads
+    /// for all parts; a part read through its record cache, and a part's
+    /// share large enough for the decode pool, are read as that store's
+    /// gather reads them. The parts are taken
     /// open (opened if need be) a few at a time, at most a quarter of the
     /// open set at once; a call over more parts than that checks and reads
     /// one group of parts after the other, so an error in a later group can
@@ -693,12 +724,13 @@ impl Parts {
                     for &k in &touched {
                         self.stamps[k].store(now, Relaxed);
                     }
-                    let sources: Vec<_> = held.iter().map(|p| p.view.source()).collect();
+                    let sources: Vec<_> =
+                        held.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
                     return crate::read::gather::gather_over(&sources, &at, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
-            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let sources: Vec<_> = open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -725,7 +757,7 @@ impl Parts {
         }
         for parts in touched.chunks(group) {
             let open = self.parts_of(parts)?;
-            let sources: Vec<_> = open.iter().map(|p| p.view.source()).collect();
+            let sources: Vec<_> = open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
@@ -766,10 +798,19 @@ impl Parts {
         self.part(0).map(Some)
     }
 
-    /// Stores open now (at most the capacity).
+    /// Stores open now (at most the capacity), each with every record
+    /// gathered from it counted into its read statistics
+    /// ([`Store::read_stats`]; [`Parts::gather`] counts the records it
+    /// copies from a part's mappings every few dozen).
     pub fn open_stores(&self) -> Vec<Arc<Store>> {
         let _gate = crate::fork::enter();
-        self.read().slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
+        let open = self.read();
+        for (k, p) in open.slots.iter().enumerate() {
+            if let Some(p) = p {
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k]));
+            }
+        }
+        open.slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
     }
 
     /// The fingerprint of parts `0..n`: their records, and a CRC-32C over

@@ -755,9 +755,10 @@ impl View {
     }
 
     /// What a gather over several views reads this one with
-    /// (`crate::parts::Parts::gather`).
-    pub(crate) fn source(&self) -> crate::read::gather::Source<'_> {
-        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap }
+    /// (`crate::parts::Parts::gather`), its records copied from the
+    /// mappings counted into `pending` first.
+    pub(crate) fn source<'a>(&'a self, pending: &'a std::sync::atomic::AtomicU64) -> crate::read::gather::Source<'a> {
+        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap, pending }
     }
 
     /// Reads parts of these records into `dst` ([`Spans`](crate::Spans):

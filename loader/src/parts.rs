@@ -16,10 +16,10 @@ use crate::Blocks;
 /// A gather is one engine call over the dataset (`Parts::gather`): its
 /// indices are located and checked in one pass, the records in memory are
 /// copied straight from their parts' mappings into the caller's slots (no
-/// scratch copy, no reordering after), and the rest are read a part at a
-/// time, each part's share batched as a store's gather batches it. So a
-/// random batch over many more parts than rows costs about what the same
-/// batch from one store does (bench `benches/parts.py`). Other calls
+/// scratch copy, no reordering after), and the rest of all parts touched
+/// are read in one batch. A random batch over many more parts than rows
+/// still costs more than the same batch from one store (each part's table
+/// and mappings are out of the CPU cache; bench `benches/parts.py`). Other calls
 /// (lengths, spans, prefetch) split their indices by part (O(log parts)
 /// each) and make one engine call per part touched.
 ///

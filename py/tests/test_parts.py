@@ -264,6 +264,74 @@ def test_hundreds_of_parts_under_ulimit_64(tmp_path):
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
 
 
+LIMITED = textwrap.dedent(
+    """
+    import os, resource, sys
+    limit = int(sys.argv[3])
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))  # before zring looks at it
+    import numpy as np, zring
+    root, n = sys.argv[1], int(sys.argv[2])
+    most = 0
+    def fds():
+        global most
+        most = max(most, len(os.listdir("/proc/self/fd")))
+    ds = zring.Dataset(root)
+    fds()
+    assert len(ds) == n
+    rng = np.random.default_rng(1)
+    gathered = 0
+    for _ in range(30):
+        idx = rng.integers(0, n, 256)
+        assert np.array_equal(ds[idx][:, 0], idx)
+        gathered += idx.size
+        fds()
+    # Every part once, in one gather: more parts than the open set holds.
+    idx = np.arange(0, n, 7)
+    assert np.array_equal(ds[idx][:, 0], idx)
+    fds()
+    with zring.DataLoader({"x": ds}, batch_size=128, num_workers=2, mode=1) as dl:
+        for _ in range(30):
+            b = next(dl)
+            assert np.array_equal(b["x"][:, 0], dl.last_indices)
+            fds()
+    print(most, flush=True)
+    """
+)
+
+
+def test_five_hundred_parts_open_and_gather_under_ulimit_128(tmp_path):
+    """Five hundred parts, each two descriptors when open, read by a process
+    allowed 128 (the ratio of a thousand parts under `ulimit -n 256`): the
+    open set and the descriptor cache stay inside the limit whatever the
+    gathers touch, one gather over every part included."""
+    root = str(tmp_path / "many")
+    k, per = 500, 7
+    infos = [parts.write_part(root, np.arange(j * per, (j + 1) * per, dtype=np.int64)[:, None], codec="raw",
+                              progress=False) for j in range(k)]
+    parts.commit(root, infos)
+    out = subprocess.run([sys.executable, "-c", LIMITED, root, str(k * per), "128"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert int(out.stdout.strip()) < 128
+
+
+def test_read_stats_count_every_record_gathered_over_parts(tmp_path):
+    """Records a gather copies from the parts' mappings are counted into
+    each part's read statistics in batches; the dataset's read_stats count
+    every one of them."""
+    root = str(tmp_path / "counted")
+    n = 30
+    parts.commit(root, [parts.write_part(root, _rows(j), codec="raw") for j in range(n)])
+    ds = zring.Dataset(root)
+    rng = np.random.default_rng(2)
+    before = ds.read_stats()["records"]
+    for _ in range(7):
+        ds[rng.integers(0, n * PER, 100)]
+    stats = ds.read_stats()
+    assert stats["records"] - before == 700
+    assert stats["page_cache_hits"] + stats["cache_hits"] + stats["cache_misses"] <= stats["records"]
+
+
 def test_four_ranks_each_reading_only_its_parts_cover_every_record_once(tmp_path, capsys):
     root = str(tmp_path / "ranked")
     sizes = [37, 5, 60, 12, 33, 8, 41, 20, 3, 50, 27, 14]

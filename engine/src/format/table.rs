@@ -479,6 +479,20 @@ impl Table {
         }
     }
 
+    /// Loads the cache lines holding the entries of `indices` into the CPU
+    /// cache, and no more: a gather over many tables (a dataset of parts)
+    /// touching a record or two of each, whose tables are in memory (read
+    /// when the parts opened), would pay [`Table::prefetch`]'s residency
+    /// checks, system calls included, once per table.
+    pub fn prefetch_lines(&self, indices: &[u64]) {
+        let Some(map) = self.map.as_ref() else { return };
+        for &i in indices {
+            if let Some(at) = self.entry_at(i) {
+                map.prefetch(at);
+            }
+        }
+    }
+
     /// The entry of record `i` (caller checked `i < records`).
     pub fn entry(&self, i: u64) -> Result<Entry> {
         let mut i_tail = i;

@@ -174,6 +174,12 @@ pub(crate) struct Residency {
 
 /// Remembered pages asked about when the host's eviction count moves.
 const SAMPLES: usize = 8;
+/// A mapping of at most this many words of pages (64 pages each: 2 MiB) is
+/// sampled with one page: on a host whose count moves every few
+/// milliseconds, a gather over hundreds of small parts (a dataset of parts)
+/// would otherwise ask about eight pages of each part it touches, a system
+/// call each, more than its copies cost.
+const SMALL_WORDS: usize = 8;
 
 impl Residency {
     /// Nothing known about a mapping of `len` bytes.
@@ -200,8 +206,8 @@ impl Residency {
         self.epoch.store(epoch, Relaxed);
     }
 
-    /// Whether up to [`SAMPLES`] remembered pages, drawn at random, are all
-    /// still in memory.
+    /// Whether up to [`SAMPLES`] remembered pages (one of a small mapping,
+    /// [`SMALL_WORDS`]), drawn at random, are all still in memory.
     fn sample_resident(&self, seed: u64, map: &Mmap) -> bool {
         let words = self.seen.len();
         if words == 0 {
@@ -215,6 +221,7 @@ impl Residency {
             x ^= x >> 27;
             x.wrapping_mul(0x2545_f491_4f6c_dd1d)
         };
+        let samples = if words <= SMALL_WORDS { 1 } else { SAMPLES };
         let mut found = 0;
         for _ in 0..8 * SAMPLES {
             let r = next();
@@ -229,7 +236,7 @@ impl Residency {
                 return false;
             }
             found += 1;
-            if found == SAMPLES {
+            if found == samples {
                 break;
             }
         }

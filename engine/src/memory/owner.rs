@@ -113,13 +113,31 @@ struct PerStore {
     asked: Arc<AtomicU64>,
     /// Records asked, decayed by half per rebalance.
     recent: f64,
+    /// The rebalance `recent` was last brought up to ([`Owner::rounds`]).
+    round: u64,
+    /// The members on this store.
+    members: Vec<u64>,
 }
 
+/// The owner's members and what it keeps of them so that a join, a leave
+/// and [`demand`] cost O(the store's handles), not O(every handle): a
+/// dataset of a thousand parts opens a thousand stores, each asking.
 pub(crate) struct Owner {
     pid: u32,
     next: u64,
     members: HashMap<u64, Joined>,
     stores: HashMap<StoreId, PerStore>,
+    /// [`Owner::demand`], kept up to date at each join, leave and update.
+    demand: u64,
+    /// Members read with O_DIRECT and unforced.
+    direct: usize,
+    /// Rebalances so far; while no member reads direct a rebalance only
+    /// counts (every capacity is 0 then), and each store's request counts
+    /// are decayed for the rounds it missed when next looked at.
+    rounds: u64,
+    /// Whether every record cache's capacity is 0 (none set since a
+    /// rebalance with no member read direct).
+    all_zero: bool,
 }
 
 /// The process's owner; a parent's in a forked child is leaked, not
@@ -335,20 +353,66 @@ mod statements {
 
 impl Owner {
     fn new(pid: u32) -> Owner {
-        Owner { pid, next: 0, members: HashMap::new(), stores: HashMap::new() }
+        Owner {
+            pid,
+            next: 0,
+            members: HashMap::new(),
+            stores: HashMap::new(),
+            demand: 0,
+            direct: 0,
+            rounds: 0,
+            all_zero: true,
+        }
+    }
+
+    /// What member `m` adds to the demand when it is the only one on its
+    /// store: its bytes unless forced.
+    fn own_demand(m: &Joined) -> u64 {
+        if m.forced {
+            0
+        } else {
+            m.data
+        }
+    }
+
+    /// What the members of store `s` (or member `id` alone, of no known
+    /// store) add to the demand: the largest unforced one's bytes.
+    fn part_of_demand(&self, store: Option<StoreId>, id: u64) -> u64 {
+        match store {
+            Some(s) => self.stores.get(&s).map_or(0, |per| {
+                per.members.iter().filter_map(|j| self.members.get(j)).map(Owner::own_demand).max().unwrap_or(0)
+            }),
+            None => self.members.get(&id).map_or(0, Owner::own_demand),
+        }
+    }
+
+    /// Runs `f` on the owner and keeps the demand up to date for the store
+    /// of member `id` (`store`), which `f` may change.
+    fn changing<R>(&mut self, store: Option<StoreId>, id: u64, f: impl FnOnce(&mut Owner) -> R) -> R {
+        let before = self.part_of_demand(store, id);
+        let r = f(self);
+        let after = self.part_of_demand(store, id);
+        self.demand = self.demand.saturating_sub(before).saturating_add(after);
+        r
     }
 
     fn join(&mut self, store: Option<StoreId>, forced: bool, data: u64) -> Member {
         let id = self.next;
         self.next += 1;
-        self.members.insert(id, Joined { store, forced, data, direct: false, cap: None });
-        let shared = store.map(|s| {
-            let e = self.stores.entry(s).or_insert_with(|| PerStore {
-                cache: Arc::new(Cache::new(0)),
-                asked: Arc::default(),
-                recent: 0.0,
-            });
-            (e.cache.clone(), e.asked.clone())
+        let shared = self.changing(store, id, |o| {
+            o.members.insert(id, Joined { store, forced, data, direct: false, cap: None });
+            let round = o.rounds;
+            store.map(|s| {
+                let e = o.stores.entry(s).or_insert_with(|| PerStore {
+                    cache: Arc::new(Cache::new(0)),
+                    asked: Arc::default(),
+                    recent: 0.0,
+                    round,
+                    members: Vec::new(),
+                });
+                e.members.push(id);
+                (e.cache.clone(), e.asked.clone())
+            })
         });
         GENERATION.fetch_add(1, Relaxed);
         let (cache, asked) = shared.unzip();
@@ -356,41 +420,49 @@ impl Owner {
     }
 
     fn demand(&self) -> u64 {
-        let mut per: HashMap<StoreId, u64> = HashMap::new();
-        let mut unknown = 0u64;
-        for m in self.members.values().filter(|m| !m.forced) {
-            match m.store {
-                Some(s) => {
-                    let e = per.entry(s).or_default();
-                    *e = (*e).max(m.data);
-                }
-                None => unknown = unknown.saturating_add(m.data),
-            }
-        }
-        per.values().fold(unknown, |a, &b| a.saturating_add(b))
+        self.demand
     }
 
     fn update(&mut self, id: u64, data: u64, direct: bool, cap: Option<u64>) {
-        let Some(m) = self.members.get_mut(&id) else { return };
+        let Some(m) = self.members.get(&id) else { return };
         if (m.data, m.direct, m.cap) != (data, direct, cap) {
-            (m.data, m.direct, m.cap) = (data, direct, cap);
+            let (store, was) = (m.store, m.direct && !m.forced);
+            self.changing(store, id, |o| {
+                let m = o.members.get_mut(&id).expect("member");
+                (m.data, m.direct, m.cap) = (data, direct, cap);
+                let now = m.direct && !m.forced;
+                o.direct = o.direct + usize::from(now) - usize::from(was);
+            });
             GENERATION.fetch_add(1, Relaxed);
         }
     }
 
     fn leave(&mut self, id: u64) {
-        if let Some(m) = self.members.remove(&id) {
-            if let Some(s) = m.store {
-                if !self.members.values().any(|o| o.store == Some(s)) {
-                    // Nothing reads these records any more (module docs).
-                    self.stores.remove(&s);
+        if let Some(store) = self.members.get(&id).map(|m| m.store) {
+            self.changing(store, id, |o| {
+                let m = o.members.remove(&id).expect("member");
+                o.direct -= usize::from(m.direct && !m.forced);
+                if let Some(s) = m.store {
+                    if let Some(per) = o.stores.get_mut(&s) {
+                        per.members.retain(|&j| j != id);
+                        if per.members.is_empty() {
+                            // Nothing reads these records any more (module docs).
+                            o.stores.remove(&s);
+                        }
+                    }
                 }
-            }
+            });
         }
         GENERATION.fetch_add(1, Relaxed);
     }
 
     fn rebalance(&mut self, total: u64) {
+        self.rounds += 1;
+        if self.direct == 0 && self.all_zero {
+            // No record cache to size: every capacity is 0 and stays so.
+            return;
+        }
+        let rounds = self.rounds;
         // Each store's size (its largest), whether an unforced handle reads
         // it direct, and the smallest cap.
         let mut want: HashMap<StoreId, (u64, bool, Option<u64>)> = HashMap::new();
@@ -407,7 +479,10 @@ impl Owner {
         let mut direct: Vec<(StoreId, f64, u64, u64)> = Vec::new();
         for (s, per) in self.stores.iter_mut() {
             let asked = per.asked.swap(0, Relaxed) as f64;
-            per.recent = per.recent / 2.0 + asked;
+            // Halved per rebalance, those it missed included.
+            let missed = i32::try_from(rounds - per.round).unwrap_or(i32::MAX);
+            per.recent = per.recent * 0.5f64.powi(missed) + asked;
+            per.round = rounds;
             let Some(&(data, is_direct, cap)) = want.get(s) else { continue };
             if !is_direct {
                 continue;
@@ -430,6 +505,7 @@ impl Owner {
             shares = banded;
         }
         let targets: HashMap<StoreId, u64> = direct.iter().zip(shares).map(|(d, t)| (d.0, t)).collect();
+        self.all_zero = targets.values().all(|&t| t == 0);
         for (s, per) in self.stores.iter() {
             let target = targets.get(s).copied().unwrap_or(0);
             if per.cache.capacity() != target {

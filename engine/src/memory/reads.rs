@@ -141,7 +141,10 @@ impl Reads {
         let id = StoreId::of(dir).ok();
         let member = owner::join(id, explicit, forced.is_some(), data_bytes);
         let generation = owner::GENERATION.load(Relaxed);
-        let budget = budget::detect(owner::stated(), owner::held())?;
+        // Measured at most once per `CHECK_MILLIS` for the process: a
+        // dataset of a thousand parts opens a thousand stores at once, and
+        // reading the cgroup's files for each was a third of its open.
+        let budget = budget::detect_recent(owner::stated(), owner::held())?;
         let policy = match forced {
             None => policy::choose(&budget, owner::demand()),
             Some(direct) => Policy {

@@ -16,7 +16,7 @@ use crate::snapshot::Snapshot;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 thread_local! {
@@ -173,18 +173,94 @@ fn check_slots(order: &[(u64, Want)], width: Option<usize>, dst: &mut [u8]) -> R
 pub(crate) struct Source<'s> {
     pub ctx: Ctx<'s>,
     pub snap: &'s Snapshot,
+    /// The snapshot's records copied from its mappings and not yet counted
+    /// into its store's reads ([`count_mapped`]).
+    pub pending: &'s AtomicU64,
+}
+
+/// Where [`Source::pending`] keeps its records; its stored bytes are below.
+const PENDING_RECORDS: u32 = 40;
+/// A part's pending mapped reads are counted into its store
+/// ([`Reads::observe`](crate::memory::reads::Reads::observe)) once they
+/// reach this many records, or [`FLUSH_BYTES`].
+pub(crate) const FLUSH_RECORDS: u64 = 256;
+const FLUSH_BYTES: u64 = 1 << 34;
+
+/// Counts a record of `stored` bytes that `source` served from its
+/// mappings: added to its pending count (an atomic in an array the dataset
+/// keeps, next to the others), and counted into its store's reads once
+/// [`FLUSH_RECORDS`] are pending. A random batch over many parts touches
+/// a record or two of each: counting each part's reads at once, its
+/// counters (a few cache lines per store, out of the CPU cache) cost about
+/// as much as copying its record did.
+fn count_mapped(source: &Source<'_>, stored: u64) {
+    let add = (1u64 << PENDING_RECORDS) | stored;
+    let now = source.pending.fetch_add(add, Relaxed).wrapping_add(add);
+    if now >> PENDING_RECORDS >= FLUSH_RECORDS || now & ((1 << PENDING_RECORDS) - 1) >= FLUSH_BYTES {
+        flush_mapped(source);
+    }
+}
+
+/// Counts `source`'s pending mapped records into its store's reads now.
+pub(crate) fn flush_mapped(source: &Source<'_>) {
+    let v = source.pending.swap(0, Relaxed);
+    let (records, bytes) = (v >> PENDING_RECORDS, v & ((1 << PENDING_RECORDS) - 1));
+    if records == 0 {
+        return;
+    }
+    let seen =
+        Seen { records, stored_bytes: bytes, mapped: records, mapped_bytes: bytes, residency: true, ..Seen::default() };
+    // Lossless: counting returns the gather's result, Ok here.
+    let _ = observed(&source.ctx, source.snap, seen, Ok(()));
+}
+
+/// A record of a [`gather_over`] whose stored bytes are in its part's
+/// mapping, with the part it is of.
+type MappedItem<'i, 'm> = (Item<'i>, crate::io::mmap::Resident<'m>, usize);
+
+/// Copies (or decodes) and checks each of `hot`, counting it into its
+/// part's pending reads; the first error.
+fn finish_mapped(sources: &[Source<'_>], hot: &mut [MappedItem<'_, '_>]) -> Result<()> {
+    let mut first_err: Option<Error> = None;
+    for (it, b, src) in hot.iter_mut() {
+        let source = &sources[*src];
+        let r = finish_record(it, b.bytes(), source.snap.dict.as_deref());
+        let r = if b.faulted() {
+            // The copy may have read zeros for pages the file lost.
+            let path = source.ctx.dir.join(chunk_name(source.snap.table.format, it.entry.chunk));
+            Err(corrupted(
+                format!("chunk {}", it.entry.chunk.0),
+                format!("{} shrank or could not be read while mapped (record {})", path.display(), it.index),
+            ))
+        } else {
+            r
+        };
+        match r {
+            Ok(()) => count_mapped(source, u64::from(it.entry.stored_len)),
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    first_err.map_or(Ok(()), Err)
 }
 
 /// Reads the records of `req` into `dst` as [`gather`] does, record `k`
 /// being record `at[k].1` of snapshot `at[k].0` of `sources` (a dataset of
 /// parts, `crate::parts`): one validation pass over all of them (every
 /// index, entry and slot checked before anything is written to `dst`, the
-/// slots against each other whatever snapshot they read from), then the
-/// records of each snapshot whose stored bytes are all in its mappings
-/// copied or decoded and checked straight from them on the calling thread,
-/// with one count per snapshot touched; the others (and a snapshot's share
-/// large enough to be worth the decode pool) read by [`read_items`] per
-/// snapshot, as a gather of that store alone reads them.
+/// slots against each other whatever snapshot they read from, the entries'
+/// cache lines loaded first), then
+///
+/// * the records whose stored bytes are all in their part's mappings copied
+///   or decoded and checked straight from them, on the calling thread and,
+///   for a gather worth it ([`PARALLEL_MIN_BYTES`] in all), the decode
+///   pool's, each counted into its part's pending reads ([`count_mapped`]);
+/// * the other records of parts read buffered, in one batch of reads for
+///   all parts ([`read_group_over`]), counted into each part's reads;
+/// * the records of a part that reads through its record cache, and a
+///   part's share large enough to be worth the decode pool on its own, read
+///   by [`read_items`] per part, as a gather of that store alone reads them.
 pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
     let (starts, width) = slot_starts(req, dst.len())?;
     if at.len() != req.indices.len() {
@@ -194,13 +270,34 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
             at.len()
         )));
     }
+    if let Some(&(src, _)) = at.iter().find(|(src, _)| *src >= sources.len()) {
+        return Err(Error::InvalidArgument(format!("gather: snapshot {src} of {}", sources.len())));
+    }
+    // Each snapshot's entries prefetched (their table pages read ahead when
+    // not in memory, their cache lines loaded), as a store's gather does:
+    // the local indices grouped by snapshot, a counting sort.
+    let mut ends = vec![0usize; sources.len() + 1];
+    for &(src, _) in at {
+        ends[src + 1] += 1;
+    }
+    for k in 1..ends.len() {
+        ends[k] += ends[k - 1];
+    }
+    let mut fill = ends.clone();
+    let mut locals = vec![0u64; at.len()];
+    for &(src, index) in at {
+        locals[fill[src]] = index;
+        fill[src] += 1;
+    }
+    for (src, source) in sources.iter().enumerate() {
+        if ends[src] < ends[src + 1] {
+            source.snap.table.prefetch_lines(&locals[ends[src]..ends[src + 1]]);
+        }
+    }
     // Each record's slot, what to read, and the snapshot it reads from.
     let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(at.len());
     for (k, (&(src, index), &start)) in at.iter().zip(starts.iter()).enumerate() {
-        let source = sources
-            .get(src)
-            .ok_or_else(|| Error::InvalidArgument(format!("gather: snapshot {src} of {}", sources.len())))?;
-        let entry = source.snap.entry(index)?;
+        let entry = sources[src].snap.entry(index)?;
         check_width(index, &entry, width)?;
         tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }, src));
     }
@@ -214,62 +311,116 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     check_slots(&order, width, dst)?;
     let _gate = crate::fork::enter();
     let items = carve_at(dst, order);
-    // Per snapshot: what its hot records counted, and the records left to
-    // `read_items`.
-    let mut seen: Vec<Seen> = sources.iter().map(|s| Seen { residency: s.ctx.mmap, ..Seen::default() }).collect();
-    let mut rest: Vec<Vec<Item<'_>>> = sources.iter().map(|_| Vec::new()).collect();
     // A snapshot's share worth fanning out goes to `read_items` whole.
     let mut share = vec![0u64; sources.len()];
     for (it, &src) in items.iter().zip(&from) {
         share[src] += u64::from(it.entry.stored_len);
     }
+    let total: u64 = share.iter().sum();
     let mmap = sources.iter().any(|s| s.ctx.mmap);
     let epoch = if mmap { crate::io::mmap::evictions() } else { None };
     if mmap {
         for (it, &src) in items.iter().zip(&from) {
-            let Source { ctx, snap } = &sources[src];
+            let Source { ctx, snap, .. } = &sources[src];
             if let Some(chunk) = snap.chunk(it.entry.chunk).filter(|_| ctx.mmap) {
                 chunk.prefetch_residency(it.entry.offset);
             }
         }
     }
-    let mut first_err: Option<Error> = None;
-    for (mut it, &src) in items.into_iter().zip(&from) {
-        let Source { ctx, snap } = &sources[src];
+    let mut hot: Vec<MappedItem<'_, '_>> = Vec::with_capacity(items.len());
+    // Records read through the backend in one batch, with their snapshot,
+    // and what each snapshot's share of them counts.
+    let (mut cold, mut cold_from): (Vec<Item<'_>>, Vec<usize>) = (Vec::new(), Vec::new());
+    let mut seen: Vec<Seen> = Vec::new();
+    // Per snapshot: the records left to `read_items`.
+    let mut rest: Vec<Vec<Item<'_>>> = Vec::new();
+    for (it, &src) in items.into_iter().zip(&from) {
+        let Source { ctx, snap, .. } = &sources[src];
         let stored = it.entry.stored_len as usize;
         let whole = req.fan_out && share[src] >= PARALLEL_MIN_BYTES;
         let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-        let hot = if ctx.mmap && !whole { chunk.resident(it.entry.offset, stored, epoch) } else { None };
-        let Some(b) = hot else {
+        if ctx.mmap && !whole {
+            if let Some(b) = chunk.resident(it.entry.offset, stored, epoch) {
+                hot.push((it, b, src));
+                continue;
+            }
+        }
+        if whole || ctx.reads.caching() || it.keep_stored {
+            if rest.is_empty() {
+                rest = sources.iter().map(|_| Vec::new()).collect();
+            }
             rest[src].push(it);
             continue;
-        };
+        }
+        if seen.is_empty() {
+            seen = sources.iter().map(|s| Seen { residency: s.ctx.mmap, ..Seen::default() }).collect();
+        }
         let s = &mut seen[src];
         s.records += 1;
         s.stored_bytes += stored as u64;
-        s.mapped += 1;
-        s.mapped_bytes += stored as u64;
-        let r = finish_record(&mut it, b.bytes(), snap.dict.as_deref());
-        let r = if b.faulted() {
-            // The copy may have read zeros for pages the file lost.
-            let path = ctx.dir.join(chunk_name(snap.table.format, it.entry.chunk));
-            Err(corrupted(
-                format!("chunk {}", it.entry.chunk.0),
-                format!("{} shrank or could not be read while mapped (record {})", path.display(), it.index),
-            ))
-        } else {
-            r
-        };
+        s.read_bytes += stored as u64;
+        cold.push(it);
+        cold_from.push(src);
+    }
+    let mut first_err: Option<Error> = None;
+    let mut keep = |r: Result<()>| {
         if let Err(e) = r {
             first_err.get_or_insert(e);
         }
+    };
+    // The hot records: on this thread alone, or shared out in groups with
+    // the decode pool as a store's gather shares its hot records.
+    let groups = hot.len().div_ceil(HOT_GROUP);
+    if req.fan_out && total >= PARALLEL_MIN_BYTES && groups >= 2 {
+        let hot_groups: Vec<Mutex<&mut [MappedItem<'_, '_>]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+        let next = AtomicUsize::new(0);
+        let failed: Mutex<Option<Error>> = Mutex::new(None);
+        let drain = || loop {
+            let k = next.fetch_add(1, Relaxed);
+            let Some(group) = hot_groups.get(k) else { return };
+            let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
+            if let Err(e) = finish_mapped(sources, &mut group) {
+                failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
+            }
+        };
+        let pool = crate::pool::get();
+        let helpers = pool.current_num_threads().min(groups - 1).max(1);
+        pool.in_place_scope(|scope| {
+            for _ in 0..helpers {
+                #[cfg(test)]
+                crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
+                scope.spawn(|_| drain());
+            }
+            drain();
+        });
+        if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            keep(Err(e));
+        }
+    } else {
+        keep(finish_mapped(sources, &mut hot));
     }
-    for (src, source) in sources.iter().enumerate() {
-        let items = std::mem::take(&mut rest[src]);
-        let r = if items.is_empty() { Ok(()) } else { read_items(&source.ctx, source.snap, items, req.fan_out) };
-        let r = observed(&source.ctx, source.snap, std::mem::take(&mut seen[src]), r);
-        if let Err(e) = r {
-            first_err.get_or_insert(e);
+    if !cold.is_empty() {
+        let ctxs: Vec<(&Ctx<'_>, &Snapshot)> = sources.iter().map(|s| (&s.ctx, s.snap)).collect();
+        let queue = HotQueue {
+            groups: &[],
+            next: AtomicUsize::new(0),
+            dict: None,
+            dir: sources[0].ctx.dir,
+            format: sources[0].snap.table.format,
+            error: Mutex::new(None),
+        };
+        let r = read_group_over(&ctxs, &mut cold, &cold_from, &queue);
+        drop(cold);
+        for (src, s) in seen.into_iter().enumerate() {
+            let source = &sources[src];
+            keep(observed(&source.ctx, source.snap, s, Ok(())));
+        }
+        keep(r);
+    }
+    for (src, items) in rest.into_iter().enumerate() {
+        if !items.is_empty() {
+            let source = &sources[src];
+            keep(read_items(&source.ctx, source.snap, items, req.fan_out));
         }
     }
     first_err.map_or(Ok(()), Err)
@@ -544,6 +695,19 @@ pub(crate) fn read_group(
     items: &mut [Item<'_>],
     hot: &HotQueue<'_, '_, '_>,
 ) -> Result<()> {
+    read_group_over(&[(s, snap)], items, &[], hot)
+}
+
+/// [`read_group`] of items from several snapshots (a dataset of parts):
+/// item `k` is of `sources[from[k]]` (of `sources[0]` when `from` is
+/// empty). Their reads go out in as few batches as the descriptor limit
+/// allows, one batch for every part they touch.
+pub(crate) fn read_group_over(
+    sources: &[(&Ctx<'_>, &Snapshot)],
+    items: &mut [Item<'_>],
+    from: &[usize],
+    hot: &HotQueue<'_, '_, '_>,
+) -> Result<()> {
     thread_local! {
         static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
     }
@@ -551,16 +715,23 @@ pub(crate) fn read_group(
     // A batch holds a descriptor per chunk file it names until it
     // completes: name at most `batch_files` files per batch (fds.rs).
     let limit = crate::io::fds::batch_files();
+    let files: usize = sources.iter().map(|(_, snap)| snap.chunks.len()).sum();
+    let src = |k: usize| from.get(k).copied().unwrap_or(0);
     let mut rest = items;
+    let mut at = 0usize;
     let r = loop {
-        let cut = if snap.chunks.len() <= limit {
+        let cut = if files <= limit {
             rest.len()
         } else {
             let mut files = std::collections::HashSet::new();
-            rest.iter().position(|it| files.insert(it.entry.chunk) && files.len() > limit).unwrap_or(rest.len())
+            rest.iter()
+                .enumerate()
+                .position(|(k, it)| files.insert((src(at + k), it.entry.chunk)) && files.len() > limit)
+                .unwrap_or(rest.len())
         };
         let (batch, tail) = std::mem::take(&mut rest).split_at_mut(cut);
-        let r = read_group_with(s, snap, batch, &mut scratch, hot);
+        let r = read_group_with(sources, batch, from.get(at..at + cut).unwrap_or(&[]), &mut scratch, hot);
+        at += cut;
         rest = tail;
         if rest.is_empty() || r.is_err() {
             break r;
@@ -573,12 +744,13 @@ pub(crate) fn read_group(
 /// Reads the cold `items` in one batch, taking hot groups from `hot`
 /// while the reads are in flight.
 pub(crate) fn read_group_with(
-    s: &Ctx<'_>,
-    snap: &Snapshot,
+    sources: &[(&Ctx<'_>, &Snapshot)],
     items: &mut [Item<'_>],
+    from: &[usize],
     scratch: &mut AlignedBuf,
     hot: &HotQueue<'_, '_, '_>,
 ) -> Result<()> {
+    let src = |k: usize| from.get(k).copied().unwrap_or(0);
     // Plan: where each record's stored bytes are read to. Raw records read
     // through the page cache go straight into their slot; everything else
     // goes to scratch. O_DIRECT spans come first in scratch, so each starts
@@ -592,15 +764,14 @@ pub(crate) fn read_group_with(
         scratch: bool,
         direct: bool,
     }
-    let dict = snap.dict.as_deref();
     let mut first_err: Option<Error> = None;
     // The descriptors of the batch's files (opened or taken from the
     // process's cache), held until its reads complete; `true` with an
     // O_DIRECT one.
-    let mut files: HashMap<ChunkId, (Arc<File>, bool)> = HashMap::new();
-    for it in items.iter() {
-        if let std::collections::hash_map::Entry::Vacant(v) = files.entry(it.entry.chunk) {
-            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+    let mut files: HashMap<(usize, ChunkId), (Arc<File>, bool)> = HashMap::new();
+    for (k, it) in items.iter().enumerate() {
+        if let std::collections::hash_map::Entry::Vacant(v) = files.entry((src(k), it.entry.chunk)) {
+            let chunk = sources[src(k)].1.chunk(it.entry.chunk).expect("entry checked against chunks");
             let direct = if chunk.direct { chunk.file.direct()? } else { None };
             v.insert(match direct {
                 Some(f) => (f, true),
@@ -609,8 +780,8 @@ pub(crate) fn read_group_with(
         }
     }
     let mut plans = Vec::with_capacity(items.len());
-    for it in items.iter() {
-        let (file, direct) = &files[&it.entry.chunk];
+    for (k, it) in items.iter().enumerate() {
+        let (file, direct) = &files[&(src(k), it.entry.chunk)];
         let stored = it.entry.stored_len as usize;
         let p = match direct.then_some(file) {
             Some(d) => {
@@ -662,16 +833,17 @@ pub(crate) fn read_group_with(
         reads.push(uring::ReadBuf { fd: p.fd, offset: p.offset, buf, need: p.need });
     }
     let r = uring::read_batch(
-        s.backend,
+        sources[0].0.backend,
         reads,
         Some(region),
         &mut |i, buf| {
             let it = &mut *io_items[i];
+            let (s, snap) = sources[src(i)];
             let stored_len = it.entry.stored_len as usize;
             let r = if plans[i].scratch {
                 let skip = plans[i].skip;
                 let stored = &buf[skip..skip + stored_len];
-                let r = finish_record(it, stored, dict);
+                let r = finish_record(it, stored, snap.dict.as_deref());
                 if r.is_ok() && plans[i].direct && !it.keep_stored {
                     s.reads.offer(&it.entry, stored, it.next);
                 }
@@ -686,7 +858,9 @@ pub(crate) fn read_group_with(
         &mut || hot.drain(),
     );
     if let Err(e) = r {
-        let it = &io_items[e.req.min(io_items.len().saturating_sub(1))];
+        let k = e.req.min(io_items.len().saturating_sub(1));
+        let it = &io_items[k];
+        let (s, snap) = sources[src(k)];
         let path = s.dir.join(chunk_name(snap.table.format, it.entry.chunk));
         return Err(match e.kind {
             ReqErrorKind::Eof { got } => corrupted(
