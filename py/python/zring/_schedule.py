@@ -60,7 +60,7 @@ _KINDS = ("linear", "step")
 
 class Schedule:
     """Mixture weights over the steps; pass it to :func:`zring.mix` in place
-    of the weights. Made by :func:`schedule`."""
+    of the weights. Made by :func:`zring.schedule`."""
 
     def __init__(self, points: Mapping[int, Sequence[float]] | Sequence[tuple[int, Sequence[float]]],
                  interpolate: str = "linear"):
@@ -93,7 +93,7 @@ class Schedule:
         self.points = given
         #: ``"linear"`` or ``"step"``.
         self.interpolate = interpolate
-        #: The corners the loader reads: the points, with each stair of a
+        #: The corners the loader reads (the points), each stair of a
         #: ``"step"`` schedule written as its start and its end at the next
         #: point's step (a jump: two points at one step).
         self.corners: list[tuple[int, list[float]]] = []

@@ -54,7 +54,7 @@ import numpy as np
 from . import _zring
 from ._zrecord import write_dataset, write_ragged
 
-__all__ = ["PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
+__all__ = ["KEEP_DROPPED", "PartInfo", "STAGED_GRACE", "commit", "list_parts", "rank_plan", "write_part"]
 
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
