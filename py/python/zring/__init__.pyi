@@ -37,6 +37,7 @@ def write_dataset(
     progress: Optional[bool] = None,
     overwrite: bool = False,
     append: bool = False,
+    level: Optional[int] = None,
 ) -> int:
     """Store array one record per slice along axis 0; returns the record count.
 
@@ -45,7 +46,8 @@ def write_dataset(
     directory of stores or an empty directory, else FileExistsError with
     every file kept) or append=True (add).
     A new store's table is sealed in format 2 (no entry per record for raw
-    records of one length); append=True keeps the table's format."""
+    records of one length); append=True keeps the table's format.
+    level: zstd level of "zstd" records (default 3; same format at any level)."""
 
 def write_ragged(
     path: _Path,
@@ -59,6 +61,7 @@ def write_ragged(
     progress: Optional[bool] = None,
     overwrite: bool = False,
     append: bool = False,
+    level: Optional[int] = None,
 ) -> int:
     """Store variable-length arrays one record each; returns the record count.
 
@@ -68,7 +71,7 @@ def write_ragged(
     every file kept) or append=True (add).
     A new store's table is sealed in format 2 (12 bytes a record);
     append=True keeps the table's format. A value dtype cannot hold (70000 for uint16, 1.5 for int32) is a
-    ValueError naming the value and the dtype."""
+    ValueError naming the value and the dtype. level: zstd level of "zstd" records (default 3)."""
 
 class Schedule:
     """Mixture weights over the steps (from schedule); pass it to mix."""

@@ -40,6 +40,17 @@ VERSION = 1
 CODECS = ("raw", "zstd", "zstd_dict")
 
 
+def check_level(level: Any, codec: str) -> int | None:
+    """Return ``level`` (None or a zstd level for codec ``"zstd"``), else raise ValueError."""
+    if level is None:
+        return None
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)) or not -131072 <= int(level) <= 22:
+        raise ValueError(f"level must be a zstd level, an int from -131072 to 22 (default 3), got {level!r}")
+    if codec != "zstd":
+        raise ValueError(f"level applies to codec \"zstd\" only, not {codec!r}: leave level=None")
+    return int(level)
+
+
 def check_codec(codec: Any) -> str:
     """Return ``codec`` if it names a codec, else raise ValueError."""
     if not isinstance(codec, str) or codec not in CODECS:

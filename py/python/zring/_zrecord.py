@@ -466,11 +466,12 @@ def _target(path: Path, overwrite: bool, append: bool):
 
 
 def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
-                    describe: str, sealable: bool = False) -> Store:
+                    describe: str, sealable: bool = False, level: int | None = None) -> Store:
     """Open (or create) the store and check or write its schema. ``sealable``
-    (a store written once) lays the records out for ``Store.seal``."""
+    (a store written once) lays the records out for ``Store.seal``; ``level``
+    is the zstd level of the records appended (None: the default, 3)."""
     path.mkdir(parents=True, exist_ok=True)
-    store = Store(str(path), "a", codec=schema["codec"], sealable=sealable)
+    store = Store(str(path), "a", codec=schema["codec"], level=level, sealable=sealable)
     try:
         text = store.schema()
         if text is None:
@@ -509,7 +510,8 @@ def _describe(schema: dict[str, Any]) -> str:
 
 def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
                   chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
-                  *, progress: bool | None = None, overwrite: bool = False, append: bool = False) -> int:
+                  *, progress: bool | None = None, overwrite: bool = False, append: bool = False,
+                  level: int | None = None) -> int:
     """Store ``array`` one record per slice along axis 0; returns the record count.
 
     The array is read in blocks of at most ``chunk_bytes`` bytes, so a
@@ -543,18 +545,26 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
         progress: Show a tqdm bar; by default only when stderr is a terminal.
         overwrite: Replace an existing store at ``path``.
         append: Add to an existing store at ``path`` (or create it).
+        level: zstd level of ``"zstd"`` records (default 3, as loaderx).
+            Every level writes the same format: each record its own zstd
+            frame, read back by any reader. Level 2 or 1 compress faster
+            (records of up to 16 KiB: level 2 in about 0.75x the CPU time of
+            level 3; see ``bench-results/writes.md``), usually to a slightly
+            lower ratio.
 
     Raises:
         FileExistsError: ``path`` exists and neither ``overwrite`` nor
             ``append`` is set (or ``overwrite`` is, and it is not a store, a
             directory of stores or an empty directory: nothing is removed).
-        ValueError: Bad codec, a 0-d array, a schema mismatch on append, or
-            both ``overwrite`` and ``append``.
+        ValueError: Bad codec, a 0-d array, a schema mismatch on append,
+            both ``overwrite`` and ``append``, or a ``level`` that is not a
+            zstd level or is given with another codec than ``"zstd"``.
         CorruptError: ``append`` names a directory holding store files but
             no ``head.zr`` (nothing is changed), or a damaged ``schema.json``.
         TypeError: The dtype holds Python objects.
     """
     _schema.check_codec(codec)
+    level = _schema.check_level(level, codec)
     array = np.asanyarray(array)
     if array.ndim < 1:
         raise ValueError("array must have a sample axis (ndim >= 1), got a 0-d array")
@@ -576,15 +586,16 @@ def write_dataset(path: str | os.PathLike[str], array: Any, codec: str = "zstd",
     count = len(array)
     with _target(path, overwrite, append) as where:
         _write_fixed(where, path.name, array, codec, dtype, shape, itemsize, schema, same, chunk_bytes,
-                     dict_size, progress, seal=not append)
+                     dict_size, progress, seal=not append, level=level)
     return count
 
 
 def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype, shape: tuple[int, ...],
                  itemsize: int, schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
-                 chunk_bytes: int, dict_size: int | None, progress: bool | None, seal: bool) -> None:
+                 chunk_bytes: int, dict_size: int | None, progress: bool | None, seal: bool,
+                 level: int | None = None) -> None:
     count = len(array)
-    store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}", sealable=seal)
+    store = _open_for_write(where, schema, same, f"{dtype} samples of shape {shape}", sealable=seal, level=level)
     bar = _progress(count, f"write {name}", progress)
     ok = False
     try:
@@ -612,7 +623,8 @@ def _write_fixed(where: Path, name: str, array: Any, codec: str, dtype: np.dtype
 def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any = None,
                  item_shape: Iterable[int] | None = None, codec: str = "zstd",
                  chunk_bytes: int = WRITE_CHUNK_BYTES, dict_size: int | None = None,
-                 *, progress: bool | None = None, overwrite: bool = False, append: bool = False) -> int:
+                 *, progress: bool | None = None, overwrite: bool = False, append: bool = False,
+                 level: int | None = None) -> int:
     """Store variable-length arrays, one record each; returns the record count.
 
     Each array is ``(rows, *item_shape)``; ``dtype`` and ``item_shape`` are
@@ -622,7 +634,8 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
     renamed into place when complete, so an exception (an iterable that
     raises part-way, a bad array) leaves nothing at ``path``. A new store's
     table is sealed in format 2 (12 bytes a record instead of 32);
-    ``append=True`` keeps the table's format.
+    ``append=True`` keeps the table's format. ``level``: the zstd level of
+    ``"zstd"`` records, as for :func:`write_dataset`.
 
     Raises:
         FileExistsError: ``path`` exists and neither ``overwrite`` nor
@@ -630,9 +643,10 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
         ValueError: No arrays, a bad codec, an array whose row shape is not
             ``item_shape``, a value ``dtype`` cannot hold (70000 for uint16,
             1.5 or 2**40 for int32; named with the dtype, and nothing is
-            written), or both ``overwrite`` and ``append``.
+            written), both ``overwrite`` and ``append``, or a bad ``level``.
     """
     _schema.check_codec(codec)
+    level = _schema.check_level(level, codec)
     if int(chunk_bytes) <= 0:
         raise ValueError(f"chunk_bytes must be positive, got {chunk_bytes}")
     it = iter(arrays)
@@ -673,14 +687,15 @@ def write_ragged(path: str | os.PathLike[str], arrays: Iterable[Any], dtype: Any
     path = Path(path)
     with _target(path, overwrite, append) as where:
         return _write_var(where, path.name, chain([first], it), codec, dt, ishape, schema, same, prepared,
-                          chunk_bytes, dict_size, progress, seal=not append)
+                          chunk_bytes, dict_size, progress, seal=not append, level=level)
 
 
 def _write_var(where: Path, name: str, arrays: Iterable[Any], codec: str, dt: np.dtype,
                ishape: tuple[int, ...], schema: dict[str, Any], same: Callable[[dict[str, Any]], bool],
                prepared: Callable[[int, Any], np.ndarray], chunk_bytes: int, dict_size: int | None,
-               progress: bool | None, seal: bool) -> int:
-    store = _open_for_write(where, schema, same, f"ragged {dt} rows of shape {ishape}", sealable=seal)
+               progress: bool | None, seal: bool, level: int | None = None) -> int:
+    store = _open_for_write(where, schema, same, f"ragged {dt} rows of shape {ishape}", sealable=seal,
+                            level=level)
     bar = _progress(0, f"write {name}", progress)
     total = 0
     need_dict = codec == "zstd_dict" and not store.has_dict()
