@@ -61,8 +61,8 @@ const GRAIN: usize = 64 << 10;
 /// 63 bytes a record beyond its charge in the cache.
 const SMALL: usize = 64;
 
-/// The most bytes of freed slabs the pool keeps; beyond it a freed slab goes
-/// back to the allocator. Above one batch of a window's load
+/// The most bytes of freed slabs the pool keeps, with the arenas' spare
+/// memory ([`SPARE`]); beyond it a freed slab goes back to the allocator. Above one batch of a window's load
 /// ([`crate::read::blocks`]), whose run slabs return as their records are
 /// copied out.
 pub(crate) const POOL_BYTES: usize = 48 << 20;
