@@ -15,6 +15,21 @@
 //! out). The record cache charges each record the capacity of its slab
 //! ([`record_capacity`]), which is what it holds.
 //!
+//! Records of up to [`MAX_CARVED`] bytes are not heap allocations: each is a
+//! slot carved from an arena chunk ([`CHUNK`], 2 MiB, mapped and populated
+//! in one system call each) that holds slots of one capacity only, and a freed
+//! slot goes back to its capacity's free list, for the next record of that
+//! size. Filling a cache of 12 KiB records through the heap cost one
+//! `mprotect` per record (glibc grows a thread's arena one allocation at a
+//! time) and a page fault per 4 KiB: about 0.9 CPU-seconds per GiB cached
+//! (bench-results/cpu.md); carved, it costs one `mmap` and one
+//! `MADV_POPULATE_WRITE` per 2 MiB. The slots and chunk tails no record holds
+//! are the arenas' spare memory; it counts with the pool below against the
+//! pool's limit (beyond which freed slots are handed back to the system,
+//! `MADV_DONTNEED`, and new chunks are left to fault in page by page), and
+//! [`drain`] hands all of it back. Chunks stay mapped; a handed-back slot is
+//! reused like any other and faults its pages in again.
+//!
 //! Freed slabs go back to a small process-wide pool (at most [`POOL_BYTES`],
 //! less for a small budget: [`set_limits`]) and are handed out again for the
 //! same rounded size: memory fresh from the kernel
@@ -28,8 +43,8 @@
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::collections::BTreeMap;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 
 use bytes::Bytes;
 
@@ -46,14 +61,29 @@ const GRAIN: usize = 64 << 10;
 /// 63 bytes a record beyond its charge in the cache.
 const SMALL: usize = 64;
 
-/// The most bytes of freed slabs the pool keeps; beyond it a freed slab goes
-/// back to the allocator. Above one batch of a window's load
+/// The most bytes of freed slabs the pool keeps, with the arenas' spare
+/// memory ([`SPARE`]); beyond it a freed slab goes back to the allocator. Above one batch of a window's load
 /// ([`crate::read::blocks`]), whose run slabs return as their records are
 /// copied out.
 pub(crate) const POOL_BYTES: usize = 48 << 20;
 
 /// The most bytes block reads keep in flight at once ([`crate::read::blocks`]).
 pub(crate) const IN_FLIGHT_BYTES: u64 = 32 << 20;
+
+/// Records of at most this many bytes are kept in slots carved from arena
+/// chunks (module docs); larger ones in slabs of their own.
+pub(crate) const MAX_CARVED: usize = 256 << 10;
+
+/// An arena chunk: mapped and populated at once, carved into slots of one
+/// capacity (at least 8 of them).
+pub(crate) const CHUNK: usize = 2 << 20;
+
+/// The page size the arenas hand memory back in.
+const PAGE: usize = 4096;
+
+/// Spare memory: bytes of pooled slabs and of arena slots and chunk tails no
+/// record holds that are resident; at most the pool's limit ([`set_limits`]).
+static SPARE: AtomicUsize = AtomicUsize::new(0);
 
 /// The pool's limit now ([`set_limits`]).
 static POOL_LIMIT: AtomicUsize = AtomicUsize::new(POOL_BYTES);
@@ -67,8 +97,7 @@ pub(crate) fn set_limits(io: u64) {
     let (pool, in_flight) = limits(io);
     POOL_LIMIT.store(pool, Relaxed);
     IN_FLIGHT_LIMIT.store(in_flight, Relaxed);
-    let over = POOL.try_lock().is_ok_and(|p| p.bytes > pool);
-    if over {
+    if SPARE.load(Relaxed) > pool {
         drain();
     }
 }
@@ -126,10 +155,13 @@ fn layout(cap: usize) -> Layout {
 }
 
 /// A buffer of `cap` bytes (ALIGN-aligned from [`GRAIN`] up), zeroed at
-/// birth, owned alone until frozen (module docs).
+/// birth (a carved slot holds a previous record's bytes, or zeros), owned
+/// alone until frozen (module docs).
 pub(crate) struct Slab {
     ptr: NonNull<u8>,
     cap: usize,
+    /// A slot of an arena chunk (module docs), not a heap allocation.
+    carved: bool,
 }
 
 // SAFETY: a slab owns its allocation exclusively; shared references only
@@ -150,20 +182,22 @@ impl Slab {
         if let Ok(mut pool) = POOL.try_lock() {
             if let Some(ptr) = pool.free.get_mut(&cap).and_then(Vec::pop) {
                 pool.bytes -= cap;
-                return Slab { ptr, cap };
+                SPARE.fetch_sub(cap, Relaxed);
+                return Slab { ptr, cap, carved: false };
             }
         }
         // SAFETY: the layout has a non-zero size (every capacity is at least
         // SMALL).
         let raw = unsafe { alloc_zeroed(layout(cap)) };
         let ptr = NonNull::new(raw).unwrap_or_else(|| handle_alloc_error(layout(cap)));
-        Slab { ptr, cap }
+        Slab { ptr, cap, carved: false }
     }
 
     /// The whole buffer, for a read to fill.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: `ptr` is a live allocation of `cap` bytes, initialised
-        // (zeroed at allocation, written only through slices since), and
+        // SAFETY: `ptr` is a live allocation or carved slot of `cap` bytes,
+        // initialised (zeroed at allocation or mapping, or handed back to the
+        // system and read as zeros since, written only through slices), and
         // `&mut self` makes this the only reference to it.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.cap) }
     }
@@ -176,7 +210,12 @@ impl Slab {
 
     /// A slab holding a copy of `bytes`, frozen.
     pub fn copy_of(bytes: &[u8]) -> Bytes {
-        let mut slab = Slab::with_capacity(record_capacity(bytes.len()));
+        let cap = record_capacity(bytes.len());
+        let carved = if cap <= MAX_CARVED { carve(cap) } else { None };
+        let mut slab = match carved {
+            Some(ptr) => Slab { ptr, cap, carved: true },
+            None => Slab::with_capacity(cap),
+        };
         slab.as_mut_slice()[..bytes.len()].copy_from_slice(bytes);
         slab.freeze().slice(..bytes.len())
     }
@@ -196,9 +235,14 @@ impl AsRef<[u8]> for Slab {
 
 impl Drop for Slab {
     fn drop(&mut self) {
+        if self.carved {
+            release(self.ptr, self.cap);
+            return;
+        }
         if let Ok(mut pool) = POOL.try_lock() {
-            if pool.bytes + self.cap <= POOL_LIMIT.load(Relaxed) {
+            if SPARE.load(Relaxed) + self.cap <= POOL_LIMIT.load(Relaxed) {
                 pool.bytes += self.cap;
+                SPARE.fetch_add(self.cap, Relaxed);
                 pool.free.entry(self.cap).or_default().push(self.ptr);
                 return;
             }
@@ -209,11 +253,16 @@ impl Drop for Slab {
     }
 }
 
-/// Frees every pooled slab (the memory owner gives memory back to the
-/// system when the budget shrinks).
+/// Frees every pooled slab and hands the arenas' spare memory back to the
+/// system (the memory owner gives memory back when the budget shrinks).
 pub(crate) fn drain() {
+    if let Some(mut a) = arenas() {
+        a.take_deferred();
+        a.hand_back();
+    }
     let free = match POOL.try_lock() {
         Ok(mut pool) => {
+            SPARE.fetch_sub(pool.bytes, Relaxed);
             pool.bytes = 0;
             std::mem::take(&mut pool.free)
         }
@@ -224,6 +273,213 @@ pub(crate) fn drain() {
             // SAFETY: each pooled pointer was allocated with this layout and
             // is owned by the pool alone; it was removed from the pool above.
             unsafe { dealloc(ptr.as_ptr(), layout(cap)) }
+        }
+    }
+}
+
+/// The slots of one capacity (module docs).
+#[derive(Default)]
+struct Class {
+    /// Free slots whose pages are resident (counted in [`SPARE`]).
+    free: Vec<NonNull<u8>>,
+    /// Free slots handed back to the system (`MADV_DONTNEED`).
+    cold: Vec<NonNull<u8>>,
+    /// The uncarved rest of the class's last chunk.
+    tail: Option<Tail>,
+}
+
+struct Tail {
+    next: NonNull<u8>,
+    left: usize,
+    /// Populated (counted in [`SPARE`]), or left to fault in.
+    resident: bool,
+}
+
+/// The arenas: slot classes by capacity.
+struct Arenas {
+    classes: BTreeMap<usize, Class>,
+}
+
+// SAFETY: the arenas hold pointers into chunks they own and no live slab
+// refers to (a slot is in a list only while free); moving them between
+// threads is moving ownership of plain memory.
+unsafe impl Send for Arenas {}
+
+static ARENAS: Mutex<Arenas> = Mutex::new(Arenas { classes: BTreeMap::new() });
+
+/// Slots freed while another thread held [`ARENAS`]: a stack threaded
+/// through the slots themselves (each begins with the next slot's address and
+/// its own capacity), emptied by the next thread that takes the lock.
+static DEFERRED: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The arenas, if their lock can be had without waiting long. Never blocks:
+/// a thread that held it when the process forked holds it forever in the
+/// child, which then keeps its records in slabs of their own.
+fn arenas() -> Option<MutexGuard<'static, Arenas>> {
+    for _ in 0..64 {
+        match ARENAS.try_lock() {
+            Ok(g) => return Some(g),
+            // Nothing panics while the arenas are changed.
+            Err(TryLockError::Poisoned(p)) => return Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => std::thread::yield_now(),
+        }
+    }
+    None
+}
+
+/// A free slot of `cap` bytes (module docs), or `None` when the arenas are
+/// busy or out of address space: the caller then allocates.
+fn carve(cap: usize) -> Option<NonNull<u8>> {
+    let mut a = arenas()?;
+    a.take_deferred();
+    a.carve(cap)
+}
+
+/// Gives a slot back to its class.
+fn release(ptr: NonNull<u8>, cap: usize) {
+    match ARENAS.try_lock() {
+        Ok(mut a) => a.put(ptr, cap),
+        Err(TryLockError::Poisoned(p)) => p.into_inner().put(ptr, cap),
+        Err(TryLockError::WouldBlock) => defer(ptr, cap),
+    }
+}
+
+/// Pushes a freed slot on [`DEFERRED`].
+fn defer(ptr: NonNull<u8>, cap: usize) {
+    let slot = ptr.as_ptr().cast::<usize>();
+    let mut head = DEFERRED.load(Relaxed);
+    loop {
+        // SAFETY: the slot is free (its slab is being dropped) and at least
+        // SMALL = 64 bytes, aligned to SMALL: its first two words are ours to
+        // write until a thread takes the stack (with Acquire, after this
+        // Release).
+        unsafe {
+            slot.write(head as usize);
+            slot.add(1).write(cap);
+        }
+        match DEFERRED.compare_exchange_weak(head, ptr.as_ptr(), Release, Relaxed) {
+            Ok(_) => return,
+            Err(now) => head = now,
+        }
+    }
+}
+
+/// Hands the whole pages inside `len` bytes at `ptr` back to the system;
+/// they read as zeros when touched again.
+fn dontneed(ptr: *mut u8, len: usize) {
+    let start = (ptr as usize).div_ceil(PAGE) * PAGE;
+    let end = (ptr as usize + len) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: the range lies inside a free slot or an uncarved tail of a
+        // chunk the arenas mapped: no slab refers to it, and private
+        // anonymous pages handed back read as zeros, which is initialised
+        // memory.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+/// A fresh chunk, populated when `populate`; `None` when it cannot be mapped.
+fn map_chunk(populate: bool) -> Option<NonNull<u8>> {
+    // SAFETY: an anonymous private mapping at an address of the kernel's
+    // choosing aliases nothing; it is never unmapped.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            CHUNK,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    if populate {
+        // SAFETY: the range is the mapping just made. A kernel without
+        // MADV_POPULATE_WRITE (before 5.14) refuses it, and the pages fault
+        // in on first touch instead.
+        unsafe { libc::madvise(raw, CHUNK, libc::MADV_POPULATE_WRITE) };
+    }
+    NonNull::new(raw.cast::<u8>())
+}
+
+impl Arenas {
+    /// Puts the slots freed meanwhile ([`DEFERRED`]) back in their classes.
+    fn take_deferred(&mut self) {
+        let mut p = DEFERRED.swap(std::ptr::null_mut(), Acquire);
+        while let Some(ptr) = NonNull::new(p) {
+            let slot = ptr.as_ptr().cast::<usize>();
+            // SAFETY: `defer` wrote these two words before pushing the slot
+            // (Release, taken with Acquire above); the slot is free and
+            // this thread now owns the stack.
+            let (next, cap) = unsafe { (slot.read(), slot.add(1).read()) };
+            self.put(ptr, cap);
+            p = next as *mut u8;
+        }
+    }
+
+    fn carve(&mut self, cap: usize) -> Option<NonNull<u8>> {
+        let class = self.classes.entry(cap).or_default();
+        if let Some(p) = class.free.pop() {
+            SPARE.fetch_sub(cap, Relaxed);
+            return Some(p);
+        }
+        if let Some(p) = class.cold.pop() {
+            return Some(p);
+        }
+        if let Some(t) = class.tail.as_mut().filter(|t| t.left >= cap) {
+            let p = t.next;
+            // SAFETY: `left >= cap` bytes of the chunk follow `next`.
+            t.next = unsafe { NonNull::new_unchecked(p.as_ptr().add(cap)) };
+            t.left -= cap;
+            if t.resident {
+                SPARE.fetch_sub(cap, Relaxed);
+            }
+            return Some(p);
+        }
+        // The last chunk's rest is too short for a slot: hand it back.
+        if let Some(t) = class.tail.take() {
+            if t.resident {
+                dontneed(t.next.as_ptr(), t.left);
+                SPARE.fetch_sub(t.left, Relaxed);
+            }
+        }
+        let populate = SPARE.load(Relaxed) + CHUNK - cap <= POOL_LIMIT.load(Relaxed);
+        let base = map_chunk(populate)?;
+        // SAFETY: `cap <= MAX_CARVED < CHUNK`: the chunk goes on past `cap`.
+        let next = unsafe { NonNull::new_unchecked(base.as_ptr().add(cap)) };
+        class.tail = Some(Tail { next, left: CHUNK - cap, resident: populate });
+        if populate {
+            SPARE.fetch_add(CHUNK - cap, Relaxed);
+        }
+        Some(base)
+    }
+
+    fn put(&mut self, ptr: NonNull<u8>, cap: usize) {
+        let class = self.classes.entry(cap).or_default();
+        if SPARE.load(Relaxed) + cap <= POOL_LIMIT.load(Relaxed) {
+            SPARE.fetch_add(cap, Relaxed);
+            class.free.push(ptr);
+        } else {
+            dontneed(ptr.as_ptr(), cap);
+            class.cold.push(ptr);
+        }
+    }
+
+    /// Hands every free slot and chunk tail back to the system.
+    fn hand_back(&mut self) {
+        for (&cap, class) in self.classes.iter_mut() {
+            for p in class.free.drain(..) {
+                dontneed(p.as_ptr(), cap);
+                SPARE.fetch_sub(cap, Relaxed);
+                class.cold.push(p);
+            }
+            if let Some(t) = class.tail.as_mut().filter(|t| t.resident) {
+                dontneed(t.next.as_ptr(), t.left);
+                SPARE.fetch_sub(t.left, Relaxed);
+                t.resident = false;
+            }
         }
     }
 }
@@ -280,6 +536,55 @@ mod tests {
         // Aligned as its capacity class says (a page from GRAIN up).
         let b = Slab::copy_of(&vec![0; GRAIN + 1]);
         assert_eq!(b.as_ptr() as usize % ALIGN, 0);
+    }
+
+    /// Records are carved from chunks, a freed slot is handed out again for
+    /// the next record of its capacity, and a drained one comes back as
+    /// zeros: its pages went back to the system.
+    #[test]
+    fn records_are_carved_reused_and_handed_back() {
+        // A capacity no other test takes: only this test uses its class.
+        const LEN: usize = 7 * PAGE;
+        assert_eq!(record_capacity(LEN), LEN);
+        let data: Vec<u8> = (0..LEN).map(|i| (i % 253) as u8 + 1).collect();
+        // More than a chunk's worth: a second chunk is mapped.
+        let many: Vec<Bytes> = (0..2 * CHUNK / LEN).map(|_| Slab::copy_of(&data)).collect();
+        assert!(many.iter().all(|b| b[..] == data[..]));
+        let ptrs: std::collections::HashSet<usize> = many.iter().map(|b| b.as_ptr() as usize).collect();
+        assert_eq!(ptrs.len(), many.len(), "every record has a slot of its own");
+        // The arenas may be busy for a moment with another test's records
+        // (the record then gets a slab of its own): try a few times.
+        drop(many);
+        let reused = (0..20).any(|_| ptrs.contains(&(Slab::copy_of(&data).as_ptr() as usize)));
+        assert!(reused, "a freed slot is handed out again for the same capacity");
+        let zeroed = (0..20).any(|_| {
+            let b = Slab::copy_of(&data);
+            let ptr = b.as_ptr() as usize;
+            drop(b);
+            drain();
+            let again = carve(LEN);
+            let back = again.map(|p| {
+                // SAFETY: a slot of LEN bytes the arenas handed to this test
+                // alone; its bytes are initialised (module docs).
+                let bytes = unsafe { std::slice::from_raw_parts(p.as_ptr(), LEN) };
+                let zero = p.as_ptr() as usize == ptr && bytes.iter().all(|&b| b == 0);
+                release(p, LEN);
+                zero
+            });
+            back == Some(true)
+        });
+        assert!(zeroed, "a drained slot's pages were handed back to the system");
+    }
+
+    /// Records larger than MAX_CARVED keep slabs of their own; every size
+    /// round-trips through the arenas' and the heap's slots alike.
+    #[test]
+    fn carved_and_own_slabs_hold_their_bytes() {
+        for len in [1, 64, 4096, 12_288, MAX_CARVED, MAX_CARVED + 1] {
+            let data: Vec<u8> = (0..len).map(|i| (i % 241) as u8).collect();
+            let kept: Vec<Bytes> = (0..3).map(|_| Slab::copy_of(&data)).collect();
+            assert!(kept.iter().all(|b| b[..] == data[..]), "len {len}");
+        }
     }
 
     #[test]

@@ -81,7 +81,8 @@
 //! injectable, [`Files`], for tests).
 //!
 //! What the reads hold beside the record caches counts in the budget too
-//! ([`Budget::io`]): the pool of freed slabs (48 MiB) and the block reads in
+//! ([`Budget::io`]): the pool of freed slabs with the record arenas' free
+//! slots (48 MiB together) and the block reads in
 //! flight (32 MiB), or an eighth of a smaller budget, to which their limits
 //! then shrink ([`crate::io::slab::set_limits`]). The record cache charges each
 //! record the slab it is kept in ([`crate::memory::cache`]).
@@ -344,7 +345,7 @@ impl Budget {
     }
 
     /// What the reads hold beside the record caches, counted in the budget:
-    /// the pool of freed slabs and the block reads in flight
+    /// the pool of freed slabs and record slots, and the block reads in flight
     /// ([`crate::io::slab::set_limits`]), 80 MiB, or an eighth of a smaller
     /// budget (module docs).
     pub fn io(&self) -> u64 {

@@ -183,9 +183,11 @@ pub enum NextUse {
     Never,
 }
 
-/// Returns the allocator's free memory to the system, pooled slabs
-/// ([`crate::io::slab`]) first. Entries are allocated
-/// by whichever thread read them, so with glibc they sit in per-thread arenas,
+/// Returns the allocator's free memory to the system, pooled slabs and the
+/// free slots of the record arenas ([`crate::io::slab`]) first. Entries
+/// larger than [`crate::io::slab::MAX_CARVED`] (and the few allocated while
+/// the arenas were busy) are allocated by whichever thread read them, so
+/// with glibc they sit in per-thread arenas,
 /// which give memory back only from the top of a heap; `malloc_trim` releases
 /// every free page of every arena (`madvise(MADV_DONTNEED)`). Other
 /// allocators (musl, a program's own) return large frees themselves or have
