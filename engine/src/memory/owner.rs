@@ -41,11 +41,11 @@
 //!   second) followed the last few steps in flight, and a 0.5/0.3/0.2
 //!   mixture's shares swung between a half and twice their mean; a store
 //!   starting from nothing lost its share to the first source gathered,
-//!   with its first window loaded (bench-results/mix-mode3.md). (Ordering the stores strictly by requests per byte
-//!   would have two alike stores hand the whole cache back and forth as their
-//!   counts wobble, emptying one cache to fill the other.) A store read
-//!   buffered (or forced) gets no record cache: its records are freed when
-//!   it switches.
+//!   with its first window loaded (bench-results/mix-mode3.md). (Ordering
+//!   the stores strictly by requests per byte would have two alike stores
+//!   hand the whole cache back and forth as their counts wobble, emptying
+//!   one cache to fill the other.) A store read buffered (or forced) gets
+//!   no record cache: its records are freed when it switches.
 //!
 //! The owner is also the process's entry in the host's rank registry
 //! ([`crate::memory::ranks`]), which the budget uses to split a cgroup among ranks.
