@@ -381,7 +381,10 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
     lines += ["", f"Mode 3 ÷ mode 2, per round: {shown_range(speedup)}.",
               "", "Per round: " + "; ".join(
                   f"fio {row['fio'] or 0:.0f}, mode 2 {(row[2] or {}).get('mib_s', 0):.0f}, "
-                  f"mode 3 {(row[3] or {}).get('mib_s', 0):.0f} MiB/s" for row in rows) + ".",
+                  f"mode 3 {(row[3] or {}).get('mib_s', 0):.0f} MiB/s"
+                  + (f", mixture {row['mix']['mib_s']:.0f} MiB/s ({row['mix']['mib_s'] / row[3]['mib_s']:.2f}× mode "
+                     f"3; CPU-s per GiB {row['mix']['cpu_s_per_gib']:.2f} against {row[3]['cpu_s_per_gib']:.2f})"
+                     if row.get("mix") and row[3] else "") for row in rows) + ".",
               "", f"Mode 3 reads (last round): {rows[-1][3].get('reads') if rows[-1][3] else None}."]
     argv = " ".join(sys.argv[1:])
     lines += ["", f"Command: `python benches/cold.py{(' ' + argv) if argv else ''}`. Data: {shown(store)}."]
