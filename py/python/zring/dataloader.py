@@ -876,16 +876,19 @@ class DataLoader(_util.Closeable):
         pool = self._pool
         # The workers may have taken steps past the consumer's; a run over a
         # store that grew changes more than the step at its cycle boundary.
-        state = self._loader.state() if pool is None else self._loader.state_at(pool.next_step)
-        if self.rank_parts is not None:
-            state["rank_parts"] = {"rank": self.rank_parts[0], "ranks": self.rank_parts[1]}
-        return state
+        return self._ranked(self._loader.state() if pool is None else self._loader.state_at(pool.next_step))
 
     def _state_at(self, step: int) -> dict[str, Any]:
         """The state that resumes at ``step`` (delivered or not)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
-        return self._loader.state_at(int(step))
+        return self._ranked(self._loader.state_at(int(step)))
+
+    def _ranked(self, state: dict[str, Any]) -> dict[str, Any]:
+        """``state`` with a rank's split (``rank_parts``) recorded."""
+        if self.rank_parts is not None:
+            state["rank_parts"] = {"rank": self.rank_parts[0], "ranks": self.rank_parts[1]}
+        return state
 
     def stats(self) -> dict[str, Any]:
         """Pipeline statistics: steps, records and bytes gathered, and wait/gather

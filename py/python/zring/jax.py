@@ -556,6 +556,9 @@ class GlobalLoader:
                              "only processes in the mesh take part in global_loader")
         # Streams sharded differently may need different rows; read the union of them.
         self.plan = RowPlan(_runs(np.unique(np.concatenate([p.positions for p in self.plans.values()]))), B)
+        # Each step read ahead: its (indices, sources), until returned.
+        self._rows: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
+        self._last: tuple[int | None, np.ndarray | None, np.ndarray | None] = (None, None, None)
         if ranked:
             self.full_batch = False
             self.loader = self._rank_loader(len(self.plan), mode, seed, state, loader_kwargs)
@@ -576,9 +579,6 @@ class GlobalLoader:
                                      seed=42 if seed is None else int(seed), shard=shard, **loader_kwargs)
         else:
             self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
-        # Each step read ahead: its (indices, sources), until returned.
-        self._rows: dict[int, tuple[np.ndarray | None, np.ndarray | None]] = {}
-        self._last: tuple[int | None, np.ndarray | None, np.ndarray | None] = (None, None, None)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
 
     def _rank_loader(self, rows: int, mode: int | None, seed: int | None, state: Mapping[str, Any] | None,
