@@ -929,6 +929,59 @@ mod tests {
         assert!(matches!(parts.gather(&Gather::fixed(&[3], 2), &mut [0u8; 2]), Err(Error::RecordSize { .. })));
     }
 
+    /// A cold record of a small part read buffered brings its whole part into
+    /// the page cache (as the kernel's readahead does in one large file);
+    /// a part nothing was read from stays out.
+    #[test]
+    fn a_cold_record_of_a_small_part_reads_the_part_ahead_whole() {
+        if crate::env::direct().is_some() {
+            return; // ZRING_DIRECT forces a mode: nothing is read ahead.
+        }
+        let dir = tempfile::tempdir_in(crate::io::disk_scratch_dir()).unwrap();
+        let root = dir.path();
+        let record = |i: u32| -> Vec<u8> { (0..1024).map(|b| (i as usize * 7 + b) as u8).collect() };
+        let entries: Vec<PartEntry> = ["a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let store = Store::builder(root.join(name)).create().unwrap();
+                let data: Vec<Vec<u8>> = (k as u32 * 64..k as u32 * 64 + 64).map(record).collect();
+                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+                store.sync().unwrap();
+                PartEntry::new(*name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        let chunk = |name: &str| {
+            let path = root.join(name).join(crate::format::names::chunk_name(
+                crate::format::table::Format::Native,
+                crate::format::record::ChunkId(0),
+            ));
+            let f = std::fs::File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            (f, len)
+        };
+        let parts = Parts::open(root).unwrap();
+        for name in ["a", "b"] {
+            let (f, len) = chunk(name);
+            assert!(len >= 64 * 1024);
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+            assert!(!crate::io::mmap::file_resident(&f, len), "posix_fadvise(DONTNEED) dropped nothing");
+        }
+        let mut dst = vec![0u8; 1024];
+        parts.gather(&Gather::fixed(&[5], 1024), &mut dst).unwrap();
+        assert_eq!(dst, record(5));
+        let (a, a_len) = chunk("a");
+        // The readahead runs without the gather waiting for it.
+        let t = std::time::Instant::now();
+        while !crate::io::mmap::file_resident(&a, a_len) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "part a was not read ahead whole");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (b, b_len) = chunk("b");
+        assert!(!crate::io::mmap::file_resident(&b, b_len), "part b was read ahead though nothing was read of it");
+    }
+
     #[test]
     fn ranks_get_balanced_prefix_stable_parts_and_need_only_theirs() {
         assert_eq!(assign_ranks(&[10, 3, 3, 3, 3, 1], 2), vec![0, 1, 1, 1, 1, 0]);

@@ -400,6 +400,20 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         keep(finish_mapped(sources, &mut hot));
     }
     if !cold.is_empty() {
+        // A small part read buffered is asked into the page cache whole on
+        // its first cold record, before the batch (whose read of that record
+        // then waits for the readahead in flight), as the kernel reads ahead
+        // in one large file (`Chunk::read_ahead_whole`). Not for a mode
+        // forced by the caller, which measures exactly the mode it names.
+        for (it, &src) in cold.iter().zip(&cold_from) {
+            let Source { ctx, snap, .. } = &sources[src];
+            if !ctx.reads.forced() {
+                let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+                if !chunk.direct || chunk.file.direct_refused() {
+                    keep(chunk.read_ahead_whole().map(|_| ()));
+                }
+            }
+        }
         let ctxs: Vec<(&Ctx<'_>, &Snapshot)> = sources.iter().map(|s| (&s.ctx, s.snap)).collect();
         let queue = HotQueue {
             groups: &[],
