@@ -944,7 +944,7 @@ mod tests {
             .iter()
             .enumerate()
             .map(|(k, name)| {
-                let store = Store::builder(root.join(name)).create().unwrap();
+                let store = Store::builder(root.join(name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
                 let data: Vec<Vec<u8>> = (k as u32 * 64..k as u32 * 64 + 64).map(record).collect();
                 store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
                 store.sync().unwrap();
