@@ -61,7 +61,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -402,6 +402,10 @@ pub struct Parts {
     /// cache lines, and each part's counters are updated every
     /// few dozen of its records (`read::gather::count_mapped`).
     pending: Vec<AtomicU64>,
+    /// Whether each part was read ahead whole on its first cold record
+    /// (`read::gather::gather_over`): once per part while the dataset is
+    /// open, however often the part is closed and opened again.
+    ahead: Vec<AtomicBool>,
     clock: AtomicU64,
     capacity: usize,
 }
@@ -482,6 +486,7 @@ impl Parts {
             schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ahead: (0..n).map(|_| AtomicBool::new(false)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
@@ -636,7 +641,7 @@ impl Parts {
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
             if let Some(p) = open.slots[oldest].take() {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest]));
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest], &self.ahead[oldest]));
             }
             open.count -= 1;
         }
@@ -724,13 +729,17 @@ impl Parts {
                     for &k in &touched {
                         self.stamps[k].store(now, Relaxed);
                     }
-                    let sources: Vec<_> =
-                        held.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+                    let sources: Vec<_> = held
+                        .iter()
+                        .zip(&touched)
+                        .map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k]))
+                        .collect();
                     return crate::read::gather::gather_over(&sources, &at, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
-            let sources: Vec<_> = open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+            let sources: Vec<_> =
+                open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -757,7 +766,8 @@ impl Parts {
         }
         for parts in touched.chunks(group) {
             let open = self.parts_of(parts)?;
-            let sources: Vec<_> = open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+            let sources: Vec<_> =
+                open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
@@ -807,7 +817,7 @@ impl Parts {
         let open = self.read();
         for (k, p) in open.slots.iter().enumerate() {
             if let Some(p) = p {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k]));
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k], &self.ahead[k]));
             }
         }
         open.slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()

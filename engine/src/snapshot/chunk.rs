@@ -8,12 +8,8 @@ use crate::io::fds::{ChunkFile, StoreId};
 use crate::io::fs::Dir;
 use once_cell::race::OnceBox;
 use std::os::fd::AsFd;
-use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 
-/// The largest chunk [`Chunk::read_ahead_whole`] reads whole: the longest
-/// single read of a block load ([`crate::read::blocks::MAX_SPAN`]).
-pub(crate) const AHEAD_WHOLE_MAX: u64 = crate::read::blocks::MAX_SPAN;
 /// The bytes of one readahead request: the kernel's usual readahead
 /// window (128 KiB), which caps a single `WILLNEED`.
 const AHEAD_PIECE: u64 = 128 << 10;
@@ -36,9 +32,6 @@ pub(crate) struct Chunk {
     /// so no thread can wait on another's initialisation, even in a child
     /// forked while it ran.
     pub map: Arc<OnceBox<Option<crate::io::mmap::ChunkMap>>>,
-    /// Whether the whole file was asked into the page cache
-    /// ([`Chunk::read_ahead_whole`]), shared by the snapshots holding it.
-    pub ahead: Arc<AtomicBool>,
 }
 
 impl Chunk {
@@ -78,22 +71,11 @@ impl Chunk {
         }
     }
 
-    /// Asks the kernel, once for this file, to read the whole of it into the
-    /// page cache (`POSIX_FADV_WILLNEED`, in pieces of at most
-    /// [`AHEAD_PIECE`], since the kernel cuts one request at its readahead
-    /// window), without waiting. For a small chunk read buffered at random: a
-    /// part of a dataset of parts ([`crate::read::gather::gather_over`]). The
-    /// kernel reads ahead of random reads in one large file once its cached
-    /// pages lie near them (windows up to the device's readahead size), so a
-    /// store of one large file fills the page cache in long reads after a
-    /// fraction of a pass; the same records in many files of a megabyte are
-    /// read a page at a time, each file's readahead ending at its end. Reading
-    /// a small part whole on its first cold record gives it what one large
-    /// file gets. Returns whether the advice was given now.
-    pub fn read_ahead_whole(&self) -> Result<bool> {
-        if self.len > AHEAD_WHOLE_MAX || self.ahead.load(Relaxed) || self.ahead.swap(true, Relaxed) {
-            return Ok(false);
-        }
+    /// Asks the kernel to read the whole file into the page cache
+    /// (`POSIX_FADV_WILLNEED`, in pieces of [`AHEAD_PIECE`], since the kernel
+    /// cuts one request at its readahead window), without waiting for it
+    /// (`crate::read::gather::gather_over`: a small part of a dataset).
+    pub fn read_ahead(&self) -> Result<()> {
         let file = self.file.buffered()?;
         let mut at = 0;
         while at < self.len {
@@ -103,7 +85,7 @@ impl Chunk {
             let _ = rustix::fs::fadvise(file.as_fd(), at, len, rustix::fs::Advice::WillNeed);
             at += AHEAD_PIECE;
         }
-        Ok(true)
+        Ok(())
     }
 
     /// The same file under another read mode.
@@ -135,11 +117,5 @@ pub(crate) fn open_chunk(
         Some(l) => l,
         None => size,
     };
-    Ok(Chunk {
-        file: ChunkFile::new(Arc::clone(dir), name, store),
-        direct,
-        len,
-        map: Default::default(),
-        ahead: Default::default(),
-    })
+    Ok(Chunk { file: ChunkFile::new(Arc::clone(dir), name, store), direct, len, map: Default::default() })
 }
