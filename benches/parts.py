@@ -24,12 +24,16 @@ Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
   of ``--cgroup-mib`` when given), the contenders alternated for
   ``--rounds`` rounds: records/s over ``--cold-secs`` from the loader's
   start, its first batch included, and the ratio round by round; the
-  dataset's open time from cold beside.
+  dataset's open time from cold beside; the bytes each process read from
+  disk per record (``/proc/self/io``) and its page-cache hits
+  (``read_stats()``); with ``--cold-other BUILD``, the parts' run under
+  another build (a directory put on ``PYTHONPATH``) in each round too.
 
     python benches/parts.py --dir DIR                     # 1,000 parts, 1 M records
     python benches/parts.py --dir DIR --records 100000 --record-bytes 4096
     python benches/parts.py --dir DIR --parts 100 --records 100000 --secs 0.5
     python benches/parts.py --dir DIR --record-bytes 1024 --cold-secs 3   # as root
+    python benches/parts.py --dir DIR --record-bytes 1024 --skip-hot --skip-open --cold-secs 3 --cold-other BUILD
     PYTHONPATH=BUILD python benches/parts.py --dir DIR --single-hot 2     # one store only
 """
 
