@@ -193,23 +193,22 @@ pub(crate) struct Source<'s> {
 /// readahead ends at its end. A small part read whole on its first cold record
 /// gets what one large file gets. Once per part while its dataset is open, so
 /// a dataset larger than memory reads at most one pass more than it needs.
-fn read_ahead_small(source: &Source<'_>) -> Result<()> {
+fn read_ahead_small(source: &Source<'_>) {
     let Source { ctx, snap, ahead, .. } = source;
     if ahead.load(Relaxed) || ctx.reads.forced() {
-        return Ok(());
+        return;
     }
     if snap.chunks.iter().map(|c| c.len).sum::<u64>() > AHEAD_WHOLE_MAX || ahead.swap(true, Relaxed) {
-        return Ok(());
+        return;
     }
     for chunk in snap.chunks.iter().filter(|c| !c.direct || c.file.direct_refused()) {
-        chunk.read_ahead()?;
+        chunk.read_ahead();
     }
-    Ok(())
 }
 
 /// The largest part [`read_ahead_small`] reads whole: the longest single read
 /// of a block load ([`crate::read::blocks::MAX_SPAN`]).
-pub(crate) const AHEAD_WHOLE_MAX: u64 = crate::read::blocks::MAX_SPAN;
+const AHEAD_WHOLE_MAX: u64 = crate::read::blocks::MAX_SPAN;
 
 /// Where [`Source::pending`] keeps its records; its stored bytes are below.
 const PENDING_RECORDS: u32 = 40;
@@ -437,7 +436,7 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         // its first cold record, before the batch (whose read of that record
         // then waits for the readahead in flight).
         for &src in &cold_from {
-            keep(read_ahead_small(&sources[src]));
+            read_ahead_small(&sources[src]);
         }
         let ctxs: Vec<(&Ctx<'_>, &Snapshot)> = sources.iter().map(|s| (&s.ctx, s.snap)).collect();
         let queue = HotQueue {

@@ -75,17 +75,17 @@ impl Chunk {
     /// (`POSIX_FADV_WILLNEED`, in pieces of [`AHEAD_PIECE`], since the kernel
     /// cuts one request at its readahead window), without waiting for it
     /// (`crate::read::gather::gather_over`: a small part of a dataset).
-    pub fn read_ahead(&self) -> Result<()> {
-        let file = self.file.buffered()?;
+    /// Advice only: a descriptor that cannot be had, or a file system that
+    /// ignores the advice, costs the gathers their own reads (which report
+    /// the error), never wrong bytes.
+    pub fn read_ahead(&self) {
+        let Ok(file) = self.file.buffered() else { return };
         let mut at = 0;
         while at < self.len {
             let len = std::num::NonZeroU64::new(AHEAD_PIECE.min(self.len - at));
-            // Advice only: a file system that ignores it costs the gathers
-            // their own reads, never wrong bytes.
             let _ = rustix::fs::fadvise(file.as_fd(), at, len, rustix::fs::Advice::WillNeed);
             at += AHEAD_PIECE;
         }
-        Ok(())
     }
 
     /// The same file under another read mode.
