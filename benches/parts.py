@@ -24,12 +24,16 @@ Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
   of ``--cgroup-mib`` when given), the contenders alternated for
   ``--rounds`` rounds: records/s over ``--cold-secs`` from the loader's
   start, its first batch included, and the ratio round by round; the
-  dataset's open time from cold beside.
+  dataset's open time from cold beside; the bytes each process read from
+  disk per record (``/proc/self/io``) and its page-cache hits
+  (``read_stats()``); with ``--cold-other BUILD``, the parts' run under
+  another build (a directory put on ``PYTHONPATH``) in each round too.
 
     python benches/parts.py --dir DIR                     # 1,000 parts, 1 M records
     python benches/parts.py --dir DIR --records 100000 --record-bytes 4096
     python benches/parts.py --dir DIR --parts 100 --records 100000 --secs 0.5
     python benches/parts.py --dir DIR --record-bytes 1024 --cold-secs 3   # as root
+    python benches/parts.py --dir DIR --record-bytes 1024 --skip-hot --skip-open --cold-secs 3 --cold-other BUILD
     PYTHONPATH=BUILD python benches/parts.py --dir DIR --single-hot 2     # one store only
 """
 
@@ -158,7 +162,7 @@ LIMITED = textwrap.dedent(
 
 COLD = textwrap.dedent(
     """
-    import os, sys, time
+    import json, os, sys, time
     path, secs, mode, batch, cg = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
     if cg:
         open(os.path.join(cg, "cgroup.procs"), "w").write(str(os.getpid()))
@@ -166,31 +170,53 @@ COLD = textwrap.dedent(
     t = time.perf_counter()
     ds = zring.Dataset(path)
     opened = time.perf_counter() - t
+    def io():
+        got = dict(line.split(": ") for line in open("/proc/self/io").read().splitlines())
+        return int(got["read_bytes"]), int(got["rchar"])
+    def disk():
+        # Sectors read by every block device (the host's, not only ours).
+        total = 0
+        for name in os.listdir("/sys/block"):
+            if not name.startswith(("loop", "ram", "zram")):
+                total += int(open(f"/sys/block/{name}/stat").read().split()[2]) * 512
+        return total
+    io0, disk0 = io(), disk()
     done, t0 = 0, time.perf_counter()
     with zring.DataLoader({"x": ds}, batch_size=batch, mode=mode, num_workers=2, seed=3) as dl:
         while time.perf_counter() - t0 < secs:
             done += len(next(dl)["x"])
         rate = done / (time.perf_counter() - t0)
-    print(opened, rate)
+    io1, disk1 = io(), disk()
+    st = ds.read_stats()
+    keep = ("policy", "records", "page_cache_hits", "bytes_read", "bytes_from_page_cache")
+    print(json.dumps({"opened": opened, "rate": rate, "records": done, "disk_read": io1[0] - io0[0],
+                      "rchar": io1[1] - io0[1], "host_disk_read": disk1 - disk0,
+                      **{k: st.get(k) for k in keep}}))
     """
 )
 
 
-def cold_run(path: Path, secs: float, mode: int, batch: int, cgs, limit: int | None, seq: int) -> tuple[float, float]:
-    """(open seconds, loader records/s) of one fresh process, page cache dropped first."""
+def cold_run(path: Path, secs: float, mode: int, batch: int, cgs, limit: int | None, seq: int,
+             build: str | None = None) -> dict:
+    """One fresh process, page cache dropped first: its open seconds (``opened``),
+    loader records/s (``rate``) and records (``records``), the bytes it read
+    from disk (``disk_read``, /proc/self/io) and through reads (``rchar``), the
+    host's disks' reads meanwhile (``host_disk_read``), and ``read_stats()``'s
+    policy and counts. ``build``: another build's directory, put first on the
+    process's ``PYTHONPATH``."""
     os.sync()
     Path("/proc/sys/vm/drop_caches").write_text("3\n")
     cg = None
     if cgs is not None and limit:
         cg, _ = cgs.create(f"zring-parts-{os.getpid()}-{seq}", limit)
     try:
+        env = dict(os.environ, PYTHONPATH=build) if build else None
         out = subprocess.run([sys.executable, "-c", COLD, str(path), str(secs), str(mode), str(batch), str(cg or "")],
-                             capture_output=True, text=True, check=True)
+                             capture_output=True, text=True, check=True, env=env)
     finally:
         if cg:
             cgs.remove(cg)
-    opened, rate = out.stdout.split()
-    return float(opened), float(rate)
+    return json.loads(out.stdout)
 
 
 def main() -> None:
@@ -205,6 +231,8 @@ def main() -> None:
     ap.add_argument("--opens", type=int, default=5)
     ap.add_argument("--cold-secs", type=float, default=0, help="seconds of each cold DataLoader run (0: none)")
     ap.add_argument("--cold-mode", type=int, default=1)
+    ap.add_argument("--cold-other", default=None,
+                    help="another build's directory (PYTHONPATH): the cold parts run under it too, each round")
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each cold process")
     ap.add_argument("--skip-hot", action="store_true", help="only the open, cold and ulimit figures")
     ap.add_argument("--skip-open", action="store_true", help="no open figures")
@@ -238,18 +266,38 @@ def main() -> None:
 
         cgs = Cgroups() if a.cgroup_mib else None
         limit = a.cgroup_mib << 20 if a.cgroup_mib else None
-        colds = []
+        colds, others = [], []
+        # Bytes per record from disk (the process's, /proc/self/io), and the
+        # share of records copied from the page cache.
+        per = lambda c, k: c[k] / max(c["records"], 1)  # noqa: E731
+        hits = lambda c: (c["page_cache_hits"] or 0) / max(c["records"] or 1, 1)  # noqa: E731
         for r in range(a.rounds):
-            po, p = cold_run(ds_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r)
-            so, s = cold_run(single_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r + 1)
-            colds.append((p, s, po, so))
+            pc = cold_run(ds_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r)
+            sc = cold_run(single_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r + 1)
+            colds.append((pc, sc))
+            p, s = pc["rate"], sc["rate"]
+            if a.cold_other:
+                oc = cold_run(ds_path, a.cold_secs, a.cold_mode, a.batch, cgs, limit, 2 * r, a.cold_other)
+                others.append((oc, sc))
+                print(f"round {r}: cold DataLoader, parts under --cold-other {oc['rate'] / 1e3:.1f} k rec/s "
+                      f"({oc['rate'] / s:.2f}x of one store), from disk {per(oc, 'disk_read'):.0f} B/record, "
+                      f"page cache hits {hits(oc):.0%}", flush=True)
             print(f"round {r}: cold DataLoader {p / 1e3:.1f} vs {s / 1e3:.1f} k rec/s ({p / s:.2f}x); "
-                  f"open from cold {po * 1e3:.0f} vs {so * 1e3:.0f} ms", flush=True)
+                  f"from disk {per(pc, 'disk_read'):.0f} vs {per(sc, 'disk_read'):.0f} B/record, page cache hits {hits(pc):.0%} vs "
+                  f"{hits(sc):.0%}; policy {pc['policy']} vs {sc['policy']}; "
+                  f"open from cold {pc['opened'] * 1e3:.0f} vs {sc['opened'] * 1e3:.0f} ms", flush=True)
         med = statistics.median
         print(f"cold DataLoader, mode {a.cold_mode}, batch {a.batch}, 2 workers, {a.cold_secs:g} s, page cache dropped: "
-              f"parts / one store = {med([p / s for p, s, _, _ in colds]):.2f}x (median of rounds; "
-              f"{med([c[0] for c in colds]) / 1e3:.1f} vs {med([c[1] for c in colds]) / 1e3:.1f} k records/s); "
-              f"open from cold {med([c[2] for c in colds]) * 1e3:.0f} vs {med([c[3] for c in colds]) * 1e3:.0f} ms")
+              f"parts / one store = {med([p['rate'] / s['rate'] for p, s in colds]):.2f}x (median of rounds; "
+              f"{med([p['rate'] for p, _ in colds]) / 1e3:.1f} vs {med([s['rate'] for _, s in colds]) / 1e3:.1f} "
+              f"k records/s); from disk {med([per(p, 'disk_read') for p, _ in colds]):.0f} vs "
+              f"{med([per(s, 'disk_read') for _, s in colds]):.0f} B/record; open from cold "
+              f"{med([p['opened'] for p, _ in colds]) * 1e3:.0f} vs {med([s['opened'] for _, s in colds]) * 1e3:.0f} ms")
+        if others:
+            print(f"cold DataLoader, parts under --cold-other / one store = "
+                  f"{med([o['rate'] / s['rate'] for o, s in others]):.2f}x "
+                  f"({med([o['rate'] for o, _ in others]) / 1e3:.1f} k records/s); from disk "
+                  f"{med([per(o, 'disk_read') for o, _ in others]):.0f} B/record")
     if a.skip_hot:
         a.rounds = 0
     ds, single = zring.Dataset(ds_path), zring.Dataset(single_path)

@@ -61,7 +61,7 @@
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use serde::{Deserialize, Serialize};
@@ -402,6 +402,10 @@ pub struct Parts {
     /// cache lines, and each part's counters are updated every
     /// few dozen of its records (`read::gather::count_mapped`).
     pending: Vec<AtomicU64>,
+    /// Whether each part was read ahead whole on its first cold record
+    /// (`read::gather::gather_over`): once per part while the dataset is
+    /// open, however often the part is closed and opened again.
+    ahead: Vec<AtomicBool>,
     clock: AtomicU64,
     capacity: usize,
 }
@@ -482,6 +486,7 @@ impl Parts {
             schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            ahead: (0..n).map(|_| AtomicBool::new(false)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
@@ -636,7 +641,7 @@ impl Parts {
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
             if let Some(p) = open.slots[oldest].take() {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest]));
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest], &self.ahead[oldest]));
             }
             open.count -= 1;
         }
@@ -724,13 +729,17 @@ impl Parts {
                     for &k in &touched {
                         self.stamps[k].store(now, Relaxed);
                     }
-                    let sources: Vec<_> =
-                        held.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+                    let sources: Vec<_> = held
+                        .iter()
+                        .zip(&touched)
+                        .map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k]))
+                        .collect();
                     return crate::read::gather::gather_over(&sources, &at, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
-            let sources: Vec<_> = open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+            let sources: Vec<_> =
+                open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -757,7 +766,8 @@ impl Parts {
         }
         for parts in touched.chunks(group) {
             let open = self.parts_of(parts)?;
-            let sources: Vec<_> = open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k])).collect();
+            let sources: Vec<_> =
+                open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
@@ -807,7 +817,7 @@ impl Parts {
         let open = self.read();
         for (k, p) in open.slots.iter().enumerate() {
             if let Some(p) = p {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k]));
+                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k], &self.ahead[k]));
             }
         }
         open.slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
@@ -927,6 +937,59 @@ mod tests {
             Err(Error::IndexOutOfRange { index: 60, len: 60 })
         ));
         assert!(matches!(parts.gather(&Gather::fixed(&[3], 2), &mut [0u8; 2]), Err(Error::RecordSize { .. })));
+    }
+
+    /// A cold record of a small part read buffered brings its whole part into
+    /// the page cache (as the kernel's readahead does in one large file);
+    /// a part nothing was read from stays out.
+    #[test]
+    fn a_cold_record_of_a_small_part_reads_the_part_ahead_whole() {
+        if crate::env::direct().is_some() {
+            return; // ZRING_DIRECT forces a mode: nothing is read ahead.
+        }
+        let dir = tempfile::tempdir_in(crate::io::disk_scratch_dir()).unwrap();
+        let root = dir.path();
+        let record = |i: u32| -> Vec<u8> { (0..1024).map(|b| (i as usize * 7 + b) as u8).collect() };
+        let entries: Vec<PartEntry> = ["a", "b"]
+            .iter()
+            .enumerate()
+            .map(|(k, name)| {
+                let store = Store::builder(root.join(name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
+                let data: Vec<Vec<u8>> = (k as u32 * 64..k as u32 * 64 + 64).map(record).collect();
+                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+                store.sync().unwrap();
+                PartEntry::new(*name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        let chunk = |name: &str| {
+            let path = root.join(name).join(crate::format::names::chunk_name(
+                crate::format::table::Format::Native,
+                crate::format::record::ChunkId(0),
+            ));
+            let f = std::fs::File::open(path).unwrap();
+            let len = f.metadata().unwrap().len() as usize;
+            (f, len)
+        };
+        let parts = Parts::open(root).unwrap();
+        for name in ["a", "b"] {
+            let (f, len) = chunk(name);
+            assert!(len >= 64 * 1024);
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed).unwrap();
+            assert!(!crate::io::mmap::file_resident(&f, len), "posix_fadvise(DONTNEED) dropped nothing");
+        }
+        let mut dst = vec![0u8; 1024];
+        parts.gather(&Gather::fixed(&[5], 1024), &mut dst).unwrap();
+        assert_eq!(dst, record(5));
+        let (a, a_len) = chunk("a");
+        // The readahead runs without the gather waiting for it.
+        let t = std::time::Instant::now();
+        while !crate::io::mmap::file_resident(&a, a_len) {
+            assert!(t.elapsed() < std::time::Duration::from_secs(20), "part a was not read ahead whole");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let (b, b_len) = chunk("b");
+        assert!(!crate::io::mmap::file_resident(&b, b_len), "part b was read ahead though nothing was read of it");
     }
 
     #[test]

@@ -757,8 +757,12 @@ impl View {
     /// What a gather over several views reads this one with
     /// (`crate::parts::Parts::gather`), its records copied from the
     /// mappings counted into `pending` first.
-    pub(crate) fn source<'a>(&'a self, pending: &'a std::sync::atomic::AtomicU64) -> crate::read::gather::Source<'a> {
-        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap, pending }
+    pub(crate) fn source<'a>(
+        &'a self,
+        pending: &'a std::sync::atomic::AtomicU64,
+        ahead: &'a std::sync::atomic::AtomicBool,
+    ) -> crate::read::gather::Source<'a> {
+        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap, pending, ahead }
     }
 
     /// Reads parts of these records into `dst` ([`Spans`](crate::Spans):

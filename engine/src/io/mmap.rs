@@ -543,6 +543,16 @@ fn resident(map: &Mmap, offset: usize, len: usize) -> bool {
     r == 0 && out.iter().all(|b| b & 1 == 1)
 }
 
+/// Whether every page of `file`'s first `len` bytes is in memory (tests:
+/// what a read ahead brought in).
+#[cfg(test)]
+pub(crate) fn file_resident(file: &File, len: usize) -> bool {
+    // SAFETY: a read-only mapping of a file the test wrote and leaves alone;
+    // only its residency is asked, no byte of it is read.
+    let map = unsafe { MmapOptions::new().len(len).map(file) }.unwrap();
+    resident(&map, 0, len)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

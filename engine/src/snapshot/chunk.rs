@@ -7,7 +7,12 @@ use crate::format::table::Format;
 use crate::io::fds::{ChunkFile, StoreId};
 use crate::io::fs::Dir;
 use once_cell::race::OnceBox;
+use std::os::fd::AsFd;
 use std::sync::Arc;
+
+/// The bytes of one readahead request: the kernel's usual readahead
+/// window (128 KiB), which caps a single `WILLNEED`.
+const AHEAD_PIECE: u64 = 128 << 10;
 
 /// One chunk file as readers see it.
 #[derive(Clone)]
@@ -63,6 +68,23 @@ impl Chunk {
             if let Some(m) = self.map.get().and_then(Option::as_ref) {
                 m.prefetch_residency(offset as usize);
             }
+        }
+    }
+
+    /// Asks the kernel to read the whole file into the page cache
+    /// (`POSIX_FADV_WILLNEED`, in pieces of [`AHEAD_PIECE`], since the kernel
+    /// cuts one request at its readahead window), without waiting for it
+    /// (`crate::read::gather::gather_over`: a small part of a dataset).
+    /// Advice only: a descriptor that cannot be had, or a file system that
+    /// ignores the advice, costs the gathers their own reads (which report
+    /// the error), never wrong bytes.
+    pub fn read_ahead(&self) {
+        let Ok(file) = self.file.buffered() else { return };
+        let mut at = 0;
+        while at < self.len {
+            let len = std::num::NonZeroU64::new(AHEAD_PIECE.min(self.len - at));
+            let _ = rustix::fs::fadvise(file.as_fd(), at, len, rustix::fs::Advice::WillNeed);
+            at += AHEAD_PIECE;
         }
     }
 
