@@ -26,6 +26,7 @@ RUNS = {
     "parts.py": ([], None),
     "parts_ranks.py": ([], None),
     "torch_loop.py": ([], "torch"),
+    "ray_write.py": (["--docs", "4000", "--more", "1000"], "ray"),
 }
 # Examples that another test module already runs.
 ELSEWHERE = {"jax_train.py": "test_jax.py", "jax_lm.py": "test_jax_lm.py"}
