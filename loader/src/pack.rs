@@ -42,7 +42,8 @@
 //!   last token (its EOD, with `eod_id`), whose label is the next document's
 //!   first token. In first-fit mode a row stands alone: a token's label is
 //!   the next token of the row, except that a piece of a document cut at
-//!   `seq_len` takes its document's next token as its last label (read as
+//!   `seq_len` takes its document's next token as its last label (taken
+//!   from the batch when another row of it holds that token, else read as
 //!   one more piece); labels of padding, of a row's last token (unless cut),
 //!   and of a document's last token before padding are `pad_id`, masked.
 //! * Token types: each source's stored tokens have their own integer type
@@ -685,7 +686,21 @@ impl Packer {
         if let [lab, mask, ..] = rest {
             let tb = self.pack.token_bytes as usize;
             let mut tail = vec![0u8; tails.len() * tb];
-            self.copy_tokens(&tails, src, &mut tail, fan_out)?;
+            // A tail token this batch already holds (in first fit, the cut
+            // document goes on in another row of the batch) is taken from
+            // the batch; the others are read.
+            let mut read = Vec::new();
+            for t in &tails {
+                let j = t.dst as usize;
+                match pieces.iter().find(|p| p.doc == t.doc && p.start == t.start) {
+                    Some(p) => {
+                        let d = p.dst as usize * tb;
+                        tail[j * tb..(j + 1) * tb].copy_from_slice(&tok[d..d + tb]);
+                    }
+                    None => read.push(*t),
+                }
+            }
+            self.copy_tokens(&read, src, &mut tail, fan_out)?;
             self.write_labels(&pieces, rows.len() as u64, tok, seg, lab, mask, &tail, &tail_at);
         }
         Ok(())
