@@ -560,6 +560,16 @@ fn share_out(total: u64, stores: &[(f64, u64)]) -> Vec<u64> {
             for &i in &open {
                 out[i] = (left as f64 * stores[i].0 / weight) as u64;
             }
+            // Rounding down leaves a few bytes over (one store's share of
+            // `left` can come out a byte short of `left`): they go to the
+            // open stores in turn, none past its limit, so the shares add up
+            // to what was shared.
+            let mut rest = left.saturating_sub(open.iter().map(|&i| out[i]).sum::<u64>());
+            for &i in &open {
+                let add = rest.min(stores[i].1 - out[i]);
+                out[i] += add;
+                rest -= add;
+            }
             break;
         }
         for &i in &full {
@@ -574,6 +584,19 @@ fn share_out(total: u64, stores: &[(f64, u64)]) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_add_up_to_the_total_whatever_the_weights() {
+        // A lone store's share is the whole, and several stores' shares sum
+        // to it, for weights that do not divide it evenly in floating point.
+        for &w in &[1.0, 4096.7, 1_521.758_152_076_235, 0.1, 3.0e-7, 123_456.789] {
+            assert_eq!(share_out(1_835_008, &[(w, u64::MAX)]), vec![1_835_008], "weight {w}");
+            let three = share_out(1_835_008, &[(w, u64::MAX), (w * 0.3, u64::MAX), (7.0, u64::MAX)]);
+            assert_eq!(three.iter().sum::<u64>(), 1_835_008, "weights {w}: {three:?}");
+        }
+        // Limits still hold: what a limited store cannot take goes to the rest.
+        assert_eq!(share_out(100, &[(1.0, 10), (1.0, u64::MAX)]), vec![10, 90]);
+    }
 
     fn id(dir: &tempfile::TempDir) -> Option<StoreId> {
         StoreId::of(dir.path()).ok()
