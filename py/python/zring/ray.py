@@ -73,10 +73,6 @@ class _TaskResult:
     parts: dict[str, _parts.PartInfo]
 
 
-def _numeric(t: Any) -> bool:
-    return _pa.types.is_integer(t) or _pa.types.is_floating(t) or _pa.types.is_boolean(t)
-
-
 def _chunks(tables: Sequence[Any], column: str) -> Iterator[Any]:
     for t in tables:
         for chunk in t.column(column).chunks:
@@ -112,23 +108,18 @@ def _fixed_rows(chunk: Any, shape: tuple[int, ...]) -> np.ndarray:
 
 def _plan(t: Any) -> tuple[str, np.dtype | None, tuple[int, ...]]:
     """How a column of Arrow type ``t`` is written: ``("list"|"bytes"|"fixed",
-    dtype, item shape)`` appended a chunk at a time, or ``("numpy", None,
-    ())``: Ray's own conversion (its tensor columns)."""
-    types = _pa.types
-    if (types.is_list(t) or types.is_large_list(t)) and _numeric(t.value_type):
-        return "list", np.dtype(t.value_type.to_pandas_dtype()), ()
-    if types.is_string(t) or types.is_large_string(t) or types.is_binary(t) or types.is_large_binary(t):
-        return "bytes", np.dtype(np.uint8), ()
-    if _numeric(t):
-        return "fixed", np.dtype(t.to_pandas_dtype()), ()
-    if types.is_fixed_size_list(t):
-        shape, inner = [], t
-        while types.is_fixed_size_list(inner):
-            shape.append(inner.list_size)
-            inner = inner.value_type
-        if _numeric(inner):
-            return "fixed", np.dtype(inner.to_pandas_dtype()), tuple(shape)
-    return "numpy", None, ()
+    dtype, item shape)`` appended a chunk at a time, as ``zring convert``
+    stores the type, or ``("numpy", None, ())``: Ray's own conversion (its
+    tensor columns, which convert does not store)."""
+    from ._convert import _plan_column
+
+    try:
+        kind, dtype, shape = _plan_column(_pa, "", t)
+    except ValueError:
+        return "numpy", None, ()
+    if kind in ("scalar", "fixed_list"):
+        return "fixed", dtype, tuple(shape)
+    return kind, dtype, ()
 
 
 def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str, job: str) -> _parts.PartInfo:
