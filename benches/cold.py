@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import resource
@@ -157,19 +158,8 @@ def child(spec: dict) -> None:
 
 def measure(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict) -> dict | None:
     drop_caches()
-    cg = None
-    if cgs is not None and limit:
-        cg, _ = cgs.create(f"zring-cold-{os.getpid()}-{seq}", limit)
-        spec = dict(spec, cgroup=str(cg))
-    try:
-        rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
-        ooms = cgs.oom_kills(cg) if cg else 0
-    finally:
-        if cg:
-            cgs.remove(cg)
-    res = budget.parse_result(out) if rc == 0 else None
-    if res is None:
-        note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
+    res, _ = budget.measure_in_cgroup(Path(__file__), cgs, f"zring-cold-{os.getpid()}-{seq}", spec, limit, env,
+                                      spec["secs"] + 120, spec["kind"])
     return res
 
 
@@ -192,6 +182,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
     ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
                                                             "--quick prints only)")
+    ap.add_argument("--hog", action="store_true",
+                    help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -210,6 +202,12 @@ def main() -> None:
         cgs = Cgroups()
         atexit.register(cgs.cleanup)
     signal.signal(signal.SIGTERM, lambda s, _f: sys.exit(128 + s))
+    if args.hog:
+        # Killed at exit (atexit also runs on SIGTERM's sys.exit and on errors).
+        hog = contextlib.ExitStack()
+        hog.enter_context(common.cpu_hog())
+        atexit.register(hog.close)
+        note("a CPU hog (`taskset -c 1 yes > /dev/null`) kept core 1 busy for the whole run")
 
     paths, n = budget.ensure_data(data, gib, libs=("zring",))
     store = paths["zring"]

@@ -8,6 +8,7 @@ their memory is charged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -81,6 +82,24 @@ def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> 
     except Exception as e:  # noqa: BLE001
         note(f"fio failed: {e}")
         return None
+
+
+@contextlib.contextmanager
+def cpu_hog(on: bool = True, cpu: int = 1):
+    """While the block runs, ``taskset -c CPU yes > /dev/null`` keeps core
+    ``cpu`` busy (a contender for the CPU, as another job on the host would
+    be); it is killed when the block ends, also on errors. Does nothing when
+    ``on`` is false."""
+    if not on:
+        yield None
+        return
+    p = subprocess.Popen(["taskset", "-c", str(cpu), "yes"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
 
 
 def machine(data: Path, extra: str = "") -> str:

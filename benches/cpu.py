@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import resource
@@ -155,25 +156,12 @@ def spawn_counted(spec: dict, env: dict, timeout: float) -> tuple[int | None, st
 def run(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict, perf: bool = False) -> dict | None:
     if not spec.get("hot"):
         drop_caches()
-    cg = None
-    if cgs is not None and limit:
-        cg, _ = cgs.create(f"zring-cpu-{os.getpid()}-{seq}", limit)
-        spec = dict(spec, cgroup=str(cg))
-    counts: dict = {}
-    try:
-        if perf:
-            rc, out, err, counts = spawn_counted(spec, env, spec["secs"] + 120)
-        else:
-            rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
-        ooms = cgs.oom_kills(cg) if cg else 0
-    finally:
-        if cg:
-            cgs.remove(cg)
-    res = budget.parse_result(out) if rc == 0 else None
+    timeout = spec["secs"] + 120
+    spawner = (lambda s: spawn_counted(s, env, timeout)) if perf else None
+    res, counts = budget.measure_in_cgroup(Path(__file__), cgs, f"zring-cpu-{os.getpid()}-{seq}", spec, limit, env,
+                                           timeout, spec["kind"], spawner)
     if res is not None and counts and res.get("gib"):
         res["per_gib"] = {EVENTS[k]: v / res["gib"] for k, v in counts.items() if k in EVENTS}
-    if res is None:
-        note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
     return res
 
 
@@ -199,6 +187,8 @@ def main() -> None:
     ap.add_argument("--perf-stat", action="store_true",
                     help="count system calls, io_uring_enter calls, context switches and page faults per GiB "
                          "(perf stat around each process; its start and the store's open included)")
+    ap.add_argument("--hog", action="store_true",
+                    help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -206,6 +196,12 @@ def main() -> None:
         return
     if os.geteuid() != 0:
         raise SystemExit("cpu.py drops the page cache and sets cgroup limits: run it as root")
+    if args.hog:
+        # Killed at exit (atexit also runs on SIGTERM's sys.exit and on errors).
+        hog = contextlib.ExitStack()
+        hog.enter_context(common.cpu_hog())
+        atexit.register(hog.close)
+        note("a CPU hog (`taskset -c 1 yes > /dev/null`) kept core 1 busy for the whole run")
     data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "cold"
     paths, n = budget.ensure_data(data, args.gib, libs=("zring",))
     store = paths["zring"]
