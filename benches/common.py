@@ -70,13 +70,20 @@ def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> 
            "--output-format=json"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=secs + 60).stdout
-        rd = json.loads(out[out.index("{"):])["jobs"][0]["read"]
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        rd = job["read"]
         clat = rd["clat_ns"]["percentile"]
+        # fio's job thread's CPU (percent of its run time), per GiB read.
+        gib = rd["io_bytes"] / (1 << 30)
+        run_s = job["job_runtime"] / 1e3
+        user, system = (job[k] / 100 * run_s / gib if gib else None for k in ("usr_cpu", "sys_cpu"))
         return {
             "mib_s": rd["bw_bytes"] / (1 << 20), "iops": rd["iops"], "ios": rd["total_ios"],
             "secs": rd["runtime"] / 1e3,
             "clat_p50_ms": clat.get("50.000000", 0) / 1e6, "clat_p99_ms": clat.get("99.000000", 0) / 1e6,
             "clat_p999_ms": clat.get("99.900000", 0) / 1e6,
+            "user_s_per_gib": user, "sys_s_per_gib": system,
+            "cpu_s_per_gib": None if user is None else user + system,
             "cmd": " ".join(cmd).replace(str(target), shown(target)),
         }
     except Exception as e:  # noqa: BLE001
