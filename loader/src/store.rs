@@ -33,7 +33,10 @@ use crate::Blocks;
 /// read again without a known next use gives up the rank of the step just
 /// read, and is kept behind the records known to come sooner and ahead of
 /// those nobody said anything about), and the cache keeps the records needed
-/// soonest. Buffered stores read through the
+/// soonest. In cyclic mode ([`Request::cycle_end`]), a next use past the
+/// steps of the next cycle the cache can serve, and an unknown one, go as
+/// `NextUse::Never`, which the cache does not copy in.
+/// Buffered stores read through the
 /// page cache, which takes no hints. The steps are this loader's: the store
 /// compares the hints of all its readers, so one store should have one
 /// loader passing hints at a time.
