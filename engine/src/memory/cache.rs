@@ -182,7 +182,7 @@ pub enum NextUse {
     Unknown,
     /// Needed again at this step (the loader's step count).
     At(u64),
-    /// Not needed again this cycle.
+    /// Not needed again this cycle: never copied into the cache.
     Never,
 }
 
