@@ -277,8 +277,8 @@ def main() -> None:
              f" DataLoader batch 256, {args.workers} workers, prefetch {args.prefetch}.", "",
              "Floor, one thread: " + ", ".join(f"{k} {v:.3f}" for k, v in fl_med.items()) + " CPU-s per GiB.", "",
              "| read path | build | MiB/s (median) | CPU-s per GiB, process (range) | user / sys | of which the "
-             "loader's threads (`stats()`) | ÷ floor (memcpy+crc) |" + ("".join(f" {v} per GiB |" for v in EVENTS.values())
-                                                     if args.perf_stat else ""),
+             "loader's threads (`stats()`) | ÷ floor (memcpy+crc) |"
+             + ("".join(f" {v} per GiB |" for v in EVENTS.values()) if args.perf_stat else ""),
              "|---|---|---:|---:|---:|---:|---:|" + ("---:|" * len(EVENTS) if args.perf_stat else "")]
     for kind in kinds:
         for name in builds if kind != "fio" else list(builds)[:1]:
@@ -289,7 +289,8 @@ def main() -> None:
             lc = med([x.get("loader_cpu_s_per_gib") for x in xs if x])
             counted = "".join(f" {med([(x.get('per_gib') or {}).get(v) for x in xs if x]):,.0f} |"
                               for v in EVENTS.values()) if args.perf_stat else ""
-            lines.append(f"| {PATHS[kind][0]} | {name if kind != 'fio' else '-'} | {med([x.get('mib_s') for x in xs if x]):.0f} | "
+            shown_name = name if kind != "fio" else "-"
+            lines.append(f"| {PATHS[kind][0]} | {shown_name} | {med([x.get('mib_s') for x in xs if x]):.0f} | "
                          f"**{med(c):.2f}**{rng} | {med([x.get('user_s_per_gib') for x in xs if x]):.2f} / "
                          f"{med([x.get('sys_s_per_gib') for x in xs if x]):.2f} | "
                          f"{'' if lc != lc else f'{lc:.2f}'} | {med(c) / floor_total:.1f} |"
