@@ -406,6 +406,10 @@ pub struct Parts {
     /// (`read::gather::gather_over`): once per part while the dataset is
     /// open, however often the part is closed and opened again.
     ahead: Vec<AtomicBool>,
+    /// Whether each part's store copies records from its mappings, set
+    /// when it opens ([`View::maps`]): what a gather asks of every part it
+    /// touches, kept here so that it reads no part's store for it.
+    mapped: Vec<AtomicBool>,
     clock: AtomicU64,
     capacity: usize,
 }
@@ -487,6 +491,7 @@ impl Parts {
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
             ahead: (0..n).map(|_| AtomicBool::new(false)).collect(),
+            mapped: (0..n).map(|_| AtomicBool::new(false)).collect(),
             clock: AtomicU64::new(0),
             capacity,
         };
@@ -502,6 +507,7 @@ impl Parts {
                 let store = Arc::new(store);
                 if open.count < capacity {
                     let view = store.view();
+                    parts.mapped[k].store(view.maps(), Relaxed);
                     open.slots[k] = Some(Arc::new(OpenPart { store, view }));
                     open.count += 1;
                 }
@@ -641,10 +647,11 @@ impl Parts {
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
             if let Some(p) = open.slots[oldest].take() {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[oldest], &self.ahead[oldest]));
+                crate::read::gather::flush_mapped(&self.source(&p, oldest));
             }
             open.count -= 1;
         }
+        self.mapped[k].store(part.view.maps(), Relaxed);
         open.slots[k] = Some(Arc::clone(&part));
         open.count += 1;
         self.stamps[k].store(now, Relaxed);
@@ -729,17 +736,13 @@ impl Parts {
                     for &k in &touched {
                         self.stamps[k].store(now, Relaxed);
                     }
-                    let sources: Vec<_> = held
-                        .iter()
-                        .zip(&touched)
-                        .map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k]))
-                        .collect();
+                    let sources = self.sources(&held, &touched);
                     return crate::read::gather::gather_over(&sources, &at, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
-            let sources: Vec<_> =
-                open.iter().zip(&touched).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
+            let held: Vec<&OpenPart> = open.iter().map(|p| &**p).collect();
+            let sources = self.sources(&held, &touched);
             return crate::read::gather::gather_over(&sources, &at, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -766,8 +769,8 @@ impl Parts {
         }
         for parts in touched.chunks(group) {
             let open = self.parts_of(parts)?;
-            let sources: Vec<_> =
-                open.iter().zip(parts).map(|(p, &k)| p.view.source(&self.pending[k], &self.ahead[k])).collect();
+            let held: Vec<&OpenPart> = open.iter().map(|p| &**p).collect();
+            let sources = self.sources(&held, parts);
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
@@ -787,6 +790,18 @@ impl Parts {
             crate::read::gather::gather_over(&sources, &at, &g, dst)?;
         }
         Ok(())
+    }
+
+    /// What a gather reads parts `ks` with, `held[j]` being part `ks[j]`
+    /// open: of each part, its snapshot and the dataset's own arrays, not its
+    /// store (out of the CPU cache for most of hundreds of parts; read only
+    /// for what records not in memory need).
+    fn sources<'a>(&'a self, held: &[&'a OpenPart], ks: &[usize]) -> Vec<crate::read::gather::Source<'a>> {
+        held.iter().zip(ks).map(|(p, &k)| self.source(p, k)).collect()
+    }
+
+    fn source<'a>(&'a self, p: &'a OpenPart, k: usize) -> crate::read::gather::Source<'a> {
+        p.view.source(&self.pending[k], &self.ahead[k], &self.mapped[k])
     }
 
     /// The store of part `k` ([`Parts::part`]).
@@ -817,7 +832,7 @@ impl Parts {
         let open = self.read();
         for (k, p) in open.slots.iter().enumerate() {
             if let Some(p) = p {
-                crate::read::gather::flush_mapped(&p.view.source(&self.pending[k], &self.ahead[k]));
+                crate::read::gather::flush_mapped(&self.source(p, k));
             }
         }
         open.slots.iter().flatten().map(|p| Arc::clone(&p.store)).collect()
@@ -937,6 +952,46 @@ mod tests {
             Err(Error::IndexOutOfRange { index: 60, len: 60 })
         ));
         assert!(matches!(parts.gather(&Gather::fixed(&[3], 2), &mut [0u8; 2]), Err(Error::RecordSize { .. })));
+    }
+
+    /// Parts each compressed with their own dictionary: a gather across them
+    /// decodes every record with its own part's dictionary (each part's is
+    /// taken once per gather, not per record), and a dictionary's record in a
+    /// part of another is never decoded with the wrong one.
+    #[test]
+    fn a_gather_over_parts_decodes_each_record_with_its_parts_dictionary() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let record = |k: u32, i: u32| -> Vec<u8> {
+            let word = format!("part{k}-{}-", ["alpha", "beta", "gamma"][k as usize % 3]);
+            let mut r: Vec<u8> = word.bytes().cycle().take(600).collect();
+            r.extend_from_slice(&i.to_le_bytes());
+            r
+        };
+        let entries: Vec<PartEntry> = (0..3u32)
+            .map(|k| {
+                let name = format!("d{k}");
+                let store = Store::builder(root.join(&name)).create().unwrap();
+                let data: Vec<Vec<u8>> = (0..64).map(|i| record(k, i)).collect();
+                let refs: Vec<&[u8]> = data.iter().map(Vec::as_slice).collect();
+                assert!(store.train_dict(&refs, 4 << 10).unwrap() > 0);
+                store.append(&refs, Some(crate::format::codec::Codec::ZstdDict)).unwrap();
+                store.sync().unwrap();
+                assert!(store.stats().unwrap().zstd_dict_records > 0);
+                PartEntry::new(name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        let parts = Parts::open(root).unwrap();
+        let idx: Vec<u64> = (0..192u64).map(|i| (i * 37 + 5) % 192).collect();
+        let starts: Vec<u64> = (0..idx.len() as u64).map(|k| k * 604).collect();
+        for _ in 0..2 {
+            let mut dst = vec![0u8; idx.len() * 604];
+            parts.gather(&Gather::ragged(&idx, &starts), &mut dst).unwrap();
+            for (k, &i) in idx.iter().enumerate() {
+                assert_eq!(dst[k * 604..][..604], record((i / 64) as u32, (i % 64) as u32)[..], "record {i}");
+            }
+        }
     }
 
     /// A cold record of a small part read buffered brings its whole part into

@@ -756,13 +756,29 @@ impl View {
 
     /// What a gather over several views reads this one with
     /// (`crate::parts::Parts::gather`), its records copied from the
-    /// mappings counted into `pending` first.
+    /// mappings counted into `pending` first; `mapped` is [`View::maps`],
+    /// kept by the caller beside `pending` (the store itself is not read
+    /// until a gather needs more of it than its records in memory).
     pub(crate) fn source<'a>(
         &'a self,
         pending: &'a std::sync::atomic::AtomicU64,
         ahead: &'a std::sync::atomic::AtomicBool,
+        mapped: &'a std::sync::atomic::AtomicBool,
     ) -> crate::read::gather::Source<'a> {
-        crate::read::gather::Source { ctx: self.store.read_ctx(), snap: &self.snap, pending, ahead }
+        crate::read::gather::Source {
+            store: &self.store,
+            mmap: mapped.load(std::sync::atomic::Ordering::Relaxed),
+            snap: &self.snap,
+            dict: self.snap.dict.as_deref(),
+            pending,
+            ahead,
+        }
+    }
+
+    /// Whether this view's store copies records from its mappings
+    /// ([`crate::read::Ctx::mmap`]).
+    pub(crate) fn maps(&self) -> bool {
+        self.store.mmap
     }
 
     /// Reads parts of these records into `dst` ([`Spans`](crate::Spans):

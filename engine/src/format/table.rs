@@ -486,9 +486,15 @@ impl Table {
     /// checks, system calls included, once per table.
     pub fn prefetch_lines(&self, indices: &[u64]) {
         let Some(map) = self.map.as_ref() else { return };
+        map.prefetch_guard();
         for &i in indices {
             if let Some(at) = self.entry_at(i) {
                 map.prefetch(at);
+                // The word of the sealed page's "verified" bit (`verify_page`).
+                let sealed = self.sealed.as_ref().filter(|sec| i < sec.records);
+                if let Some(w) = sealed.and_then(|sec| sec.verified.get((at / PAGE).checked_sub(1)? / 64)) {
+                    crate::io::mmap::prefetch_line(w);
+                }
             }
         }
     }

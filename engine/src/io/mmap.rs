@@ -121,13 +121,20 @@ impl Mapping {
     pub fn faulted(&self) -> bool {
         self.guard.faulted()
     }
+
+    /// Starts loading the fault flag [`Mapping::read`] checks into the CPU
+    /// cache.
+    #[inline]
+    pub fn prefetch_guard(&self) {
+        self.guard.prefetch();
+    }
 }
 
 const PAGE: usize = 4096;
 
 /// Asks the CPU to start loading the cache line holding `at`.
 #[inline]
-fn prefetch_line<T>(at: &T) {
+pub(crate) fn prefetch_line<T>(at: &T) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing into the program and never faults
     // (one at an unmapped page is dropped); `at` is a valid reference anyway.

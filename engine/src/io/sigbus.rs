@@ -94,6 +94,13 @@ pub(crate) struct Guard {
 }
 
 impl Guard {
+    /// Starts loading the fault flag [`Guard::faulted`] reads into the CPU
+    /// cache.
+    #[inline]
+    pub fn prefetch(&self) {
+        crate::io::mmap::prefetch_line(self.slot);
+    }
+
     /// Whether an access to the mapping has faulted since it was registered.
     /// Call it after reading from the mapping: when true, what was read may be
     /// zeros in place of the file's bytes.

@@ -171,13 +171,27 @@ fn check_slots(order: &[(u64, Want)], width: Option<usize>, dst: &mut [u8]) -> R
 
 /// One snapshot a [`gather_over`] reads from, with its store's context.
 pub(crate) struct Source<'s> {
-    pub ctx: Ctx<'s>,
+    /// The snapshot's store: read only through [`Source::ctx`], for what
+    /// records not in memory need (a gather over hundreds of parts finds
+    /// most parts' stores out of the CPU cache).
+    pub store: &'s crate::store::Store,
+    /// Whether the store copies records from its mappings ([`Ctx::mmap`]).
+    pub mmap: bool,
     pub snap: &'s Snapshot,
+    /// The snapshot's dictionary (read once, not per record).
+    pub dict: Option<&'s crate::format::codec::Dict>,
     /// The snapshot's records copied from its mappings and not yet counted
     /// into its store's reads ([`count_mapped`]).
     pub pending: &'s AtomicU64,
     /// Whether the snapshot was read ahead whole ([`read_ahead_small`]).
     pub ahead: &'s AtomicBool,
+}
+
+impl<'s> Source<'s> {
+    /// The store's read context.
+    pub fn ctx(&self) -> Ctx<'s> {
+        self.store.read_ctx()
+    }
 }
 
 /// Asks the kernel to read `source`'s snapshot whole into the page cache, once
@@ -194,8 +208,8 @@ pub(crate) struct Source<'s> {
 /// gets what one large file gets. Once per part while its dataset is open, so
 /// a dataset larger than memory reads at most one pass more than it needs.
 fn read_ahead_small(source: &Source<'_>) {
-    let Source { ctx, snap, ahead, .. } = source;
-    if ahead.load(Relaxed) || ctx.reads.forced() {
+    let Source { snap, ahead, .. } = source;
+    if ahead.load(Relaxed) || source.ctx().reads.forced() {
         return;
     }
     if snap.chunks.iter().map(|c| c.len).sum::<u64>() > AHEAD_WHOLE_MAX || ahead.swap(true, Relaxed) {
@@ -243,7 +257,7 @@ pub(crate) fn flush_mapped(source: &Source<'_>) {
     let seen =
         Seen { records, stored_bytes: bytes, mapped: records, mapped_bytes: bytes, residency: true, ..Seen::default() };
     // Lossless: counting returns the gather's result, Ok here.
-    let _ = observed(&source.ctx, source.snap, seen, Ok(()));
+    let _ = observed(&source.ctx(), source.snap, seen, Ok(()));
 }
 
 /// A record of a [`gather_over`] whose stored bytes are in its part's
@@ -256,10 +270,10 @@ fn finish_mapped(sources: &[Source<'_>], hot: &mut [MappedItem<'_, '_>]) -> Resu
     let mut first_err: Option<Error> = None;
     for (it, b, src) in hot.iter_mut() {
         let source = &sources[*src];
-        let r = finish_record(it, b.bytes(), source.snap.dict.as_deref());
+        let r = finish_record(it, b.bytes(), source.dict);
         let r = if b.faulted() {
             // The copy may have read zeros for pages the file lost.
-            let path = source.ctx.dir.join(chunk_name(source.snap.table.format, it.entry.chunk));
+            let path = source.ctx().dir.join(chunk_name(source.snap.table.format, it.entry.chunk));
             Err(corrupted(
                 format!("chunk {}", it.entry.chunk.0),
                 format!("{} shrank or could not be read while mapped (record {})", path.display(), it.index),
@@ -349,12 +363,12 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         share[src] += u64::from(it.entry.stored_len);
     }
     let total: u64 = share.iter().sum();
-    let mmap = sources.iter().any(|s| s.ctx.mmap);
+    let mmap = sources.iter().any(|s| s.mmap);
     let epoch = if mmap { crate::io::mmap::evictions() } else { None };
     if mmap {
         for (it, &src) in items.iter().zip(&from) {
-            let Source { ctx, snap, .. } = &sources[src];
-            if let Some(chunk) = snap.chunk(it.entry.chunk).filter(|_| ctx.mmap) {
+            let Source { mmap, snap, .. } = &sources[src];
+            if let Some(chunk) = snap.chunk(it.entry.chunk).filter(|_| *mmap) {
                 chunk.prefetch_residency(it.entry.offset);
             }
         }
@@ -367,17 +381,17 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     // Per snapshot: the records left to `read_items`.
     let mut rest: Vec<Vec<Item<'_>>> = Vec::new();
     for (it, &src) in items.into_iter().zip(&from) {
-        let Source { ctx, snap, .. } = &sources[src];
+        let Source { mmap, snap, .. } = &sources[src];
         let stored = it.entry.stored_len as usize;
         let whole = req.fan_out && share[src] >= PARALLEL_MIN_BYTES;
         let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
-        if ctx.mmap && !whole {
+        if *mmap && !whole {
             if let Some(b) = chunk.resident(it.entry.offset, stored, epoch) {
                 hot.push((it, b, src));
                 continue;
             }
         }
-        if whole || ctx.reads.caching() || it.keep_stored {
+        if whole || it.keep_stored || sources[src].ctx().reads.caching() {
             if rest.is_empty() {
                 rest = sources.iter().map(|_| Vec::new()).collect();
             }
@@ -385,7 +399,7 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
             continue;
         }
         if seen.is_empty() {
-            seen = sources.iter().map(|s| Seen { residency: s.ctx.mmap, ..Seen::default() }).collect();
+            seen = sources.iter().map(|s| Seen { residency: s.mmap, ..Seen::default() }).collect();
         }
         let s = &mut seen[src];
         s.records += 1;
@@ -438,12 +452,13 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         for &src in &cold_from {
             read_ahead_small(&sources[src]);
         }
-        let ctxs: Vec<(&Ctx<'_>, &Snapshot)> = sources.iter().map(|s| (&s.ctx, s.snap)).collect();
+        let owned: Vec<Ctx<'_>> = sources.iter().map(Source::ctx).collect();
+        let ctxs: Vec<(&Ctx<'_>, &Snapshot)> = owned.iter().zip(sources).map(|(c, s)| (c, s.snap)).collect();
         let queue = HotQueue {
             groups: &[],
             next: AtomicUsize::new(0),
             dict: None,
-            dir: sources[0].ctx.dir,
+            dir: owned[0].dir,
             format: sources[0].snap.table.format,
             error: Mutex::new(None),
         };
@@ -451,14 +466,14 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         drop(cold);
         for (src, s) in seen.into_iter().enumerate() {
             let source = &sources[src];
-            keep(observed(&source.ctx, source.snap, s, Ok(())));
+            keep(observed(&owned[src], source.snap, s, Ok(())));
         }
         keep(r);
     }
     for (src, items) in rest.into_iter().enumerate() {
         if !items.is_empty() {
             let source = &sources[src];
-            keep(read_items(&source.ctx, source.snap, items, req.fan_out));
+            keep(read_items(&source.ctx(), source.snap, items, req.fan_out));
         }
     }
     first_err.map_or(Ok(()), Err)
