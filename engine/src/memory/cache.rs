@@ -247,6 +247,8 @@ pub(crate) struct CacheStats {
     pub charged: u64,
     /// The capacity in charged bytes.
     pub capacity: u64,
+    /// Bytes of loaded windows' slabs charged here ([`Cache::hold`]).
+    pub held: u64,
 }
 
 /// The bytes an entry of `len` stored bytes is charged: its slab's capacity
@@ -298,6 +300,7 @@ pub(crate) struct Cache {
     evictions: AtomicU64,
     bytes: AtomicU64,
     entries: AtomicU64,
+    held: AtomicU64,
 }
 
 impl Cache {
@@ -316,6 +319,7 @@ impl Cache {
             evictions: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             entries: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         }
     }
 
@@ -403,6 +407,27 @@ impl Cache {
         Admit::Inserted
     }
 
+    /// Charges `bytes` held outside the entries (a loaded window's slab,
+    /// [`crate::memory::window`]) against the capacity, evicting entries,
+    /// farthest-needed first, to make room: a window's records are needed
+    /// within its steps, sooner than any cached record. `false`, charging
+    /// nothing, when even an empty cache has no room.
+    pub fn hold(&self, bytes: u64) -> bool {
+        while !self.try_reserve(bytes) {
+            if bytes > self.capacity() || !self.evict_one(None) {
+                return false;
+            }
+        }
+        self.held.fetch_add(bytes, Relaxed);
+        true
+    }
+
+    /// Releases bytes charged by [`Cache::hold`].
+    pub fn unhold(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Relaxed);
+        self.charged.fetch_sub(bytes, Relaxed);
+    }
+
     /// Records when a cached `key` is needed next; `false` if it is not cached.
     pub fn touch(&self, key: &Key, next: NextUse) -> bool {
         let shard = self.shard(key);
@@ -443,6 +468,7 @@ impl Cache {
             entries: self.entries.load(Relaxed),
             charged: self.charged.load(Relaxed),
             capacity: self.capacity(),
+            held: self.held.load(Relaxed),
         }
     }
 
@@ -521,7 +547,8 @@ impl Cache {
             charged += g.map.values().map(|v| charge(v.bytes.len())).sum::<u64>();
             entries += g.map.len() as u64;
         }
-        assert_eq!(self.charged.load(Relaxed), charged, "the charge is the sum of the entries'");
+        let held = self.held.load(Relaxed);
+        assert_eq!(self.charged.load(Relaxed), charged + held, "the charge is the sum of the entries' and the held");
         (bytes, entries)
     }
 }

@@ -25,6 +25,7 @@ use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
 use crate::io::uring::{self, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
+use crate::memory::window::Window;
 use crate::read::Ctx;
 use crate::snapshot::Snapshot;
 
@@ -63,6 +64,7 @@ pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next
     if !caching && s.reads.forced() {
         return Ok(());
     }
+    let loaded = s.reads.windows();
     let mut wanted: Vec<(u64, Entry, NextUse)> = Vec::with_capacity(count as usize);
     let mut k = 0;
     for r in ranges {
@@ -75,7 +77,7 @@ pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next
             if e.is_part() || e.stored_len == 0 {
                 continue;
             }
-            if caching && s.reads.lookup(&e, hint).is_some() {
+            if caching && (loaded.get(&e).is_some() || s.reads.lookup(&e, hint).is_some()) {
                 continue;
             }
             wanted.push((index, e, hint));
@@ -156,15 +158,21 @@ fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, 
         .collect();
     let total: u64 = runs.iter().map(|r| span(r).1).sum();
     let limit = (crate::io::slab::in_flight_bytes() * runs.len() as u64 / total.max(1)).max(1) as usize;
+    let mut window = Window::default();
     let r = uring::read_slabs(s.backend, &reads, limit, &mut |i, slab| {
+        // The run's slab is kept whole, charged to the record cache, and
+        // its records indexed in it: no copy until the gathers'.
+        let Some(held) = s.reads.hold(slab) else { return };
         let run = &runs[i];
         let start = span(run).0;
-        let buf = slab.as_ref();
-        for (_, e, hint) in &wanted[run.records.clone()] {
-            let at = (e.offset - start) as usize;
-            s.reads.offer(e, &buf[at..at + e.stored_len as usize], *hint);
+        let k = window.slab(held);
+        for (_, e, _) in &wanted[run.records.clone()] {
+            window.add(e, k, (e.offset - start) as usize);
         }
     });
+    if r.is_ok() {
+        s.reads.publish(window);
+    }
     r.map_err(|e| {
         let run = &runs[e.req.min(runs.len().saturating_sub(1))];
         let path = s.dir.join(chunk_name(snap.table.format, run.chunk));
