@@ -39,6 +39,9 @@ The full run (the figures in bench-results/cold.md):
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3 --mix DIR
 
+``--hog [CPU]`` runs ``yes > /dev/null`` pinned to one core (``taskset -c
+CPU``, default 1) for the whole run, fio included.
+
 As root (drop_caches, cgroups), in the project venv with zring built by
 ``make develop-bench``. Data goes to $ZRING_BENCH_DIR/cold (default
 ``bench-data/cold``; never /tmp, which may be memory) and is reused.
@@ -192,6 +195,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
     ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
                                                             "--quick prints only)")
+    ap.add_argument("--hog", type=int, nargs="?", const=1, default=None, metavar="CPU",
+                    help="run `yes > /dev/null` pinned to CPU (default 1) for the whole run")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -210,6 +215,10 @@ def main() -> None:
         cgs = Cgroups()
         atexit.register(cgs.cleanup)
     signal.signal(signal.SIGTERM, lambda s, _f: sys.exit(128 + s))
+    hog = common.Hog(args.hog).__enter__()
+    atexit.register(hog.__exit__)
+    if args.hog is not None:
+        common.note(f"`yes > /dev/null` ran pinned to cpu {args.hog} (`taskset -c {args.hog}`) for the whole run")
 
     paths, n = budget.ensure_data(data, gib, libs=("zring",))
     store = paths["zring"]

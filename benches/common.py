@@ -83,6 +83,26 @@ def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> 
         return None
 
 
+class Hog:
+    """``--hog``: ``yes > /dev/null`` pinned to one core (``taskset -c CPU``)
+    for the whole run, as a training process's busy Python thread would hold
+    one; stopped on exit (its own process only)."""
+
+    def __init__(self, cpu: int | None) -> None:
+        self.cpu = cpu
+        self.proc: subprocess.Popen | None = None
+
+    def __enter__(self) -> "Hog":
+        if self.cpu is not None:
+            self.proc = subprocess.Popen(["taskset", "-c", str(self.cpu), "yes"], stdout=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+
+
 def machine(data: Path, extra: str = "") -> str:
     """Cores, memory, kernel, Python (and ``extra``), and the disk holding ``data``."""
     mem = next((ln.split()[1] for ln in Path("/proc/meminfo").read_text().splitlines() if ln.startswith("MemTotal")), "0")

@@ -21,6 +21,10 @@ CPU-seconds per GiB.
 ``--perf-stat`` runs each process under ``perf stat`` and adds its system
 calls, ``io_uring_enter`` calls, context switches and page faults per GiB.
 
+``--hog [CPU]`` runs ``yes > /dev/null`` pinned to one core (``taskset -c
+CPU``, default 1) for the whole run: the loader then has the other core and
+what the hog leaves.
+
 ``--build NAME=DIR`` (repeatable) puts DIR first on the children's
 ``PYTHONPATH``, so two builds of zring (a directory holding the ``zring``
 package each) alternate within every round; without it, the installed zring.
@@ -199,6 +203,8 @@ def main() -> None:
     ap.add_argument("--perf-stat", action="store_true",
                     help="count system calls, io_uring_enter calls, context switches and page faults per GiB "
                          "(perf stat around each process; its start and the store's open included)")
+    ap.add_argument("--hog", type=int, nargs="?", const=1, default=None, metavar="CPU",
+                    help="run `yes > /dev/null` pinned to CPU (default 1) for the whole run")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -207,6 +213,10 @@ def main() -> None:
     if os.geteuid() != 0:
         raise SystemExit("cpu.py drops the page cache and sets cgroup limits: run it as root")
     data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "cold"
+    hog = common.Hog(args.hog).__enter__()
+    atexit.register(hog.__exit__)
+    if args.hog is not None:
+        common.note(f"`yes > /dev/null` ran pinned to cpu {args.hog} (`taskset -c {args.hog}`) for the whole run")
     paths, n = budget.ensure_data(data, args.gib, libs=("zring",))
     store = paths["zring"]
     cgs = None

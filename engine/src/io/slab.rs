@@ -138,6 +138,11 @@ fn capacity(len: usize) -> usize {
     }
 }
 
+/// The capacity of [`Slab::take_aligned`]`(len)`.
+pub(crate) fn aligned_capacity(len: usize) -> usize {
+    capacity(len.max(GRAIN))
+}
+
 /// The capacity a record's slab of `len` bytes gets ([`Slab::copy_of`]; module
 /// docs): what the record cache charges for it.
 pub(crate) fn record_capacity(len: usize) -> usize {
@@ -203,7 +208,7 @@ impl Slab {
     }
 
     /// A slab of at least `len` bytes aligned for O_DIRECT ([`ALIGN`]): one
-    /// of at least [`GRAIN`] bytes.
+    /// of at least [`GRAIN`] bytes ([`aligned_capacity`]).
     pub fn take_aligned(len: usize) -> Slab {
         Slab::take(len.max(GRAIN))
     }

@@ -122,6 +122,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
 
+use crate::io::slab::Slab;
+
 use crate::format::record::{ChunkId, Entry};
 
 /// Number of independently locked parts of the cache (module docs).
@@ -301,6 +303,9 @@ pub(crate) struct Cache {
     bytes: AtomicU64,
     entries: AtomicU64,
     held: AtomicU64,
+    /// Slabs of released windows kept for the next window's reads, still
+    /// charged as held ([`Cache::put_spare`]).
+    spare: Mutex<Vec<Slab>>,
 }
 
 impl Cache {
@@ -320,6 +325,7 @@ impl Cache {
             bytes: AtomicU64::new(0),
             entries: AtomicU64::new(0),
             held: AtomicU64::new(0),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -341,7 +347,7 @@ impl Cache {
     pub fn set_capacity(&self, bytes: u64) {
         self.capacity.store(bytes, Relaxed);
         let mut evicted = false;
-        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && self.evict_one(None) {
+        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && (self.drop_spare() || self.evict_one(None)) {
             evicted = true;
         }
         if evicted {
@@ -364,7 +370,7 @@ impl Cache {
     /// there is room; when full, only by evicting entries needed strictly
     /// later (module docs).
     pub fn insert(&self, key: Key, stored: &[u8], next: NextUse) -> Admit {
-        self.insert_with(key, stored.len(), next, || crate::io::slab::Slab::copy_of(stored))
+        self.insert_with(key, stored.len(), next, || Slab::copy_of(stored))
     }
 
     /// Admits `len` stored bytes for `key`, made by `bytes` only once room is
@@ -384,6 +390,9 @@ impl Cache {
         let charge = charge(len);
         let mut evicted = 0;
         while !self.try_reserve(charge) {
+            if self.drop_spare() {
+                continue;
+            }
             if charge > self.capacity() || evicted == MAX_EVICTIONS_PER_INSERT || !self.evict_one(Some(rank)) {
                 self.rejections.fetch_add(1, Relaxed);
                 return Admit::Rejected;
@@ -414,7 +423,7 @@ impl Cache {
     /// nothing, when even an empty cache has no room.
     pub fn hold(&self, bytes: u64) -> bool {
         while !self.try_reserve(bytes) {
-            if bytes > self.capacity() || !self.evict_one(None) {
+            if bytes > self.capacity() || !(self.drop_spare() || self.evict_one(None)) {
                 return false;
             }
         }
@@ -426,6 +435,44 @@ impl Cache {
     pub fn unhold(&self, bytes: u64) {
         self.held.fetch_sub(bytes, Relaxed);
         self.charged.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Keeps `slab` of a released window, still charged, for the next
+    /// window's reads ([`Cache::take_spare`]): its pages are resident, where
+    /// a fresh slab costs a page fault, a page clear and a cgroup charge per
+    /// page as its read lands. At most a quarter of the capacity (a mode-3
+    /// window, `zring-loader`'s block shape) is kept; the rest is released,
+    /// and spare slabs go before any record when room is needed.
+    pub fn put_spare(&self, slab: Slab) {
+        let bytes = slab.as_ref().len() as u64;
+        if let Ok(mut spare) = self.spare.try_lock() {
+            let kept: u64 = spare.iter().map(|s| s.as_ref().len() as u64).sum();
+            if kept + bytes <= self.capacity() / 4 {
+                spare.push(slab);
+                return;
+            }
+        }
+        self.unhold(bytes);
+    }
+
+    /// A spare slab of `cap` bytes, its charge passed to the caller (who
+    /// releases it with [`Cache::unhold`] or [`Cache::put_spare`]).
+    pub fn take_spare(&self, cap: usize) -> Option<Slab> {
+        let mut spare = self.spare.try_lock().ok()?;
+        let k = spare.iter().position(|s| s.as_ref().len() == cap)?;
+        Some(spare.swap_remove(k))
+    }
+
+    /// Releases one spare slab; `false` when there is none.
+    fn drop_spare(&self) -> bool {
+        let slab = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match slab {
+            Some(s) => {
+                self.unhold(s.as_ref().len() as u64);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Records when a cached `key` is needed next; `false` if it is not cached.

@@ -258,7 +258,29 @@ impl Reads {
             }
         }
         // Charged above: wrap without charging again.
-        Some(crate::memory::window::held(cache, slab, bytes))
+        Some(crate::memory::window::held(cache, slab))
+    }
+
+    /// A released window's slab for a read of `len` bytes, already charged
+    /// ([`Cache::take_spare`]; frozen with [`Reads::held`] once read).
+    pub fn spare(&self, len: usize) -> Option<Slab> {
+        let cache = self.member.cache.as_ref().filter(|_| self.caching())?;
+        cache.take_spare(crate::io::slab::aligned_capacity(len))
+    }
+
+    /// A slab from [`Reads::spare`], read, frozen: its charge is released
+    /// with its last reference.
+    pub fn held(&self, slab: Slab) -> Bytes {
+        let cache = self.member.cache.as_ref().expect("a spare slab came from this store's cache");
+        crate::memory::window::held(cache, slab)
+    }
+
+    /// Releases the charge of a slab from [`Reads::spare`] that was dropped
+    /// unread (its read failed).
+    pub fn unhold(&self, bytes: u64) {
+        if let Some(cache) = self.member.cache.as_ref() {
+            cache.unhold(bytes);
+        }
     }
 
     /// Makes a loaded window visible to the gathers, releasing the oldest

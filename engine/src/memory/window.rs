@@ -47,27 +47,31 @@ pub(crate) const KEEP: usize = 2;
 
 /// A slab charged to a record cache while it lives (module docs).
 struct Held {
-    slab: Slab,
+    /// `None` only once dropped.
+    slab: Option<Slab>,
     cache: Arc<Cache>,
-    bytes: u64,
 }
 
 impl AsRef<[u8]> for Held {
     fn as_ref(&self) -> &[u8] {
-        self.slab.as_ref()
+        self.slab.as_ref().map_or(&[], Slab::as_ref)
     }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
-        self.cache.unhold(self.bytes);
+        if let Some(slab) = self.slab.take() {
+            // Still charged: kept for the next window's reads, or released.
+            self.cache.put_spare(slab);
+        }
     }
 }
 
-/// `slab`, whose `bytes` the caller charged to `cache` ([`Cache::hold`]),
-/// frozen: the charge is released with its last reference.
-pub(crate) fn held(cache: &Arc<Cache>, slab: Slab, bytes: u64) -> Bytes {
-    Bytes::from_owner(Held { slab, cache: Arc::clone(cache), bytes })
+/// `slab`, whose capacity the caller charged to `cache` ([`Cache::hold`]),
+/// frozen: the charge is released with its last reference (or kept with
+/// the slab for the next window's reads, [`Cache::put_spare`]).
+pub(crate) fn held(cache: &Arc<Cache>, slab: Slab) -> Bytes {
+    Bytes::from_owner(Held { slab: Some(slab), cache: Arc::clone(cache) })
 }
 
 /// A hasher for record keys: their fields are already well spread (offsets
@@ -217,7 +221,7 @@ mod tests {
     /// `slab` held in `cache` as the loads hold it, or `None`.
     fn hold(cache: &Arc<Cache>, slab: Slab) -> Option<Bytes> {
         let bytes = slab.as_ref().len() as u64;
-        cache.hold(bytes).then(|| held(cache, slab, bytes))
+        cache.hold(bytes).then(|| held(cache, slab))
     }
 
     use super::*;
@@ -263,14 +267,31 @@ mod tests {
         assert!(s.entries < full.entries, "records were evicted for the slab");
         assert_eq!(s.charged, s.entries * charge(12_288) + cap);
         let record = held.slice(1000..13_288);
+        let ptr = held.as_ptr();
         drop(held);
         assert_eq!(cache.stats().charged, s.charged, "a live record keeps its whole slab charged");
         assert_eq!(&record[..], &data[1000..13_288]);
         drop(record);
-        assert_eq!(cache.stats().charged, s.entries * charge(12_288), "the last reference released the slab");
-        // Larger than the whole capacity: not held.
+        // Kept, still charged, for the next window's reads; released by its taker.
+        assert_eq!(cache.stats().charged, s.charged);
+        let spare = cache.take_spare(cap as usize).expect("the released slab is kept as a spare");
+        assert_eq!(spare.as_ref().as_ptr(), ptr);
+        cache.unhold(cap);
+        drop(spare);
+        assert_eq!(cache.stats().charged, s.entries * charge(12_288), "the slab's charge is released");
+        // A spare slab goes before any record when room is needed.
+        let again = hold(&cache, slab_of(&data)).unwrap();
+        drop(again);
+        let before = cache.stats();
+        assert_eq!(before.held, cap);
+        let more = hold(&cache, slab_of(&data[..100_000])).unwrap();
+        assert_eq!(cache.stats().entries, before.entries, "the spare slab made the room, no record was evicted");
+        assert!(cache.take_spare(cap as usize).is_none());
+        drop(more);
+        // Larger than the whole capacity: not held, nothing charged or evicted.
+        let before = cache.stats();
         assert!(hold(&cache, slab_of(&vec![0; 2 << 20])).is_none());
-        assert_eq!(cache.stats().charged, s.entries * charge(12_288));
+        assert_eq!(cache.stats(), before);
     }
 
     /// A gather that took the windows before a release still reads the
@@ -304,9 +325,11 @@ mod tests {
                 assert_eq!(got, &payload(0)[4096..4096 + 12_288]);
                 assert!(windows.loaded().get(&entries[0]).is_none(), "window 0 was released");
                 assert!(cache.stats().charged > before, "window 2 is charged");
-                let charged = cache.stats().charged;
+                let taken_ptr = got.as_ptr();
                 drop(taken);
-                assert!(cache.stats().charged < charged, "window 0's slab was released with its last reader");
+                let spare = cache.take_spare(128 << 10).expect("window 0's slab came back with its last reader");
+                assert_eq!(spare.as_ref()[4096..].as_ptr(), taken_ptr);
+                cache.unhold(128 << 10);
                 break;
             }
             windows.publish(win);
@@ -316,6 +339,9 @@ mod tests {
         assert!(now.get(&entry(5, 12_288)).is_none());
         drop(now);
         windows.clear();
+        while cache.take_spare(128 << 10).is_some() {
+            cache.unhold(128 << 10);
+        }
         assert_eq!(cache.stats().charged, 0, "every slab released");
     }
 }

@@ -23,6 +23,7 @@ use std::os::fd::AsFd;
 use crate::error::{corrupted, Error, Result};
 use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
+use crate::io::slab::Slab;
 use crate::io::uring::{self, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
 use crate::memory::window::Window;
@@ -159,10 +160,22 @@ fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, 
     let total: u64 = runs.iter().map(|r| span(r).1).sum();
     let limit = (crate::io::slab::in_flight_bytes() * runs.len() as u64 / total.max(1)).max(1) as usize;
     let mut window = Window::default();
-    let r = uring::read_slabs(s.backend, &reads, limit, &mut |i, slab| {
+    // Which runs read into a released window's slab, charged already.
+    let spare: Vec<std::cell::Cell<bool>> = runs.iter().map(|_| std::cell::Cell::new(false)).collect();
+    let done: Vec<std::cell::Cell<bool>> = runs.iter().map(|_| std::cell::Cell::new(false)).collect();
+    let mut take = |i: usize, len: usize| match s.reads.spare(len) {
+        Some(slab) => {
+            spare[i].set(true);
+            slab
+        }
+        None => Slab::take_aligned(len),
+    };
+    let r = uring::read_slabs(s.backend, &reads, limit, &mut take, &mut |i, slab| {
         // The run's slab is kept whole, charged to the record cache, and
         // its records indexed in it: no copy until the gathers'.
-        let Some(held) = s.reads.hold(slab) else { return };
+        done[i].set(true);
+        let held = if spare[i].get() { Some(s.reads.held(slab)) } else { s.reads.hold(slab) };
+        let Some(held) = held else { return };
         let run = &runs[i];
         let start = span(run).0;
         let k = window.slab(held);
@@ -172,6 +185,13 @@ fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, 
     });
     if r.is_ok() {
         s.reads.publish(window);
+    }
+    // A spare slab whose read failed was dropped by `read_slabs`: its charge
+    // goes with it.
+    for (k, read) in reads.iter().enumerate() {
+        if spare[k].get() && !done[k].get() {
+            s.reads.unhold(crate::io::slab::aligned_capacity(read.len) as u64);
+        }
     }
     r.map_err(|e| {
         let run = &runs[e.req.min(runs.len().saturating_sub(1))];
