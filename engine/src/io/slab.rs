@@ -1,13 +1,14 @@
-//! Slabs: recycled buffers that block reads land in, and that the records
-//! copied out of them are kept in by the record cache.
+//! Slabs: recycled buffers that block reads land in, and that the record
+//! cache keeps the records a gather read in.
 //!
 //! A window of blocks ([`crate::read::blocks`]) is read in runs of records
 //! that lie back to back in a chunk file, each run one large O_DIRECT read
-//! into an ALIGN-aligned slab. Each record is then copied into a slab of its
-//! own size, frozen into a [`Bytes`], and kept by the cache; a record's
-//! memory is freed when it leaves the cache, so the cache's byte accounting
-//! stays exact (records cut as slices of the run's slab would keep the whole
-//! run alive until its last record left).
+//! into an ALIGN-aligned slab, which the window keeps whole
+//! ([`crate::memory::window`]: the slab is charged to the record cache as
+//! long as any record of it lives). A record a gather read on its own and
+//! the cache admits is copied into a slab of its own size, frozen into a
+//! [`Bytes`]; its memory is freed when it leaves the cache, so the cache's
+//! byte accounting stays exact.
 //!
 //! A record's slab is rounded up to 64 bytes below [`GRAIN`] and to a page
 //! ([`ALIGN`]) from there, so a record wastes at most 1/16 of its size (a run's

@@ -16,6 +16,11 @@
 //!   [`RecordKey`] ([`RecordKey::of`] the table entry).
 //! - [`Cache::get`], [`Cache::insert`] with a [`NextUse`] hint,
 //!   [`Cache::touch`], [`Cache::clear_store`], [`Cache::stats`].
+//! - [`Cache::hold`] / [`Cache::unhold`]: bytes held outside the entries (a
+//!   mode-3 window's slabs, [`crate::memory::window`]) charged against the
+//!   same capacity, entries evicted for them; [`Cache::put_spare`] /
+//!   [`Cache::take_spare`]: a released window's slabs, still charged, for the
+//!   next window's reads, released before any entry when room is needed.
 //!
 //! # Why a stale entry is never served
 //!

@@ -7,12 +7,25 @@
 //! costs one read per run of records that lie back to back in one chunk
 //! file (a run is cut at [`MAX_SPAN`] bytes), about
 //! [`crate::io::slab::in_flight_bytes`] of them in flight at once (32 MiB, less
-//! for a small budget, which counts them). With a record cache (O_DIRECT reads) each run
-//! is read into a slab ([`crate::io::slab`]) and each record is copied
-//! into a recycled slab of its own size in the cache, ranked by the next use
-//! the caller gives; the gathers find them there and check their checksums
-//! then, as for every cached record. Buffered stores are asked to
-//! read the runs ahead into the page cache (`POSIX_FADV_WILLNEED`), where
+//! for a small budget, which counts them). With a record cache (O_DIRECT
+//! reads) each run is read into a slab ([`crate::io::slab`]) that is kept
+//! whole: the window's slabs and an index of its records in them are
+//! published to the store's loaded windows ([`crate::memory::window`]) once
+//! the window has loaded, and the gathers copy each record from there into
+//! its batch, checking its checksum as they do every record's. That is the
+//! one copy a record takes on its way from disk to batch: no record is copied
+//! into a buffer of its own in the cache, and no cache entry is made, ranked
+//! or evicted per record. Each slab is charged to the record cache for as
+//! long as any record of it lives (evicting cached records for room); a store
+//! keeps its two newest windows ([`crate::memory::window::KEEP`]: the one
+//! gathered and the one before it, whose last steps may still be running),
+//! and a released window's slabs are kept, still charged, for the next
+//! window's reads, so the window thread's memory is faulted in and cleared
+//! once, not per page each window. A window's records are not kept past its
+//! release: a later cycle reads their blocks again, one large read each,
+//! where keeping a share of them cost a copy of every record and a cache
+//! entry ranked and evicted per record. Buffered stores are asked to read
+//! the runs ahead into the page cache (`POSIX_FADV_WILLNEED`), where
 //! the gathers copy them from the chunk mappings. A store read with a
 //! forced mode and no cache reads nothing ahead: the gathers then measure
 //! exactly the mode they name.
@@ -36,8 +49,8 @@ use crate::snapshot::Snapshot;
 pub(crate) const MAX_SPAN: u64 = 4 << 20;
 
 // About `io::slab::in_flight_bytes()` are in flight at once while a window
-// loads: as one run's read completes and its records are copied into the
-// cache, the next run's read is submitted, so the device always has this much
+// loads: as one run's read completes and its records are indexed in the
+// window, the next run's read is submitted, so the device always has this much
 // to do (32 MiB is about the queue depth at which large random reads peak,
 // bench-results/engine-notes.md), and the memory a load holds beside the cache
 // stays bounded (the budget counts it, `memory::budget`).
@@ -131,8 +144,9 @@ fn advise(snap: &Snapshot, runs: &[Run]) -> Result<()> {
 }
 
 /// Reads `runs` (O_DIRECT where the chunk allows), each into a slab of its
-/// own, about [`crate::io::slab::in_flight_bytes`] in flight, and offers each record to the
-/// record cache as its run arrives.
+/// own (a released window's spare when there is one), about
+/// [`crate::io::slab::in_flight_bytes`] in flight, holds each slab against
+/// the record cache as its run arrives, and publishes the window.
 fn read_runs(s: &Ctx<'_>, snap: &Snapshot, runs: &[Run], wanted: &[(u64, Entry, NextUse)]) -> Result<()> {
     let mut files = std::collections::HashMap::new();
     for run in runs {
