@@ -1,9 +1,9 @@
 //! Mode 3 over a store larger than its memory budget: a prefetch thread
-//! loads each window of blocks (one large read per run of records) into the
-//! record cache before the workers gather its steps. The guarantees: the
-//! batches are exactly the sampler's and carry the right bytes, a resumed
-//! loader continues exactly, and the gathers are served from memory (the
-//! cache) rather than by reads of their own.
+//! loads each window of blocks (one large read per run of records, kept
+//! whole and charged to the record cache) before the workers gather its
+//! steps. The guarantees: the batches are exactly the sampler's and carry the
+//! right bytes, a resumed loader continues exactly, and the gathers are
+//! served from memory (the loaded windows) rather than by reads of their own.
 //!
 //! The record cache is one per process, so this file is its own test binary
 //! and its tests take turns ([`ONE_AT_A_TIME`]).
@@ -75,6 +75,9 @@ fn blocked_batches_are_the_samplers_and_come_from_memory() {
         assert!(r.cache_hits >= 2 * (RECORDS / BATCH) * BATCH && r.cache_hits == r.records, "{r:?}");
         assert!(r.bytes_read >= (RECORDS - BATCH) * RECORD as u64, "{r:?}");
         assert!(r.bytes_read <= 2 * RECORDS * RECORD as u64, "{r:?}");
+        // Served from the windows' block reads as read: no record was
+        // copied into a cache entry of its own.
+        assert_eq!(r.cache_entries, 0, "{r:?}");
         // Resumed at step 50, the same batches.
         let mut resumed = loader(&store, LoaderConfig::from_state(&state));
         for step in 50..80 {
