@@ -68,13 +68,14 @@ fn blocked_batches_are_the_samplers_and_come_from_memory() {
         let r = store.read_stats();
         assert!(store.wants_hints(), "an explicit budget below the data reads direct, cached: {r:?}");
         // Every gathered record was found in memory: the windows were
-        // loaded before their steps. Each was read at most once per cycle
-        // (less when still cached from the cycle before), and the first
-        // cycle read all it draws.
+        // loaded before their steps. Each block was read once per cycle, and
+        // at most one window ahead, each read rounded out to whole pages.
         assert_eq!(r.cache_misses, 0, "{r:?}");
         assert!(r.cache_hits >= 2 * (RECORDS / BATCH) * BATCH && r.cache_hits == r.records, "{r:?}");
         assert!(r.bytes_read >= (RECORDS - BATCH) * RECORD as u64, "{r:?}");
-        assert!(r.bytes_read <= 2 * RECORDS * RECORD as u64, "{r:?}");
+        let ahead = SHAPE.block_records * SHAPE.window_blocks;
+        let reads = (2 * RECORDS + ahead) / SHAPE.block_records;
+        assert!(r.bytes_read <= (2 * RECORDS + ahead) * RECORD as u64 + reads * 8192, "{r:?}");
         // Served from the windows' block reads as read: no record was
         // copied into a cache entry of its own.
         assert_eq!(r.cache_entries, 0, "{r:?}");
@@ -164,10 +165,11 @@ fn shards_read_only_their_own_blocks() {
         assert_eq!(drawn as u64, cycle * BATCH);
         assert_eq!(all.len(), drawn, "the ranks' rows of a cycle are disjoint");
         for (k, (bytes, _)) in split.iter().enumerate() {
-            // Two cycles of its stretch, at most (cached records are not
-            // read again), and the next window read ahead: 1.2 times its
-            // share of two cycles.
-            assert!(*bytes * 10 <= 2 * share * 12, "rank {k} read {bytes} bytes for a share of {share}");
+            // Two cycles of its stretch (a window's blocks are not kept past
+            // it: the second cycle reads them again) and the windows read
+            // ahead of the steps: at most 1.5 times its share of two cycles,
+            // where a rank reading whole windows reads 4 times.
+            assert!(*bytes * 10 <= 2 * share * 15, "rank {k} read {bytes} bytes for a share of {share}");
         }
         for (k, (bytes, _)) in run(1).iter().enumerate() {
             assert!(*bytes >= 2 * share * 3, "unsplit, rank {k} reads whole windows: {bytes} for a share of {share}");

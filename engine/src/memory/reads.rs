@@ -283,10 +283,15 @@ impl Reads {
         }
     }
 
-    /// Makes a loaded window visible to the gathers, releasing the oldest
-    /// beyond [`crate::memory::window::KEEP`].
+    /// Makes a loaded window visible to the gathers.
     pub fn publish(&self, w: Window) {
         self.windows.publish(w);
+    }
+
+    /// Releases the windows beyond the newest
+    /// [`crate::memory::window::KEEP`], as a load begins.
+    pub fn trim_windows(&self) {
+        self.windows.trim();
     }
 
     /// Offers a verified record's stored bytes, just read, to the cache.

@@ -20,16 +20,23 @@
 //!
 //! # Lifetime
 //!
-//! A store keeps its [`KEEP`] newest windows: a loader in mode 3 loads
-//! window `w + 1` while its workers gather window `w`, so publishing `w + 1`
-//! releases `w - 1`, whose steps were all claimed before `w + 1` began to
-//! load. A gather still copying from a released window holds the slabs it
-//! reads ([`Loaded`], taken once per gather), so its bytes stay valid and
-//! charged until it ends; a record looked up after its window's release is
-//! not found and is read from disk like any other. Each window's index is
-//! built before it is published and never changed after, so lookups take no
-//! lock: a gather takes the list of windows (a short lock, once per gather,
-//! never held by the loading thread while it reads), then searches it freely.
+//! A store keeps its [`KEEP`] newest windows while it loads the next: a
+//! loader in mode 3 begins to load window `w + 2` once a step of window
+//! `w + 1` is claimed, and the load begins by releasing window `w`
+//! ([`Windows::trim`]). By then every step of window `w + 1`'s predecessor
+//! has been claimed, and at a prefetch depth of at most a window's steps,
+//! every step drawing from window `w` has been delivered (a claim is at
+//! most the depth ahead of the consumer). Released at the end of the load of
+//! `w + 1` instead, a window whose last steps were claimed but not yet
+//! gathered lost records to the race with a fast load (read again from disk,
+//! one by one). A gather still copying from a released window holds the
+//! slabs it reads ([`Loaded`], taken once per gather), so its bytes stay
+//! valid and charged until it ends; a record looked up after its window's
+//! release is not found and is read from disk like any other. Each window's
+//! index is built before it is published and never changed after, so
+//! lookups take no lock: a gather takes the list of windows (a short lock,
+//! once per gather, never held by the loading thread while it reads), then
+//! searches it freely.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -172,16 +179,20 @@ impl Windows {
         Loaded(self.lock().clone())
     }
 
-    /// Publishes `w`, releasing windows beyond the newest [`KEEP`].
+    /// Publishes `w` (module docs: it is released by a later [`Windows::trim`]).
     pub fn publish(&self, w: Window) {
         if w.is_empty() {
             return;
         }
+        self.lock().push(Arc::new(w));
+        self.any.store(true, Relaxed);
+    }
+
+    /// Releases the windows beyond the newest [`KEEP`], before the next load.
+    pub fn trim(&self) {
         let old: Vec<Arc<Window>> = {
             let mut list = self.lock();
-            list.push(Arc::new(w));
             let over = list.len().saturating_sub(KEEP);
-            self.any.store(true, Relaxed);
             list.drain(..over).collect()
         };
         // Freed outside the lock: releasing a window frees its slabs.
@@ -315,12 +326,16 @@ mod tests {
                 // published and window 0 released.
                 let taken = windows.loaded();
                 windows.publish(win);
+                windows.trim();
                 let before = cache.stats().charged;
                 let mut next = Window::default();
                 let data2 = payload(2);
                 let slab2 = next.slab(hold(&cache, slab_of(&data2)).unwrap());
                 next.add(&entry(2 * 1_000_000 + 4096, 12_288), slab2, 4096);
+                // The next load begins by releasing window 0.
                 windows.publish(next);
+                assert!(windows.loaded().get(&entries[0]).is_some(), "kept until the next load begins");
+                windows.trim();
                 let got = taken.get(&entries[0]).expect("the gather's windows still hold window 0");
                 assert_eq!(got, &payload(0)[4096..4096 + 12_288]);
                 assert!(windows.loaded().get(&entries[0]).is_none(), "window 0 was released");

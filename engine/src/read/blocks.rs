@@ -17,9 +17,9 @@
 //! into a buffer of its own in the cache, and no cache entry is made, ranked
 //! or evicted per record. Each slab is charged to the record cache for as
 //! long as any record of it lives (evicting cached records for room); a store
-//! keeps its two newest windows ([`crate::memory::window::KEEP`]: the one
-//! gathered and the one before it, whose last steps may still be running),
-//! and a released window's slabs are kept, still charged, for the next
+//! keeps its two newest windows while it loads the next
+//! ([`crate::memory::window::KEEP`]: the one gathered and the one before it,
+//! whose last steps may still be running), and a released window's slabs are kept, still charged, for the next
 //! window's reads, so the window thread's memory is faulted in and cleared
 //! once, not per page each window. A window's records are not kept past its
 //! release: a later cycle reads their blocks again, one large read each,
@@ -66,8 +66,11 @@ struct Run {
 
 /// Loads the records of `ranges` (index ranges) ahead of the gathers that
 /// will draw them; `next` holds one hint per record, counting through the
-/// ranges in order (empty: none). Records already cached are only
-/// re-ranked.
+/// ranges in order (empty: none), checked against them. Every record is read
+/// with its block, even one the record cache or an older window holds: left
+/// out, it would cut its block's run in two, and the copy it counted on could
+/// be evicted for a window's slab or released with its window before its
+/// step.
 pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next: &[NextUse]) -> Result<()> {
     let _gate = crate::fork::enter();
     let count: u64 = ranges.iter().map(|r| r.end.saturating_sub(r.start)).sum();
@@ -78,7 +81,8 @@ pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next
     if !caching && s.reads.forced() {
         return Ok(());
     }
-    let loaded = s.reads.windows();
+    // The window two before this one is done with (memory::window).
+    s.reads.trim_windows();
     let mut wanted: Vec<(u64, Entry, NextUse)> = Vec::with_capacity(count as usize);
     let mut k = 0;
     for r in ranges {
@@ -89,9 +93,6 @@ pub(crate) fn prefetch(s: &Ctx<'_>, snap: &Snapshot, ranges: &[Range<u64>], next
             // Records inside a checksummed block (small fixed records of a
             // sealed table) are read with their block by the gathers.
             if e.is_part() || e.stored_len == 0 {
-                continue;
-            }
-            if caching && (loaded.get(&e).is_some() || s.reads.lookup(&e, hint).is_some()) {
                 continue;
             }
             wanted.push((index, e, hint));
