@@ -439,7 +439,7 @@ pub(crate) fn read_slabs(
         .collect();
     let mut prepare = |i: usize| {
         let mut slab = take(i, reads[i].len);
-        assert!(slab.as_ref().len() >= reads[i].len && slab.as_ref().as_ptr() as usize % ALIGN == 0);
+        assert!(slab.as_ref().len() >= reads[i].len && (slab.as_ref().as_ptr() as usize).is_multiple_of(ALIGN));
         let ptr = slab.as_mut_slice().as_mut_ptr();
         slots.borrow_mut()[i] = Some(slab);
         ptr
