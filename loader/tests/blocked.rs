@@ -79,6 +79,8 @@ fn blocked_batches_are_the_samplers_and_come_from_memory() {
         // Served from the windows' block reads as read: no record was
         // copied into a cache entry of its own.
         assert_eq!(r.cache_entries, 0, "{r:?}");
+        // The windows' slabs are what the cache's capacity holds.
+        assert!(r.window_bytes > 0 && r.window_bytes <= r.cache_capacity, "{r:?}");
         // Resumed at step 50, the same batches.
         let mut resumed = loader(&store, LoaderConfig::from_state(&state));
         for step in 50..80 {

@@ -71,6 +71,10 @@ pub struct ReadStats {
     pub cache_held: u64,
     /// Records this store's record cache holds.
     pub cache_entries: u64,
+    /// Bytes of mode-3 windows' slabs held against this store's record cache
+    /// (charged to its capacity beside its records, `memory::window`), the
+    /// slabs kept for the next window's reads included.
+    pub window_bytes: u64,
 }
 
 #[derive(Default)]
@@ -510,6 +514,7 @@ impl Reads {
             cache_capacity: cs.capacity,
             cache_held: cs.bytes,
             cache_entries: cs.entries,
+            window_bytes: cs.held,
         }
     }
 }
