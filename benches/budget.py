@@ -399,6 +399,35 @@ def spawn_script(script: Path, spec: dict, env: dict, timeout: float) -> tuple[i
     return p.returncode, out, err, timed_out
 
 
+def measure_in_cgroup(script: Path, cgs: Cgroups | None, name: str, spec: dict, limit: int | None, env: dict,
+                      timeout: float, what: str, spawner=None) -> tuple[dict | None, object]:
+    """Runs ``script --child SPEC`` once, in a fresh memory cgroup ``name`` of
+    ``limit`` bytes when ``cgs`` and ``limit`` are given (the child joins it,
+    named by ``spec["cgroup"]``, before it imports anything), and removes the
+    cgroup after. Returns the child's ``RESULT`` (``None``, with a note
+    naming ``what``, its exit status and whether the OOM killer ended it,
+    when there is none) and whatever else ``spawner`` returned.
+
+    ``spawner(spec)`` runs the child and returns ``(returncode, stdout,
+    stderr, extra)``; by default :func:`spawn_script` with ``env`` and
+    ``timeout``."""
+    cg = None
+    if cgs is not None and limit:
+        cg, _ = cgs.create(name, limit)
+        spec = dict(spec, cgroup=str(cg))
+    ooms = 0
+    try:
+        rc, out, err, extra = (spawner or (lambda s: spawn_script(script, s, env, timeout)))(spec)
+        ooms = cgs.oom_kills(cg) if cg else 0
+    finally:
+        if cg:
+            cgs.remove(cg)
+    res = parse_result(out) if rc == 0 else None
+    if res is None:
+        note(f"{what}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
+    return res, extra
+
+
 def parse_result(out: str) -> dict | None:
     for line in reversed(out.splitlines()):
         if line.startswith("RESULT "):

@@ -39,9 +39,6 @@ The full run (the figures in bench-results/cold.md):
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3
     python benches/cold.py --gib 5.4 --rounds 3 --secs 5 --cgroup-mib 1536 --mode 3 --mix DIR
 
-``--hog [CPU]`` runs ``yes > /dev/null`` pinned to one core (``taskset -c
-CPU``, default 1) for the whole run, fio included.
-
 As root (drop_caches, cgroups), in the project venv with zring built by
 ``make develop-bench``. Data goes to $ZRING_BENCH_DIR/cold (default
 ``bench-data/cold``; never /tmp, which may be memory) and is reused.
@@ -51,6 +48,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import resource
@@ -160,19 +158,8 @@ def child(spec: dict) -> None:
 
 def measure(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict) -> dict | None:
     drop_caches()
-    cg = None
-    if cgs is not None and limit:
-        cg, _ = cgs.create(f"zring-cold-{os.getpid()}-{seq}", limit)
-        spec = dict(spec, cgroup=str(cg))
-    try:
-        rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
-        ooms = cgs.oom_kills(cg) if cg else 0
-    finally:
-        if cg:
-            cgs.remove(cg)
-    res = budget.parse_result(out) if rc == 0 else None
-    if res is None:
-        note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
+    res, _ = budget.measure_in_cgroup(Path(__file__), cgs, f"zring-cold-{os.getpid()}-{seq}", spec, limit, env,
+                                      spec["secs"] + 120, spec["kind"])
     return res
 
 
@@ -195,8 +182,8 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=None, help="data directory (default $ZRING_BENCH_DIR/cold)")
     ap.add_argument("--out", type=Path, default=None, help="report file (default bench-results/cold.md; "
                                                             "--quick prints only)")
-    ap.add_argument("--hog", type=int, nargs="?", const=1, default=None, metavar="CPU",
-                    help="run `yes > /dev/null` pinned to CPU (default 1) for the whole run")
+    ap.add_argument("--hog", action="store_true",
+                    help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -215,10 +202,12 @@ def main() -> None:
         cgs = Cgroups()
         atexit.register(cgs.cleanup)
     signal.signal(signal.SIGTERM, lambda s, _f: sys.exit(128 + s))
-    hog = common.Hog(args.hog).__enter__()
-    atexit.register(hog.__exit__)
-    if args.hog is not None:
-        common.note(f"`yes > /dev/null` ran pinned to cpu {args.hog} (`taskset -c {args.hog}`) for the whole run")
+    if args.hog:
+        # Killed at exit (atexit also runs on SIGTERM's sys.exit and on errors).
+        hog = contextlib.ExitStack()
+        hog.enter_context(common.cpu_hog())
+        atexit.register(hog.close)
+        note("a CPU hog (`taskset -c 1 yes > /dev/null`) kept core 1 busy for the whole run")
 
     paths, n = budget.ensure_data(data, gib, libs=("zring",))
     store = paths["zring"]

@@ -8,6 +8,7 @@ their memory is charged.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -69,13 +70,20 @@ def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> 
            "--output-format=json"]
     try:
         out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=secs + 60).stdout
-        rd = json.loads(out[out.index("{"):])["jobs"][0]["read"]
+        job = json.loads(out[out.index("{"):])["jobs"][0]
+        rd = job["read"]
         clat = rd["clat_ns"]["percentile"]
+        # fio's job thread's CPU (percent of its run time), per GiB read.
+        gib = rd["io_bytes"] / (1 << 30)
+        run_s = job["job_runtime"] / 1e3
+        user, system = (job[k] / 100 * run_s / gib if gib else None for k in ("usr_cpu", "sys_cpu"))
         return {
             "mib_s": rd["bw_bytes"] / (1 << 20), "iops": rd["iops"], "ios": rd["total_ios"],
             "secs": rd["runtime"] / 1e3,
             "clat_p50_ms": clat.get("50.000000", 0) / 1e6, "clat_p99_ms": clat.get("99.000000", 0) / 1e6,
             "clat_p999_ms": clat.get("99.900000", 0) / 1e6,
+            "user_s_per_gib": user, "sys_s_per_gib": system,
+            "cpu_s_per_gib": None if user is None else user + system,
             "cmd": " ".join(cmd).replace(str(target), shown(target)),
         }
     except Exception as e:  # noqa: BLE001
@@ -83,24 +91,22 @@ def fio_randread(store: Path, secs: float, depth: int = 32, bs: str = "12k") -> 
         return None
 
 
-class Hog:
-    """``--hog``: ``yes > /dev/null`` pinned to one core (``taskset -c CPU``)
-    for the whole run, as a training process's busy Python thread would hold
-    one; stopped on exit (its own process only)."""
-
-    def __init__(self, cpu: int | None) -> None:
-        self.cpu = cpu
-        self.proc: subprocess.Popen | None = None
-
-    def __enter__(self) -> "Hog":
-        if self.cpu is not None:
-            self.proc = subprocess.Popen(["taskset", "-c", str(self.cpu), "yes"], stdout=subprocess.DEVNULL)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
+@contextlib.contextmanager
+def cpu_hog(on: bool = True, cpu: int = 1):
+    """While the block runs, ``taskset -c CPU yes > /dev/null`` keeps core
+    ``cpu`` busy (a contender for the CPU, as another job on the host would
+    be); it is killed when the block ends, also on errors. Does nothing when
+    ``on`` is false."""
+    if not on:
+        yield None
+        return
+    p = subprocess.Popen(["taskset", "-c", str(cpu), "yes"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        yield p
+    finally:
+        p.kill()
+        p.wait()
 
 
 def machine(data: Path, extra: str = "") -> str:

@@ -11,7 +11,11 @@ threads report in ``stats()["cpu_s"]``. The paths:
 * ``mode2-nocache``: the same with the record cache off (``ZRING_CACHE_BYTES=0``):
   the read path alone, without the copies into the cache as it fills;
 * ``mode3``: the cold DataLoader in mode 3 (1 MiB blocks);
-* ``hot``: the hot DataLoader (the store in the page cache), mode 2.
+* ``hot``: the hot DataLoader (the store in the page cache), mode 2;
+* ``fio``: fio's own random 12 KiB O_DIRECT reads at queue depth 128
+  (io_uring, ``common.fio_randread``), its job thread's CPU per GiB: what the
+  kernel and a lean reader cost for these reads on this disk (the same for
+  every build).
 
 The floor is one copy into the batch plus the checksum: memcpy and CRC-32C
 in one pass on one thread (``zring._zring.ceiling``, in a build with the
@@ -20,10 +24,6 @@ CPU-seconds per GiB.
 
 ``--perf-stat`` runs each process under ``perf stat`` and adds its system
 calls, ``io_uring_enter`` calls, context switches and page faults per GiB.
-
-``--hog [CPU]`` runs ``yes > /dev/null`` pinned to one core (``taskset -c
-CPU``, default 1) for the whole run: the loader then has the other core and
-what the hog leaves.
 
 ``--build NAME=DIR`` (repeatable) puts DIR first on the children's
 ``PYTHONPATH``, so two builds of zring (a directory holding the ``zring``
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import json
 import os
 import resource
@@ -62,6 +63,12 @@ GIB = 1 << 30
 def cpu_seconds() -> float:
     ru = resource.getrusage(resource.RUSAGE_SELF)
     return ru.ru_utime + ru.ru_stime
+
+
+def user_sys() -> tuple[float, float]:
+    """User and system CPU-seconds of this process so far, all threads."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime, ru.ru_stime
 
 
 def floor() -> dict:
@@ -102,7 +109,7 @@ def child(spec: dict) -> None:
     if spec["kind"] == "floor":
         print("RESULT " + json.dumps(floor()), flush=True)
         os._exit(0)
-    cpu0 = cpu_seconds()
+    cpu0, us0 = cpu_seconds(), user_sys()
     ds = zring.Dataset(spec["path"])
     n = len(ds)
     mode = spec["mode"]
@@ -111,7 +118,7 @@ def child(spec: dict) -> None:
     if spec["hot"]:
         for _ in range(10):
             next(dl)
-        cpu0 = cpu_seconds()
+        cpu0, us0 = cpu_seconds(), user_sys()
         s0 = dl.stats()
     most = max(4, n // BATCH)
     done = 0
@@ -121,12 +128,14 @@ def child(spec: dict) -> None:
         done += 1
     wall = time.perf_counter() - t0
     cpu = cpu_seconds() - cpu0
+    user, system = (b - a for a, b in zip(us0, user_sys()))
     st = dl.stats()
     gib = done * BATCH * RECORD / GIB
     loader_cpu = st.get("cpu_s")
     if loader_cpu is not None and spec["hot"]:
         loader_cpu -= s0.get("cpu_s", 0.0)
     res = {"mib_s": gib * 1024 / wall, "cpu_s_per_gib": cpu / gib, "gib": gib,
+           "user_s_per_gib": user / gib, "sys_s_per_gib": system / gib,
            "loader_cpu_s_per_gib": None if loader_cpu is None else loader_cpu / gib,
            "version": getattr(zring, "__file__", "")}
     print("RESULT " + json.dumps(res), flush=True)
@@ -159,25 +168,12 @@ def spawn_counted(spec: dict, env: dict, timeout: float) -> tuple[int | None, st
 def run(cgs: Cgroups | None, seq: int, spec: dict, limit: int | None, env: dict, perf: bool = False) -> dict | None:
     if not spec.get("hot"):
         drop_caches()
-    cg = None
-    if cgs is not None and limit:
-        cg, _ = cgs.create(f"zring-cpu-{os.getpid()}-{seq}", limit)
-        spec = dict(spec, cgroup=str(cg))
-    counts: dict = {}
-    try:
-        if perf:
-            rc, out, err, counts = spawn_counted(spec, env, spec["secs"] + 120)
-        else:
-            rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, spec["secs"] + 120)
-        ooms = cgs.oom_kills(cg) if cg else 0
-    finally:
-        if cg:
-            cgs.remove(cg)
-    res = budget.parse_result(out) if rc == 0 else None
+    timeout = spec["secs"] + 120
+    spawner = (lambda s: spawn_counted(s, env, timeout)) if perf else None
+    res, counts = budget.measure_in_cgroup(Path(__file__), cgs, f"zring-cpu-{os.getpid()}-{seq}", spec, limit, env,
+                                           timeout, spec["kind"], spawner)
     if res is not None and counts and res.get("gib"):
         res["per_gib"] = {EVENTS[k]: v / res["gib"] for k, v in counts.items() if k in EVENTS}
-    if res is None:
-        note(f"{spec['kind']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
     return res
 
 
@@ -186,6 +182,7 @@ PATHS = {
     "mode2-nocache": ("DataLoader mode 2, cold, no record cache (ZRING_CACHE_BYTES=0)", 2, False),
     "mode3": ("DataLoader mode 3, cold (1 MiB blocks)", 3, False),
     "hot": ("DataLoader mode 2, hot (page cache)", 2, True),
+    "fio": ("fio, random 12 KiB O_DIRECT reads, QD128 (its job thread)", 0, False),
 }
 
 
@@ -203,8 +200,8 @@ def main() -> None:
     ap.add_argument("--perf-stat", action="store_true",
                     help="count system calls, io_uring_enter calls, context switches and page faults per GiB "
                          "(perf stat around each process; its start and the store's open included)")
-    ap.add_argument("--hog", type=int, nargs="?", const=1, default=None, metavar="CPU",
-                    help="run `yes > /dev/null` pinned to CPU (default 1) for the whole run")
+    ap.add_argument("--hog", action="store_true",
+                    help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -212,11 +209,13 @@ def main() -> None:
         return
     if os.geteuid() != 0:
         raise SystemExit("cpu.py drops the page cache and sets cgroup limits: run it as root")
+    if args.hog:
+        # Killed at exit (atexit also runs on SIGTERM's sys.exit and on errors).
+        hog = contextlib.ExitStack()
+        hog.enter_context(common.cpu_hog())
+        atexit.register(hog.close)
+        note("a CPU hog (`taskset -c 1 yes > /dev/null`) kept core 1 busy for the whole run")
     data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "cold"
-    hog = common.Hog(args.hog).__enter__()
-    atexit.register(hog.__exit__)
-    if args.hog is not None:
-        common.note(f"`yes > /dev/null` ran pinned to cpu {args.hog} (`taskset -c {args.hog}`) for the whole run")
     paths, n = budget.ensure_data(data, args.gib, libs=("zring",))
     store = paths["zring"]
     cgs = None
@@ -242,6 +241,14 @@ def main() -> None:
         for kind in kinds:
             label, mode, hot = PATHS[kind]
             order = list(builds) if r % 2 == 0 else list(reversed(builds))
+            if kind == "fio":
+                drop_caches()
+                f = common.fio_randread(store, args.secs, 128)
+                x = {k: f[k] for k in ("mib_s", "cpu_s_per_gib", "user_s_per_gib", "sys_s_per_gib")} if f else {}
+                for name in builds:
+                    res.setdefault((kind, name), []).append(x)
+                print(f"  round {r + 1} fio: {json.dumps(x)}", file=sys.stderr, flush=True)
+                continue
             for name in order:
                 seq += 1
                 spec = {"kind": kind, "mode": mode, "hot": hot, "path": str(store), "secs": args.secs,
@@ -269,12 +276,12 @@ def main() -> None:
              f"each, each in a fresh process{', in a ' + str(args.cgroup_mib) + ' MiB memory cgroup' if limit else ''};"
              f" DataLoader batch 256, {args.workers} workers, prefetch {args.prefetch}.", "",
              "Floor, one thread: " + ", ".join(f"{k} {v:.3f}" for k, v in fl_med.items()) + " CPU-s per GiB.", "",
-             "| read path | build | MiB/s (median) | CPU-s per GiB, process (range) | of which the loader's threads "
-             "(`stats()`) | ÷ floor (memcpy+crc) |" + ("".join(f" {v} per GiB |" for v in EVENTS.values())
-                                                     if args.perf_stat else ""),
-             "|---|---|---:|---:|---:|---:|" + ("---:|" * len(EVENTS) if args.perf_stat else "")]
+             "| read path | build | MiB/s (median) | CPU-s per GiB, process (range) | user / sys | of which the "
+             "loader's threads (`stats()`) | ÷ floor (memcpy+crc) |"
+             + ("".join(f" {v} per GiB |" for v in EVENTS.values()) if args.perf_stat else ""),
+             "|---|---|---:|---:|---:|---:|---:|" + ("---:|" * len(EVENTS) if args.perf_stat else "")]
     for kind in kinds:
-        for name in builds:
+        for name in builds if kind != "fio" else list(builds)[:1]:
             xs = res[(kind, name)]
             c = [x.get("cpu_s_per_gib") for x in xs if x]
             c = [v for v in c if v is not None]
@@ -282,10 +289,13 @@ def main() -> None:
             lc = med([x.get("loader_cpu_s_per_gib") for x in xs if x])
             counted = "".join(f" {med([(x.get('per_gib') or {}).get(v) for x in xs if x]):,.0f} |"
                               for v in EVENTS.values()) if args.perf_stat else ""
-            lines.append(f"| {PATHS[kind][0]} | {name} | {med([x.get('mib_s') for x in xs if x]):.0f} | "
-                         f"**{med(c):.2f}**{rng} | {'' if lc != lc else f'{lc:.2f}'} | {med(c) / floor_total:.1f} |"
+            shown_name = name if kind != "fio" else "-"
+            lines.append(f"| {PATHS[kind][0]} | {shown_name} | {med([x.get('mib_s') for x in xs if x]):.0f} | "
+                         f"**{med(c):.2f}**{rng} | {med([x.get('user_s_per_gib') for x in xs if x]):.2f} / "
+                         f"{med([x.get('sys_s_per_gib') for x in xs if x]):.2f} | "
+                         f"{'' if lc != lc else f'{lc:.2f}'} | {med(c) / floor_total:.1f} |"
                          + counted)
-        if len(builds) == 2:
+        if len(builds) == 2 and kind != "fio":
             a, b = list(builds)
             pa = [x.get("cpu_s_per_gib") for x in res[(kind, a)]]
             pb = [x.get("cpu_s_per_gib") for x in res[(kind, b)]]
@@ -295,7 +305,7 @@ def main() -> None:
             speed = [y / x for x, y in zip(sa, sb) if x and y]
             if ratios:
                 lines.append(f"| {PATHS[kind][0]} | {b} ÷ {a}, round by round | {med(speed):.2f} | "
-                             f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | | |"
+                             f"{med(ratios):.2f} ({min(ratios):.2f}–{max(ratios):.2f}) | | | |"
                              + (" |" * len(EVENTS) if args.perf_stat else ""))
     argv = " ".join(a.split("=", 1)[0] + "=DIR" if "=/" in a else a for a in sys.argv[1:])
     lines += ["", f"Command: `python benches/cpu.py {argv}`. Data: {shown(store)}."]

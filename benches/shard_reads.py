@@ -36,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import budget  # noqa: E402
 import common  # noqa: E402
-from common import REPO, Cgroups, drop_caches, note, notes, shown  # noqa: E402
+from common import REPO, Cgroups, drop_caches, notes, shown  # noqa: E402
 
 RECORD = budget.RECORD
 BATCH = 256
@@ -95,19 +95,8 @@ def child(spec: dict) -> None:
 
 def run(cgs: Cgroups | None, spec: dict, limit: int | None, env: dict) -> dict | None:
     drop_caches()
-    cg = None
-    if cgs is not None and limit:
-        cg, _ = cgs.create(f"zring-shards-{os.getpid()}-{spec['split']}-{spec['rank']}", limit)
-        spec = dict(spec, cgroup=str(cg))
-    try:
-        rc, out, err, _ = budget.spawn_script(Path(__file__), spec, env, 600)
-        ooms = cgs.oom_kills(cg) if cg else 0
-    finally:
-        if cg:
-            cgs.remove(cg)
-    res = budget.parse_result(out) if rc == 0 else None
-    if res is None:
-        note(f"rank {spec['rank']}: exit {rc}{' (OOM)' if ooms else ''}: {' | '.join(err.strip().splitlines()[-3:])}")
+    res, _ = budget.measure_in_cgroup(Path(__file__), cgs, f"zring-shards-{os.getpid()}-{spec['split']}-{spec['rank']}",
+                                      spec, limit, env, 600, f"rank {spec['rank']}")
     return res
 
 

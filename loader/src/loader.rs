@@ -1397,6 +1397,12 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
         };
         return Ok(Batch { step, indices, sources, columns });
     }
+    // A cyclic plan's hints all lie in the next cycle (each record comes
+    // once a cycle): the sources learn where it starts.
+    let cycle_end = match &ctx.plan {
+        Plan::Single(s) if hints.is_some() && s.state().mode == Mode::Cyclic => Some(s.cycle_boundary(step + 1)),
+        _ => None,
+    };
     let grouped_hints: Option<Vec<Option<u64>>> =
         grouping.order.as_ref().zip(hints.as_deref()).map(|(o, h)| o.iter().map(|&r| h[r]).collect());
     let ghints: Option<&[Option<u64>]> = grouped_hints.as_deref().or(hints.as_deref());
@@ -1435,12 +1441,18 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                     match &grouping.order {
                         None => {
                             let dst = &mut data[rows.start * record_bytes..rows.end * record_bytes];
-                            source.gather(&Request::packed(idx).hints(next).fan_out(ctx.fan_out), dst)
+                            source.gather(
+                                &Request::packed(idx).hints(next).cycle_end(cycle_end).fan_out(ctx.fan_out),
+                                dst,
+                            )
                         }
                         Some(order) => {
                             starts.clear();
                             starts.extend(order[rows].iter().map(|&r| (r * record_bytes) as u64));
-                            source.gather(&Request::at(idx, &starts).hints(next).fan_out(ctx.fan_out), &mut data)
+                            source.gather(
+                                &Request::at(idx, &starts).hints(next).cycle_end(cycle_end).fan_out(ctx.fan_out),
+                                &mut data,
+                            )
                         }
                     }
                     .map_err(gather_err(k))?;
@@ -1489,12 +1501,18 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
                                 rebased.extend(offsets[rows.start..=rows.end].iter().map(|&o| o - a as u64));
                                 &rebased[..]
                             };
-                            source.gather(&Request::ragged(idx, offs).hints(next).fan_out(ctx.fan_out), dst)
+                            source.gather(
+                                &Request::ragged(idx, offs).hints(next).cycle_end(cycle_end).fan_out(ctx.fan_out),
+                                dst,
+                            )
                         }
                         Some(order) => {
                             starts.clear();
                             starts.extend(order[rows].iter().map(|&r| offsets[r]));
-                            source.gather(&Request::at(idx, &starts).hints(next).fan_out(ctx.fan_out), &mut data)
+                            source.gather(
+                                &Request::at(idx, &starts).hints(next).cycle_end(cycle_end).fan_out(ctx.fan_out),
+                                &mut data,
+                            )
                         }
                     }
                     .map_err(gather_err(k))?;

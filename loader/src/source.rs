@@ -207,6 +207,12 @@ pub struct Request<'a> {
     /// [wants hints](Source::wants_hints); a source may keep the records
     /// needed soonest in memory, but the bytes written are the same.
     pub next: &'a [Option<u64>],
+    /// With hints in cyclic mode, the first step of the next cycle: every
+    /// hint of this step lies in that cycle, and a source keeping the records
+    /// needed soonest can tell which of them it could still hold by then
+    /// (the store adapter keeps none beyond its record cache's reach). `None`
+    /// otherwise.
+    pub cycle_end: Option<u64>,
     /// Whether the source may spread the gather over other threads (a
     /// store's decode pool). The loader turns it off while its own workers
     /// already run as many gathers at once as there are cores.
@@ -216,23 +222,28 @@ pub struct Request<'a> {
 impl<'a> Request<'a> {
     /// Fixed records back to back ([`Slots::Packed`]).
     pub fn packed(indices: &'a [u64]) -> Self {
-        Request { indices, slots: Slots::Packed, next: &[], fan_out: true }
+        Request { indices, slots: Slots::Packed, next: &[], cycle_end: None, fan_out: true }
     }
 
     /// Ragged records between `offsets` ([`Slots::Offsets`]).
     pub fn ragged(indices: &'a [u64], offsets: &'a [u64]) -> Self {
-        Request { indices, slots: Slots::Offsets(offsets), next: &[], fan_out: true }
+        Request { indices, slots: Slots::Offsets(offsets), next: &[], cycle_end: None, fan_out: true }
     }
 
     /// Records at `starts` ([`Slots::At`]).
     pub fn at(indices: &'a [u64], starts: &'a [u64]) -> Self {
-        Request { indices, slots: Slots::At(starts), next: &[], fan_out: true }
+        Request { indices, slots: Slots::At(starts), next: &[], cycle_end: None, fan_out: true }
     }
 
     /// The same request with next-use hints ([`Request::next`]); an empty
     /// slice gives none.
     pub fn hints(self, next: &'a [Option<u64>]) -> Self {
         Request { next, ..self }
+    }
+
+    /// The same request with the next cycle's first step ([`Request::cycle_end`]).
+    pub fn cycle_end(self, end: Option<u64>) -> Self {
+        Request { cycle_end: end, ..self }
     }
 
     /// The same request with fan-out on or off ([`Request::fan_out`]).

@@ -33,7 +33,10 @@ use crate::Blocks;
 /// read again without a known next use gives up the rank of the step just
 /// read, and is kept behind the records known to come sooner and ahead of
 /// those nobody said anything about), and the cache keeps the records needed
-/// soonest. Buffered stores read through the
+/// soonest. In cyclic mode ([`Request::cycle_end`]), a next use past the
+/// steps of the next cycle the cache can serve, and an unknown one, go as
+/// `NextUse::Never`, which the cache does not copy in.
+/// Buffered stores read through the
 /// page cache, which takes no hints. The steps are this loader's: the store
 /// compares the hints of all its readers, so one store should have one
 /// loader passing hints at a time.
@@ -70,7 +73,7 @@ impl StoreSource {
 impl StoreSource {
     /// The store as it is now ([`Store::view`]).
     fn now(&self) -> StoreView {
-        StoreView { view: self.store.view(), layout: self.layout }
+        StoreView { view: self.store.view(), layout: self.layout, store: Arc::clone(&self.store) }
     }
 }
 
@@ -129,6 +132,38 @@ impl Source for StoreSource {
 struct StoreView {
     view: View,
     layout: Layout,
+    /// The store, for its record cache's size ([`StoreView::horizon`]).
+    store: Arc<Store>,
+}
+
+impl StoreView {
+    /// The first step whose records the record cache could no longer hold
+    /// from gathers like this one of `indices` before the cycle ending at
+    /// `cycle_end` ([`Request::cycle_end`]).
+    ///
+    /// In cyclic mode each record comes once a cycle, so every record read
+    /// now is needed next in the next cycle, and a cache of `c` records can
+    /// serve at most the next cycle's first `c / per_step` steps (no policy
+    /// does better: a hit needs its record kept across the cycle's end).
+    /// Keeping the records needed soonest, the cache ends the cycle holding
+    /// exactly those; a record needed later, copied in while there is room,
+    /// is only evicted again before its use. Marked as not needed, it is not
+    /// copied at all: in a loader reading a store several times its cache,
+    /// most of what filling the cache cost.
+    ///
+    /// The cache's records are counted at the mean length of this gather's
+    /// records (their logical length: a compressed record is kept in fewer
+    /// bytes, so the count errs low, keeping fewer than the cache could).
+    fn horizon(&self, cycle_end: u64, indices: &[u64]) -> Result<u64, SourceError> {
+        let capacity = self.store.read_stats().cache_capacity;
+        let mut lengths = vec![0u64; indices.len()];
+        self.view.lengths(indices, &mut lengths)?;
+        let mean = (lengths.iter().sum::<u64>() / indices.len().max(1) as u64).max(1);
+        // Rounded up: a step too many only copies in records the cache
+        // then evicts for nearer ones; a step too few loses its hits.
+        let reach = (capacity / mean).div_ceil(indices.len().max(1) as u64);
+        Ok(cycle_end.saturating_add(reach))
+    }
 }
 
 impl Source for StoreView {
@@ -157,7 +192,10 @@ impl Source for StoreView {
             }
             (Slots::At(starts), Layout::Ragged) => engine::Slots::Ragged(starts),
         };
-        let next = next_uses(req.next);
+        let next = match req.cycle_end.filter(|_| !req.next.is_empty()) {
+            Some(end) => next_uses_before(req.next, self.horizon(end, req.indices)?),
+            None => next_uses(req.next),
+        };
         let gather = engine::Gather { indices: req.indices, slots, next: &next, fan_out: req.fan_out };
         Ok(self.view.gather(&gather, dst)?)
     }
@@ -209,6 +247,18 @@ pub(crate) fn block_shape(store: &Store, layout: Layout) -> Blocks {
     Blocks { block_records, window_blocks, shards: 1 }
 }
 
+/// [`next_uses`], with every step at or past `horizon` (and every record
+/// without a known next use) as [`NextUse::Never`]: not to be kept
+/// ([`StoreView::horizon`]).
+fn next_uses_before(next: &[Option<u64>], horizon: u64) -> Vec<NextUse> {
+    next.iter()
+        .map(|n| match n {
+            Some(s) if *s < horizon => NextUse::At(*s),
+            _ => NextUse::Never,
+        })
+        .collect()
+}
+
 /// The loader's hints in the store's terms: a later step, or later than any
 /// step known.
 pub(crate) fn next_uses(next: &[Option<u64>]) -> Vec<NextUse> {
@@ -232,6 +282,16 @@ mod tests {
         store.append(&refs, None).unwrap();
         store.sync().unwrap();
         (dir, Arc::new(store))
+    }
+
+    #[test]
+    fn hints_past_the_horizon_say_never() {
+        let next = [Some(3), Some(9), Some(10), None, Some(u64::MAX)];
+        assert_eq!(
+            next_uses_before(&next, 10),
+            vec![NextUse::At(3), NextUse::At(9), NextUse::Never, NextUse::Never, NextUse::Never]
+        );
+        assert_eq!(next_uses(&next)[3], NextUse::At(u64::MAX), "without a horizon, unknown stays this loader's");
     }
 
     #[test]

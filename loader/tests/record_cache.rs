@@ -178,6 +178,36 @@ fn the_second_epoch_is_served_from_the_cache_by_its_share() {
     });
 }
 
+/// In cyclic mode every record read is needed next in the next cycle, and
+/// the cache can serve only that cycle's first steps: the records needed
+/// later are not copied in even while the cache has room (they would only be
+/// evicted again before their use), so half an epoch fills it only with
+/// about the share of what it read that it can keep across the cycle's end.
+#[test]
+fn a_cyclic_epoch_copies_in_only_what_the_cache_keeps_for_the_next() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    with_timeout(common::DEADLOCK * 3, || {
+        let dir = tempfile::tempdir().unwrap();
+        let data = create(dir.path());
+        let store = open(dir.path(), data / 2);
+        let stream = Stream::new("fixed", Arc::new(StoreSource::fixed(Arc::clone(&store), SLOT)));
+        let mut loader = Loader::new(vec![stream], config()).unwrap();
+        take(&mut loader, (STEPS_PER_EPOCH / 2) as usize);
+        loader.close().unwrap();
+        let stats = store.read_stats();
+        assert_eq!(stats.policy, "direct", "{stats:?}");
+        // The cache has room for about half the data: at least three
+        // quarters of what half an epoch (and the steps read ahead) read.
+        // It can keep for the next epoch about its share of the records (the
+        // next epoch's first half), so it took only about half of those read.
+        let share = stats.cache_entries as f64 / stats.records as f64;
+        eprintln!("{} of {} records read copied into the cache: {share:.2}", stats.cache_entries, stats.records);
+        assert!(stats.cache_capacity / 7000 >= stats.records * 3 / 4, "{stats:?}");
+        assert!((0.3..=0.6).contains(&share), "{share:.2} of the records read were cached: {stats:?}");
+        drop(store);
+    });
+}
+
 /// Iid draws with the look-ahead's hints: the cache keeps the records drawn
 /// again soonest instead of a fixed subset, and serves well over its share
 /// (with a third of the data cached, plain admission serves a third).

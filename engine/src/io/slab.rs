@@ -24,7 +24,7 @@
 //! `mprotect` per record (glibc grows a thread's arena one allocation at a
 //! time) and a page fault per 4 KiB: about 0.9 CPU-seconds per GiB cached
 //! (bench-results/cpu.md); carved, it costs one `mmap` and one
-//! `MADV_POPULATE_WRITE` per 2 MiB. The slots and chunk tails no record holds
+//! `MADV_POPULATE_WRITE` per 2 MiB, made without the arenas' lock ([`carve`]). The slots and chunk tails no record holds
 //! are the arenas' spare memory; it counts with the pool below against the
 //! pool's limit (beyond which freed slots are handed back to the system,
 //! `MADV_DONTNEED`, and new chunks are left to fault in page by page), and
@@ -314,6 +314,10 @@ struct Class {
     cold: Vec<NonNull<u8>>,
     /// The uncarved rest of the class's last chunk.
     tail: Option<Tail>,
+    /// Chunks mapped for the class while it still had a tail (two threads
+    /// mapped one at once, [`carve`]), each `true` when populated; the next
+    /// tails.
+    fresh: Vec<(NonNull<u8>, bool)>,
 }
 
 struct Tail {
@@ -357,10 +361,29 @@ fn arenas() -> Option<MutexGuard<'static, Arenas>> {
 
 /// A free slot of `cap` bytes (module docs), or `None` when the arenas are
 /// busy or out of address space: the caller then allocates.
+///
+/// A new chunk is mapped and populated with the arenas unlocked: populating
+/// 2 MiB takes a fraction of a millisecond, during which the other threads
+/// filling the cache would spin on the lock (`sched_yield`) and then give up
+/// and allocate from the heap (`mprotect` and a page fault per 4 KiB).
 fn carve(cap: usize) -> Option<NonNull<u8>> {
-    let mut a = arenas()?;
-    a.take_deferred();
-    a.carve(cap)
+    {
+        let mut a = arenas()?;
+        a.take_deferred();
+        if let Some(p) = a.carve(cap) {
+            return Some(p);
+        }
+    }
+    let populate = SPARE.load(Relaxed) + CHUNK - cap <= POOL_LIMIT.load(Relaxed);
+    let base = map_chunk(populate)?;
+    match arenas() {
+        Some(mut a) => Some(a.install(cap, base, populate)),
+        None => {
+            // SAFETY: the chunk was mapped above and nothing refers to it.
+            unsafe { libc::munmap(base.as_ptr().cast(), CHUNK) };
+            None
+        }
+    }
 }
 
 /// Gives a slot back to its class.
@@ -456,6 +479,8 @@ impl Arenas {
         }
     }
 
+    /// A slot of class `cap` from its free lists or its last chunk's rest;
+    /// `None` when the class needs a new chunk ([`Arenas::install`]).
     fn carve(&mut self, cap: usize) -> Option<NonNull<u8>> {
         let class = self.classes.entry(cap).or_default();
         if let Some(p) = class.free.pop() {
@@ -465,6 +490,12 @@ impl Arenas {
         if let Some(p) = class.cold.pop() {
             return Some(p);
         }
+        if class.tail.as_ref().is_none_or(|t| t.left < cap) {
+            if let Some((base, resident)) = class.fresh.pop() {
+                return Some(self.install(cap, base, resident));
+            }
+        }
+        let class = self.classes.get_mut(&cap).expect("made above");
         if let Some(t) = class.tail.as_mut().filter(|t| t.left >= cap) {
             let p = t.next;
             // SAFETY: `left >= cap` bytes of the chunk follow `next`.
@@ -475,22 +506,35 @@ impl Arenas {
             }
             return Some(p);
         }
-        // The last chunk's rest is too short for a slot: hand it back.
+        None
+    }
+
+    /// Makes the fresh chunk at `base` (`resident`: populated) the tail of
+    /// class `cap` and returns its first slot; a tail left from before, too
+    /// short for a slot, is handed back. When another thread's chunk became
+    /// the tail meanwhile, the slot comes from it and this chunk waits in
+    /// [`Class::fresh`].
+    fn install(&mut self, cap: usize, base: NonNull<u8>, resident: bool) -> NonNull<u8> {
+        let class = self.classes.entry(cap).or_default();
+        if class.tail.as_ref().is_some_and(|t| t.left >= cap) {
+            // Another thread's chunk came first: this one is the next.
+            class.fresh.push((base, resident));
+            let p = self.carve(cap).expect("the tail has room for a slot");
+            return p;
+        }
         if let Some(t) = class.tail.take() {
             if t.resident {
                 dontneed(t.next.as_ptr(), t.left);
                 SPARE.fetch_sub(t.left, Relaxed);
             }
         }
-        let populate = SPARE.load(Relaxed) + CHUNK - cap <= POOL_LIMIT.load(Relaxed);
-        let base = map_chunk(populate)?;
         // SAFETY: `cap <= MAX_CARVED < CHUNK`: the chunk goes on past `cap`.
         let next = unsafe { NonNull::new_unchecked(base.as_ptr().add(cap)) };
-        class.tail = Some(Tail { next, left: CHUNK - cap, resident: populate });
-        if populate {
+        class.tail = Some(Tail { next, left: CHUNK - cap, resident });
+        if resident {
             SPARE.fetch_add(CHUNK - cap, Relaxed);
         }
-        Some(base)
+        base
     }
 
     fn put(&mut self, ptr: NonNull<u8>, cap: usize) {
@@ -511,6 +555,10 @@ impl Arenas {
                 dontneed(p.as_ptr(), cap);
                 SPARE.fetch_sub(cap, Relaxed);
                 class.cold.push(p);
+            }
+            for (base, resident) in class.fresh.iter_mut().filter(|(_, r)| *r) {
+                dontneed(base.as_ptr(), CHUNK);
+                *resident = false;
             }
             if let Some(t) = class.tail.as_mut().filter(|t| t.resident) {
                 dontneed(t.next.as_ptr(), t.left);
@@ -578,6 +626,26 @@ mod tests {
     /// Records are carved from chunks, a freed slot is handed out again for
     /// the next record of its capacity, and a drained one comes back as
     /// zeros: its pages went back to the system.
+    #[test]
+    fn a_chunk_mapped_while_another_became_the_tail_is_kept_for_later() {
+        // Two threads found the class out of slots and each mapped a chunk
+        // without the lock ([`carve`]): the second chunk installed waits
+        // for the first to be used up instead of being handed back.
+        let mut a = Arenas { classes: BTreeMap::new() };
+        const LEN: usize = 5 * PAGE;
+        assert!(a.carve(LEN).is_none(), "a new class needs a chunk");
+        let (first, second) = (map_chunk(false).unwrap(), map_chunk(false).unwrap());
+        assert_eq!(a.install(LEN, first, false), first);
+        let next = a.install(LEN, second, false);
+        assert_eq!(next.as_ptr() as usize, first.as_ptr() as usize + LEN, "the slot came from the first chunk");
+        let per_chunk = CHUNK / LEN;
+        let slots: Vec<usize> = (0..2 * per_chunk - 2).map(|_| a.carve(LEN).unwrap().as_ptr() as usize).collect();
+        let in_chunk = |c: NonNull<u8>, p: usize| (c.as_ptr() as usize..c.as_ptr() as usize + CHUNK).contains(&p);
+        assert!(slots[..per_chunk - 2].iter().all(|&p| in_chunk(first, p)), "the first chunk is used up first");
+        assert!(slots[per_chunk - 2..].iter().all(|&p| in_chunk(second, p)), "then the second, whole");
+        assert!(a.carve(LEN).is_none(), "both used up: a new chunk is needed");
+    }
+
     #[test]
     fn records_are_carved_reused_and_handed_back() {
         // A capacity no other test takes: only this test uses its class.

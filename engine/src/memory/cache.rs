@@ -68,8 +68,11 @@
 //!   see"), or [`NextUse::Never`] when it is not needed again this cycle, and
 //!   updates cached records it reads ([`Cache::touch`]). A full cache then replaces the records needed
 //!   farthest in the future, or never, by ones needed sooner (Belady's
-//!   rule). A record inserted as `Never` is not admitted when the cache is
-//!   full. Steps of different loaders are not comparable; one store should
+//!   rule). A record inserted as `Never` is not admitted at all, even with
+//!   room: it would sit unused until evicted, and copying it in costs the
+//!   reader a copy and the cache's memory its first touch (a loader in
+//!   cyclic mode marks so the records needed next cycle only after its cache
+//!   would have dropped them, `zring_loader`'s store adapter). Steps of different loaders are not comparable; one store should
 //!   have one loader giving hints.
 //!
 //! On whole epochs of permutations no policy beats the fixed subset: a hit
@@ -186,7 +189,7 @@ pub enum NextUse {
     Unknown,
     /// Needed again at this step (the loader's step count).
     At(u64),
-    /// Not needed again this cycle.
+    /// Not needed again this cycle: never copied into the cache.
     Never,
 }
 
@@ -373,7 +376,7 @@ impl Cache {
     /// Offers `stored` (bytes the caller has checked against the entry's crc)
     /// for `key`, needed next at `next`: copied in if admitted. Admitted while
     /// there is room; when full, only by evicting entries needed strictly
-    /// later (module docs).
+    /// later; never when `next` is [`NextUse::Never`] (module docs).
     pub fn insert(&self, key: Key, stored: &[u8], next: NextUse) -> Admit {
         self.insert_with(key, stored.len(), next, || Slab::copy_of(stored))
     }
@@ -391,6 +394,11 @@ impl Cache {
                 }
                 return Admit::Present;
             }
+        }
+        if next == NextUse::Never {
+            // Not needed again this cycle: the copy would only be evicted.
+            self.rejections.fetch_add(1, Relaxed);
+            return Admit::Rejected;
         }
         let charge = charge(len);
         let mut evicted = 0;
@@ -777,6 +785,22 @@ mod tests {
         assert_eq!(c.insert(k(8), &b, NextUse::At(50)), Admit::Present);
         assert_eq!(c.insert(k(9), &b, NextUse::At(30)), Admit::Inserted);
         assert!(c.get(&k(8)).is_none());
+    }
+
+    #[test]
+    fn a_record_never_needed_again_is_not_copied_in_even_with_room() {
+        let c = Cache::new(10 * charge(10));
+        let b = [0u8; 10];
+        let k = |i| key(0, i, 10);
+        assert_eq!(c.insert(k(1), &b, NextUse::Never), Admit::Rejected);
+        assert!(c.get(&k(1)).is_none());
+        assert_eq!(c.stats().charged, 0, "nothing was reserved for it");
+        // Others still are, and a cached record later known not to be needed
+        // stays until something needs its room.
+        assert_eq!(c.insert(k(2), &b, NextUse::At(3)), Admit::Inserted);
+        assert_eq!(c.insert(k(3), &b, NextUse::Unknown), Admit::Inserted);
+        assert!(c.touch(&k(2), NextUse::Never));
+        assert!(c.get(&k(2)).is_some());
     }
 
     /// Plays `order` through a fresh cache of `capacity` records of 100
