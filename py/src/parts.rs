@@ -97,6 +97,7 @@ const READS_SUMMED: &[&str] = &[
     "bytes_from_page_cache",
     "cache_held",
     "cache_entries",
+    "window_bytes",
     "switches",
 ];
 /// The members of `verify()` that add up over parts.

@@ -1,13 +1,14 @@
-//! Slabs: recycled buffers that block reads land in, and that the records
-//! copied out of them are kept in by the record cache.
+//! Slabs: recycled buffers that block reads land in, and that the record
+//! cache keeps the records a gather read in.
 //!
 //! A window of blocks ([`crate::read::blocks`]) is read in runs of records
 //! that lie back to back in a chunk file, each run one large O_DIRECT read
-//! into an ALIGN-aligned slab. Each record is then copied into a slab of its
-//! own size, frozen into a [`Bytes`], and kept by the cache; a record's
-//! memory is freed when it leaves the cache, so the cache's byte accounting
-//! stays exact (records cut as slices of the run's slab would keep the whole
-//! run alive until its last record left).
+//! into an ALIGN-aligned slab, which the window keeps whole
+//! ([`crate::memory::window`]: the slab is charged to the record cache as
+//! long as any record of it lives). A record a gather read on its own and
+//! the cache admits is copied into a slab of its own size, frozen into a
+//! [`Bytes`]; its memory is freed when it leaves the cache, so the cache's
+//! byte accounting stays exact.
 //!
 //! A record's slab is rounded up to 64 bytes below [`GRAIN`] and to a page
 //! ([`ALIGN`]) from there, so a record wastes at most 1/16 of its size (a run's
@@ -29,6 +30,12 @@
 //! `MADV_DONTNEED`, and new chunks are left to fault in page by page), and
 //! [`drain`] hands all of it back. Chunks stay mapped; a handed-back slot is
 //! reused like any other and faults its pages in again.
+//!
+//! Slabs from [`GRAIN`] up (a run's) are anonymous mappings of their own,
+//! populated in one call (`MADV_POPULATE_WRITE`) and unmapped when freed
+//! past the pool: from the heap, each page of a fresh one cost a fault as
+//! `alloc_zeroed` cleared it, most of what a window's load cost in the
+//! kernel once its records were no longer copied out (bench-results/mode3-one-copy.md).
 //!
 //! Freed slabs go back to a small process-wide pool (at most [`POOL_BYTES`],
 //! less for a small budget: [`set_limits`]) and are handed out again for the
@@ -138,6 +145,11 @@ fn capacity(len: usize) -> usize {
     }
 }
 
+/// The capacity of [`Slab::take_aligned`]`(len)`.
+pub(crate) fn aligned_capacity(len: usize) -> usize {
+    capacity(len.max(GRAIN))
+}
+
 /// The capacity a record's slab of `len` bytes gets ([`Slab::copy_of`]; module
 /// docs): what the record cache charges for it.
 pub(crate) fn record_capacity(len: usize) -> usize {
@@ -186,6 +198,10 @@ impl Slab {
                 return Slab { ptr, cap, carved: false };
             }
         }
+        if cap >= GRAIN {
+            let ptr = map(cap, true).unwrap_or_else(|| handle_alloc_error(layout(cap)));
+            return Slab { ptr, cap, carved: false };
+        }
         // SAFETY: the layout has a non-zero size (every capacity is at least
         // SMALL).
         let raw = unsafe { alloc_zeroed(layout(cap)) };
@@ -203,7 +219,7 @@ impl Slab {
     }
 
     /// A slab of at least `len` bytes aligned for O_DIRECT ([`ALIGN`]): one
-    /// of at least [`GRAIN`] bytes.
+    /// of at least [`GRAIN`] bytes ([`aligned_capacity`]).
     pub fn take_aligned(len: usize) -> Slab {
         Slab::take(len.max(GRAIN))
     }
@@ -247,10 +263,23 @@ impl Drop for Slab {
                 return;
             }
         }
-        // SAFETY: allocated in `take` with this layout and not freed since
-        // (a slab in the pool is not a live `Slab`).
-        unsafe { dealloc(self.ptr.as_ptr(), layout(self.cap)) }
+        free(self.ptr, self.cap);
     }
+}
+
+/// Frees a slab's memory that no slab or pool refers to any more: unmapped
+/// from [`GRAIN`] up ([`map`]), else given back to the allocator.
+fn free(ptr: NonNull<u8>, cap: usize) {
+    if cap >= GRAIN {
+        // SAFETY: mapped by `map` with this length and not unmapped since;
+        // nothing refers to it (the caller's slab is dropped or it left the
+        // pool).
+        unsafe { libc::munmap(ptr.as_ptr().cast(), cap) };
+        return;
+    }
+    // SAFETY: allocated in `with_capacity` with this layout and not freed
+    // since (a slab in the pool is not a live `Slab`).
+    unsafe { dealloc(ptr.as_ptr(), layout(cap)) }
 }
 
 /// Frees every pooled slab and hands the arenas' spare memory back to the
@@ -260,7 +289,7 @@ pub(crate) fn drain() {
         a.take_deferred();
         a.hand_back();
     }
-    let free = match POOL.try_lock() {
+    let pooled = match POOL.try_lock() {
         Ok(mut pool) => {
             SPARE.fetch_sub(pool.bytes, Relaxed);
             pool.bytes = 0;
@@ -268,11 +297,10 @@ pub(crate) fn drain() {
         }
         Err(_) => return,
     };
-    for (cap, ptrs) in free {
+    for (cap, ptrs) in pooled {
         for ptr in ptrs {
-            // SAFETY: each pooled pointer was allocated with this layout and
-            // is owned by the pool alone; it was removed from the pool above.
-            unsafe { dealloc(ptr.as_ptr(), layout(cap)) }
+            // Owned by the pool alone, and removed from it above.
+            free(ptr, cap);
         }
     }
 }
@@ -402,13 +430,22 @@ fn dontneed(ptr: *mut u8, len: usize) {
 }
 
 /// A fresh chunk, populated when `populate`; `None` when it cannot be mapped.
+/// Chunks are never unmapped.
 fn map_chunk(populate: bool) -> Option<NonNull<u8>> {
+    map(CHUNK, populate)
+}
+
+/// A fresh anonymous mapping of `len` bytes (page-aligned, reading as
+/// zeros), populated when `populate` (its pages allocated, cleared and
+/// charged in one call rather than a fault each on first touch); `None` when
+/// it cannot be mapped.
+fn map(len: usize, populate: bool) -> Option<NonNull<u8>> {
     // SAFETY: an anonymous private mapping at an address of the kernel's
-    // choosing aliases nothing; it is never unmapped.
+    // choosing aliases nothing.
     let raw = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
-            CHUNK,
+            len,
             libc::PROT_READ | libc::PROT_WRITE,
             libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
             -1,
@@ -422,7 +459,7 @@ fn map_chunk(populate: bool) -> Option<NonNull<u8>> {
         // SAFETY: the range is the mapping just made. A kernel without
         // MADV_POPULATE_WRITE (before 5.14) refuses it, and the pages fault
         // in on first touch instead.
-        unsafe { libc::madvise(raw, CHUNK, libc::MADV_POPULATE_WRITE) };
+        unsafe { libc::madvise(raw, len, libc::MADV_POPULATE_WRITE) };
     }
     NonNull::new(raw.cast::<u8>())
 }

@@ -414,7 +414,8 @@ pub(crate) struct SlabRead<'f> {
 }
 
 /// Runs a batch of reads, each into an O_DIRECT-aligned slab taken when the
-/// read is submitted ([`Slab::take_aligned`]), at most `limit` in flight;
+/// read is submitted (`take(len)`: [`Slab::take_aligned`] or a slab of that
+/// capacity), at most `limit` in flight;
 /// as read `i` completes, its slab is handed over through `on_done(i, slab)`
 /// while the others may still be in flight. Slabs of reads that did not
 /// complete are dropped.
@@ -422,6 +423,7 @@ pub(crate) fn read_slabs(
     backend: BackendKind,
     reads: &[SlabRead<'_>],
     limit: usize,
+    take: &mut dyn FnMut(usize, usize) -> Slab,
     on_done: &mut dyn FnMut(usize, Slab),
 ) -> Result<(), ReqError> {
     if let Some(e) = injected(crate::io::fault::Kind::Read, reads.len()) {
@@ -436,7 +438,8 @@ pub(crate) fn read_slabs(
         })
         .collect();
     let mut prepare = |i: usize| {
-        let mut slab = Slab::take_aligned(reads[i].len);
+        let mut slab = take(i, reads[i].len);
+        assert!(slab.as_ref().len() >= reads[i].len && (slab.as_ref().as_ptr() as usize).is_multiple_of(ALIGN));
         let ptr = slab.as_mut_slice().as_mut_ptr();
         slots.borrow_mut()[i] = Some(slab);
         ptr
@@ -451,7 +454,7 @@ pub(crate) fn read_slabs(
         }
     };
     // SAFETY: each request gets, at its first submission, a slab of its own
-    // of at least `len` bytes (`take_aligned`), so the ranges are valid for
+    // of at least `len` bytes (`take`, checked above), so the ranges are valid for
     // writes and disjoint. Moving a `Slab` moves only its handle, not the heap
     // buffer the pointer names; the slabs stay in `slots`, untouched, until
     // their completion hands them to the callback, and those not completed are
@@ -869,7 +872,7 @@ mod tests {
                 })
                 .collect();
             let mut got = vec![false; reads.len()];
-            read_slabs(b, &reads, 3, &mut |i, slab| {
+            read_slabs(b, &reads, 3, &mut |_, len| Slab::take_aligned(len), &mut |i, slab| {
                 let at = i * 50_000;
                 assert_eq!(&slab.as_ref()[..50_000], &data[at..at + 50_000], "read {i} on {b:?}");
                 got[i] = true;
@@ -877,7 +880,10 @@ mod tests {
             .unwrap();
             assert!(got.iter().all(|&g| g), "every read completed on {b:?}");
             let short = [SlabRead { fd: f.as_fd(), offset: 1_990_000, len: 20_000, need: 20_000 }];
-            let err = read_slabs(b, &short, 1, &mut |_, _| panic!("a short read is no completion")).unwrap_err();
+            let err = read_slabs(b, &short, 1, &mut |_, len| Slab::take_aligned(len), &mut |_, _| {
+                panic!("a short read is no completion")
+            })
+            .unwrap_err();
             assert!(matches!(err.kind, ReqErrorKind::Eof { got: 10_000 }), "{err:?} on {b:?}");
         }
     }

@@ -16,6 +16,11 @@
 //!   [`RecordKey`] ([`RecordKey::of`] the table entry).
 //! - [`Cache::get`], [`Cache::insert`] with a [`NextUse`] hint,
 //!   [`Cache::touch`], [`Cache::clear_store`], [`Cache::stats`].
+//! - [`Cache::hold`] / [`Cache::unhold`]: bytes held outside the entries (a
+//!   mode-3 window's slabs, [`crate::memory::window`]) charged against the
+//!   same capacity, entries evicted for them; [`Cache::put_spare`] /
+//!   [`Cache::take_spare`]: a released window's slabs, still charged, for the
+//!   next window's reads, released before any entry when room is needed.
 //!
 //! # Why a stale entry is never served
 //!
@@ -124,6 +129,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 
 use bytes::Bytes;
+
+use crate::io::slab::Slab;
 
 use crate::format::record::{ChunkId, Entry};
 
@@ -250,6 +257,8 @@ pub(crate) struct CacheStats {
     pub charged: u64,
     /// The capacity in charged bytes.
     pub capacity: u64,
+    /// Bytes of loaded windows' slabs charged here ([`Cache::hold`]).
+    pub held: u64,
 }
 
 /// The bytes an entry of `len` stored bytes is charged: its slab's capacity
@@ -301,6 +310,10 @@ pub(crate) struct Cache {
     evictions: AtomicU64,
     bytes: AtomicU64,
     entries: AtomicU64,
+    held: AtomicU64,
+    /// Slabs of released windows kept for the next window's reads, still
+    /// charged as held ([`Cache::put_spare`]).
+    spare: Mutex<Vec<Slab>>,
 }
 
 impl Cache {
@@ -319,6 +332,8 @@ impl Cache {
             evictions: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             entries: AtomicU64::new(0),
+            held: AtomicU64::new(0),
+            spare: Mutex::new(Vec::new()),
         }
     }
 
@@ -340,7 +355,7 @@ impl Cache {
     pub fn set_capacity(&self, bytes: u64) {
         self.capacity.store(bytes, Relaxed);
         let mut evicted = false;
-        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && self.evict_one(None) {
+        while self.charged.load(Relaxed) > self.capacity.load(Relaxed) && (self.drop_spare() || self.evict_one(None)) {
             evicted = true;
         }
         if evicted {
@@ -363,7 +378,7 @@ impl Cache {
     /// there is room; when full, only by evicting entries needed strictly
     /// later; never when `next` is [`NextUse::Never`] (module docs).
     pub fn insert(&self, key: Key, stored: &[u8], next: NextUse) -> Admit {
-        self.insert_with(key, stored.len(), next, || crate::io::slab::Slab::copy_of(stored))
+        self.insert_with(key, stored.len(), next, || Slab::copy_of(stored))
     }
 
     /// Admits `len` stored bytes for `key`, made by `bytes` only once room is
@@ -388,6 +403,9 @@ impl Cache {
         let charge = charge(len);
         let mut evicted = 0;
         while !self.try_reserve(charge) {
+            if self.drop_spare() {
+                continue;
+            }
             if charge > self.capacity() || evicted == MAX_EVICTIONS_PER_INSERT || !self.evict_one(Some(rank)) {
                 self.rejections.fetch_add(1, Relaxed);
                 return Admit::Rejected;
@@ -409,6 +427,65 @@ impl Cache {
         self.entries.fetch_add(1, Relaxed);
         self.inserts.fetch_add(1, Relaxed);
         Admit::Inserted
+    }
+
+    /// Charges `bytes` held outside the entries (a loaded window's slab,
+    /// [`crate::memory::window`]) against the capacity, evicting entries,
+    /// farthest-needed first, to make room: a window's records are needed
+    /// within its steps, sooner than any cached record. `false`, charging
+    /// nothing, when even an empty cache has no room.
+    pub fn hold(&self, bytes: u64) -> bool {
+        while !self.try_reserve(bytes) {
+            if bytes > self.capacity() || !(self.drop_spare() || self.evict_one(None)) {
+                return false;
+            }
+        }
+        self.held.fetch_add(bytes, Relaxed);
+        true
+    }
+
+    /// Releases bytes charged by [`Cache::hold`].
+    pub fn unhold(&self, bytes: u64) {
+        self.held.fetch_sub(bytes, Relaxed);
+        self.charged.fetch_sub(bytes, Relaxed);
+    }
+
+    /// Keeps `slab` of a released window, still charged, for the next
+    /// window's reads ([`Cache::take_spare`]): its pages are resident, where
+    /// a fresh slab costs a page fault, a page clear and a cgroup charge per
+    /// page as its read lands. At most a quarter of the capacity (a mode-3
+    /// window, `zring-loader`'s block shape) is kept; the rest is released,
+    /// and spare slabs go before any record when room is needed.
+    pub fn put_spare(&self, slab: Slab) {
+        let bytes = slab.as_ref().len() as u64;
+        if let Ok(mut spare) = self.spare.try_lock() {
+            let kept: u64 = spare.iter().map(|s| s.as_ref().len() as u64).sum();
+            if kept + bytes <= self.capacity() / 4 {
+                spare.push(slab);
+                return;
+            }
+        }
+        self.unhold(bytes);
+    }
+
+    /// A spare slab of `cap` bytes, its charge passed to the caller (who
+    /// releases it with [`Cache::unhold`] or [`Cache::put_spare`]).
+    pub fn take_spare(&self, cap: usize) -> Option<Slab> {
+        let mut spare = self.spare.try_lock().ok()?;
+        let k = spare.iter().position(|s| s.as_ref().len() == cap)?;
+        Some(spare.swap_remove(k))
+    }
+
+    /// Releases one spare slab; `false` when there is none.
+    fn drop_spare(&self) -> bool {
+        let slab = self.spare.lock().unwrap_or_else(|p| p.into_inner()).pop();
+        match slab {
+            Some(s) => {
+                self.unhold(s.as_ref().len() as u64);
+                true
+            }
+            None => false,
+        }
     }
 
     /// Records when a cached `key` is needed next; `false` if it is not cached.
@@ -451,6 +528,7 @@ impl Cache {
             entries: self.entries.load(Relaxed),
             charged: self.charged.load(Relaxed),
             capacity: self.capacity(),
+            held: self.held.load(Relaxed),
         }
     }
 
@@ -529,7 +607,8 @@ impl Cache {
             charged += g.map.values().map(|v| charge(v.bytes.len())).sum::<u64>();
             entries += g.map.len() as u64;
         }
-        assert_eq!(self.charged.load(Relaxed), charged, "the charge is the sum of the entries'");
+        let held = self.held.load(Relaxed);
+        assert_eq!(self.charged.load(Relaxed), charged + held, "the charge is the sum of the entries' and the held");
         (bytes, entries)
     }
 }

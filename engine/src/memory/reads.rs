@@ -23,10 +23,13 @@ use std::sync::Mutex;
 
 use crate::error::Result;
 use crate::format::record::Entry;
+use crate::io::slab::Slab;
 use crate::memory::budget::{self, Budget};
 use crate::memory::cache::{Cache, Key, NextUse, StoreId};
 use crate::memory::owner;
 use crate::memory::policy::{self, Observed, Policy, ReadMode};
+use crate::memory::window::{Loaded, Window, Windows};
+use bytes::Bytes;
 
 /// How a store reads now and what its reads have done since it opened.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -68,6 +71,10 @@ pub struct ReadStats {
     pub cache_held: u64,
     /// Records this store's record cache holds.
     pub cache_entries: u64,
+    /// Bytes of mode-3 windows' slabs held against this store's record cache
+    /// (charged to its capacity beside its records, `memory::window`), the
+    /// slabs kept for the next window's reads included.
+    pub window_bytes: u64,
 }
 
 #[derive(Default)]
@@ -128,6 +135,9 @@ pub(crate) struct Reads {
     chosen_for: AtomicU64,
     /// Whether the record cache is consulted (direct mode, not forced).
     caching: AtomicBool,
+    /// Windows of blocks loaded ahead of mode-3 gathers, their slabs
+    /// charged to the record cache ([`crate::memory::window`]).
+    windows: Windows,
     c: Counters,
 }
 
@@ -168,6 +178,7 @@ impl Reads {
             policy: Mutex::new(policy),
             chosen_for: AtomicU64::new(data_bytes),
             caching: AtomicBool::new(false),
+            windows: Windows::default(),
             c: Counters::default(),
         };
         {
@@ -191,7 +202,11 @@ impl Reads {
         if direct {
             policy.capacity = self.member.capacity();
         }
-        self.caching.store(direct && self.id.is_some() && policy.capacity > 0, Relaxed);
+        let caching = direct && self.id.is_some() && policy.capacity > 0;
+        self.caching.store(caching, Relaxed);
+        if !caching {
+            self.windows.clear();
+        }
     }
 
     /// Tells the owner this store's size and whether `policy` wants a record
@@ -227,6 +242,60 @@ impl Reads {
             cache.touch(&key, next);
         }
         Some(got)
+    }
+
+    /// The windows loaded now, for one gather to search before the cache.
+    pub fn windows(&self) -> Loaded {
+        self.windows.loaded()
+    }
+
+    /// Charges `slab` to the record cache for a window being loaded
+    /// ([`crate::memory::window::hold`]), releasing this store's oldest
+    /// windows when there is no room otherwise; `None` when there still is
+    /// none (the slab is then dropped and its records read by the gathers).
+    pub fn hold(&self, slab: Slab) -> Option<Bytes> {
+        let cache = self.member.cache.as_ref().filter(|_| self.caching())?;
+        let bytes = slab.as_ref().len() as u64;
+        while !cache.hold(bytes) {
+            if !self.windows.release_oldest() {
+                return None;
+            }
+        }
+        // Charged above: wrap without charging again.
+        Some(crate::memory::window::held(cache, slab))
+    }
+
+    /// A released window's slab for a read of `len` bytes, already charged
+    /// ([`Cache::take_spare`]; frozen with [`Reads::held`] once read).
+    pub fn spare(&self, len: usize) -> Option<Slab> {
+        let cache = self.member.cache.as_ref().filter(|_| self.caching())?;
+        cache.take_spare(crate::io::slab::aligned_capacity(len))
+    }
+
+    /// A slab from [`Reads::spare`], read, frozen: its charge is released
+    /// with its last reference.
+    pub fn held(&self, slab: Slab) -> Bytes {
+        let cache = self.member.cache.as_ref().expect("a spare slab came from this store's cache");
+        crate::memory::window::held(cache, slab)
+    }
+
+    /// Releases the charge of a slab from [`Reads::spare`] that was dropped
+    /// unread (its read failed).
+    pub fn unhold(&self, bytes: u64) {
+        if let Some(cache) = self.member.cache.as_ref() {
+            cache.unhold(bytes);
+        }
+    }
+
+    /// Makes a loaded window visible to the gathers.
+    pub fn publish(&self, w: Window) {
+        self.windows.publish(w);
+    }
+
+    /// Releases the windows beyond the newest
+    /// [`crate::memory::window::KEEP`], as a load begins.
+    pub fn trim_windows(&self) {
+        self.windows.trim();
     }
 
     /// Offers a verified record's stored bytes, just read, to the cache.
@@ -410,6 +479,7 @@ impl Reads {
 
     /// Drops this store's records from the cache (its chunks were replaced).
     pub fn forget(&self) {
+        self.windows.clear();
         if let (Some(id), Some(cache)) = (self.id, self.cache()) {
             cache.clear_store(id);
         }
@@ -444,6 +514,7 @@ impl Reads {
             cache_capacity: cs.capacity,
             cache_held: cs.bytes,
             cache_entries: cs.entries,
+            window_bytes: cs.held,
         }
     }
 }

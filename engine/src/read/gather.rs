@@ -8,6 +8,7 @@ use crate::format::record::{ChunkId, Entry};
 use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
 use crate::memory::reads::Seen;
+use crate::memory::window::Loaded;
 use crate::read::hot::{Hot, HotQueue, HOT_GROUP};
 use crate::read::item::{carve, carve_at, crc_check, finish_record, Item, Want};
 use crate::read::request::{Gather, Slots, Spans};
@@ -604,6 +605,8 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
     let mut hot: Vec<(Item<'_>, Hot<'_>)> = Vec::with_capacity(if s.mmap { items.len() } else { 0 });
     let mut cold: Vec<Item<'_>> = Vec::with_capacity(if s.mmap { 0 } else { items.len() });
     let caching = s.reads.caching();
+    // Taken once: the gather searches these windows without a lock.
+    let windows = if caching { s.reads.windows() } else { Default::default() };
     // Compaction and import copy stored bytes: not reads to count (spans
     // also read stored bytes, and are reads).
     let internal = items.first().is_some_and(|it| it.keep_stored && !it.span);
@@ -627,10 +630,10 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
             seen.mapped += 1;
             seen.mapped_bytes += stored as u64;
             hot.push((it, Hot::Mapped(b)));
-        } else if let Some(b) = if caching && !it.keep_stored { s.reads.lookup(&it.entry, it.next) } else { None } {
+        } else if let Some(b) = if caching && !it.keep_stored { find(&windows, s, &it) } else { None } {
             seen.cache_hits += 1;
             seen.cache_hit_bytes += stored as u64;
-            hot.push((it, Hot::Cached(b)));
+            hot.push((it, b));
         } else {
             seen.cache_misses += u64::from(caching && !it.keep_stored);
             seen.read_bytes += stored as u64;
@@ -683,6 +686,15 @@ pub(crate) fn read_items(s: &Ctx<'_>, snap: &Snapshot, items: Vec<Item<'_>>, fan
         None => Ok(()),
     });
     observed(s, snap, seen, queue.finish(r))
+}
+
+/// A record's stored bytes in a loaded window (no copy, no bookkeeping),
+/// else in the record cache.
+fn find<'w>(windows: &'w Loaded, s: &Ctx<'_>, it: &Item<'_>) -> Option<Hot<'w>> {
+    if let Some(b) = windows.get(&it.entry) {
+        return Some(Hot::Held(b));
+    }
+    s.reads.lookup(&it.entry, it.next).map(Hot::Cached)
 }
 
 /// Reads `items` as [`read_items`] does, except that a checksummed block

@@ -1,6 +1,6 @@
 //! The hot records of a gather: those whose stored bytes are already in
-//! memory (in the page cache, read through a chunk's mapping, or in the record
-//! cache), shared out in groups that any of the gather's threads may claim
+//! memory (in the page cache, read through a chunk's mapping, in the record
+//! cache or in a loaded window), shared out in groups that any of the gather's threads may claim
 //! while its own reads are in flight (see `read::gather::read_items`).
 
 use std::path::Path;
@@ -20,10 +20,12 @@ use crate::read::item::{finish_record, Item};
 pub(crate) const HOT_GROUP: usize = 8;
 
 /// Where a hot record's stored bytes are: in a chunk's mapping (the page
-/// cache) or in the record cache.
+/// cache), in the record cache, or in a loaded window's slab
+/// ([`crate::memory::window`]).
 pub(crate) enum Hot<'m> {
     Mapped(crate::io::mmap::Resident<'m>),
     Cached(bytes::Bytes),
+    Held(&'m [u8]),
 }
 
 impl std::ops::Deref for Hot<'_> {
@@ -32,6 +34,7 @@ impl std::ops::Deref for Hot<'_> {
         match self {
             Hot::Mapped(b) => b.bytes(),
             Hot::Cached(b) => b,
+            Hot::Held(b) => b,
         }
     }
 }
