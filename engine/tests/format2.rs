@@ -409,3 +409,25 @@ fn delete_and_compaction_copy_every_label_of_a_block_read_once() {
         assert_eq!(read_all(&Store::open(dir.path()).unwrap()), want);
     }
 }
+
+#[test]
+fn an_empty_append_after_two_seals_keeps_every_record() {
+    // Found by the store_ops fuzz target: two fixed-length appends, each
+    // sealed, then an append of no records.
+    let dir = tempfile::tempdir().unwrap();
+    let s = Store::builder(dir.path()).chunk_bytes(4096).mmap(false).direct(false).create().unwrap();
+    let mut model: Vec<Vec<u8>> = Vec::new();
+    for (count, len) in [(5usize, 38usize), (5, 34)] {
+        let src: Vec<u8> = (0..count * len).map(|i| (i * 131 + len) as u8).collect();
+        s.append_fixed(&src, len, None).unwrap();
+        model.extend(src.chunks_exact(len).map(<[u8]>::to_vec));
+        s.seal().unwrap();
+    }
+    s.verify().unwrap();
+    let empty: [&[u8]; 0] = [];
+    s.append(&empty, Some(Codec::Raw)).unwrap();
+    assert_eq!(read_all(&s), model);
+    drop(s);
+    let s = Store::open(dir.path()).unwrap();
+    assert_eq!(read_all(&s), model);
+}

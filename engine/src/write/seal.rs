@@ -293,6 +293,15 @@ fn seal_with(s: &Ctx<'_>, w: &mut crate::write::compact::Locked<'_>) -> Result<C
         w.survey = Some(survey);
         return Ok(report);
     };
+    if matches!(kind, Sealed::Variable) && matches!(snap.table.sealed_kind(), Some(Sealed::Fixed { .. })) {
+        // Records of another length after a fixed section: a variable
+        // section needs each record's own checksum, which the fixed
+        // section does not keep (only its blocks'), so it could only be
+        // written by reading every record again. The store stays as it is
+        // (a fixed section and format-1 entries after it), and the survey
+        // goes: no later batch seals as it goes over it again.
+        return Ok(report);
+    }
     let gen = w.head.generation + 1;
     let written = (|| {
         let mut out = TableOut::create(s.dir, gen, Some(kind), records)?;
