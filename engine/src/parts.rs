@@ -378,6 +378,10 @@ pub struct OpenPart {
 struct Open {
     slots: Vec<Option<Arc<OpenPart>>>,
     count: usize,
+    /// Each open part's one chunk, when it has one, in one array: what a
+    /// gather reading entries from the dataset's copy ([`Dense`]) reads of
+    /// each part it touches (`read::gather::HotChunk`).
+    hot: Vec<Option<crate::read::gather::HotChunk>>,
 }
 
 /// An open dataset of parts (module docs).
@@ -412,6 +416,78 @@ pub struct Parts {
     mapped: Vec<AtomicBool>,
     clock: AtomicU64,
     capacity: usize,
+    /// Small parts' table entries, copied when the dataset opened.
+    dense: Option<Dense>,
+}
+
+/// Records a dataset copies the table entries of into one array ([`Dense`])
+/// at most: [`DENSE_BYTES`] each, 128 MiB.
+const DENSE_MAX_RECORDS: u64 = 1 << 22;
+/// A part's table is copied when it holds at most this many records.
+const DENSE_PART_MAX: u64 = 1 << 16;
+/// Bytes of a record's entry in [`Dense`]: `offset u56 | codec u8`,
+/// `chunk u32`, `stored u32`, `logical u32`, `crc u32`, `within u32`, `0 u32`,
+/// little-endian (two to a cache line).
+const DENSE_BYTES: usize = 32;
+
+/// The table entries of a dataset's small parts, copied into one array
+/// indexed by the dataset's record index when the dataset opened, each
+/// checked then as every read checks it ([`crate::snapshot::Snapshot::entry`]:
+/// its own checksum, or its table page's, and the chunk bytes it names). A
+/// random gather over a thousand parts then finds each record's entry with
+/// one load from one array (on huge pages where the kernel gives them),
+/// instead of each part's snapshot, table and table page: those are
+/// scattered allocations and a small mapping per part, and each part touched
+/// cost a translation miss of its own. A committed part does not change, so
+/// the copy holds for the dataset's life; a part opened again whose chunks
+/// differ is read through its table again. Every record's own checksum is
+/// still checked on every read.
+struct Dense {
+    bytes: memmap2::Mmap,
+    /// Whether each part's entries are in `bytes`.
+    ok: Vec<AtomicBool>,
+    /// Each part's `(chunk_base, chunks)` when it was copied.
+    shape: Vec<(u32, usize)>,
+}
+
+impl Dense {
+    /// Record `i`'s entry (its part's entries are in the array).
+    #[inline]
+    fn entry(&self, i: u64) -> Option<crate::format::record::Entry> {
+        let b = self.bytes.get(i as usize * DENSE_BYTES..)?.get(..DENSE_BYTES)?;
+        let w = |at: usize| u32::from_le_bytes(b[at..at + 4].try_into().expect("4 bytes"));
+        let off = u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        Some(crate::format::record::Entry {
+            chunk: crate::format::record::ChunkId(w(8)),
+            offset: off & ((1 << 56) - 1),
+            stored_len: w(12),
+            logical_len: w(16),
+            checksum: Some(w(20)),
+            codec: crate::format::codec::Codec::from_tag((off >> 56) as u8)?,
+            within: w(24),
+        })
+    }
+
+    /// Copies the entries of `snap` (part `k`, whose first record is
+    /// `start`) into `bytes`; false, with nothing to rely on, when an entry
+    /// fails its checks or has no form here (no checksum: loaderx):
+    /// the part is then read through its table, which reports it.
+    fn copy(bytes: &mut [u8], start: u64, snap: &crate::snapshot::Snapshot) -> bool {
+        for i in 0..snap.records() {
+            let Ok(e) = snap.entry(i) else { return false };
+            let (Some(crc), true) = (e.checksum, e.offset < 1 << 56) else {
+                return false;
+            };
+            let b = &mut bytes[(start + i) as usize * DENSE_BYTES..][..DENSE_BYTES];
+            b[..8].copy_from_slice(&(e.offset | (e.codec as u64) << 56).to_le_bytes());
+            b[8..12].copy_from_slice(&e.chunk.0.to_le_bytes());
+            b[12..16].copy_from_slice(&e.stored_len.to_le_bytes());
+            b[16..20].copy_from_slice(&e.logical_len.to_le_bytes());
+            b[20..24].copy_from_slice(&crc.to_le_bytes());
+            b[24..28].copy_from_slice(&e.within.to_le_bytes());
+        }
+        true
+    }
 }
 
 impl std::fmt::Debug for Parts {
@@ -486,7 +562,7 @@ impl Parts {
             numbers,
             ends,
             fingerprints,
-            open: RwLock::new(Open { slots: vec![None; n], count: 0 }),
+            open: RwLock::new(Open { slots: vec![None; n], count: 0, hot: (0..n).map(|_| None).collect() }),
             schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -494,8 +570,19 @@ impl Parts {
             mapped: (0..n).map(|_| AtomicBool::new(false)).collect(),
             clock: AtomicU64::new(0),
             capacity,
+            dense: None,
         };
         let mut schema_text = None;
+        // The small parts' entries, copied as each part is checked (`Dense`).
+        let mut dense = (crate::env::parts_dense()
+            && total <= DENSE_MAX_RECORDS
+            && parts.manifest.parts.iter().any(|p| p.records <= DENSE_PART_MAX))
+        .then(|| memmap2::MmapMut::map_anon(total as usize * DENSE_BYTES).ok())
+        .flatten()
+        .map(|m| {
+            let _ = m.advise(memmap2::Advice::HugePage);
+            (m, vec![false; n], vec![(0u32, 0usize); n])
+        });
         {
             let mut open = parts.write();
             for (k, p) in parts.manifest.parts.iter().enumerate() {
@@ -505,15 +592,33 @@ impl Parts {
                     schema_text = store.schema()?;
                 }
                 let store = Arc::new(store);
+                if let Some((bytes, ok, shape)) = dense.as_mut().filter(|_| p.records <= DENSE_PART_MAX) {
+                    let view = store.view();
+                    let snap = view.source(&parts.pending[k], &parts.ahead[k], &parts.mapped[k]).snap;
+                    let start = if k == 0 { 0 } else { parts.ends[k - 1] };
+                    if snap.records() == p.records && Dense::copy(bytes, start, snap) {
+                        ok[k] = true;
+                        shape[k] = (snap.chunk_base, snap.chunks.len());
+                    }
+                }
                 if open.count < capacity {
                     let view = store.view();
                     parts.mapped[k].store(view.maps(), Relaxed);
+                    let snap = view.source(&parts.pending[k], &parts.ahead[k], &parts.mapped[k]).snap;
+                    open.hot[k] = crate::read::gather::HotChunk::of(snap);
                     open.slots[k] = Some(Arc::new(OpenPart { store, view }));
                     open.count += 1;
                 }
             }
         }
         parts.schema_text = schema_text;
+        parts.dense = dense.and_then(|(bytes, ok, shape)| {
+            Some(Dense {
+                bytes: bytes.make_read_only().ok()?,
+                ok: ok.into_iter().map(AtomicBool::new).collect(),
+                shape,
+            })
+        });
         Ok(parts)
     }
 
@@ -649,9 +754,17 @@ impl Parts {
             if let Some(p) = open.slots[oldest].take() {
                 crate::read::gather::flush_mapped(&self.source(&p, oldest));
             }
+            open.hot[oldest] = None;
             open.count -= 1;
         }
         self.mapped[k].store(part.view.maps(), Relaxed);
+        let snap = part.view.source(&self.pending[k], &self.ahead[k], &self.mapped[k]).snap;
+        if let Some(d) = &self.dense {
+            if d.shape[k] != (snap.chunk_base, snap.chunks.len()) {
+                d.ok[k].store(false, Relaxed);
+            }
+        }
+        open.hot[k] = crate::read::gather::HotChunk::of(snap);
         open.slots[k] = Some(Arc::clone(&part));
         open.count += 1;
         self.stamps[k].store(now, Relaxed);
@@ -720,6 +833,11 @@ impl Parts {
         let mut touched: Vec<usize> = located.iter().map(|&(k, _)| k).collect();
         touched.sort_unstable();
         touched.dedup();
+        // Every record's entry from the dataset's copy, when all its parts
+        // are in it (`Dense`).
+        let dense: Option<Vec<crate::format::record::Entry>> = self.dense.as_ref().and_then(|d| {
+            touched.iter().all(|&k| d.ok[k].load(Relaxed)).then(|| req.indices.iter().map(|&i| d.entry(i)).collect())?
+        });
         let group = (self.capacity / 4).max(1);
         if touched.len() <= group {
             let at: Vec<(usize, u64)> =
@@ -737,13 +855,18 @@ impl Parts {
                         self.stamps[k].store(now, Relaxed);
                     }
                     let sources = self.sources(&held, &touched);
-                    return crate::read::gather::gather_over(&sources, &at, req, dst);
+                    let chunks: Vec<Option<&crate::read::gather::HotChunk>> =
+                        touched.iter().map(|&k| open.hot[k].as_ref()).collect();
+                    let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries, chunks: &chunks });
+                    return crate::read::gather::gather_over(&sources, &at, dense, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
             let held: Vec<&OpenPart> = open.iter().map(|p| &**p).collect();
             let sources = self.sources(&held, &touched);
-            return crate::read::gather::gather_over(&sources, &at, req, dst);
+            let chunks = vec![None; touched.len()];
+            let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries, chunks: &chunks });
+            return crate::read::gather::gather_over(&sources, &at, dense, req, dst);
         }
         // More parts than a group: each group's records as a gather of
         // their own, into the slots the caller gave them.
@@ -772,8 +895,12 @@ impl Parts {
             let held: Vec<&OpenPart> = open.iter().map(|p| &**p).collect();
             let sources = self.sources(&held, parts);
             let (mut idx, mut at, mut st, mut next) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let mut ents = Vec::new();
             for (p, &(k, l)) in located.iter().enumerate() {
                 if let Ok(slot) = parts.binary_search(&k) {
+                    if let Some(d) = &dense {
+                        ents.push(d[p]);
+                    }
                     idx.push(req.indices[p]);
                     at.push((slot, l));
                     st.push(starts[p]);
@@ -787,7 +914,9 @@ impl Parts {
                 None => Slots::Ragged(&st),
             };
             let g = Gather { indices: &idx, slots, next: &next, fan_out: req.fan_out };
-            crate::read::gather::gather_over(&sources, &at, &g, dst)?;
+            let chunks = vec![None; parts.len()];
+            let dense = dense.as_ref().map(|_| crate::read::gather::Dense { entries: &ents, chunks: &chunks });
+            crate::read::gather::gather_over(&sources, &at, dense, &g, dst)?;
         }
         Ok(())
     }
@@ -991,6 +1120,82 @@ mod tests {
             for (k, &i) in idx.iter().enumerate() {
                 assert_eq!(dst[k * 604..][..604], record((i / 64) as u32, (i % 64) as u32)[..], "record {i}");
             }
+        }
+    }
+
+    /// Small parts' entries are copied into the dataset's array when it opens
+    /// (`Dense`): a gather reads them from there, each record still checked
+    /// against its checksum on every read, and a damaged record or table
+    /// entry is an error naming its part.
+    #[test]
+    fn a_gather_over_parts_reads_entries_from_the_datasets_copy_and_names_a_damaged_part() {
+        if !crate::env::parts_dense() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let record = |i: u32| -> Vec<u8> { (0..100u32).map(|b| (i * 13 + b) as u8).collect() };
+        let entries: Vec<PartEntry> = (0..6u32)
+            .map(|k| {
+                let name = format!("p{k}");
+                let store = Store::builder(root.join(&name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
+                let data: Vec<Vec<u8>> = (k * 20..k * 20 + 20).map(record).collect();
+                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+                store.sync().unwrap();
+                PartEntry::new(name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        let idx: Vec<u64> = (0..300u64).map(|i| (i * 53 + 7) % 120).collect();
+        let want: Vec<u8> = idx.iter().flat_map(|&i| record(i as u32)).collect();
+        // Every part open, and one part open at a time (parts closed and opened again).
+        for capacity in [64, 1] {
+            let parts = Parts::open_with_capacity(root, capacity).unwrap();
+            let d = parts.dense.as_ref().expect("small parts are copied");
+            assert!(d.ok.iter().all(|ok| ok.load(Relaxed)));
+            for _ in 0..2 {
+                let mut dst = vec![0u8; idx.len() * 100];
+                parts.gather(&Gather::fixed(&idx, 100), &mut dst).unwrap();
+                assert_eq!(dst, want, "capacity {capacity}");
+            }
+        }
+        // A record's bytes damaged after the dataset opened: still checked.
+        let parts = Parts::open(root).unwrap();
+        let chunk = root.join("p2").join(crate::format::names::chunk_name(
+            crate::format::table::Format::Native,
+            crate::format::record::ChunkId(0),
+        ));
+        let mut bytes = std::fs::read(&chunk).unwrap();
+        bytes[5 * 100 + 3] ^= 0x10;
+        std::fs::write(&chunk, &bytes).unwrap();
+        let err = parts.gather(&Gather::fixed(&[45], 100), &mut [0u8; 100]).unwrap_err();
+        assert!(matches!(&err, Error::ChecksumMismatch { record: 5, .. }), "{err}");
+        assert!(err.to_string().contains("p2"), "{err}");
+        let mut dst = vec![0u8; 100];
+        parts.gather(&Gather::fixed(&[46], 100), &mut dst).unwrap();
+        assert_eq!(dst, record(46));
+        bytes[5 * 100 + 3] ^= 0x10;
+        std::fs::write(&chunk, &bytes).unwrap();
+        // A table entry damaged before the dataset opens: the part is not
+        // copied, and reading the entry is an error naming its table.
+        let table = std::fs::read_dir(root.join("p4"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.file_name().unwrap().to_string_lossy().starts_with("table-"))
+            .unwrap();
+        let mut t = std::fs::read(&table).unwrap();
+        let n = t.len();
+        t[n - 32 * 3 + 9] ^= 0x01;
+        std::fs::write(&table, &t).unwrap();
+        match Parts::open(root) {
+            Ok(parts) => {
+                assert!(!parts.dense.as_ref().unwrap().ok[4].load(Relaxed));
+                assert!(parts.dense.as_ref().unwrap().ok[3].load(Relaxed));
+                let err = parts.gather(&Gather::fixed(&[97], 100), &mut [0u8; 100]).unwrap_err();
+                assert!(matches!(&err, Error::Corrupted { .. }), "{err}");
+                assert!(err.to_string().contains("p4"), "{err}");
+            }
+            Err(err) => assert!(err.to_string().contains("p4"), "{err}"),
         }
     }
 

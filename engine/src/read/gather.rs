@@ -195,6 +195,44 @@ impl<'s> Source<'s> {
     }
 }
 
+/// A part's one chunk as a dataset of parts keeps it for its gathers, in an
+/// array of the dataset beside its other parts' (`crate::parts`): its id,
+/// length and mapping, so that a hot record of the part is located, checked
+/// and copied without reading the part's snapshot (a gather over a thousand
+/// parts stalls on each part's scattered state in turn). The `Arc` keeps the
+/// mapping alive while the dataset keeps this.
+pub(crate) struct HotChunk {
+    chunk: ChunkId,
+    len: u64,
+    map: Arc<once_cell::race::OnceBox<Option<crate::io::mmap::ChunkMap>>>,
+}
+
+impl HotChunk {
+    /// The one chunk of `snap`, when it has one and copies records from its
+    /// mapping (no O_DIRECT).
+    pub fn of(snap: &Snapshot) -> Option<HotChunk> {
+        match &snap.chunks[..] {
+            [c] if !c.direct => Some(HotChunk { chunk: ChunkId(snap.chunk_base), len: c.len, map: Arc::clone(&c.map) }),
+            _ => None,
+        }
+    }
+
+    /// The mapping, once made (the snapshot's chunk makes it on first use).
+    #[inline]
+    fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
+        self.map.get()?.as_ref()
+    }
+}
+
+/// What [`gather_over`] takes from the dataset instead of each part's
+/// table and snapshot: each record's entry (`entries[k]` of `at[k]`), and
+/// each source's [`HotChunk`], where the dataset keeps one.
+#[derive(Clone, Copy)]
+pub(crate) struct Dense<'d> {
+    pub entries: &'d [Entry],
+    pub chunks: &'d [Option<&'d HotChunk>],
+}
+
 /// Asks the kernel to read `source`'s snapshot whole into the page cache, once
 /// (its [`Source::ahead`] flag), when its chunks hold at most
 /// [`AHEAD_WHOLE_MAX`] bytes in all and it reads buffered by its own policy
@@ -280,7 +318,16 @@ fn finish_mapped(sources: &[Source<'_>], hot: &mut [MappedItem<'_, '_>]) -> Resu
                 format!("{} shrank or could not be read while mapped (record {})", path.display(), it.index),
             ))
         } else {
-            r
+            r.map_err(|e| match e {
+                // The chunk's name alone does not tell which part it is of.
+                Error::ChecksumMismatch { record, file, expected, got } => Error::ChecksumMismatch {
+                    record,
+                    file: format!("{}/{file}", source.ctx().dir.display()),
+                    expected,
+                    got,
+                },
+                e => e,
+            })
         };
         match r {
             Ok(()) => count_mapped(source, u64::from(it.entry.stored_len)),
@@ -308,9 +355,20 @@ fn finish_mapped(sources: &[Source<'_>], hot: &mut [MappedItem<'_, '_>]) -> Resu
 /// * the records of a part that reads through its record cache, and a
 ///   part's share large enough to be worth the decode pool on its own, read
 ///   by [`read_items`] per part, as a gather of that store alone reads them.
-pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+///
+/// `dense`, when given, holds each record's entry as the dataset copied it
+/// from its part's table when the part opened (checked then, as
+/// [`Snapshot::entry`] checks it, [`Dense`]): the tables are then not read.
+pub(crate) fn gather_over(
+    sources: &[Source<'_>],
+    at: &[(usize, u64)],
+    dense: Option<Dense<'_>>,
+    req: &Gather<'_>,
+    dst: &mut [u8],
+) -> Result<()> {
     let (starts, width) = slot_starts(req, dst.len())?;
-    if at.len() != req.indices.len() {
+    let bad_dense = dense.is_some_and(|d| d.entries.len() != at.len() || d.chunks.len() != sources.len());
+    if at.len() != req.indices.len() || bad_dense {
         return Err(Error::InvalidArgument(format!(
             "gather: {} indices but {} located records",
             req.indices.len(),
@@ -323,6 +381,54 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     // Each snapshot's entries prefetched (their table pages read ahead when
     // not in memory, their cache lines loaded), as a store's gather does:
     // the local indices grouped by snapshot, a counting sort.
+    if dense.is_none() {
+        prefetch_entries(sources, at);
+    }
+    // Each record's slot, what to read, and the snapshot it reads from.
+    let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(at.len());
+    for (k, (&(src, index), &start)) in at.iter().zip(starts.iter()).enumerate() {
+        let entry = match dense {
+            Some(d) => dense_entry(sources[src].snap, d.chunks[src], index, d.entries[k])?,
+            None => sources[src].snap.entry(index)?,
+        };
+        check_width(index, &entry, width)?;
+        tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }, src));
+    }
+    gather_tagged(sources, dense.map(|d| d.chunks), tagged, width, req, dst)
+}
+
+/// `e`, record `index`'s entry as copied into a dataset's [`Dense`] array,
+/// checked against the chunk it names in `snap` (the part's snapshot now: a
+/// part opened again reads the same chunks).
+fn dense_entry(snap: &Snapshot, hot: Option<&HotChunk>, index: u64, e: Entry) -> Result<Entry> {
+    if hot.is_some_and(|h| h.chunk == e.chunk && e.end() <= h.len) {
+        return Ok(e);
+    }
+    match snap.chunk(e.chunk) {
+        Some(c) if e.end() <= c.len => Ok(e),
+        _ => Err(corrupted(
+            format!("{}, table entry {index}", snap.table.path().display()),
+            format!(
+                "chunk {} bytes {}..{}, copied when the part opened, are not in the part now: it changed after its \
+                 commit; open the dataset again",
+                e.chunk.0,
+                e.offset,
+                e.end()
+            ),
+        )),
+    }
+}
+
+/// The mapping of `e`'s chunk from source `src`'s [`HotChunk`], when the
+/// dataset keeps one for it and it is made.
+#[inline]
+fn hot_map<'h>(hot: Option<&[Option<&'h HotChunk>]>, src: usize, e: &Entry) -> Option<&'h crate::io::mmap::ChunkMap> {
+    hot?[src].filter(|h| h.chunk == e.chunk)?.mapping()
+}
+
+/// Loads the cache lines of the table entries of `at` (their pages read
+/// ahead when not in memory).
+fn prefetch_entries(sources: &[Source<'_>], at: &[(usize, u64)]) {
     let mut ends = vec![0usize; sources.len() + 1];
     for &(src, _) in at {
         ends[src + 1] += 1;
@@ -341,13 +447,18 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
             source.snap.table.prefetch_lines(&locals[ends[src]..ends[src + 1]]);
         }
     }
-    // Each record's slot, what to read, and the snapshot it reads from.
-    let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(at.len());
-    for (k, (&(src, index), &start)) in at.iter().zip(starts.iter()).enumerate() {
-        let entry = sources[src].snap.entry(index)?;
-        check_width(index, &entry, width)?;
-        tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }, src));
-    }
+}
+
+/// [`gather_over`] once every record's entry is checked: `tagged` holds each
+/// record's slot start, what to read, and its snapshot.
+fn gather_tagged(
+    sources: &[Source<'_>],
+    hot_chunks: Option<&[Option<&HotChunk>]>,
+    mut tagged: Vec<(u64, Want, usize)>,
+    width: Option<usize>,
+    req: &Gather<'_>,
+    dst: &mut [u8],
+) -> Result<()> {
     if width == Some(0) {
         return Ok(());
     }
@@ -369,7 +480,12 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
     if mmap {
         for (it, &src) in items.iter().zip(&from) {
             let Source { mmap, snap, .. } = &sources[src];
-            if let Some(chunk) = snap.chunk(it.entry.chunk).filter(|_| *mmap) {
+            if !*mmap {
+                continue;
+            }
+            if let Some(map) = hot_map(hot_chunks, src, &it.entry) {
+                map.prefetch_residency(it.entry.offset as usize);
+            } else if let Some(chunk) = snap.chunk(it.entry.chunk) {
                 chunk.prefetch_residency(it.entry.offset);
             }
         }
@@ -385,9 +501,16 @@ pub(crate) fn gather_over(sources: &[Source<'_>], at: &[(usize, u64)], req: &Gat
         let Source { mmap, snap, .. } = &sources[src];
         let stored = it.entry.stored_len as usize;
         let whole = req.fan_out && share[src] >= PARALLEL_MIN_BYTES;
-        let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
         if *mmap && !whole {
-            if let Some(b) = chunk.resident(it.entry.offset, stored, epoch) {
+            let b = match hot_map(hot_chunks, src, &it.entry) {
+                Some(map) => map.resident_checked(it.entry.offset as usize, stored, epoch),
+                None => snap.chunk(it.entry.chunk).expect("entry checked against chunks").resident(
+                    it.entry.offset,
+                    stored,
+                    epoch,
+                ),
+            };
+            if let Some(b) = b {
                 hot.push((it, b, src));
                 continue;
             }
