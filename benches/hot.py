@@ -202,8 +202,14 @@ def main() -> None:
             except ValueError as e:  # an older build
                 common.note(f"no {kind} ceiling: {e}")
                 kinds.remove(kind)
-        for name, g in gathers.items():
-            timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
+        # Which library goes first alternates from round to round, so a
+        # trend in the host's load does not favour one of them.
+        order = list(libs) if r % 2 == 0 else list(libs)[::-1]
+        for codec in ("raw", "zstd"):
+            for lib in order:
+                name = f"{lib} {codec}"
+                g = gathers[name]
+                timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
         if fn:
             # One augment call on one thread, CPU time (the transform's part of
             # the transform rows' ceiling).
@@ -214,10 +220,10 @@ def main() -> None:
             for _ in range(20):
                 transform_bench.augment(b, rng)
             aug_s.append((time.process_time() - c0) / 20)
-        for lib in libs:
+        for lib in order:
             data, label = paths[f"{lib} zstd"], paths[f"{lib} label"]
             timed(f"loader {lib}", [data, label], lambda: loader_rate(libs[lib], data, label, args.secs))
-        for lib in libs:
+        for lib in order:
             data, label = paths[f"{lib} zstd"], paths[f"{lib} label"]
             timed(f"augmented {lib}", [data, label],
                   lambda: loader_rate(libs[lib], data, label, args.secs, augmented=True))
@@ -236,7 +242,11 @@ def main() -> None:
         # Per round: cores / (decode CPU-s of a batch at the ceiling + one augment), in MiB/s.
         per_round = [cores / (batch_mib / (d / cores) + a) * batch_mib for d, a in zip(ceils["decode"], aug_s)]
         ceils["decode + augment"] = per_round
-        ceil_share["decode + augment"] = [float(cores)] * len(per_round)
+        # Its CPU per GiB: the decode ceiling's plus the augment's (as a
+        # share of cores, which is what the line below divides back out).
+        ceil_share["decode + augment"] = [
+            (sh * 1024 / d + a * 1024 / batch_mib) * v / 1024
+            for sh, d, a, v in zip(ceil_share["decode"], ceils["decode"], aug_s, per_round)]
         ceil["decode + augment"] = float(np.median(per_round))
 
     def row(what: str, key: str, unit: str, ceiling: str | None, lkey: str | None = None) -> str:
