@@ -272,6 +272,9 @@ mod tests {
         assert_eq!(digests() - start, 3);
         check(0, &record(0, 8, 30_000));
         assert_eq!(digests() - start, 3, "the larger room stays");
+        // Past the largest room, straight into the caller's buffer, no new copy.
+        check(0, &record(0, 9, (1 << 20) + 5_000));
+        assert_eq!(digests() - start, 3);
         // A fifth dictionary drops the least recently used one (1), not the others.
         for k in [2, 3, 4, 0, 2, 3, 4] {
             check(k, &record(k, k, 500));

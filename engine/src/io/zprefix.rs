@@ -26,6 +26,12 @@ const KEPT: usize = 4;
 /// Room after the dictionary at first; grown to the largest record seen.
 const MIN_ROOM: usize = 16 << 10;
 
+/// Records larger than this decode straight into the caller's buffer, the
+/// dictionary not contiguous (libzstd's slower copies of matches into it,
+/// a small share of a large record's work): the room is never grown past it,
+/// so a thread does not keep a copy the size of its largest record.
+const MAX_ROOM: usize = 1 << 20;
+
 /// One dictionary's copy, with room for a record after it.
 struct Prefixed {
     /// Which dictionary (`Dict::id`).
@@ -75,8 +81,10 @@ thread_local! {
 pub(crate) fn decode(key: u64, dict: &[u8], src: &[u8], dst: &mut [u8]) -> Result<usize, usize> {
     KEPT_DICTS.with(|kept| {
         let mut kept = kept.borrow_mut();
+        // Room this record needs (none when it decodes straight into `dst`).
+        let want = if dst.len() > MAX_ROOM { 0 } else { dst.len() };
         let at = match kept.iter().position(|p| p.key == key) {
-            Some(i) if kept[i].buf.len() - kept[i].dict_len >= dst.len() => i,
+            Some(i) if kept[i].buf.len() - kept[i].dict_len >= want => i,
             found => {
                 let room = found.map_or(0, |i| kept[i].buf.len() - kept[i].dict_len);
                 if let Some(i) = found {
@@ -84,7 +92,7 @@ pub(crate) fn decode(key: u64, dict: &[u8], src: &[u8], dst: &mut [u8]) -> Resul
                 } else if kept.len() == KEPT {
                     kept.remove(0);
                 }
-                kept.push(Prefixed::new(key, dict, dst.len().max(MIN_ROOM).max(room * 2)));
+                kept.push(Prefixed::new(key, dict, want.max(MIN_ROOM).max(room * 2).min(MAX_ROOM)));
                 #[cfg(test)]
                 DIGESTS.with(|d| d.set(d.get() + 1));
                 kept.len() - 1
@@ -95,6 +103,9 @@ pub(crate) fn decode(key: u64, dict: &[u8], src: &[u8], dst: &mut [u8]) -> Resul
             kept.push(p);
         }
         let p = kept.last_mut().expect("pushed above");
+        if dst.len() > MAX_ROOM {
+            return DCTX.with(|c| c.borrow_mut().decompress_using_ddict(dst, src, &p.ddict));
+        }
         let room = &mut p.buf[p.dict_len..p.dict_len + dst.len()];
         let n = DCTX.with(|c| c.borrow_mut().decompress_using_ddict(room, src, &p.ddict))?;
         dst[..n].copy_from_slice(&room[..n]);
