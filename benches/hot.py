@@ -7,7 +7,15 @@ machine's drift hits them alike. Per round and contender:
   index batches for every contender), raw and zstd, for ``--secs`` seconds;
   zring verifies every record's checksum (loaderx keeps none);
 * DataLoader: zstd 12 KiB records plus an int64 label, batch 256, 2
-  workers, prefetch 4, cyclic.
+  workers, prefetch 4, cyclic; the same with a NumPy augmentation as the
+  transform (``transform_bench.augment``: a random horizontal flip, then
+  uint8 to normalised float32); and, an extra row that is *not* the same
+  codec, zring's ``zstd_dict`` store (a dictionary trained on the records,
+  level 3) against loaderx's plain zstd.
+
+The ceiling of the transform rows is the decode ceiling plus the transform's
+own cost: ``cores / (CPU-s to decode a batch at the decode ceiling + CPU-s
+of one augment call on one thread)`` batches/s, both measured in every round.
 
 Reported: medians over the rounds, zring ÷ loaderx (of the medians, and round by
 round: each round's pair, so drift between rounds cancels), and each figure ÷ the
@@ -37,6 +45,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402
 import compare  # noqa: E402  (the 12 KiB tiles and helpers of every benchmark)
+import transform_bench  # noqa: E402  (its NumPy augmentation)
 
 import zring  # noqa: E402
 
@@ -53,7 +62,10 @@ def stores(root: Path, n: int) -> dict[str, Path]:
     tiles = None
     out = {}
     for lib, mod in (("zring", zring), ("loaderx", loaderx)):
-        for what, codec in (("raw", "raw"), ("zstd", "zstd"), ("label", "raw")):
+        kinds = (("raw", "raw"), ("zstd", "zstd"), ("label", "raw"))
+        if lib == "zring":
+            kinds += (("zstd_dict", "zstd_dict"),)
+        for what, codec in kinds:
             p = root / f"{lib}-{what}-{n}"
             out[f"{lib} {what}"] = p
             if (root / f"{p.name}.complete").exists():
@@ -103,9 +115,13 @@ def gather_rate(g, batches: list[np.ndarray], secs: float) -> tuple[float, float
     return gib * 1024 / (time.perf_counter() - t0), (cpu_seconds() - c0) / gib
 
 
-def loader_rate(lib, data: Path, label: Path, secs: float) -> float:
+def loader_rate(lib, data: Path, label: Path, secs: float, augmented: bool = False) -> float:
+    kw = {}
+    if augmented:
+        rng = np.random.default_rng(0)
+        kw["transform"] = lambda b: transform_bench.augment(b, rng)
     dl = lib.DataLoader({"data": lib.Dataset(str(data)), "label": lib.Dataset(str(label))}, batch_size=BATCH,
-                        num_workers=2, prefetch_size=4, mode=2, seed=0)
+                        num_workers=2, prefetch_size=4, mode=2, seed=0, **kw)
     try:
         for _ in range(10):
             next(dl)
@@ -172,6 +188,7 @@ def main() -> None:
     kinds = ["memcpy", "crc", "memcpy then crc", "memcpy+crc", "decode"]
     ceils: dict[str, list[float]] = {}
     ceil_share: dict[str, list[float]] = {}  # cores busy during each ceiling's call
+    aug_s: list[float] = []  # CPU-s of one augment call, per round
     for r in range(args.rounds):
         # The ceilings too, in every round: one measurement at the end
         # would meet other weather than the contenders did.
@@ -185,11 +202,33 @@ def main() -> None:
             except ValueError as e:  # an older build
                 common.note(f"no {kind} ceiling: {e}")
                 kinds.remove(kind)
-        for name, g in gathers.items():
-            timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
-        for lib in libs:
+        # Which library goes first alternates from round to round, so a
+        # trend in the host's load does not favour one of them.
+        order = list(libs) if r % 2 == 0 else list(libs)[::-1]
+        for codec in ("raw", "zstd"):
+            for lib in order:
+                name = f"{lib} {codec}"
+                g = gathers[name]
+                timed(f"gather {name}", [paths[name]], lambda: gather_rate(g, batches, args.secs))
+        if fn:
+            # One augment call on one thread, CPU time (the transform's part of
+            # the transform rows' ceiling).
+            b = {"data": flat[:BATCH * RECORD].reshape(BATCH, 3, 64, 64)}
+            rng = np.random.default_rng(0)
+            transform_bench.augment(b, rng)
+            c0 = time.process_time()
+            for _ in range(20):
+                transform_bench.augment(b, rng)
+            aug_s.append((time.process_time() - c0) / 20)
+        for lib in order:
             data, label = paths[f"{lib} zstd"], paths[f"{lib} label"]
             timed(f"loader {lib}", [data, label], lambda: loader_rate(libs[lib], data, label, args.secs))
+        for lib in order:
+            data, label = paths[f"{lib} zstd"], paths[f"{lib} label"]
+            timed(f"augmented {lib}", [data, label],
+                  lambda: loader_rate(libs[lib], data, label, args.secs, augmented=True))
+        data, label = paths["zring zstd_dict"], paths["zring label"]
+        timed("loader zring zstd_dict", [data, label], lambda: loader_rate(zring, data, label, args.secs))
         print(f"  round {r}: " + ", ".join(f"{k} {v[-1]:.0f}" for k, v in res.items()), file=sys.stderr, flush=True)
     moved = {k: v for k, v in refaults.items() if v}
     if moved:
@@ -198,17 +237,29 @@ def main() -> None:
     med = {k: float(np.median(v)) for k, v in res.items()}
     spread = {k: (min(v), max(v)) for k, v in res.items()}
     ceil = {k: float(np.median(v)) for k, v in ceils.items() if k in kinds}
+    batch_mib = BATCH * RECORD / MIB
+    if aug_s and "decode" in ceils:
+        # Per round: cores / (decode CPU-s of a batch at the ceiling + one augment), in MiB/s.
+        per_round = [cores / (batch_mib / (d / cores) + a) * batch_mib for d, a in zip(ceils["decode"], aug_s)]
+        ceils["decode + augment"] = per_round
+        # Its CPU per GiB: the decode ceiling's plus the augment's (as a
+        # share of cores, which is what the line below divides back out).
+        ceil_share["decode + augment"] = [
+            (sh * 1024 / d + a * 1024 / batch_mib) * v / 1024
+            for sh, d, a, v in zip(ceil_share["decode"], ceils["decode"], aug_s, per_round)]
+        ceil["decode + augment"] = float(np.median(per_round))
 
-    def row(what: str, key: str, unit: str, ceiling: str | None) -> str:
-        z, lx = med[f"{key.format('zring')}"], med[f"{key.format('loaderx')}"]
-        zs, ls = spread[key.format("zring")], spread[key.format("loaderx")]
+    def row(what: str, key: str, unit: str, ceiling: str | None, lkey: str | None = None) -> str:
+        zkey, lkey = key.format("zring"), (lkey or key).format("loaderx")
+        z, lx = med[zkey], med[lkey]
+        zs, ls = spread[zkey], spread[lkey]
         c = ceil.get(ceiling) if ceiling else None
         to_mib = (BATCH * RECORD / MIB) if unit == "batches/s" else 1.0
         zc = f"{z * to_mib / c:.2f}" if c else "-"
         lc = f"{lx * to_mib / c:.2f}" if c else "-"
-        pairs = [a / b for a, b in zip(res[key.format("zring")], res[key.format("loaderx")])]
-        zcpu = float(np.median(cpu_per_gib[key.format("zring")]))
-        lcpu = float(np.median(cpu_per_gib[key.format("loaderx")]))
+        pairs = [a / b for a, b in zip(res[zkey], res[lkey])]
+        zcpu = float(np.median(cpu_per_gib[zkey]))
+        lcpu = float(np.median(cpu_per_gib[lkey]))
         return (f"| {what} | {unit} | {z:,.0f} ({zs[0]:,.0f}–{zs[1]:,.0f}) | {lx:,.0f} ({ls[0]:,.0f}–{ls[1]:,.0f}) | "
                 f"**{z / lx:.2f}** | {np.median(pairs):.2f} ({min(pairs):.2f}–{max(pairs):.2f}) | {zc} | {lc} | "
                 f"{ceiling or '-'} | {zcpu:.2f} | {lcpu:.2f} |")
@@ -220,7 +271,15 @@ def main() -> None:
         row("hot raw gather, 256 × 12 KiB (zring verifies every checksum)", "gather {} raw", "MiB/s", "memcpy+crc"),
         row("hot zstd gather, 256 × 12 KiB", "gather {} zstd", "MiB/s", "decode"),
         row("DataLoader, zstd 12 KiB + int64 label, batch 256", "loader {}", "batches/s", "decode"),
+        row("DataLoader as above + NumPy augmentation transform (flip, float32 normalisation)", "augmented {}",
+            "batches/s", "decode + augment"),
+        row("extra, not the same codec: DataLoader, zring **zstd_dict** against loaderx plain zstd",
+            "loader {} zstd_dict", "batches/s", "decode", lkey="loader {}"),
     ]
+    if aug_s:
+        common.note(f"one augment call (256 tiles, one thread): {1000 * float(np.median(aug_s)):.2f} CPU-ms "
+                    f"({1000 * min(aug_s):.2f}–{1000 * max(aug_s):.2f}); the decode + augment ceiling is "
+                    "cores / (decode CPU-s of a batch at the decode ceiling + that), as MiB/s of records")
     ceil_lines = [f"- {k}: {v:,.0f} MiB/s ({min(ceils[k]):,.0f}–{max(ceils[k]):,.0f}), "
                   f"{float(np.median(ceil_share[k])) * 1024 / v:.3f} CPU-s per GiB" for k, v in ceil.items()]
     meta = ["| store | records | payload bytes | on disk | metadata per record |", "|---|---:|---:|---:|---:|"]
@@ -228,7 +287,7 @@ def main() -> None:
         what = key.split()[1]
         disk = compare.allocated(p)
         meta.append(f"| {key} | {n:,} | {payload_bytes(n, what):,} | {disk:,} | "
-                    f"{(disk - payload_bytes(n, what)) / n:.1f} B |" if what != "zstd" else
+                    f"{(disk - payload_bytes(n, what)) / n:.1f} B |" if not what.startswith("zstd") else
                     f"| {key} | {n:,} | (compressed) | {disk:,} | - |")
     text = (f"## Hot reads against loaderx\n\n`python benches/hot.py --secs {args.secs:g} --rounds {args.rounds}"
             f"{'' if n == 16384 else f' --records {n}'}`: "

@@ -15,6 +15,13 @@ seconds over it, each round's ratio to loaderx, and the medians.
 ``--levels`` adds a zring contender per zstd level (``write_dataset(...,
 level=L)``); plain "zring" and loaderx write at their default, level 3.
 
+In every round the parent also measures the compress ceiling: zstd alone
+(level 3, each record its own frame, one context per thread, no store, no
+I/O) on every core over 4,096 of the same records
+(``zring._zring.ceiling("compress", ...)``, built by ``make develop-bench``),
+and each writer's median is reported ÷ the median ceiling, with the
+ceiling's CPU-seconds per GiB beside the writers' (the floor at level 3).
+
 ``--base DIR`` adds a contender "zring (base)": the ``zring`` package found
 in DIR (a copy of an earlier build's ``py/python/zring``), for a before/after
 A/B in the same run. Data goes to $ZRING_BENCH_DIR/writes (default
@@ -91,7 +98,20 @@ def main() -> None:
     if args.base is not None:
         contenders.insert(1, ("zring (base)", "zring", str(args.base.resolve()), ""))
     runs: dict[str, list[dict]] = {name: [] for name, *_ in contenders}
+    import zring
+
+    fn = getattr(zring._zring, "ceiling", None)
+    sample = make_records(min(4096, args.records)).reshape(-1)
+    ceils: list[float] = []
+    ceil_cpu: list[float] = []  # CPU-s per GiB of the ceiling's threads
     for r in range(args.rounds):
+        if fn is not None and args.codec == "zstd":
+            ru0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+            ceils.append(fn("compress", sample, 3 * 64 * 64, os.cpu_count() or 1, 3))
+            ru1, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter() - t0
+            cpu = (ru1.ru_utime - ru0.ru_utime) + (ru1.ru_stime - ru0.ru_stime)
+            ceil_cpu.append(cpu / (ceils[-1] * wall / 1024))
+            print(f"round {r + 1} compress ceiling {ceils[-1]:7.1f} MiB/s", file=sys.stderr)
         k = r % len(contenders)
         for name, lib, path, level in contenders[k:] + contenders[:k]:
             dst = args.data / "store"
@@ -111,12 +131,14 @@ def main() -> None:
         return nbytes / MIB / g["wall"]
 
     lx = runs["loaderx"]
+    ceil = float(np.median(ceils)) if ceils else None
     lines = [
         f"{args.records:,} records of 12 KiB ({nbytes / MIB:.0f} MiB), codec {args.codec}, {args.rounds} rounds, "
         f"{os.cpu_count()} cpus; each write a fresh process and store, contenders' order rotating per round",
         "",
-        "| writer | MiB/s per round | median MiB/s | CPU-s per GiB (median) | on disk MiB | × loaderx per round | × loaderx (median) |",
-        "|---|---|---:|---:|---:|---|---:|",
+        "| writer | MiB/s per round | median MiB/s | CPU-s per GiB (median) | on disk MiB | × loaderx per round "
+        "| × loaderx (median of rounds) | ÷ compress ceiling (medians) |",
+        "|---|---|---:|---:|---:|---|---:|---:|",
     ]
     for name, *_ in contenders:
         g = runs[name]
@@ -124,7 +146,12 @@ def main() -> None:
         ratios = [rate(x) / rate(y) for x, y in zip(g, lx)]
         cpu = float(np.median([x["cpu"] / (nbytes / (1 << 30)) for x in g]))
         lines.append(f"| {name} | {', '.join(f'{v:.0f}' for v in rates)} | {np.median(rates):.0f} | {cpu:.2f} | "
-                     f"{g[-1]['disk'] / MIB:.1f} | {', '.join(f'{v:.2f}' for v in ratios)} | {np.median(ratios):.2f} |")
+                     f"{g[-1]['disk'] / MIB:.1f} | {', '.join(f'{v:.2f}' for v in ratios)} | {np.median(ratios):.2f} | "
+                     + (f"{np.median(rates) / ceil:.2f} |" if ceil else "- |"))
+    if ceil:
+        lines += ["", f"Compress ceiling (zstd level 3 alone, {os.cpu_count()} threads, per round): "
+                  f"{', '.join(f'{v:.0f}' for v in ceils)} MiB/s, median {ceil:.0f}; "
+                  f"{float(np.median(ceil_cpu)):.2f} CPU-s per GiB"]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out is not None:

@@ -57,15 +57,18 @@ impl Codec {
     }
 }
 
-/// A trained dictionary, digested once for both directions and shared by all
-/// threads (zstd's digested dictionaries are immutable).
+/// A trained dictionary, shared by all threads: its compression side digested
+/// once (zstd's digested dictionaries are immutable), its decompression side
+/// once per decoding thread, over that thread's copy (`io::zprefix`).
 ///
 /// The compression side is digested on the first encode, not when a store
 /// opens: most handles only read, and a digested compression dictionary
 /// costs as much time and memory as the decompression one.
 pub(crate) struct Dict {
     pub bytes: Vec<u8>,
-    pub ddict: DDict<'static>,
+    /// This dictionary among every one this process made: the key of the
+    /// decoding threads' copies (`io::zprefix`).
+    id: u64,
     /// The level to compress at (`None`: this store never encodes with it).
     level: Option<i32>,
     cdict: std::sync::OnceLock<Option<CDict<'static>>>,
@@ -73,9 +76,13 @@ pub(crate) struct Dict {
 
 impl Dict {
     pub fn new(bytes: Vec<u8>, level: Option<i32>) -> Result<Dict> {
-        let ddict = DDict::try_create(&bytes)
+        // Checked once here; each decoding thread digests its own copy
+        // (`io::zprefix`).
+        DDict::try_create(&bytes)
             .ok_or_else(|| crate::error::corrupted("dictionary", "zstd rejected the dictionary bytes"))?;
-        Ok(Dict { bytes, ddict, level, cdict: std::sync::OnceLock::new() })
+        static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Ok(Dict { bytes, id, level, cdict: std::sync::OnceLock::new() })
     }
 
     /// The digested compression dictionary, made on first use; `None` where
@@ -115,13 +122,12 @@ pub(crate) fn decode(codec: Codec, src: &[u8], dst: &mut [u8], dict: Option<&Dic
             if codec == Codec::ZstdDict && dict.is_none() {
                 return Err("zstd_dict record but the store has no dictionary".into());
             }
-            let n = DCTX.with(|c| {
-                let mut c = c.borrow_mut();
-                match dict.filter(|_| codec == Codec::ZstdDict) {
-                    Some(d) => c.decompress_using_ddict(dst, src, &d.ddict),
-                    None => c.decompress(dst, src),
-                }
-            });
+            let n = match dict.filter(|_| codec == Codec::ZstdDict) {
+                // Decoded after a copy of the dictionary, so that matches into
+                // it take libzstd's fast path (`io::zprefix`).
+                Some(d) => crate::io::zprefix::decode(d.id, &d.bytes, src, dst),
+                None => DCTX.with(|c| c.borrow_mut().decompress(dst, src)),
+            };
             match n {
                 Ok(n) if n == dst.len() => Ok(()),
                 Ok(n) => Err(format!("decoded {n} bytes, table says {}", dst.len())),
@@ -222,9 +228,64 @@ mod tests {
     }
 
     fn trained() -> Vec<u8> {
+        trained_on("the quick brown fox")
+    }
+
+    fn trained_on(words: &str) -> Vec<u8> {
         let samples: Vec<Vec<u8>> =
-            (0..400u32).map(|i| format!("record {i}: the quick brown fox {} jumps", i % 17).into_bytes()).collect();
+            (0..400u32).map(|i| format!("record {i}: {words} {} jumps", i % 17).into_bytes()).collect();
         zstd::dict::from_samples(&samples, 4096).unwrap()
+    }
+
+    #[test]
+    fn dictionary_records_decode_after_each_threads_copy_of_their_own_dictionary() {
+        use crate::io::zprefix::DIGESTS;
+        let digests = || DIGESTS.with(std::cell::Cell::get);
+        let words = ["the quick brown fox", "a lazy dog sleeps", "seven green apples", "one blue whale", "tiny ants"];
+        let dicts: Vec<Dict> = words.iter().map(|w| Dict::new(trained_on(w), Some(3)).unwrap()).collect();
+        let record = |k: usize, i: usize, len: usize| -> Vec<u8> {
+            let mut r = Vec::new();
+            while r.len() < len {
+                r.extend_from_slice(format!("record {i}: {} {} jumps ", words[k], i % 17).as_bytes());
+            }
+            r.truncate(len);
+            r
+        };
+        let encoded = |k: usize, rec: &[u8]| -> Vec<u8> {
+            let mut out = Vec::new();
+            assert_eq!(encode_into(Codec::ZstdDict, 3, rec, Some(&dicts[k]), &mut out).unwrap(), Codec::ZstdDict);
+            out
+        };
+        let check = |k: usize, rec: &[u8]| {
+            let mut back = vec![0u8; rec.len()];
+            decode(Codec::ZstdDict, &encoded(k, rec), &mut back, Some(&dicts[k])).unwrap();
+            assert_eq!(back, rec, "dictionary {k}");
+        };
+        let start = digests();
+        // Two dictionaries alternating: each digested once on this thread.
+        for i in 0..20 {
+            check(i % 2, &record(i % 2, i, 300 + i));
+        }
+        assert_eq!(digests() - start, 2);
+        // A record larger than the room after the copy: a new copy with more room.
+        check(0, &record(0, 7, 40_000));
+        assert_eq!(digests() - start, 3);
+        check(0, &record(0, 8, 30_000));
+        assert_eq!(digests() - start, 3, "the larger room stays");
+        // Past the largest room, straight into the caller's buffer, no new copy.
+        check(0, &record(0, 9, (1 << 20) + 5_000));
+        assert_eq!(digests() - start, 3);
+        // A fifth dictionary drops the least recently used one (1), not the others.
+        for k in [2, 3, 4, 0, 2, 3, 4] {
+            check(k, &record(k, k, 500));
+        }
+        assert_eq!(digests() - start, 6);
+        check(1, &record(1, 1, 500));
+        assert_eq!(digests() - start, 7);
+        // A record compressed with another dictionary is an error, not wrong bytes.
+        let rec = record(0, 3, 500);
+        let mut back = vec![0u8; rec.len()];
+        assert!(decode(Codec::ZstdDict, &encoded(0, &rec), &mut back, Some(&dicts[1])).is_err());
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
 //! file shrinking under a mapping an error ([`sigbus`]), the slabs block
 //! reads land in ([`slab`]), the OFD byte-range locks ([`locks`]), and the values each process makes for itself,
-//! which `fork()` locks ([`process`]).
+//! which `fork()` locks ([`process`]), and the per-thread dictionary copies
+//! `zstd_dict` records decode after ([`zprefix`]).
 
 pub mod fault;
 #[allow(unsafe_code, reason = "raises the soft RLIMIT_NOFILE through libc; the block has its SAFETY argument")]
@@ -34,6 +35,11 @@ pub(crate) mod sigbus;
 pub(crate) mod slab;
 #[allow(unsafe_code, reason = "hands raw buffer pointers to io_uring and pread; every block has its SAFETY argument")]
 pub(crate) mod uring;
+#[allow(
+    unsafe_code,
+    reason = "a zstd dictionary digested by reference over a per-thread copy; the block has its SAFETY argument"
+)]
+pub(crate) mod zprefix;
 
 /// A directory for tests that need a disk file system (not tmpfs, whose
 /// pages cannot be evicted): the one holding the test binary, inside the
