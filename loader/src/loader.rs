@@ -34,7 +34,9 @@
 //!   (`Sampler::fill_shard_with_next_use`, one inverse permutation per
 //!   record and cycle in cyclic mode, arithmetic in sequential mode; for iid
 //!   draws, which have no inverse, a window of the shard's draws of the steps
-//!   ahead, `lookahead.rs`). So a worker asks each stream once per
+//!   ahead, `lookahead.rs`; in mode 3 "none in sight", since a record
+//!   comes again only in its next cycle and the window holding it is
+//!   released before). So a worker asks each stream once per
 //!   step whether it [wants hints](Source::wants_hints) and, if any does,
 //!   computes them with the step's indices and passes them to the hinted
 //!   gathers. The cache works on the hints; the read-ahead is still this
@@ -1341,18 +1343,20 @@ fn gather_step(ctx: &Ctx, step: u64, current: &mut Option<Arc<str>>) -> Result<B
     let mut sources = ctx.sources.as_ref().map(|p| p.take(ctx.shard_len));
     let rows_sources: &mut [u32] = sources.as_deref_mut().unwrap_or(&mut []);
     let hints = if wants.iter().flatten().any(|&w| w) {
+        let blocked = ctx.plan.mode() == Mode::Blocked;
         let mut next = ctx.hints.take(ctx.shard_len);
         match &ctx.lookahead {
             Some(look) => {
                 ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
                 look.fill(&ctx.plan, step, rows_sources, &indices, &mut next)?;
             }
-            // A mode-3 mixture draws a record again only in its source's
-            // next cycle, far past the windows read ahead: "none in sight"
-            // ranks it as the prefetch's window ranks what it loaded, and
-            // spares searching the mixture's rows (several times the cost of
-            // the rows, bench-results/engine-notes.md).
-            None if matches!(&ctx.plan, Plan::Mixture(m) if m.mode() == Mode::Blocked) => {
+            // Mode 3 draws a record again only in its (source's) next cycle,
+            // far past the windows read ahead: "none in sight" ranks it as
+            // the prefetch's window ranks what it loaded, and spares
+            // inverting the permutation for every row (a mixture: searching
+            // its rows, several times the cost of the rows,
+            // bench-results/engine-notes.md).
+            None if blocked => {
                 ctx.plan.fill(step, ctx.shard, rows_sources, &mut indices, None)?;
                 next.fill(None);
             }

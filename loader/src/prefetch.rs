@@ -35,7 +35,8 @@ pub(crate) trait Windows {
     /// loader shuts down.
     fn wait_for_claim(&self, step: u64) -> bool;
     /// Loads the records of `blocks` in every source, `next` holding when
-    /// each is drawn next; `false` when a source failed.
+    /// each is drawn next (empty: no hints, as the thread passes now);
+    /// `false` when a source failed.
     fn load(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
     /// [`Windows::load`] in mixture source `source`'s streams only.
     fn load_source(&self, source: usize, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
@@ -69,30 +70,11 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
                 return;
             }
         }
-        let indices: Vec<u64> = w.records.iter().flat_map(Clone::clone).collect();
-        let mut next = vec![None; indices.len()];
-        // When each record is drawn in the window's steps; the first step
-        // (0 included) is asked for as the step after the one before it.
-        let after = w.steps.start.checked_sub(1);
-        match after {
-            Some(after) => {
-                if sampler.fill_next_use(after, &indices, &mut next).is_err() {
-                    return;
-                }
-            }
-            None => {
-                let first = sampler.batch(0);
-                for (n, i) in next.iter_mut().zip(&indices) {
-                    *n = if first.contains(i) { Some(0) } else { sampler.next_use(*i, 0) };
-                }
-            }
-        }
-        // Unsplit, a shard's record is needed by this loader only if drawn in
-        // its slots; the block is read whole either way, and the others'
-        // records rank as needed at their step (the cache keeps them no
-        // longer than this window's). Split, the window holds only records
-        // this shard draws.
-        if !shared.load(&w.records, &next) {
+        // No next-use hints: a store keeps a window's blocks for the
+        // window's steps and releases them after (memory::window), whatever
+        // the hints, so the thread spares inverting the permutation for
+        // each record (`Sampler::fill_next_use`).
+        if !shared.load(&w.records, &[]) {
             return;
         }
         shared.loaded_until(w.complete);
@@ -123,9 +105,8 @@ pub(crate) fn run_mixture(shared: &dyn Windows, mixture: &Mixture, start: u64) {
                 return;
             }
         }
-        let indices: Vec<u64> = w.records.iter().flat_map(Clone::clone).collect();
-        let mut next = vec![None; indices.len()];
-        if mixture.fill_window_steps(&w, &indices, &mut next).is_err() || !shared.load_source(k, &w.records, &next) {
+        // No next-use hints, as in [`run`].
+        if !shared.load_source(k, &w.records, &[]) {
             return;
         }
         complete[k] = w.complete;

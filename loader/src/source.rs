@@ -163,9 +163,10 @@ pub trait Source: Send + Sync + 'static {
     }
 
     /// Mode 3: the records of `blocks` (ranges of consecutive indices, in
-    /// index order) are about to be drawn; `next[k]` is when the `k`-th
-    /// record of them, counting through the ranges, is needed (as in
-    /// [`Request::next`]). A source may read each range in large
+    /// index order) are about to be drawn; `next` is empty (no hints; the
+    /// loader passes none) or `next[k]` is when the `k`-th record of them,
+    /// counting through the ranges, is needed (as in [`Request::next`]).
+    /// A source may read each range in large
     /// reads into memory so that the gathers of those steps find them
     /// there. Called by one loader thread, one window ahead of the gathers.
     /// Default: nothing.
