@@ -10,6 +10,7 @@ use zring_engine::{self as engine, Codec, Fingerprint, Parts, Store};
 use crate::source::{Layout, Request, Slots, Source, SourceError, Span};
 use crate::store::{block_shape, next_uses};
 use crate::Blocks;
+use zring_engine::NextUse;
 
 /// A dataset of parts seen as one [`Source`].
 ///
@@ -30,6 +31,12 @@ use crate::Blocks;
 /// [extends](Source::extends) the one a state was saved over, so the
 /// loader's resume over a grown source applies: the saved cycle finishes
 /// over the old parts, the new ones join from the next cycle.
+///
+/// Its gathers pass the loader's hints to the parts read through their
+/// record caches as a [`StoreSource`](crate::StoreSource) does; in cyclic
+/// mode ([`Request::cycle_end`]) a next use past the steps of the next cycle
+/// its part's cache can serve goes as `NextUse::Never`, which that cache
+/// does not copy in.
 #[derive(Clone)]
 pub struct PartsSource {
     /// The dataset gathered from; shared, as every worker reads it.
@@ -124,6 +131,47 @@ impl PartsSource {
         }
     }
 
+    /// The hints of `req` in cyclic mode ([`Request::cycle_end`]), as a
+    /// single store's adapter passes them (`StoreSource`): a next use at or
+    /// past the horizon of the record's part, or an unknown one, as
+    /// `NextUse::Never`, which that part's record cache does not copy in.
+    ///
+    /// Each part has a record cache of its own, so each has its own horizon:
+    /// the steps of the next cycle its cache can serve. In a cycle part `k`
+    /// gives each step about `n × records(k) / len` of its `n` records, so a
+    /// cache of `c` bytes holds the part's records of the next cycle's first
+    /// `c × len / (mean × n × records(k))` steps (`mean`: the mean length of
+    /// this gather's records), rounded up as a store's is.
+    fn next_uses_before(&self, req: &Request<'_>, cycle_end: u64) -> Result<Vec<NextUse>, SourceError> {
+        let n = req.indices.len();
+        let mut lengths = vec![0u64; n];
+        self.lengths(req.indices, &mut lengths)?;
+        let mean = (lengths.iter().sum::<u64>() / n.max(1) as u64).max(1);
+        let len = self.parts.len();
+        // (part, its horizon), for the parts touched so far.
+        let mut horizons: std::collections::HashMap<usize, u64> = std::collections::HashMap::new();
+        let mut out = Vec::with_capacity(n);
+        for (&i, next) in req.indices.iter().zip(req.next) {
+            let (k, _) = self.parts.locate(i)?;
+            let horizon = match horizons.get(&k) {
+                Some(&h) => h,
+                None => {
+                    let capacity = self.parts.with_part(k, |p| p.store.read_stats().cache_capacity)?;
+                    let per_step = u128::from(mean) * n as u128 * u128::from(self.parts.part_records(k).max(1));
+                    let reach = (u128::from(capacity) * u128::from(len)).div_ceil(per_step.max(1));
+                    let h = cycle_end.saturating_add(u64::try_from(reach).unwrap_or(u64::MAX));
+                    horizons.insert(k, h);
+                    h
+                }
+            };
+            out.push(match next {
+                Some(s) if *s < horizon => NextUse::At(*s),
+                _ => NextUse::Never,
+            });
+        }
+        Ok(out)
+    }
+
     /// The store of an open part, which stands for all in what a store
     /// says of its reads (policy, shape); no part is opened to ask.
     fn first(&self) -> Option<Arc<Store>> {
@@ -142,7 +190,10 @@ impl Source for PartsSource {
 
     fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
         let starts = self.starts(req, dst)?;
-        let next = next_uses(req.next);
+        let next = match req.cycle_end.filter(|_| !req.next.is_empty()) {
+            Some(end) => self.next_uses_before(req, end)?,
+            None => next_uses(req.next),
+        };
         let slots = match self.layout {
             Layout::Fixed { record_bytes } => engine::Slots::FixedAt { width: record_bytes, starts: &starts },
             Layout::Ragged => engine::Slots::Ragged(&starts),
