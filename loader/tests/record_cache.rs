@@ -199,13 +199,15 @@ fn a_cyclic_epoch_copies_in_only_what_the_cache_keeps_for_the_next() {
         loader.close().unwrap();
         let stats = store.read_stats();
         assert_eq!(stats.policy, "direct", "{stats:?}");
-        // The cache has room for about half the data: at least three
-        // quarters of what half an epoch (and the steps read ahead) read.
-        // It can keep for the next epoch about its share of the records (the
-        // next epoch's first half), so it took only about half of those read.
+        // The cache has room for about half the data: at least seven tenths
+        // of what half an epoch and the steps read ahead (how many depends
+        // on the threads' timing) read, so a cache copying in every record
+        // would hold over 0.6 of them. It can keep for the next epoch about
+        // its share of the records (the next epoch's first half), so it took
+        // only about half of those read.
         let share = stats.cache_entries as f64 / stats.records as f64;
         eprintln!("{} of {} records read copied into the cache: {share:.2}", stats.cache_entries, stats.records);
-        assert!(stats.cache_capacity / 7000 >= stats.records * 3 / 4, "{stats:?}");
+        assert!(stats.cache_capacity / 7000 >= stats.records * 7 / 10, "{stats:?}");
         assert!((0.3..=0.6).contains(&share), "{share:.2} of the records read were cached: {stats:?}");
         drop(store);
     });
