@@ -370,6 +370,11 @@ impl std::fmt::Debug for Loader {
 /// the counters could overflow.
 const MAX_START_STEP: u64 = 1 << 63;
 
+/// Batch data starts on a page boundary, so rows of a whole number of pages
+/// are page-aligned and the store reads them from disk straight into place
+/// (O_DIRECT) rather than through its scratch buffer.
+const PAGE: usize = 4096;
+
 fn check_range(field: &'static str, value: usize, max: usize, expected: &'static str) -> Result<(), Error> {
     if value == 0 || value > max {
         return Err(Error::InvalidConfig { field, value: value as u64, expected });
@@ -890,9 +895,9 @@ impl Loader {
                 let (data, offsets) = match layout {
                     Layout::Fixed { record_bytes } => {
                         let bytes = shard_len.saturating_mul(record_bytes);
-                        (Pool::new(retain, prefill, bytes), Pool::new(0, 0, 0))
+                        (Pool::aligned(retain, prefill, bytes, PAGE), Pool::new(0, 0, 0))
                     }
-                    Layout::Ragged => (Pool::new(retain, 0, 0), Pool::new(retain, prefill, shard_len + 1)),
+                    Layout::Ragged => (Pool::aligned(retain, 0, 0, PAGE), Pool::new(retain, prefill, shard_len + 1)),
                 };
                 let name: Arc<str> = Arc::from(set[0].name.as_str());
                 let labels = (0..set.len())

@@ -10,6 +10,12 @@
 //! resizes to the length it needs, which writes zeros only over the part that
 //! grows, so a fixed-layout stream (same length every step) neither
 //! allocates nor clears memory in a steady state.
+//!
+//! A pool made with [`Pool::aligned`] hands out buffers whose first element
+//! sits on a given byte boundary (a page, for batch data): each `Vec` is
+//! allocated that much longer and the buffer starts inside it at the first
+//! boundary. Slots of a whole number of pages are then page-aligned, so the
+//! store can read such records from disk with O_DIRECT straight into them.
 
 use std::fmt;
 use std::ops::{Deref, DerefMut};
@@ -30,17 +36,44 @@ pub(crate) struct Pool<T> {
     /// small). Flat in a steady state; it grows while the caller holds many
     /// batches or ragged records outgrow every buffer seen so far.
     allocations: AtomicU64,
+    /// Each buffer starts on a multiple of this many bytes (a power of two).
+    align: usize,
 }
 
 impl<T: Clone + Default + Send + 'static> Pool<T> {
     /// A pool keeping up to `retain` free buffers, `prefill` of them
     /// allocated now with `len` elements each.
     pub(crate) fn new(retain: usize, prefill: usize, len: usize) -> Arc<Self> {
-        let mut free = Vec::with_capacity(retain);
-        for _ in 0..prefill.min(retain) {
-            free.push(vec![T::default(); len]);
-        }
-        Arc::new(Pool { free: Mutex::new(free), retain, allocations: AtomicU64::new(0) })
+        Self::aligned(retain, prefill, len, std::mem::align_of::<T>())
+    }
+
+    /// [`Pool::new`] whose buffers each start on a multiple of `align`
+    /// bytes (a power of two, at least `T`'s own alignment).
+    pub(crate) fn aligned(retain: usize, prefill: usize, len: usize, align: usize) -> Arc<Self> {
+        assert!(align.is_power_of_two() && align >= std::mem::align_of::<T>(), "pool alignment {align}");
+        let pool = Pool { free: Mutex::new(Vec::with_capacity(retain)), retain, allocations: AtomicU64::new(0), align };
+        let free = (0..prefill.min(retain))
+            .map(|_| {
+                let mut vec = Vec::with_capacity(len + pool.pad());
+                let start = pool.start_of(&vec);
+                vec.resize(start + len, T::default());
+                vec
+            })
+            .collect();
+        *pool.free.lock().unwrap_or_else(PoisonError::into_inner) = free;
+        Arc::new(pool)
+    }
+
+    /// Elements a buffer may need to skip to reach the boundary.
+    fn pad(&self) -> usize {
+        (self.align - std::mem::align_of::<T>()) / std::mem::size_of::<T>().max(1)
+    }
+
+    /// Where in `vec`'s allocation the first boundary is, in elements.
+    fn start_of(&self, vec: &Vec<T>) -> usize {
+        let size = std::mem::size_of::<T>().max(1);
+        let misaligned = vec.as_ptr() as usize & (self.align - 1);
+        ((self.align - misaligned) & (self.align - 1)) / size
     }
 
     /// A buffer of exactly `len` elements: a recycled one if any is free
@@ -49,11 +82,16 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
         let recycled = self.free.lock().unwrap_or_else(PoisonError::into_inner).pop();
         let mut vec = recycled.unwrap_or_default();
         let capacity = vec.capacity();
-        vec.resize(len, T::default());
+        let need = len + self.pad();
+        if capacity < need {
+            vec.reserve_exact(need - vec.len());
+        }
+        let start = self.start_of(&vec);
+        vec.resize(start + len, T::default());
         if vec.capacity() != capacity {
             self.allocations.fetch_add(1, Ordering::Relaxed);
         }
-        Pooled { vec, pool: Some(Arc::clone(self)) }
+        Pooled { vec, start, pool: Some(Arc::clone(self)) }
     }
 
     /// How many times [`Pool::take`] allocated.
@@ -83,7 +121,9 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
 /// buffer rather than wait for or touch a held one. [`Pooled::into_vec`]
 /// detaches the buffer from the pool for callers that want a plain `Vec`.
 pub struct Pooled<T: Clone + Default + Send + 'static> {
+    /// The allocation; the buffer is `vec[start..]`.
     vec: Vec<T>,
+    start: usize,
     /// `None` once detached; dropping then simply frees the memory.
     pool: Option<Arc<Pool<T>>>,
 }
@@ -91,20 +131,22 @@ pub struct Pooled<T: Clone + Default + Send + 'static> {
 impl<T: Clone + Default + Send + 'static> Pooled<T> {
     /// The buffer as a slice.
     pub fn as_slice(&self) -> &[T] {
-        &self.vec
+        &self.vec[self.start..]
     }
 
     /// The buffer as a mutable slice. The holder owns it exclusively, so
     /// writing to it affects nothing else.
     pub fn as_mut_slice(&mut self) -> &mut [T] {
-        &mut self.vec
+        &mut self.vec[self.start..]
     }
 
     /// Takes the buffer out of the pool's cycle and returns it as a plain
     /// `Vec` (no copy). The pool allocates a replacement when it next needs one.
     pub fn into_vec(mut self) -> Vec<T> {
         self.pool = None;
-        std::mem::take(&mut self.vec)
+        let mut vec = std::mem::take(&mut self.vec);
+        vec.drain(..self.start);
+        vec
     }
 }
 
@@ -119,25 +161,25 @@ impl<T: Clone + Default + Send + 'static> Drop for Pooled<T> {
 impl<T: Clone + Default + Send + 'static> Deref for Pooled<T> {
     type Target = [T];
     fn deref(&self) -> &[T] {
-        &self.vec
+        self.as_slice()
     }
 }
 
 impl<T: Clone + Default + Send + 'static> DerefMut for Pooled<T> {
     fn deref_mut(&mut self) -> &mut [T] {
-        &mut self.vec
+        self.as_mut_slice()
     }
 }
 
 impl<T: Clone + Default + Send + 'static> AsRef<[T]> for Pooled<T> {
     fn as_ref(&self) -> &[T] {
-        &self.vec
+        self.as_slice()
     }
 }
 
 impl<T: Clone + Default + Send + 'static> fmt::Debug for Pooled<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Pooled").field("len", &self.vec.len()).field("pooled", &self.pool.is_some()).finish()
+        f.debug_struct("Pooled").field("len", &self.as_slice().len()).field("pooled", &self.pool.is_some()).finish()
     }
 }
 
@@ -178,6 +220,29 @@ mod tests {
         let held: Vec<_> = (0..5).map(|_| pool.take(3)).collect();
         drop(held);
         assert_eq!(pool.free_len(), 2);
+    }
+
+    #[test]
+    fn aligned_buffers_start_on_the_boundary_however_they_are_recycled() {
+        let pool = Pool::<u8>::aligned(3, 2, 3 * 4096, 4096);
+        for len in [3 * 4096, 5, 4096 * 7, 1, 0, 12_288] {
+            let mut held = Vec::new();
+            for k in 0..4u8 {
+                let mut b = pool.take(len);
+                assert_eq!(b.len(), len);
+                assert_eq!(b.as_ptr() as usize % 4096, 0, "length {len}");
+                b.fill(k);
+                held.push(b);
+            }
+            for (k, b) in held.iter().enumerate() {
+                assert!(b.iter().all(|&x| x == k as u8), "buffers overlap");
+            }
+        }
+        let mut b = pool.take(6);
+        b.copy_from_slice(b"abcdef");
+        assert_eq!(b.into_vec(), b"abcdef");
+        let words = Pool::<u64>::aligned(1, 1, 3, 4096);
+        assert_eq!(words.take(3).as_ptr() as usize % 4096, 0);
     }
 
     #[test]

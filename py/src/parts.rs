@@ -93,6 +93,7 @@ const READS_SUMMED: &[&str] = &[
     "cache_misses",
     "page_cache_hits",
     "bytes_read",
+    "bytes_into_place",
     "bytes_from_cache",
     "bytes_from_page_cache",
     "cache_held",

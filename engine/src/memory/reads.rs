@@ -60,6 +60,10 @@ pub struct ReadStats {
     /// cache by a buffered system call), by gathers and by block reads ahead
     /// of them (`View::prefetch`).
     pub bytes_read: u64,
+    /// Of `bytes_read`, those read with O_DIRECT straight into the caller's
+    /// slots (records of whole pages bound for page-aligned slots, such as a
+    /// `DataLoader`'s rows of 4 KiB multiples): no copy through a buffer.
+    pub bytes_into_place: u64,
     /// Stored bytes served by the record cache.
     pub bytes_from_cache: u64,
     /// Stored bytes copied from the page cache through the mappings.
@@ -84,6 +88,7 @@ struct Counters {
     cache_misses: AtomicU64,
     page_cache_hits: AtomicU64,
     bytes_read: AtomicU64,
+    bytes_into_place: AtomicU64,
     bytes_from_cache: AtomicU64,
     bytes_from_page_cache: AtomicU64,
     switches: AtomicU64,
@@ -305,6 +310,11 @@ impl Reads {
         }
     }
 
+    /// Counts stored bytes a gather read from disk straight into their slot.
+    pub fn count_into_place(&self, bytes: u64) {
+        self.c.bytes_into_place.fetch_add(bytes, Relaxed);
+    }
+
     /// Counts stored bytes read ahead into the record cache
     /// ([`crate::read::blocks`]): read from disk, gathered later as hits.
     pub fn count_prefetched(&self, bytes: u64) {
@@ -509,6 +519,7 @@ impl Reads {
             page_cache_hits: mapped,
             hit_rate: if records == 0 { 0.0 } else { (hits + mapped) as f64 / records as f64 },
             bytes_read: c.bytes_read.load(Relaxed),
+            bytes_into_place: c.bytes_into_place.load(Relaxed),
             bytes_from_cache: c.bytes_from_cache.load(Relaxed),
             bytes_from_page_cache: c.bytes_from_page_cache.load(Relaxed),
             cache_capacity: cs.capacity,

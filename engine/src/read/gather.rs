@@ -940,7 +940,8 @@ pub(crate) fn read_group_with(
 ) -> Result<()> {
     let src = |k: usize| from.get(k).copied().unwrap_or(0);
     // Plan: where each record's stored bytes are read to. Raw records read
-    // through the page cache go straight into their slot; everything else
+    // through the page cache go straight into their slot, and so do O_DIRECT
+    // ones of whole pages bound for page-aligned slots; everything else
     // goes to scratch. O_DIRECT spans come first in scratch, so each starts
     // at an ALIGN boundary (their lengths are multiples of ALIGN).
     struct Plan<'f> {
@@ -976,13 +977,22 @@ pub(crate) fn read_group_with(
                 let start = it.entry.offset / ALIGN as u64 * ALIGN as u64;
                 let end = it.entry.end().div_ceil(ALIGN as u64) * ALIGN as u64;
                 let skip = (it.entry.offset - start) as usize;
+                // A record that fills whole pages of the file, bound for a
+                // page-aligned slot of its own length (the loader's batches
+                // of such rows), is read straight into the slot.
+                let whole = it.keep_stored || (it.entry.codec == Codec::Raw && !it.entry.is_part());
+                let into_slot = whole
+                    && skip == 0
+                    && stored % ALIGN == 0
+                    && it.dst.len() == stored
+                    && (it.dst.as_ptr() as usize) % ALIGN == 0;
                 Plan {
                     fd: d.as_fd(),
                     offset: start,
                     len: (end - start) as usize,
                     need: skip + stored,
                     skip,
-                    scratch: true,
+                    scratch: !into_slot,
                     direct: true,
                 }
             }
@@ -1001,7 +1011,7 @@ pub(crate) fn read_group_with(
         };
         plans.push(p);
     }
-    let direct_bytes: usize = plans.iter().filter(|p| p.direct).map(|p| p.len).sum();
+    let direct_bytes: usize = plans.iter().filter(|p| p.scratch && p.direct).map(|p| p.len).sum();
     let buffered_bytes: usize = plans.iter().filter(|p| p.scratch && !p.direct).map(|p| p.len).sum();
     let (buf, region) = scratch.get_in(direct_bytes + buffered_bytes);
     let (mut direct_area, mut buffered_area) = buf.split_at_mut(direct_bytes);
@@ -1037,7 +1047,15 @@ pub(crate) fn read_group_with(
                 }
                 r
             } else {
-                crc_check(it.index, &it.entry, &buf[..stored_len])
+                let stored = &buf[..stored_len];
+                let r = crc_check(it.index, &it.entry, stored);
+                if plans[i].direct {
+                    s.reads.count_into_place(stored_len as u64);
+                    if r.is_ok() && !it.keep_stored {
+                        s.reads.offer(&it.entry, stored, it.next);
+                    }
+                }
+                r
             };
             if let Err(e) = r {
                 first_err.get_or_insert(e);
