@@ -983,9 +983,9 @@ pub(crate) fn read_group_with(
                 let whole = it.keep_stored || (it.entry.codec == Codec::Raw && !it.entry.is_part());
                 let into_slot = whole
                     && skip == 0
-                    && stored % ALIGN == 0
+                    && stored.is_multiple_of(ALIGN)
                     && it.dst.len() == stored
-                    && (it.dst.as_ptr() as usize) % ALIGN == 0;
+                    && (it.dst.as_ptr() as usize).is_multiple_of(ALIGN);
                 Plan {
                     fd: d.as_fd(),
                     offset: start,
