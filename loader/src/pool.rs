@@ -70,7 +70,7 @@ impl<T: Clone + Default + Send + 'static> Pool<T> {
     }
 
     /// Where in `vec`'s allocation the first boundary is, in elements.
-    fn start_of(&self, vec: &Vec<T>) -> usize {
+    fn start_of(&self, vec: &[T]) -> usize {
         let size = std::mem::size_of::<T>().max(1);
         let misaligned = vec.as_ptr() as usize & (self.align - 1);
         ((self.align - misaligned) & (self.align - 1)) / size
