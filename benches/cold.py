@@ -172,6 +172,9 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=128, help="fio queue depth (default 128)")
     ap.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_size (default 4)")
+    ap.add_argument("--also", action="append", default=[], metavar="W/P",
+                    help="mode 2: also measure the DataLoader with W workers and prefetch P in every round "
+                         "(repeatable), beside --workers/--prefetch")
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each zring process")
     ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
     ap.add_argument("--mode", type=int, choices=(2, 3), default=2,
@@ -218,14 +221,17 @@ def main() -> None:
         return
     rows = []
     seq = 0
+    # Extra DataLoader configurations, by their label.
+    also = {f"loader {w}/{p}": (int(w), int(p)) for w, p in (x.split("/") for x in args.also)}
     for r in range(rounds):
         drop_caches()
         fio = fio_randread(store, secs, args.depth)
         row = {"fio": fio["mib_s"] if fio else None}
-        for kind in ("gather", "loader"):
+        for kind in ("gather", "loader", *also):
             seq += 1
-            spec = {"kind": kind, "path": str(store), "secs": secs, "seed": 100 + r, "workers": args.workers,
-                    "prefetch": args.prefetch}
+            workers, prefetch = also.get(kind, (args.workers, args.prefetch))
+            spec = {"kind": "loader" if kind in also else kind, "path": str(store), "secs": secs, "seed": 100 + r,
+                    "workers": workers, "prefetch": prefetch}
             row[kind] = measure(cgs, seq, spec, limit, env)
         rows.append(row)
         g, ld = row["gather"] or {}, row["loader"] or {}
@@ -256,7 +262,9 @@ def main() -> None:
         f"| fio 12 KiB random, QD{args.depth} | {fio_med:.0f} | 1.00 | | | |",
     ]
     for kind, label in (("gather", "bare gather of 256 (one thread)"),
-                        ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers, prefetch {args.prefetch}")):
+                        ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers, prefetch {args.prefetch}"),
+                        *((k, f"DataLoader, batch 256, mode 2, {w} workers, prefetch {p}")
+                          for k, (w, p) in also.items())):
         ok = [row[kind] for row in rows if row[kind]]
         rs = ratios(kind)
         rng = f" ({min(rs):.2f}–{max(rs):.2f})" if len(rs) > 1 else ""
@@ -264,7 +272,7 @@ def main() -> None:
         lines.append(f"| {label} | {med([x['mib_s'] for x in ok]):.0f} | **{med(rs):.2f}**{rng} | "
                      f"{med([x['cpu_s_per_gib'] for x in ok]):.2f} | "
                      f"{med([x['p50_ms'] for x in ok]):.1f} / {med([x['p99_ms'] for x in ok]):.1f} | "
-                     f"{'' if kind == 'loader' else f'{mf:.1f}'} |")
+                     f"{f'{mf:.1f}' if kind == 'gather' else ''} |")
     argv = " ".join(sys.argv[1:])
     lines += ["", f"Command: `python benches/cold.py{(' ' + argv) if argv else ''}`. "
               f"Data: {shown(store)}."]
