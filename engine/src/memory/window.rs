@@ -39,11 +39,11 @@
 //! searches it freely.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use rustc_hash::FxBuildHasher;
 
 use crate::format::record::Entry;
 use crate::io::slab::Slab;
@@ -81,47 +81,12 @@ pub(crate) fn held(cache: &Arc<Cache>, slab: Slab) -> Bytes {
     Bytes::from_owner(Held { slab: Some(slab), cache: Arc::clone(cache) })
 }
 
-/// A hasher for record keys: their fields are already well spread (offsets
-/// in a chunk, a checksum), so a multiply and a rotate mix them; the
-/// standard hasher cost more per lookup than the copy of a record's first
-/// kilobytes.
-#[derive(Default)]
-pub(crate) struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u8(&mut self, n: u8) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u32(&mut self, n: u32) {
-        self.write_u64(u64::from(n));
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(23) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn write_usize(&mut self, n: usize) {
-        self.write_u64(n as u64);
-    }
-}
-
 /// One loaded window: its slabs and where each record lies in them.
 #[derive(Default)]
 pub(crate) struct Window {
     slabs: Vec<Bytes>,
     /// Record key → (slab, offset of its stored bytes in it).
-    at: HashMap<RecordKey, (u32, u32), BuildHasherDefault<KeyHasher>>,
+    at: HashMap<RecordKey, (u32, u32), FxBuildHasher>,
 }
 
 impl Window {
