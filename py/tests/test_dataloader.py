@@ -205,3 +205,34 @@ def test_sampler_seek_and_state():
     r = zring.Sampler.from_state(st)
     np.testing.assert_array_equal(r.next(), batches[3])
     np.testing.assert_array_equal(zring.Sampler(3, 8, 0).next(), [0, 1, 2])
+
+
+def _loader_threads():
+    import os
+    names = []
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            pass
+    return sum(n.startswith("zring-loader-") for n in names)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "sched_setaffinity"), reason="needs CPU affinity")
+def test_the_default_workers_follow_the_cpus_the_process_may_use(streams):
+    import os
+    before = os.sched_getaffinity(0)
+    try:
+        for cpus in ({min(before)}, before):
+            os.sched_setaffinity(0, cpus)
+            loader = zring.DataLoader({"x": streams["x"]}, batch_size=10, mode=2)
+            next(loader)
+            assert _loader_threads() == min(4, len(cpus)), cpus
+            loader.close()
+            explicit = zring.DataLoader({"x": streams["x"]}, num_workers=3, batch_size=10, mode=2)
+            next(explicit)
+            assert _loader_threads() == 3
+            explicit.close()
+    finally:
+        os.sched_setaffinity(0, before)

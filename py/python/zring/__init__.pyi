@@ -347,7 +347,7 @@ class DataLoader:
     def __init__(
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
-        num_workers: int = 4,
+        num_workers: Optional[int] = None,
         batch_size: Optional[int] = None,
         prefetch_size: int = 4,
         mode: Optional[int] = None,
