@@ -170,7 +170,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds (default 3, --quick 1)")
     ap.add_argument("--secs", type=float, default=None, help="seconds per measurement (default 5, --quick 3)")
     ap.add_argument("--depth", type=int, default=128, help="fio queue depth (default 128)")
-    ap.add_argument("--workers", type=int, default=4, help="DataLoader workers (default 4)")
+    ap.add_argument("--workers", type=int, default=None,
+                    help="DataLoader num_workers (default: the DataLoader's own, the CPUs, at most 4)")
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_size (default 4)")
     ap.add_argument("--also", action="append", default=[], metavar="W/P",
                     help="mode 2: also measure the DataLoader with W workers and prefetch P in every round "
@@ -189,6 +190,8 @@ def main() -> None:
                     help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.workers is None:
+        args.workers = common.default_workers()
     if args.child:
         child(json.loads(args.child))
         return

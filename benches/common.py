@@ -270,3 +270,9 @@ class Cgroups:
     def cleanup(self) -> None:
         for p in list(reversed(self.created)):
             self.remove(p)
+
+
+def default_workers() -> int:
+    """The DataLoader's default ``num_workers``: the CPUs this process may run
+    on, at most 4 (as ``zring.DataLoader`` computes it)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))

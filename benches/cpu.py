@@ -191,7 +191,8 @@ def main() -> None:
     ap.add_argument("--paths", default="mode2,mode3", help="comma-separated: " + ",".join(PATHS))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--secs", type=float, default=4.0)
-    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--workers", type=int, default=None,
+                    help="DataLoader num_workers (default: the DataLoader's own, the CPUs, at most 4)")
     ap.add_argument("--prefetch", type=int, default=4)
     ap.add_argument("--cgroup-mib", type=int, default=None)
     ap.add_argument("--build", action="append", default=[], metavar="NAME=DIR")
@@ -204,6 +205,8 @@ def main() -> None:
                     help="run `taskset -c 1 yes > /dev/null` for the whole run (a contender for the CPU)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.workers is None:
+        args.workers = common.default_workers()
     if args.child:
         child(json.loads(args.child))
         return
