@@ -114,8 +114,10 @@ class _Base(_util.Closeable):
     def read_stats(self) -> dict[str, Any]:
         """The read policy in force (``policy``, ``policy_reason``,
         ``budget_bytes``) and the reads since open: ``cache_hits``,
-        ``page_cache_hits``, ``hit_rate``, ``bytes_read``,
-        ``bytes_from_cache``, ... Cheap (no table scan)."""
+        ``page_cache_hits``, ``hit_rate``, ``bytes_read`` (of them
+        ``bytes_into_place``: read with O_DIRECT straight into the batch,
+        as a DataLoader's rows of 4 KiB multiples are), ``bytes_from_cache``,
+        ... Cheap (no table scan)."""
         return self._s.read_stats()
 
     @property
