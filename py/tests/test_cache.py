@@ -172,3 +172,20 @@ def test_the_cache_follows_a_budget_that_changes_while_reading(tmp_path, monkeyp
         assert r["cache_capacity"] == arr.nbytes // 2 - arr.nbytes // 16, r
         assert "grows" in r["policy_reason"], r["policy_reason"]
         assert r["cache_held"] > arr.nbytes // 4, r
+
+
+def test_rows_of_whole_pages_are_read_from_disk_straight_into_the_array(tmp_path):
+    arr = _data(256, seed=3)
+    zring.write_dataset(tmp_path / "d.zr", arr, codec="raw")
+    with zring.Dataset(tmp_path / "d.zr", cache_bytes=arr.nbytes // 4) as ds:
+        assert ds.read_stats()["policy"] == "direct"
+        idx = np.random.default_rng(1).permutation(len(arr))[:100].astype(np.uint64)
+        got = ds[idx]
+        np.testing.assert_array_equal(got, arr[idx])
+        assert got.ctypes.data % 4096 == 0, "not page-aligned"
+        r = ds.read_stats()
+        # Every record the gather read from disk went straight into its row.
+        assert r["bytes_read"] > 0 and r["bytes_into_place"] == r["bytes_read"], r
+        # The array is an ordinary array: writable, its own rows.
+        got[0] = 0
+        np.testing.assert_array_equal(ds[idx[:1]], arr[idx[:1]])

@@ -222,7 +222,7 @@ class Dataset(_Base):
     def __getitems__(self, idxs: Any) -> np.ndarray:
         """Gather records into an array shaped ``(len(idxs), *self.shape)``."""
         idx = self._records(_util.indices(idxs, len(self)))
-        out = np.empty((idx.size, *self.shape), dtype=self.dtype)
+        out = _util.empty_rows(idx.size, self.shape, self.dtype)
         self._s.gather(idx, out.reshape(-1).view(np.uint8), self._itemsize)
         return out
 
