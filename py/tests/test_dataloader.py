@@ -207,7 +207,16 @@ def test_sampler_seek_and_state():
     np.testing.assert_array_equal(zring.Sampler(3, 8, 0).next(), [0, 1, 2])
 
 
-def _loader_threads():
+def _loader_threads(expect):
+    """The loader threads running, once they number ``expect`` or 10 s have
+    passed (a new thread takes its name once it first runs)."""
+    deadline = time.monotonic() + 10
+    while (n := _count_loader_threads()) != expect and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return n
+
+
+def _count_loader_threads():
     import os
     names = []
     for t in os.listdir("/proc/self/task"):
@@ -228,11 +237,11 @@ def test_the_default_workers_follow_the_cpus_the_process_may_use(streams):
             os.sched_setaffinity(0, cpus)
             loader = zring.DataLoader({"x": streams["x"]}, batch_size=10, mode=2)
             next(loader)
-            assert _loader_threads() == min(4, len(cpus)), cpus
+            assert _loader_threads(min(4, len(cpus))) == min(4, len(cpus)), cpus
             loader.close()
             explicit = zring.DataLoader({"x": streams["x"]}, num_workers=3, batch_size=10, mode=2)
             next(explicit)
-            assert _loader_threads() == 3
+            assert _loader_threads(3) == 3
             explicit.close()
     finally:
         os.sched_setaffinity(0, before)
