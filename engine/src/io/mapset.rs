@@ -134,18 +134,26 @@ impl MapSet {
     }
 
     /// Starts loading into the CPU cache what [`MapSet::resident`] asks of
-    /// slot `k` for bytes at `offset`: the slot's residency word (its line
-    /// is read for where that word is).
+    /// slot `k` for bytes `offset..offset + len`, and what a copy of them
+    /// reads first: the slot's residency word, its fault flag, and the first
+    /// and last lines of the bytes (their pages' translations too; a
+    /// prefetch of a page not in memory is dropped, it reads nothing in).
     #[inline]
-    pub fn prefetch(&self, k: usize, offset: u64) {
-        if let Some(line) = self.lines.get(k) {
-            let page = usize::try_from(offset).unwrap_or(usize::MAX) / PAGE;
-            if page / 64 < line.words {
-                prefetch_line(&self.words[line.word0 + page / 64]);
-            }
-            if let Some(flag) = line.flag {
-                flag.prefetch();
-            }
+    pub fn prefetch(&self, k: usize, offset: u64, len: usize) {
+        let Some(line) = self.lines.get(k) else { return };
+        let Some(flag) = line.flag else { return };
+        let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+        let page = offset / PAGE;
+        if page / 64 < line.words {
+            prefetch_line(&self.words[line.word0 + page / 64]);
+        }
+        flag.prefetch();
+        let map = self.map(line);
+        if let Some(first) = map.get(offset) {
+            prefetch_line(first);
+        }
+        if let Some(last) = offset.checked_add(len.saturating_sub(1)).filter(|_| len > 64).and_then(|at| map.get(at)) {
+            prefetch_line(last);
         }
     }
 
@@ -168,16 +176,26 @@ impl MapSet {
         if line.base == 0 || flag.faulted() {
             return None;
         }
-        // SAFETY: `base..base + len` is the mapping of the `ChunkMap` that
-        // `owners[k]` holds: `install` set them together from that map, and
-        // `remove` (or another `install`) clears the line before it drops the
-        // owner, both through `&mut self`. The returned bytes borrow `self`,
-        // so they cannot outlive the owner. The mapping is read-only and
-        // shared; a fault in it maps zeros over it (`sigbus`), which the
-        // caller learns from the flag, as for `ChunkMap::resident_checked`.
-        let map = unsafe { std::slice::from_raw_parts(line.base as *const u8, line.len) };
+        let map = self.map(line);
         let bits = Bits { seen: &self.words[line.word0..line.word0 + line.words], epoch: &line.epoch };
         resident_in(map, bits, flag, usize::try_from(offset).ok()?, len, epoch)
+    }
+
+    /// The mapping `line` holds (empty when it holds none).
+    #[inline]
+    fn map<'s>(&'s self, line: &'s Line) -> &'s [u8] {
+        if line.base == 0 {
+            return &[];
+        }
+        // SAFETY: `base..base + len` is the mapping of the `ChunkMap` that
+        // the line's slot of `owners` holds: `install` set them together from
+        // that map, and `remove` (or another `install`) clears the line
+        // before it drops the owner, both through `&mut self`. The returned
+        // bytes borrow `self`, so they cannot outlive the owner. The mapping
+        // is read-only and shared; a fault in it maps zeros over it
+        // (`sigbus`), which readers learn from the flag, as for
+        // `ChunkMap::resident_checked`.
+        unsafe { std::slice::from_raw_parts(line.base as *const u8, line.len) }
     }
 }
 

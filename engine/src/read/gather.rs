@@ -433,8 +433,11 @@ pub(crate) fn gather_mapped(
     let _gate = crate::fork::enter();
     let items = carve_at(dst, order);
     let epoch = crate::io::mmap::evictions();
+    // Every record's residency word and first bytes asked for at once: their
+    // misses (the bytes' a page-table walk too, as each part is a mapping of
+    // its own) overlap instead of coming one after another in the copies.
     for (it, &part) in items.iter().zip(&from) {
-        maps.prefetch(part, it.entry.offset);
+        maps.prefetch(part, it.entry.offset, it.entry.stored_len as usize);
     }
     let mut hot: Vec<SetItem<'_, '_>> = Vec::with_capacity(items.len());
     let mut total = 0u64;
