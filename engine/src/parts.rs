@@ -46,6 +46,14 @@
 //! record `i - start(k)` of part `k`, found by binary search over the
 //! parts' cumulative counts ([`Parts::locate`]).
 //!
+//! A hot random batch touches a couple of hundred parts. What it reads of
+//! each is kept in arrays of the dataset, not in each part's objects (its
+//! store, snapshot, table, chunk: scattered allocations, each a cache miss
+//! per part touched): the small parts' table entries, copied while the
+//! dataset opens ([`Dense`]), and each open part's chunk mapping, a cache
+//! line per part in the open set (`Open::maps`, `crate::io::mapset`), taken
+//! out when the part closes for room and put back when it opens again.
+//!
 //! Each open store holds two descriptors (its table and its pins file), and
 //! its chunk files' descriptors live in the process's shared cache
 //! (`io/fds.rs`). So the parts are kept open in a bounded set, least
