@@ -50,7 +50,7 @@
 //! each is kept in arrays of the dataset, not in each part's objects (its
 //! store, snapshot, table, chunk: scattered allocations, each a cache miss
 //! per part touched): the small parts' table entries, copied while the
-//! dataset opens ([`Dense`]), and each open part's chunk mapping, a cache
+//! dataset opens (`Dense`), and each open part's chunk mapping, a cache
 //! line per part in the open set (`Open::maps`, `crate::io::mapset`), taken
 //! out when the part closes for room and put back when it opens again.
 //!
