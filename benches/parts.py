@@ -35,6 +35,14 @@ Builds (once, under ``--dir``) a dataset of ``--parts`` parts holding
     python benches/parts.py --dir DIR --record-bytes 1024 --cold-secs 3   # as root
     python benches/parts.py --dir DIR --record-bytes 1024 --skip-hot --skip-open --cold-secs 3 --cold-other BUILD
     PYTHONPATH=BUILD python benches/parts.py --dir DIR --single-hot 2     # one store only
+    python benches/parts.py --dir DIR --record-bytes 1024 --slices 40 --slice-secs 0.3   # fine-grained A/B
+
+With ``--slices N``, only hot random gathers, the two contenders alternated
+in ``N`` pairs of ``--slice-secs`` each (which goes first alternating too),
+each pair's ratio taken, pairs during which the host's page cache was
+dropped (``drop_pagecache`` in ``/proc/vmstat`` moved: another job's cold
+run) left out and both datasets read again: on a host shared with other
+jobs, short pairs see the same load far more often than 1 s rounds do.
 """
 
 from __future__ import annotations
@@ -118,6 +126,60 @@ def gather_rate(ds, batches: list[np.ndarray], secs: float, cpu: list | None = N
             if cpu is not None:
                 cpu.append(done / max(time.process_time() - c0, 1e-9))
             return done / el
+
+
+def drops() -> int:
+    """Page-cache drops on the host so far (``drop_caches`` writes)."""
+    with open("/proc/vmstat") as f:
+        for line in f:
+            if line.startswith("drop_pagecache "):
+                return int(line.split()[1])
+    return 0
+
+
+def slices(ds, single, a) -> None:
+    """Hot random gathers, the contenders alternated in short pairs (``--slices``)."""
+    rng = np.random.default_rng(7)
+    batches = [rng.integers(0, a.records, a.batch) for _ in range(64)]
+    sets = {"parts": ds, "one store": single}
+
+    def warm() -> None:
+        for d in sets.values():
+            for lo in range(0, a.records, 1 << 16):
+                d[np.arange(lo, min(a.records, lo + (1 << 16)))]
+
+    at = {k: 0 for k in sets}
+
+    def run(k: str) -> tuple[float, float]:
+        n, t, c = 0, time.perf_counter(), time.process_time()
+        while True:
+            for _ in range(4):
+                sets[k][batches[at[k] % len(batches)]]
+                at[k] += 1
+                n += a.batch
+            el = time.perf_counter() - t
+            if el >= a.slice_secs:
+                return n / el, n / max(time.process_time() - c, 1e-9)
+
+    warm()
+    pairs, left = [], 0
+    for s in range(a.slices):
+        d0 = drops()
+        order = ["parts", "one store"] if s % 2 == 0 else ["one store", "parts"]
+        r = {k: run(k) for k in order}
+        if drops() != d0:
+            left += 1
+            warm()
+            continue
+        pairs.append((r["parts"], r["one store"]))
+    med = statistics.median
+    wall = [p[0] / o[0] for p, o in pairs]
+    cpu = [p[1] / o[1] for p, o in pairs]
+    q = lambda xs, f: float(np.quantile(xs, f))  # noqa: E731
+    print(f"hot random gathers of {a.batch}, {len(pairs)} alternated pairs of {a.slice_secs:g} s ({left} left out: "
+          f"page cache dropped): parts / one store = {med(wall):.2f}x (quartiles {q(wall, 0.25):.2f}, "
+          f"{q(wall, 0.75):.2f}); per CPU-second {med(cpu):.2f}x; {med([p[0] for p, _ in pairs]) / 1e6:.2f} vs "
+          f"{med([o[0] for _, o in pairs]) / 1e6:.2f} M records/s ({zring.__file__})")
 
 
 def loader_rate(ds, batch: int, secs: float) -> float:
@@ -236,6 +298,9 @@ def main() -> None:
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each cold process")
     ap.add_argument("--skip-hot", action="store_true", help="only the open, cold and ulimit figures")
     ap.add_argument("--skip-open", action="store_true", help="no open figures")
+    ap.add_argument("--slices", type=int, default=0,
+                    help="only hot random gathers, in this many alternated pairs of --slice-secs (module docs)")
+    ap.add_argument("--slice-secs", type=float, default=0.3)
     ap.add_argument("--single-hot", type=float, default=0,
                     help="only hot random gathers from the one store for this many seconds, one line (to compare "
                          "two builds, alternated: PYTHONPATH=BUILD python benches/parts.py --single-hot 2 ...)")
@@ -253,6 +318,10 @@ def main() -> None:
         rate = gather_rate(single, batches, a.single_hot, cpu)
         print(f"one store, hot random gathers of {a.batch}: {rate / 1e6:.3f} M records/s, "
               f"{cpu[0] / 1e6:.3f} M records per CPU-second ({zring.__file__})")
+        return
+
+    if a.slices:
+        slices(zring.Dataset(ds_path), zring.Dataset(single_path), a)
         return
 
     if not a.skip_open:

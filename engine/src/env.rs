@@ -5,7 +5,7 @@
 //! | `ZRING_DIRECT` | `0`, `1` | at each store open | forces buffered (`0`) or O_DIRECT (`1`) reads with no record cache and no switching (benchmarks force modes with it); anything else: the read policy decides |
 //! | `ZRING_CACHE_BYTES` | bytes, or a number with a binary unit (`512M`, `8G`, `1.5GiB`) | at every look at the budget | the memory budget when no handle states one ([`crate::memory::budget`]); a malformed value is an error naming the variable |
 //! | `ZRING_MMAP` | `0` | at each store open | no chunk mappings: every record is read through the I/O backend |
-//! | `ZRING_PARTS_DENSE` | `0` | at each dataset-of-parts open | no copy of the small parts' table entries (`crate::parts`): each gather reads every part's table (benchmarks compare the two) |
+//! | `ZRING_PARTS_DENSE` | `0` | at each dataset-of-parts open | no copy of the small parts' table entries (`crate::parts`) and no array of the open parts' mappings (`crate::io::mapset`): each gather reads every part's table, snapshot and chunk (benchmarks compare the two) |
 //! | `ZRING_BACKEND` | `uring`, `pread` | at each store open | the I/O backend instead of the automatic choice |
 //! | `ZRING_REQUIRE_URING` | `1` | by the test suites | an io_uring test fails instead of skipping where io_uring is unavailable (CI) |
 //! | `ZRING_QUEUE_DEPTH` | 1 to the ring size | once per process | reads in flight per ring (default 256) |

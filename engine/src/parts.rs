@@ -46,6 +46,14 @@
 //! record `i - start(k)` of part `k`, found by binary search over the
 //! parts' cumulative counts ([`Parts::locate`]).
 //!
+//! A hot random batch touches a couple of hundred parts. What it reads of
+//! each is kept in arrays of the dataset, not in each part's objects (its
+//! store, snapshot, table, chunk: scattered allocations, each a cache miss
+//! per part touched): the small parts' table entries, copied while the
+//! dataset opens (`Dense`), and each open part's chunk mapping, a cache
+//! line per part in the open set (`Open::maps`, `crate::io::mapset`), taken
+//! out when the part closes for room and put back when it opens again.
+//!
 //! Each open store holds two descriptors (its table and its pins file), and
 //! its chunk files' descriptors live in the process's shared cache
 //! (`io/fds.rs`). So the parts are kept open in a bounded set, least
@@ -378,10 +386,14 @@ pub struct OpenPart {
 struct Open {
     slots: Vec<Option<Arc<OpenPart>>>,
     count: usize,
-    /// Each open part's one chunk, when it has one, in one array: what a
-    /// gather reading entries from the dataset's copy ([`Dense`]) reads of
-    /// each part it touches (`read::gather::HotChunk`).
-    hot: Vec<Option<crate::read::gather::HotChunk>>,
+    /// Each open part's one chunk mapping, when its entries are in the
+    /// dataset's copy ([`Dense`]) and it reads through its mappings: what a
+    /// hot gather reads of each part it touches, one cache line per part in
+    /// one array, the mapping's owner kept beside it
+    /// (`read::gather::gather_mapped`). A part closed for room leaves it.
+    maps: crate::io::mapset::MapSet,
+    /// The dictionary of each part in `maps`, if it has one.
+    dicts: Vec<Option<Arc<crate::format::codec::Dict>>>,
 }
 
 /// An open dataset of parts (module docs).
@@ -562,7 +574,12 @@ impl Parts {
             numbers,
             ends,
             fingerprints,
-            open: RwLock::new(Open { slots: vec![None; n], count: 0, hot: (0..n).map(|_| None).collect() }),
+            open: RwLock::new(Open {
+                slots: vec![None; n],
+                count: 0,
+                maps: crate::io::mapset::MapSet::new(&[]),
+                dicts: vec![None; n],
+            }),
             schema_text: None,
             stamps: (0..n).map(|_| AtomicU64::new(0)).collect(),
             pending: (0..n).map(|_| AtomicU64::new(0)).collect(),
@@ -583,6 +600,9 @@ impl Parts {
             let _ = m.advise(memmap2::Advice::HugePage);
             (m, vec![false; n], vec![(0u32, 0usize); n])
         });
+        // The length of each copied part's one chunk: the room its slot of
+        // the open set's mappings takes.
+        let mut lens = vec![0u64; n];
         {
             let mut open = parts.write();
             for (k, p) in parts.manifest.parts.iter().enumerate() {
@@ -599,13 +619,14 @@ impl Parts {
                     if snap.records() == p.records && Dense::copy(bytes, start, snap) {
                         ok[k] = true;
                         shape[k] = (snap.chunk_base, snap.chunks.len());
+                        if let [c] = &snap.chunks[..] {
+                            lens[k] = c.len;
+                        }
                     }
                 }
                 if open.count < capacity {
                     let view = store.view();
                     parts.mapped[k].store(view.maps(), Relaxed);
-                    let snap = view.source(&parts.pending[k], &parts.ahead[k], &parts.mapped[k]).snap;
-                    open.hot[k] = crate::read::gather::HotChunk::of(snap);
                     open.slots[k] = Some(Arc::new(OpenPart { store, view }));
                     open.count += 1;
                 }
@@ -619,7 +640,33 @@ impl Parts {
                 shape,
             })
         });
+        if parts.dense.is_some() {
+            let mut open = parts.open.write().unwrap_or_else(PoisonError::into_inner);
+            open.maps = crate::io::mapset::MapSet::new(&lens);
+            for k in 0..n {
+                parts.map_part(&mut open, k);
+            }
+        }
         Ok(parts)
+    }
+
+    /// Puts open part `k`'s chunk mapping in the open set's array
+    /// ([`Open::maps`]), mapping it now if need be, when its entries are in
+    /// the dataset's copy and it reads through its mappings; else leaves its
+    /// slot empty (its records are read the general way).
+    fn map_part(&self, open: &mut Open, k: usize) {
+        open.maps.remove(k);
+        open.dicts[k] = None;
+        let copied = self.dense.as_ref().is_some_and(|d| d.ok[k].load(Relaxed));
+        let Some(part) = open.slots[k].as_ref().filter(|_| copied && self.mapped[k].load(Relaxed)) else {
+            return;
+        };
+        let snap = self.source(part, k).snap;
+        if let [c] = &snap.chunks[..] {
+            if !c.direct && c.mapping().is_some() && open.maps.install(k, &c.map, snap.chunk_base) {
+                open.dicts[k] = snap.dict.clone();
+            }
+        }
     }
 
     /// The first part's `schema.json` text as it was when the dataset was
@@ -751,10 +798,11 @@ impl Parts {
                 .filter(|&j| open.slots[j].is_some())
                 .min_by_key(|&j| self.stamps[j].load(Relaxed))
                 .expect("a full open set");
+            open.maps.remove(oldest);
+            open.dicts[oldest] = None;
             if let Some(p) = open.slots[oldest].take() {
                 crate::read::gather::flush_mapped(&self.source(&p, oldest));
             }
-            open.hot[oldest] = None;
             open.count -= 1;
         }
         self.mapped[k].store(part.view.maps(), Relaxed);
@@ -764,9 +812,9 @@ impl Parts {
                 d.ok[k].store(false, Relaxed);
             }
         }
-        open.hot[k] = crate::read::gather::HotChunk::of(snap);
         open.slots[k] = Some(Arc::clone(&part));
         open.count += 1;
+        self.map_part(&mut open, k);
         self.stamps[k].store(now, Relaxed);
         Ok(part)
     }
@@ -824,6 +872,9 @@ impl Parts {
     /// one group of parts after the other, so an error in a later group can
     /// come after an earlier group's slots were written.
     pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+        if self.gather_hot(req, dst)? {
+            return Ok(());
+        }
         let n = req.indices.len();
         let mut located = Vec::with_capacity(n);
         for &i in req.indices {
@@ -855,17 +906,14 @@ impl Parts {
                         self.stamps[k].store(now, Relaxed);
                     }
                     let sources = self.sources(&held, &touched);
-                    let chunks: Vec<Option<&crate::read::gather::HotChunk>> =
-                        touched.iter().map(|&k| open.hot[k].as_ref()).collect();
-                    let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries, chunks: &chunks });
+                    let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries });
                     return crate::read::gather::gather_over(&sources, &at, dense, req, dst);
                 }
             }
             let open = self.parts_of(&touched)?;
             let held: Vec<&OpenPart> = open.iter().map(|p| &**p).collect();
             let sources = self.sources(&held, &touched);
-            let chunks = vec![None; touched.len()];
-            let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries, chunks: &chunks });
+            let dense = dense.as_deref().map(|entries| crate::read::gather::Dense { entries });
             return crate::read::gather::gather_over(&sources, &at, dense, req, dst);
         }
         // More parts than a group: each group's records as a gather of
@@ -914,11 +962,55 @@ impl Parts {
                 None => Slots::Ragged(&st),
             };
             let g = Gather { indices: &idx, slots, next: &next, fan_out: req.fan_out };
-            let chunks = vec![None; parts.len()];
-            let dense = dense.as_ref().map(|_| crate::read::gather::Dense { entries: &ents, chunks: &chunks });
+            let dense = dense.as_ref().map(|_| crate::read::gather::Dense { entries: &ents });
             crate::read::gather::gather_over(&sources, &at, dense, &g, dst)?;
         }
         Ok(())
+    }
+
+    /// [`Parts::gather`] of records all in memory, of parts whose entries
+    /// are in the dataset's copy ([`Dense`]) and whose mappings the open set
+    /// keeps ([`Open::maps`]): each record's entry from the copy, its
+    /// mapping from the open set's array, read under the open set's lock
+    /// taken shared (`read::gather::gather_mapped`). `Ok(false)`, nothing
+    /// counted, when that does not apply to every record (a part closed, a
+    /// page not in memory, a record failing its checks): the caller reads
+    /// the request the general way, which reports what failed.
+    fn gather_hot(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<bool> {
+        let Some(d) = &self.dense else { return Ok(false) };
+        let _gate = crate::fork::enter();
+        let open = self.read();
+        let mut located = Vec::with_capacity(req.indices.len());
+        for &i in req.indices {
+            let (k, _) = self.locate(i)?;
+            // The entry's and the part's lines, loaded while the next are located.
+            if let Some(b) = d.bytes.get(i as usize * DENSE_BYTES) {
+                crate::io::mmap::prefetch_line(b);
+            }
+            open.maps.prefetch_line(k);
+            located.push(k);
+        }
+        let mut recs = Vec::with_capacity(req.indices.len());
+        for (&i, &k) in req.indices.iter().zip(&located) {
+            let Some(e) = d.entry(i).filter(|_| d.ok[k].load(Relaxed)) else { return Ok(false) };
+            recs.push((k, e));
+        }
+        let flush = |k: usize| {
+            if let Some(p) = &open.slots[k] {
+                crate::read::gather::flush_mapped(&self.source(p, k));
+            }
+        };
+        if crate::read::gather::gather_mapped(&open.maps, &open.dicts, &recs, &self.pending, &flush, req, dst).is_none()
+        {
+            return Ok(false);
+        }
+        let now = self.clock.load(Relaxed);
+        for &k in &located {
+            if self.stamps[k].load(Relaxed) != now {
+                self.stamps[k].store(now, Relaxed);
+            }
+        }
+        Ok(true)
     }
 
     /// What a gather reads parts `ks` with, `held[j]` being part `ks[j]`
@@ -1196,6 +1288,74 @@ mod tests {
                 assert!(err.to_string().contains("p4"), "{err}");
             }
             Err(err) => assert!(err.to_string().contains("p4"), "{err}"),
+        }
+    }
+
+    /// A hot gather reads each part's mapping from the open set's array
+    /// (`Open::maps`): a part closed for room leaves it (its mapping unmapped,
+    /// not kept by the array), a part opened again is put back with its new
+    /// mapping, and every gather after reads the right records through it.
+    #[test]
+    fn a_hot_gather_follows_parts_closed_and_opened_again_in_the_open_sets_mappings() {
+        if !crate::env::parts_dense() || !crate::io::mmap::allowed() || crate::env::direct().is_some() {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let record = |i: u32| -> Vec<u8> { (0..100u32).map(|b| (i * 7 + b * 3) as u8).collect() };
+        let entries: Vec<PartEntry> = (0..6u32)
+            .map(|k| {
+                let name = format!("p{k}");
+                let store = Store::builder(root.join(&name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
+                let data: Vec<Vec<u8>> = (k * 20..k * 20 + 20).map(record).collect();
+                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+                store.sync().unwrap();
+                PartEntry::new(name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+        // The chunk files of part `k` mapped in this process now.
+        let mapped = |k: usize| {
+            let needle = format!("{}/", root.join(format!("p{k}")).display());
+            std::fs::read_to_string("/proc/self/maps")
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(&needle) && l.contains("chunk-"))
+                .count()
+        };
+        let served = || crate::read::gather::MAPPED_GATHERS.with(std::cell::Cell::get);
+        for capacity in [1, 2, 64] {
+            let parts = Parts::open_with_capacity(root, capacity).unwrap();
+            for (round, &k) in [0usize, 1, 0, 2, 3, 0, 5, 4, 0, 1].iter().enumerate() {
+                let idx: Vec<u64> = (0..40u64).map(|j| k as u64 * 20 + (j * 7 + round as u64) % 20).collect();
+                let want: Vec<u8> = idx.iter().flat_map(|&i| record(i as u32)).collect();
+                for _ in 0..2 {
+                    let before = served();
+                    let mut dst = vec![0u8; idx.len() * 100];
+                    parts.gather(&Gather::fixed(&idx, 100), &mut dst).unwrap();
+                    assert_eq!(dst, want, "capacity {capacity}, part {k}, round {round}");
+                    let open = parts.read();
+                    assert!(open.slots[k].is_some());
+                    assert_eq!(open.maps.shape(k).map(|(_, len)| len), Some(20 * 100), "part {k} is in the array");
+                    let in_array: Vec<usize> = (0..6).filter(|&j| open.maps.shape(j).is_some()).collect();
+                    assert!(in_array.iter().all(|&j| open.slots[j].is_some()), "a closed part left the array");
+                    assert!(in_array.len() <= capacity);
+                    drop(open);
+                    // Part k open and in the array: this gather or the one
+                    // before it took the hot path (the first may have opened it).
+                    if served() == before {
+                        let mut dst = vec![0u8; idx.len() * 100];
+                        parts.gather(&Gather::fixed(&idx, 100), &mut dst).unwrap();
+                        assert_eq!(dst, want);
+                        assert_eq!(served(), before + 1, "a hot gather of an open part takes the array's mapping");
+                    }
+                }
+                if capacity == 1 {
+                    // The other parts closed: their mappings are gone too.
+                    assert!((0..6).filter(|&j| j != k).all(|j| mapped(j) == 0), "a closed part stays mapped");
+                    assert_eq!(mapped(k), 1);
+                }
+            }
         }
     }
 

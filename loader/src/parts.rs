@@ -18,9 +18,9 @@ use zring_engine::NextUse;
 /// indices are located and checked in one pass, the records in memory are
 /// copied straight from their parts' mappings into the caller's slots (no
 /// scratch copy, no reordering after), and the rest of all parts touched
-/// are read in one batch. A random batch over many more parts than rows
-/// still costs more than the same batch from one store (each part's table
-/// and mappings are out of the CPU cache; bench `benches/parts.py`). Other calls
+/// are read in one batch. A hot random batch over many more parts than rows
+/// reads each record's entry and its part's mapping from two arrays of the
+/// dataset, about as one store reads it (bench `benches/parts.py`). Other calls
 /// (lengths, spans, prefetch) split their indices by part (O(log parts)
 /// each) and make one engine call per part touched.
 ///

@@ -130,7 +130,7 @@ impl Mapping {
     }
 }
 
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 /// Asks the CPU to start loading the cache line holding `at`.
 #[inline]
@@ -179,6 +179,15 @@ pub(crate) struct Residency {
     epoch: AtomicU64,
 }
 
+/// A residency bitmap and its eviction count, borrowed: a [`Residency`]'s,
+/// or one file's in a [`crate::io::mapset::MapSet`] (whose bitmaps lie in
+/// one array).
+#[derive(Clone, Copy)]
+pub(crate) struct Bits<'a> {
+    pub seen: &'a [AtomicU64],
+    pub epoch: &'a AtomicU64,
+}
+
 /// Remembered pages asked about when the host's eviction count moves.
 const SAMPLES: usize = 8;
 /// A mapping of at most this many words of pages (64 pages each: 2 MiB) is
@@ -188,17 +197,38 @@ const SAMPLES: usize = 8;
 /// call each, more than its copies cost.
 const SMALL_WORDS: usize = 8;
 
+/// Words of a bitmap of the pages of `len` bytes.
+pub(crate) fn words_for(len: usize) -> usize {
+    len.div_ceil(PAGE).div_ceil(64)
+}
+
 impl Residency {
     /// Nothing known about a mapping of `len` bytes.
     pub fn new(len: usize) -> Residency {
-        let seen = (0..len.div_ceil(PAGE).div_ceil(64)).map(|_| AtomicU64::new(0)).collect();
+        let seen = (0..words_for(len)).map(|_| AtomicU64::new(0)).collect();
         Residency { seen, epoch: AtomicU64::new(u64::MAX) }
     }
 
+    fn bits(&self) -> Bits<'_> {
+        Bits { seen: &self.seen, epoch: &self.epoch }
+    }
+
+    /// Whether every page of `pages` was seen in memory.
+    #[inline]
+    pub fn known(&self, pages: std::ops::Range<usize>) -> bool {
+        self.bits().known(pages)
+    }
+
+    fn mark(&self, pages: std::ops::Range<usize>) {
+        self.bits().mark(pages)
+    }
+}
+
+impl Bits<'_> {
     /// Brings the bitmap of `map`'s pages up to eviction count `epoch`: when the
     /// count moved since the bitmap was last confirmed, a sample of its pages
     /// is asked about, and the bitmap is forgotten if one of them is gone.
-    pub fn at(&self, epoch: u64, map: &Mmap) {
+    pub fn at(&self, epoch: u64, map: &[u8]) {
         let was = self.epoch.load(Relaxed);
         if was == epoch {
             return;
@@ -215,7 +245,7 @@ impl Residency {
 
     /// Whether up to [`SAMPLES`] remembered pages (one of a small mapping,
     /// [`SMALL_WORDS`]), drawn at random, are all still in memory.
-    fn sample_resident(&self, seed: u64, map: &Mmap) -> bool {
+    fn sample_resident(&self, seed: u64, map: &[u8]) -> bool {
         let words = self.seen.len();
         if words == 0 {
             return true;
@@ -256,7 +286,7 @@ impl Residency {
         pages.into_iter().all(|p| self.seen.get(p / 64).is_some_and(|w| w.load(Relaxed) & (1 << (p % 64)) != 0))
     }
 
-    fn mark(&self, pages: std::ops::Range<usize>) {
+    pub fn mark(&self, pages: std::ops::Range<usize>) {
         for p in pages {
             if let Some(w) = self.seen.get(p / 64) {
                 w.fetch_or(1 << (p % 64), Relaxed);
@@ -265,7 +295,7 @@ impl Residency {
     }
 
     #[inline]
-    fn prefetch(&self, page: usize) {
+    pub fn prefetch(&self, page: usize) {
         if let Some(w) = self.seen.get(page / 64) {
             prefetch_line(w);
         }
@@ -274,9 +304,9 @@ impl Residency {
 
 impl Mapping {
     /// Brings `known`, the bitmap of this mapping's pages, up to eviction
-    /// count `epoch` ([`Residency::at`]).
+    /// count `epoch` ([`Bits::at`]).
     pub fn confirm(&self, known: &Residency, epoch: u64) {
-        known.at(epoch, &self.map);
+        known.bits().at(epoch, &self.map);
     }
 
     /// Starts reading, all at once and without waiting, every page in `pages`
@@ -357,7 +387,7 @@ impl ChunkMap {
     /// time on AMD Zen 1 went to that load).
     #[inline]
     pub fn prefetch_residency(&self, offset: usize) {
-        self.pages.prefetch(offset / PAGE);
+        self.pages.bits().prefetch(offset / PAGE);
     }
 
     /// The stored bytes at `offset..offset + len` if their pages are in
@@ -374,22 +404,40 @@ impl ChunkMap {
         if self.map.faulted() {
             return None;
         }
-        let map = &self.map.map;
-        let end = offset.checked_add(len).filter(|&e| e <= map.len())?;
-        let found = Resident { bytes: &map[offset..end], guard: &self.map.guard };
-        let Some(epoch) = epoch else {
-            return resident(map, offset, len).then_some(found);
-        };
-        self.pages.at(epoch, map);
-        let pages = offset / PAGE..end.div_ceil(PAGE);
-        if !self.pages.known(pages.clone()) {
-            if !resident(map, offset, len) {
-                return None;
-            }
-            self.pages.mark(pages);
-        }
-        Some(found)
+        resident_in(&self.map.map, self.pages.bits(), self.map.guard.flag(), offset, len, epoch)
     }
+
+    /// The mapping's bytes and fault flag ([`crate::io::mapset::MapSet`]).
+    pub(crate) fn parts(&self) -> (&[u8], sigbus::Flag) {
+        (&self.map.map, self.map.guard.flag())
+    }
+}
+
+/// [`ChunkMap::resident_checked`] of the mapping `map`, whose pages `bits`
+/// remembers and whose fault flag is `flag` (the caller has checked it).
+#[inline]
+pub(crate) fn resident_in<'m>(
+    map: &'m [u8],
+    bits: Bits<'_>,
+    flag: sigbus::Flag,
+    offset: usize,
+    len: usize,
+    epoch: Option<u64>,
+) -> Option<Resident<'m>> {
+    let end = offset.checked_add(len).filter(|&e| e <= map.len())?;
+    let found = Resident { bytes: &map[offset..end], flag };
+    let Some(epoch) = epoch else {
+        return resident(map, offset, len).then_some(found);
+    };
+    bits.at(epoch, map);
+    let pages = offset / PAGE..end.div_ceil(PAGE);
+    if !bits.known(pages.clone()) {
+        if !resident(map, offset, len) {
+            return None;
+        }
+        bits.mark(pages);
+    }
+    Some(found)
 }
 
 /// A resident record's stored bytes in a chunk's mapping.
@@ -404,7 +452,7 @@ impl ChunkMap {
 #[derive(Clone, Copy)]
 pub(crate) struct Resident<'m> {
     bytes: &'m [u8],
-    guard: &'m sigbus::Guard,
+    flag: sigbus::Flag,
 }
 
 impl<'m> Resident<'m> {
@@ -418,7 +466,7 @@ impl<'m> Resident<'m> {
     /// [`Resident::bytes`] before this call is suspect when true.
     #[inline]
     pub fn faulted(&self) -> bool {
-        self.guard.faulted()
+        self.flag.faulted()
     }
 }
 
@@ -479,7 +527,7 @@ fn read_evictions() -> Option<u64> {
 /// files such as those in /dev/shm, which are no file's cache and shrink
 /// whenever one is deleted). Growth does not: reading files grows the cache
 /// and must not clear the bitmaps. A move of the count is evidence only:
-/// each bitmap then checks a sample of its own pages ([`Residency::at`]). An eviction hidden by a larger growth within
+/// each bitmap then checks a sample of its own pages ([`Bits::at`]). An eviction hidden by a larger growth within
 /// the same reading interval goes unseen; its page then faults back in when
 /// copied (the right bytes, read slowly).
 struct Shrinks {
@@ -525,7 +573,7 @@ impl Shrinks {
 
 /// Whether every page of `map[offset..offset + len]` is in memory, so copying
 /// it performs no I/O.
-fn resident(map: &Mmap, offset: usize, len: usize) -> bool {
+fn resident(map: &[u8], offset: usize, len: usize) -> bool {
     if len == 0 {
         return true;
     }

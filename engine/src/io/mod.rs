@@ -1,7 +1,7 @@
 //! The operating system: batched positional transfers (io_uring, or pread
 //! where it is unavailable, [`uring`]), every other file operation behind the
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
-//! ([`fds`]), read-only mappings ([`mmap`]) and the SIGBUS guard that keeps a
+//! ([`fds`]), read-only mappings ([`mmap`]; many small files' at once: [`mapset`]) and the SIGBUS guard that keeps a
 //! file shrinking under a mapping an error ([`sigbus`]), the slabs block
 //! reads land in ([`slab`]), the OFD byte-range locks ([`locks`]), and the values each process makes for itself,
 //! which `fork()` locks ([`process`]), and the per-thread dictionary copies
@@ -13,6 +13,11 @@ pub(crate) mod fds;
 pub(crate) mod fs;
 #[allow(unsafe_code, reason = "takes OFD locks through libc::fcntl; every block has its SAFETY argument")]
 pub(crate) mod locks;
+#[allow(
+    unsafe_code,
+    reason = "reads many files' mappings through addresses kept beside their owners; the invariant is argued at the unsafe call"
+)]
+pub(crate) mod mapset;
 #[allow(
     unsafe_code,
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"

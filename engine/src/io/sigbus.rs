@@ -106,13 +106,40 @@ impl Guard {
     /// zeros in place of the file's bytes.
     #[inline]
     pub fn faulted(&self) -> bool {
+        self.flag().faulted()
+    }
+
+    /// The fault flag, to be read without the guard at hand
+    /// ([`crate::io::mapset`]: one array of many mappings' state). It
+    /// stands for this mapping only while the guard lives: once it is
+    /// dropped the slot may be reused by another mapping.
+    #[inline]
+    pub fn flag(&self) -> Flag {
+        Flag(&self.slot.faulted)
+    }
+}
+
+/// A registered mapping's fault flag ([`Guard::flag`]).
+#[derive(Clone, Copy)]
+pub(crate) struct Flag(&'static AtomicBool);
+
+impl Flag {
+    /// [`Guard::faulted`].
+    #[inline]
+    pub fn faulted(self) -> bool {
         // The acquire fence keeps this load after the reads of the mapping
         // that precede it (a load-load barrier; free on x86). A fault on this
         // thread set the flag in the handler, before those reads resumed; a
         // fault on another thread set it before that thread's handler mapped
         // the zeros these reads may have seen.
         fence(Ordering::Acquire);
-        self.slot.faulted.load(Ordering::Relaxed)
+        self.0.load(Ordering::Relaxed)
+    }
+
+    /// Starts loading the flag into the CPU cache.
+    #[inline]
+    pub fn prefetch(self) {
+        crate::io::mmap::prefetch_line(self.0);
     }
 }
 

@@ -5,6 +5,7 @@ use crate::error::{corrupted, Error, Result};
 use crate::format::codec::Codec;
 use crate::format::names::chunk_name;
 use crate::format::record::{ChunkId, Entry};
+use crate::io::mapset::MapSet;
 use crate::io::uring::{self, AlignedBuf, ReqErrorKind, ALIGN};
 use crate::memory::cache::NextUse;
 use crate::memory::reads::Seen;
@@ -195,42 +196,11 @@ impl<'s> Source<'s> {
     }
 }
 
-/// A part's one chunk as a dataset of parts keeps it for its gathers, in an
-/// array of the dataset beside its other parts' (`crate::parts`): its id,
-/// length and mapping, so that a hot record of the part is located, checked
-/// and copied without reading the part's snapshot (a gather over a thousand
-/// parts stalls on each part's scattered state in turn). The `Arc` keeps the
-/// mapping alive while the dataset keeps this.
-pub(crate) struct HotChunk {
-    chunk: ChunkId,
-    len: u64,
-    map: Arc<once_cell::race::OnceBox<Option<crate::io::mmap::ChunkMap>>>,
-}
-
-impl HotChunk {
-    /// The one chunk of `snap`, when it has one and copies records from its
-    /// mapping (no O_DIRECT).
-    pub fn of(snap: &Snapshot) -> Option<HotChunk> {
-        match &snap.chunks[..] {
-            [c] if !c.direct => Some(HotChunk { chunk: ChunkId(snap.chunk_base), len: c.len, map: Arc::clone(&c.map) }),
-            _ => None,
-        }
-    }
-
-    /// The mapping, once made (the snapshot's chunk makes it on first use).
-    #[inline]
-    fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
-        self.map.get()?.as_ref()
-    }
-}
-
 /// What [`gather_over`] takes from the dataset instead of each part's
-/// table and snapshot: each record's entry (`entries[k]` of `at[k]`), and
-/// each source's [`HotChunk`], where the dataset keeps one.
+/// table: each record's entry (`entries[k]` of `at[k]`).
 #[derive(Clone, Copy)]
 pub(crate) struct Dense<'d> {
     pub entries: &'d [Entry],
-    pub chunks: &'d [Option<&'d HotChunk>],
 }
 
 /// Asks the kernel to read `source`'s snapshot whole into the page cache, once
@@ -279,11 +249,18 @@ const FLUSH_BYTES: u64 = 1 << 34;
 /// counters (a few cache lines per store, out of the CPU cache) cost about
 /// as much as copying its record did.
 fn count_mapped(source: &Source<'_>, stored: u64) {
-    let add = (1u64 << PENDING_RECORDS) | stored;
-    let now = source.pending.fetch_add(add, Relaxed).wrapping_add(add);
-    if now >> PENDING_RECORDS >= FLUSH_RECORDS || now & ((1 << PENDING_RECORDS) - 1) >= FLUSH_BYTES {
+    if add_pending(source.pending, stored) {
         flush_mapped(source);
     }
+}
+
+/// Adds a record of `stored` bytes to `pending`; whether they are now to be
+/// counted into their store ([`flush_mapped`]).
+#[inline]
+fn add_pending(pending: &AtomicU64, stored: u64) -> bool {
+    let add = (1u64 << PENDING_RECORDS) | stored;
+    let now = pending.fetch_add(add, Relaxed).wrapping_add(add);
+    now >> PENDING_RECORDS >= FLUSH_RECORDS || now & ((1 << PENDING_RECORDS) - 1) >= FLUSH_BYTES
 }
 
 /// Counts `source`'s pending mapped records into its store's reads now.
@@ -367,7 +344,7 @@ pub(crate) fn gather_over(
     dst: &mut [u8],
 ) -> Result<()> {
     let (starts, width) = slot_starts(req, dst.len())?;
-    let bad_dense = dense.is_some_and(|d| d.entries.len() != at.len() || d.chunks.len() != sources.len());
+    let bad_dense = dense.is_some_and(|d| d.entries.len() != at.len());
     if at.len() != req.indices.len() || bad_dense {
         return Err(Error::InvalidArgument(format!(
             "gather: {} indices but {} located records",
@@ -388,22 +365,142 @@ pub(crate) fn gather_over(
     let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(at.len());
     for (k, (&(src, index), &start)) in at.iter().zip(starts.iter()).enumerate() {
         let entry = match dense {
-            Some(d) => dense_entry(sources[src].snap, d.chunks[src], index, d.entries[k])?,
+            Some(d) => dense_entry(sources[src].snap, index, d.entries[k])?,
             None => sources[src].snap.entry(index)?,
         };
         check_width(index, &entry, width)?;
         tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(index, entry) }, src));
     }
-    gather_tagged(sources, dense.map(|d| d.chunks), tagged, width, req, dst)
+    gather_tagged(sources, tagged, width, req, dst)
+}
+
+/// A record of [`gather_mapped`]: where it goes, its bytes in its part's
+/// mapping, its part.
+type SetItem<'i, 'm> = (Item<'i>, crate::io::mmap::Resident<'m>, usize);
+
+/// The hot path of a gather over a dataset of parts whose table entries the
+/// dataset copied into one array when it opened (`crate::parts`) and whose
+/// chunk mappings it keeps in a [`MapSet`], a slot per part: record `k` of
+/// `req` is `recs[k]`, its part and its entry.
+///
+/// When every record's entry names its part's mapped chunk and lies inside
+/// it, fits its slot, and its bytes are in memory, the records are copied
+/// (or decoded, with their part's dictionary of `dicts`) and checked
+/// straight from the mappings, on the calling thread and, for a gather worth
+/// it, the decode pool's, as [`gather_over`] copies its hot records; then
+/// each is counted into its part's `pending` reads, `flush(part)` asked of a
+/// part with enough pending ([`FLUSH_RECORDS`]). Otherwise, or when a record
+/// fails its checksum or its mapping faulted, `None`, with nothing counted:
+/// the caller then reads the whole request through [`gather_over`], which
+/// checks everything again and reports what failed, naming the part.
+///
+/// It reads no part's store, snapshot or table: a record costs a line of
+/// each of the dataset's arrays (entries, the set's slots, residency bits),
+/// its bytes and its checksum, as in one store, where [`gather_over`] stalls
+/// on each part's scattered open state in turn.
+#[allow(clippy::too_many_arguments, reason = "the dataset's arrays, each borrowed for the call")]
+pub(crate) fn gather_mapped(
+    maps: &MapSet,
+    dicts: &[Option<Arc<crate::format::codec::Dict>>],
+    recs: &[(usize, Entry)],
+    pending: &[AtomicU64],
+    flush: &dyn Fn(usize),
+    req: &Gather<'_>,
+    dst: &mut [u8],
+) -> Option<()> {
+    let (starts, width) = slot_starts(req, dst.len()).ok()?;
+    if recs.len() != req.indices.len() {
+        return None;
+    }
+    let mut tagged: Vec<(u64, Want, usize)> = Vec::with_capacity(recs.len());
+    for (k, (&(part, e), &start)) in recs.iter().zip(starts.iter()).enumerate() {
+        let (chunk, len) = maps.shape(part)?;
+        if e.chunk.0 != chunk || e.end() > len || check_width(req.indices[k], &e, width).is_err() {
+            return None;
+        }
+        tagged.push((start, Want { next: hint(req.next, k), ..Want::logical(req.indices[k], e) }, part));
+    }
+    if width == Some(0) {
+        return Some(());
+    }
+    // Slots in order (the usual case) need no sort.
+    if tagged.windows(2).any(|w| (w[0].0, w[0].1.len) > (w[1].0, w[1].1.len)) {
+        tagged.sort_unstable_by_key(|(start, w, _)| (*start, w.len));
+    }
+    let from: Vec<usize> = tagged.iter().map(|t| t.2).collect();
+    let order: Vec<(u64, Want)> = tagged.into_iter().map(|(start, w, _)| (start, w)).collect();
+    check_slots(&order, width, dst).ok()?;
+    let _gate = crate::fork::enter();
+    let items = carve_at(dst, order);
+    let epoch = crate::io::mmap::evictions();
+    // Every record's residency word and first bytes asked for at once: their
+    // misses (the bytes' a page-table walk too, as each part is a mapping of
+    // its own) overlap instead of coming one after another in the copies.
+    for (it, &part) in items.iter().zip(&from) {
+        maps.prefetch(part, it.entry.offset, it.entry.stored_len as usize);
+    }
+    let mut hot: Vec<SetItem<'_, '_>> = Vec::with_capacity(items.len());
+    let mut total = 0u64;
+    for (it, &part) in items.into_iter().zip(&from) {
+        let stored = it.entry.stored_len;
+        let b = maps.resident(part, it.entry.offset, stored as usize, epoch)?;
+        total += u64::from(stored);
+        hot.push((it, b, part));
+    }
+    let failed = AtomicBool::new(false);
+    let finish = |group: &mut [SetItem<'_, '_>]| {
+        for (it, b, part) in group.iter_mut() {
+            let dict = dicts.get(*part).and_then(Option::as_deref);
+            if finish_record(it, b.bytes(), dict).is_err() || b.faulted() {
+                failed.store(true, Relaxed);
+            }
+        }
+    };
+    let groups = hot.len().div_ceil(HOT_GROUP);
+    if req.fan_out && total >= PARALLEL_MIN_BYTES && groups >= 2 {
+        let hot_groups: Vec<Mutex<&mut [SetItem<'_, '_>]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+        let next = AtomicUsize::new(0);
+        let drain = || loop {
+            let k = next.fetch_add(1, Relaxed);
+            let Some(group) = hot_groups.get(k) else { return };
+            finish(&mut group.lock().unwrap_or_else(|p| p.into_inner()));
+        };
+        let pool = crate::pool::get();
+        let helpers = pool.current_num_threads().min(groups - 1).max(1);
+        pool.in_place_scope(|scope| {
+            for _ in 0..helpers {
+                #[cfg(test)]
+                crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
+                scope.spawn(|_| drain());
+            }
+            drain();
+        });
+    } else {
+        finish(&mut hot);
+    }
+    if failed.into_inner() {
+        return None;
+    }
+    for (it, _, part) in &hot {
+        if add_pending(&pending[*part], u64::from(it.entry.stored_len)) {
+            flush(*part);
+        }
+    }
+    #[cfg(test)]
+    MAPPED_GATHERS.with(|n| n.set(n.get() + 1));
+    Some(())
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Gathers [`gather_mapped`] served on this thread (tests).
+    pub(crate) static MAPPED_GATHERS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
 }
 
 /// `e`, record `index`'s entry as copied into a dataset's [`Dense`] array,
 /// checked against the chunk it names in `snap` (the part's snapshot now: a
 /// part opened again reads the same chunks).
-fn dense_entry(snap: &Snapshot, hot: Option<&HotChunk>, index: u64, e: Entry) -> Result<Entry> {
-    if hot.is_some_and(|h| h.chunk == e.chunk && e.end() <= h.len) {
-        return Ok(e);
-    }
+fn dense_entry(snap: &Snapshot, index: u64, e: Entry) -> Result<Entry> {
     match snap.chunk(e.chunk) {
         Some(c) if e.end() <= c.len => Ok(e),
         _ => Err(corrupted(
@@ -417,13 +514,6 @@ fn dense_entry(snap: &Snapshot, hot: Option<&HotChunk>, index: u64, e: Entry) ->
             ),
         )),
     }
-}
-
-/// The mapping of `e`'s chunk from source `src`'s [`HotChunk`], when the
-/// dataset keeps one for it and it is made.
-#[inline]
-fn hot_map<'h>(hot: Option<&[Option<&'h HotChunk>]>, src: usize, e: &Entry) -> Option<&'h crate::io::mmap::ChunkMap> {
-    hot?[src].filter(|h| h.chunk == e.chunk)?.mapping()
 }
 
 /// Loads the cache lines of the table entries of `at` (their pages read
@@ -453,7 +543,6 @@ fn prefetch_entries(sources: &[Source<'_>], at: &[(usize, u64)]) {
 /// record's slot start, what to read, and its snapshot.
 fn gather_tagged(
     sources: &[Source<'_>],
-    hot_chunks: Option<&[Option<&HotChunk>]>,
     mut tagged: Vec<(u64, Want, usize)>,
     width: Option<usize>,
     req: &Gather<'_>,
@@ -483,9 +572,7 @@ fn gather_tagged(
             if !*mmap {
                 continue;
             }
-            if let Some(map) = hot_map(hot_chunks, src, &it.entry) {
-                map.prefetch_residency(it.entry.offset as usize);
-            } else if let Some(chunk) = snap.chunk(it.entry.chunk) {
+            if let Some(chunk) = snap.chunk(it.entry.chunk) {
                 chunk.prefetch_residency(it.entry.offset);
             }
         }
@@ -502,15 +589,8 @@ fn gather_tagged(
         let stored = it.entry.stored_len as usize;
         let whole = req.fan_out && share[src] >= PARALLEL_MIN_BYTES;
         if *mmap && !whole {
-            let b = match hot_map(hot_chunks, src, &it.entry) {
-                Some(map) => map.resident_checked(it.entry.offset as usize, stored, epoch),
-                None => snap.chunk(it.entry.chunk).expect("entry checked against chunks").resident(
-                    it.entry.offset,
-                    stored,
-                    epoch,
-                ),
-            };
-            if let Some(b) = b {
+            let chunk = snap.chunk(it.entry.chunk).expect("entry checked against chunks");
+            if let Some(b) = chunk.resident(it.entry.offset, stored, epoch) {
                 hot.push((it, b, src));
                 continue;
             }

@@ -50,7 +50,9 @@ impl Chunk {
         !self.direct || self.file.direct_refused()
     }
 
-    fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
+    /// The mapping, made now if it is not yet (`None` where mapping fails
+    /// or the chunk is empty).
+    pub fn mapping(&self) -> Option<&crate::io::mmap::ChunkMap> {
         self.map
             .get_or_init(|| {
                 let map = (self.len > 0)
