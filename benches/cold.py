@@ -173,9 +173,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None,
                     help="DataLoader num_workers (default: the DataLoader's own, the CPUs, at most 4)")
     ap.add_argument("--prefetch", type=int, default=4, help="DataLoader prefetch_size (default 4)")
-    ap.add_argument("--also", action="append", default=[], metavar="W/P",
+    ap.add_argument("--also", action="append", default=[], metavar="W/P[:direct]",
                     help="mode 2: also measure the DataLoader with W workers and prefetch P in every round "
-                         "(repeatable), beside --workers/--prefetch")
+                         "(repeatable), beside --workers/--prefetch; ':direct' forces O_DIRECT without the "
+                         "record cache (ZRING_DIRECT=1) for that one")
     ap.add_argument("--cgroup-mib", type=int, default=None, help="memory cgroup limit of each zring process")
     ap.add_argument("--direct", choices=("0", "1"), default=None, help="ZRING_DIRECT for the zring processes")
     ap.add_argument("--mode", type=int, choices=(2, 3), default=2,
@@ -225,17 +226,21 @@ def main() -> None:
     rows = []
     seq = 0
     # Extra DataLoader configurations, by their label.
-    also = {f"loader {w}/{p}": (int(w), int(p)) for w, p in (x.split("/") for x in args.also)}
+    also = {}
+    for x in args.also:
+        shape, _, how = x.partition(":")
+        w, p = shape.split("/")
+        also[f"loader {x}"] = (int(w), int(p), how)
     for r in range(rounds):
         drop_caches()
         fio = fio_randread(store, secs, args.depth)
         row = {"fio": fio["mib_s"] if fio else None}
         for kind in ("gather", "loader", *also):
             seq += 1
-            workers, prefetch = also.get(kind, (args.workers, args.prefetch))
+            workers, prefetch, how = also.get(kind, (args.workers, args.prefetch, ""))
             spec = {"kind": "loader" if kind in also else kind, "path": str(store), "secs": secs, "seed": 100 + r,
                     "workers": workers, "prefetch": prefetch}
-            row[kind] = measure(cgs, seq, spec, limit, env)
+            row[kind] = measure(cgs, seq, spec, limit, dict(env, ZRING_DIRECT="1") if how == "direct" else env)
         rows.append(row)
         g, ld = row["gather"] or {}, row["loader"] or {}
         print(f"  round {r + 1}: fio {row['fio'] or 0:.0f} MiB/s, gather {g.get('mib_s', 0):.0f} "
@@ -266,8 +271,9 @@ def main() -> None:
     ]
     for kind, label in (("gather", "bare gather of 256 (one thread)"),
                         ("loader", f"DataLoader, batch 256, mode 2, {args.workers} workers, prefetch {args.prefetch}"),
-                        *((k, f"DataLoader, batch 256, mode 2, {w} workers, prefetch {p}")
-                          for k, (w, p) in also.items())):
+                        *((k, f"DataLoader, batch 256, mode 2, {w} workers, prefetch {p}"
+                              + (", forced O_DIRECT without the record cache (ZRING_DIRECT=1)" if how == "direct" else ""))
+                          for k, (w, p, how) in also.items())):
         ok = [row[kind] for row in rows if row[kind]]
         rs = ratios(kind)
         rng = f" ({min(rs):.2f}–{max(rs):.2f})" if len(rs) > 1 else ""
