@@ -1093,6 +1093,22 @@ impl Parts {
 mod tests {
     use super::*;
 
+    /// A dataset of six raw parts of 20 records each in `root`, record `i`
+    /// (`record(i)`) at global index `i`.
+    fn six_parts(root: &Path, record: impl Fn(u32) -> Vec<u8>) {
+        let entries: Vec<PartEntry> = (0..6u32)
+            .map(|k| {
+                let name = format!("p{k}");
+                let store = Store::builder(root.join(&name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
+                let data: Vec<Vec<u8>> = (k * 20..k * 20 + 20).map(&record).collect();
+                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
+                store.sync().unwrap();
+                PartEntry::new(name, store.fingerprint().unwrap())
+            })
+            .collect();
+        commit_manifest(root, Value::Null, entries, false).unwrap();
+    }
+
     fn part(root: &Path, name: &str, recs: std::ops::Range<u32>) -> PartEntry {
         let store = Store::builder(root.join(name)).create().unwrap();
         let data: Vec<Vec<u8>> = recs.map(|i| i.to_le_bytes().to_vec()).collect();
@@ -1227,17 +1243,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let record = |i: u32| -> Vec<u8> { (0..100u32).map(|b| (i * 13 + b) as u8).collect() };
-        let entries: Vec<PartEntry> = (0..6u32)
-            .map(|k| {
-                let name = format!("p{k}");
-                let store = Store::builder(root.join(&name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
-                let data: Vec<Vec<u8>> = (k * 20..k * 20 + 20).map(record).collect();
-                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
-                store.sync().unwrap();
-                PartEntry::new(name, store.fingerprint().unwrap())
-            })
-            .collect();
-        commit_manifest(root, Value::Null, entries, false).unwrap();
+        six_parts(root, record);
         let idx: Vec<u64> = (0..300u64).map(|i| (i * 53 + 7) % 120).collect();
         let want: Vec<u8> = idx.iter().flat_map(|&i| record(i as u32)).collect();
         // Every part open, and one part open at a time (parts closed and opened again).
@@ -1303,17 +1309,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
         let record = |i: u32| -> Vec<u8> { (0..100u32).map(|b| (i * 7 + b * 3) as u8).collect() };
-        let entries: Vec<PartEntry> = (0..6u32)
-            .map(|k| {
-                let name = format!("p{k}");
-                let store = Store::builder(root.join(&name)).codec(crate::format::codec::Codec::Raw).create().unwrap();
-                let data: Vec<Vec<u8>> = (k * 20..k * 20 + 20).map(record).collect();
-                store.append(&data.iter().map(Vec::as_slice).collect::<Vec<_>>(), None).unwrap();
-                store.sync().unwrap();
-                PartEntry::new(name, store.fingerprint().unwrap())
-            })
-            .collect();
-        commit_manifest(root, Value::Null, entries, false).unwrap();
+        six_parts(root, record);
         // The chunk files of part `k` mapped in this process now.
         let mapped = |k: usize| {
             let needle = format!("{}/", root.join(format!("p{k}")).display());

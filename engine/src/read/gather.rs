@@ -458,23 +458,7 @@ pub(crate) fn gather_mapped(
     };
     let groups = hot.len().div_ceil(HOT_GROUP);
     if req.fan_out && total >= PARALLEL_MIN_BYTES && groups >= 2 {
-        let hot_groups: Vec<Mutex<&mut [SetItem<'_, '_>]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
-        let next = AtomicUsize::new(0);
-        let drain = || loop {
-            let k = next.fetch_add(1, Relaxed);
-            let Some(group) = hot_groups.get(k) else { return };
-            finish(&mut group.lock().unwrap_or_else(|p| p.into_inner()));
-        };
-        let pool = crate::pool::get();
-        let helpers = pool.current_num_threads().min(groups - 1).max(1);
-        pool.in_place_scope(|scope| {
-            for _ in 0..helpers {
-                #[cfg(test)]
-                crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
-                scope.spawn(|_| drain());
-            }
-            drain();
-        });
+        share_groups(&mut hot, finish);
     } else {
         finish(&mut hot);
     }
@@ -622,26 +606,11 @@ fn gather_tagged(
     // the decode pool as a store's gather shares its hot records.
     let groups = hot.len().div_ceil(HOT_GROUP);
     if req.fan_out && total >= PARALLEL_MIN_BYTES && groups >= 2 {
-        let hot_groups: Vec<Mutex<&mut [MappedItem<'_, '_>]>> = hot.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
-        let next = AtomicUsize::new(0);
         let failed: Mutex<Option<Error>> = Mutex::new(None);
-        let drain = || loop {
-            let k = next.fetch_add(1, Relaxed);
-            let Some(group) = hot_groups.get(k) else { return };
-            let mut group = group.lock().unwrap_or_else(|p| p.into_inner());
-            if let Err(e) = finish_mapped(sources, &mut group) {
+        share_groups(&mut hot, |group| {
+            if let Err(e) = finish_mapped(sources, group) {
                 failed.lock().unwrap_or_else(|p| p.into_inner()).get_or_insert(e);
             }
-        };
-        let pool = crate::pool::get();
-        let helpers = pool.current_num_threads().min(groups - 1).max(1);
-        pool.in_place_scope(|scope| {
-            for _ in 0..helpers {
-                #[cfg(test)]
-                crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
-                scope.spawn(|_| drain());
-            }
-            drain();
         });
         if let Some(e) = failed.into_inner().unwrap_or_else(|p| p.into_inner()) {
             keep(Err(e));
@@ -964,6 +933,29 @@ pub(crate) fn read_group(
     hot: &HotQueue<'_, '_, '_>,
 ) -> Result<()> {
     read_group_over(&[(s, snap)], items, &[], hot)
+}
+
+/// Runs `finish` over `items` in groups of [`HOT_GROUP`], shared out with
+/// the decode pool: its threads and this one each take the next group until
+/// none is left.
+fn share_groups<T: Send>(items: &mut [T], finish: impl Fn(&mut [T]) + Sync) {
+    let groups: Vec<Mutex<&mut [T]>> = items.chunks_mut(HOT_GROUP).map(Mutex::new).collect();
+    let next = AtomicUsize::new(0);
+    let drain = || loop {
+        let k = next.fetch_add(1, Relaxed);
+        let Some(group) = groups.get(k) else { return };
+        finish(&mut group.lock().unwrap_or_else(|p| p.into_inner()));
+    };
+    let pool = crate::pool::get();
+    let helpers = pool.current_num_threads().min(groups.len().saturating_sub(1)).max(1);
+    pool.in_place_scope(|scope| {
+        for _ in 0..helpers {
+            #[cfg(test)]
+            crate::pool::HANDED_OFF.with(|n| n.set(n.get() + 1));
+            scope.spawn(|_| drain());
+        }
+        drain();
+    });
 }
 
 /// [`read_group`] of items from several snapshots (a dataset of parts):
