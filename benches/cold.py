@@ -61,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import budget  # noqa: E402  (its store builder and child process helpers)
 import common  # noqa: E402
-from common import REPO, Cgroups, drop_caches, fio_randread, note, notes, shown  # noqa: E402
+from common import REPO, Cgroups, drop_caches, fio_randread, linked_copies, note, notes, shown  # noqa: E402
 
 RECORD = budget.RECORD
 BATCH = 256
@@ -408,29 +408,6 @@ def blocked(args: argparse.Namespace, cgs: Cgroups | None, store: Path, n: int, 
     print(text)
     if not args.quick or args.out:
         write_cold(args.out or REPO / "bench-results" / "cold.md", text, mode3=True)
-
-
-def linked_copies(store: Path, where: Path, count: int) -> list[Path]:
-    """``count`` copies of ``store`` in ``where`` whose chunk files are hard
-    links to its own (no data written; ``where`` must be on its file
-    system); small files are copied."""
-    out = []
-    for k in range(count):
-        d = where / f"{store.name}-link{k}"
-        if not d.exists():
-            tmp = where / f".{store.name}-link{k}.part"
-            tmp.mkdir(parents=True, exist_ok=True)
-            for f in store.iterdir():
-                target = tmp / f.name
-                if target.exists():
-                    continue
-                if f.name.startswith("chunk-"):
-                    os.link(f, target)
-                else:
-                    target.write_bytes(f.read_bytes())
-            tmp.rename(d)
-        out.append(d)
-    return out
 
 
 if __name__ == "__main__":

@@ -276,3 +276,26 @@ def default_workers() -> int:
     """The DataLoader's default ``num_workers``: the CPUs this process may run
     on, at most 4 (as ``zring.DataLoader`` computes it)."""
     return max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def linked_copies(store: Path, where: Path, count: int) -> list[Path]:
+    """``count`` copies of ``store`` in ``where`` whose chunk files are hard
+    links to its own (no data written; ``where`` must be on its file
+    system); small files are copied."""
+    out = []
+    for k in range(count):
+        d = where / f"{store.name}-link{k}"
+        if not d.exists():
+            tmp = where / f".{store.name}-link{k}.part"
+            tmp.mkdir(parents=True, exist_ok=True)
+            for f in store.iterdir():
+                target = tmp / f.name
+                if target.exists():
+                    continue
+                if f.name.startswith("chunk-"):
+                    os.link(f, target)
+                else:
+                    target.write_bytes(f.read_bytes())
+            tmp.rename(d)
+        out.append(d)
+    return out

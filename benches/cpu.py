@@ -12,6 +12,13 @@ threads report in ``stats()["cpu_s"]``. The paths:
   the read path alone, without the copies into the cache as it fills;
 * ``mode3``: the cold DataLoader in mode 3 (1 MiB blocks);
 * ``hot``: the hot DataLoader (the store in the page cache), mode 2;
+* ``mixture``: the cold DataLoader in mode 3 over ``zring.mix`` of three
+  sources (0.5/0.3/0.2), each a copy of the store whose chunk files are hard
+  links to its own (three stores to zring, the same bytes on disk);
+* ``packed2`` / ``packed3``: the cold DataLoader over ``zring.pack(docs,
+  2048)`` (concat, batch 32) in mode 2 / mode 3, ``docs`` a store of
+  ``--gib`` GiB of uint16 token documents of 50..4,000 tokens (written once
+  to $ZRING_BENCH_DIR/tokens); delivered bytes are the ``tokens`` column's;
 * ``fio``: fio's own random 12 KiB O_DIRECT reads at queue depth 128
   (io_uring, ``common.fio_randread``), its job thread's CPU per GiB: what the
   kernel and a lean reader cost for these reads on this disk (the same for
@@ -33,7 +40,8 @@ package each) alternate within every round; without it, the installed zring.
         --build before=DIR_A --build after=DIR_B
 
 As root (drop_caches, cgroups). Data: $ZRING_BENCH_DIR/cold (benches/cold.py's
-store of 12 KiB records), reused.
+store of 12 KiB records), reused; the mixture's links in $ZRING_BENCH_DIR/cold/mix,
+the token store in $ZRING_BENCH_DIR/tokens.
 """
 
 from __future__ import annotations
@@ -110,17 +118,29 @@ def child(spec: dict) -> None:
         print("RESULT " + json.dumps(floor()), flush=True)
         os._exit(0)
     cpu0, us0 = cpu_seconds(), user_sys()
-    ds = zring.Dataset(spec["path"])
-    n = len(ds)
-    mode = spec["mode"]
-    dl = zring.DataLoader({"data": ds}, batch_size=BATCH, mode=mode, seed=spec["seed"],
+    mode, kind = spec["mode"], spec["kind"]
+    batch, step_bytes = BATCH, BATCH * RECORD
+    if kind.startswith("packed"):
+        docs = zring.RaggedDataset(spec["path"])
+        batch = PACK_BATCH
+        step_bytes = PACK_BATCH * PACK_LEN * docs.dtype.itemsize
+        streams = zring.pack(docs, PACK_LEN)
+        # Rows of the packed stream in one pass over the documents.
+        n = docs.stats()["logical_bytes"] // (PACK_LEN * docs.dtype.itemsize)
+    elif kind == "mixture":
+        streams = zring.mix([{"data": zring.Dataset(p)} for p in spec["paths"]], MIX_WEIGHTS)
+        n = sum(len(zring.Dataset(p)) for p in spec["paths"]) // len(spec["paths"])
+    else:
+        ds = zring.Dataset(spec["path"])
+        streams, n = {"data": ds}, len(ds)
+    dl = zring.DataLoader(streams, batch_size=batch, mode=mode, seed=spec["seed"],
                           num_workers=spec["workers"], prefetch_size=spec["prefetch"])
     if spec["hot"]:
         for _ in range(10):
             next(dl)
         cpu0, us0 = cpu_seconds(), user_sys()
         s0 = dl.stats()
-    most = max(4, n // BATCH)
+    most = max(4, n // batch)
     done = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < spec["secs"] and done < most:
@@ -130,7 +150,7 @@ def child(spec: dict) -> None:
     cpu = cpu_seconds() - cpu0
     user, system = (b - a for a, b in zip(us0, user_sys()))
     st = dl.stats()
-    gib = done * BATCH * RECORD / GIB
+    gib = done * step_bytes / GIB
     loader_cpu = st.get("cpu_s")
     if loader_cpu is not None and spec["hot"]:
         loader_cpu -= s0.get("cpu_s", 0.0)
@@ -183,7 +203,41 @@ PATHS = {
     "mode3": ("DataLoader mode 3, cold (1 MiB blocks)", 3, False),
     "hot": ("DataLoader mode 2, hot (page cache)", 2, True),
     "fio": ("fio, random 12 KiB O_DIRECT reads, QD128 (its job thread)", 0, False),
+    "mixture": ("DataLoader mode 3, cold, zring.mix of 3 sources (0.5/0.3/0.2)", 3, False),
+    "packed2": ("DataLoader of zring.pack(docs, 2048), cold, mode 2 (tokens delivered)", 2, False),
+    "packed3": ("DataLoader of zring.pack(docs, 2048), cold, mode 3 (tokens delivered)", 3, False),
 }
+
+#: The mixture's weights (as benches/cold.py --mix).
+MIX_WEIGHTS = [0.5, 0.3, 0.2]
+#: Packed rows: ``seq_len`` and rows per batch.
+PACK_LEN, PACK_BATCH = 2048, 32
+
+
+def token_store(where: Path, gib: float) -> Path:
+    """A store of ``gib`` GiB of uint16 token documents of 50..4,000 tokens
+    (uniform, seed 0), raw, written once in ``where``."""
+    import numpy as np
+
+    import zring
+
+    path = where / f"docs-u16-{gib:g}gib"
+    if path.exists():
+        return path
+    note(f"writing {gib:g} GiB of token documents to {shown(path)} (once)")
+    rng, target = np.random.default_rng(0), int(gib * GIB)
+
+    def docs():
+        total = 0
+        while total < target:
+            lens = rng.integers(50, 4001, size=4096)
+            toks = rng.integers(0, 50257, size=int(lens.sum()), dtype=np.uint16)
+            yield from np.split(toks, np.cumsum(lens)[:-1])
+            total += toks.nbytes
+
+    where.mkdir(parents=True, exist_ok=True)
+    zring.write_ragged(path, docs(), codec="raw", progress=False)
+    return path
 
 
 def main() -> None:
@@ -260,6 +314,10 @@ def main() -> None:
                     # The hot path reads what the page cache holds: a store
                     # that fits, warmed by one untimed pass.
                     spec["path"] = str(hot_store(data))
+                elif kind == "mixture":
+                    spec["paths"] = [str(p) for p in common.linked_copies(store, data / "mix", 3)]
+                elif kind.startswith("packed"):
+                    spec["path"] = str(token_store(data.parent / "tokens", args.gib))
                 env = envs[name]
                 if kind.endswith("-nocache"):
                     env = dict(env, ZRING_CACHE_BYTES="0")

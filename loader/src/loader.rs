@@ -297,6 +297,9 @@ impl Shared {
 enum Prefetch {
     Single(Sampler),
     Mixture(Mixture),
+    /// A packed loader's one source, its documents drawn in mode 3, in
+    /// steps of this many rows.
+    Packed(Arc<Packer>, u64),
 }
 
 impl crate::prefetch::Windows for Shared {
@@ -314,6 +317,11 @@ impl crate::prefetch::Windows for Shared {
 
     fn load_source(&self, source: usize, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
         self.ctx.streams.iter().filter_map(|s| s.sources.get(source)).all(|s| s.prefetch(blocks, next).is_ok())
+    }
+
+    fn load_packed(&self, blocks: &[std::ops::Range<u64>]) -> bool {
+        let packer = self.ctx.pack.as_ref().and_then(|p| p.packers.first());
+        packer.is_some_and(|p| p.prefetch(blocks).is_ok())
     }
 
     fn loaded_until(&self, step: u64) {
@@ -924,6 +932,11 @@ impl Loader {
             Plan::Single(s) if s.state().mode == Mode::Blocked => Some(Prefetch::Single(s.clone())),
             // A mixture's sources read their windows ahead too, each its own.
             Plan::Mixture(m) if m.mode() == Mode::Blocked && pack.is_none() => Some(Prefetch::Mixture(m.clone())),
+            // So do a packed source's documents in mode 3.
+            Plan::Single(_) => pack
+                .as_ref()
+                .and_then(|p| packed_read_ahead(p, config.shard))
+                .map(|packer| Prefetch::Packed(packer, config.batch_size)),
             _ => None,
         };
         let lookahead = match plan.mode() {
@@ -994,6 +1007,9 @@ impl Loader {
                 match prefetch {
                     Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
                     Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
+                    Prefetch::Packed(packer, batch) => {
+                        crate::prefetch::run_packed(&*prefetch_shared, &packer, batch, start);
+                    }
                 }
                 prefetch_shared.cpu.window_ended();
             });
@@ -1555,6 +1571,21 @@ fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
             Blocks { window_blocks, shards: 1, ..*c }
         })
         .collect()
+}
+
+/// The packer whose document windows a packed loader reads ahead
+/// ([`crate::prefetch::run_packed`], which also checks that a window fits
+/// the source's memory): its one source's, when the documents are drawn in
+/// mode 3, the source reads blocks ([`Source::block_shape`]) and the loader
+/// reads every row of each batch (one shard: a shard's rows of a window are
+/// spread over all of its blocks, so it would read the whole window for its
+/// share). `None` otherwise: the gathers read each document themselves.
+fn packed_read_ahead(packing: &Packing, shard: Shard) -> Option<Arc<Packer>> {
+    let [packer] = &packing.packers[..] else {
+        return None;
+    };
+    let blocked = packing.mode == Mode::Blocked && packer.order_blocks().is_some();
+    (blocked && shard.count == 1 && packer.source_shape().is_some()).then(|| Arc::clone(packer))
 }
 
 /// A loader of records refuses a state saved by a packed loader.

@@ -108,13 +108,20 @@
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::{Deserialize, Serialize};
-use zring_sampler::{Mode, Sampler, MAX_BATCH};
+use zring_sampler::{Blocks, Mode, Sampler, MAX_BATCH};
 
 use crate::source::{Fingerprint, Layout, Request, Source, SourceError, Span};
+
+/// The least memory a store holds a block read of a window in (its slabs
+/// of 64 KiB and up), for [`Packer::window_fits`].
+const WINDOW_SLAB_MIN: u64 = 64 << 10;
+/// A page: a direct block read is rounded out to pages at both ends.
+const PAGE: u64 = 4096;
 
 /// The rows of one packed stream are numbered `0 .. PACKED_ROWS`; the
 /// loader's row sampler walks them in order, so a run would have to take
@@ -613,6 +620,167 @@ impl Packer {
             kept.push_back((key, Arc::clone(&w)));
         }
         Ok(w)
+    }
+
+    /// Mode 3's document order only (`None` otherwise): its block shape.
+    pub(crate) fn order_blocks(&self) -> Option<Blocks> {
+        self.order.blocks()
+    }
+
+    /// The shape the source reads best in mode 3 ([`Source::block_shape`]):
+    /// a window of it is what the source's memory holds at a quarter.
+    pub(crate) fn source_shape(&self) -> Option<Blocks> {
+        self.source.block_shape()
+    }
+
+    /// Loads the documents of `blocks` (index ranges) ahead of the rows
+    /// that read them ([`Source::prefetch`]).
+    pub(crate) fn prefetch(&self, blocks: &[Range<u64>]) -> Result<(), SourceError> {
+        self.source.prefetch(blocks, &[])
+    }
+
+    /// Whether a window of the document order of these blocks (document
+    /// ranges) fits the memory the source loads windows into, as its own
+    /// mode-3 shape would ([`Source::block_shape`]: a window of a quarter of
+    /// it, counted at the mean document size). Each block is counted as held
+    /// in memory: its bytes rounded out to pages, and at least
+    /// [`WINDOW_SLAB_MIN`].
+    pub(crate) fn window_fits(&self, blocks: &[Range<u64>]) -> bool {
+        let Some(own) = self.source.block_shape() else {
+            return false;
+        };
+        let (mut bytes, mut held, mut docs) = (0u64, 0u64, 0u64);
+        let mut lens = Vec::new();
+        for b in blocks {
+            let ids: Vec<u64> = b.clone().collect();
+            lens.resize(ids.len(), 0);
+            if self.source.lengths(&ids, &mut lens).is_err() {
+                return false;
+            }
+            let n: u64 = lens.iter().sum();
+            bytes += n;
+            held += (n + 2 * PAGE).max(WINDOW_SLAB_MIN);
+            docs += ids.len() as u64;
+        }
+        let mean = bytes / docs.max(1);
+        held <= own.window_blocks.saturating_mul(own.block_records).saturating_mul(mean.max(1))
+    }
+
+    /// Mode 3: the window of the document order holding position `p`, as
+    /// (cycle, window); `None` in the other modes.
+    pub(crate) fn order_window_of(&self, p: u64) -> Option<(u64, u64)> {
+        let (c, q) = (p / self.docs, p % self.docs);
+        Some((c, self.order.cycle_window_of(c, q)?))
+    }
+
+    /// Window `w` of cycle `c` of the document order (mode 3): its positions
+    /// in the stream and its blocks' document ranges; `None` past the
+    /// cycle's last window.
+    pub(crate) fn order_window(&self, c: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
+        let (q, blocks) = self.order.cycle_window(c, w)?;
+        let base = c.checked_mul(self.docs)?;
+        Some((base.checked_add(q.start)?..base.checked_add(q.end)?, blocks))
+    }
+
+    /// The first position of the document stream that row `row`, or any
+    /// row after it, reads: in concat mode the document holding the row's
+    /// first token, in first fit the first position of its window.
+    pub(crate) fn first_position_of_row(&self, row: u64) -> Result<u64, SourceError> {
+        let src = &*self.source;
+        let n = self.docs;
+        match self.pack.mode {
+            PackMode::Concat => {
+                let u =
+                    row.checked_mul(self.pack.seq_len).ok_or_else(|| err(format!("row {row} is past 2^64 tokens")))?;
+                let (c, o, idx) = self.locate(u, src)?;
+                let j = idx.marks.partition_point(|&m| m <= o) - 1;
+                let first = c * n + j as u64 * MARK_EVERY;
+                let take = MARK_EVERY.min(n - j as u64 * MARK_EVERY) as usize;
+                let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
+                self.docs_at(src, first, &mut docs, &mut lens)?;
+                let (mut acc, mut k) = (idx.marks[j], 0);
+                while k + 1 < take && acc + lens[k] <= o {
+                    acc += lens[k];
+                    k += 1;
+                }
+                Ok(first + k as u64)
+            }
+            PackMode::FirstFit => {
+                let (c, o, idx) = self.locate(row, src)?;
+                let j = idx.marks.partition_point(|&m| m <= o) - 1;
+                Ok(c * n + j as u64 * FIRST_FIT_WINDOW)
+            }
+        }
+    }
+
+    /// The rows of the stream that may read a document at one of
+    /// `positions` (more rather than fewer): in concat mode the rows
+    /// holding their tokens, and the row before, whose last label is the
+    /// first of them; in first fit the rows of the first-fit windows they
+    /// lie in.
+    pub(crate) fn rows_of_positions(&self, positions: Range<u64>) -> Result<Range<u64>, SourceError> {
+        let src = &*self.source;
+        let l = self.pack.seq_len;
+        Ok(match self.pack.mode {
+            PackMode::Concat => {
+                let (a, b) = (self.tokens_before(positions.start, src)?, self.tokens_before(positions.end, src)?);
+                a.saturating_sub(1) / l..b.div_ceil(l)
+            }
+            PackMode::FirstFit => {
+                self.rows_before_window(positions.start, false, src)?
+                    ..self.rows_before_window(positions.end, true, src)?
+            }
+        })
+    }
+
+    /// The tokens (concat) or rows (first fit) before cycle `c`.
+    fn cycle_start(&self, c: u64, src: &dyn Source) -> Result<u64, SourceError> {
+        if let Some(t) = self.uniform {
+            return c.checked_mul(t).ok_or_else(|| err(format!("cycle {c} is past 2^64 tokens")));
+        }
+        loop {
+            let (known, last) = {
+                let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(&s) = usize::try_from(c).ok().and_then(|c| cycles.starts.get(c)) {
+                    return Ok(s);
+                }
+                (cycles.starts.len() as u64 - 1, *cycles.starts.last().expect("starts begins with 0"))
+            };
+            let total = self.cycle(known, src)?.total;
+            let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+            // Another thread may have summed this cycle meanwhile.
+            if cycles.starts.len() as u64 == known + 1 {
+                cycles.starts.push(last.saturating_add(total));
+            }
+        }
+    }
+
+    /// Concat mode: the tokens of the stream before position `p`.
+    fn tokens_before(&self, p: u64, src: &dyn Source) -> Result<u64, SourceError> {
+        let n = self.docs;
+        let (c, q) = (p / n, p % n);
+        let start = self.cycle_start(c, src)?;
+        let idx = self.cycle(c, src)?;
+        let j = q / MARK_EVERY;
+        // Lossless: under MARK_EVERY.
+        let take = (q - j * MARK_EVERY) as usize;
+        let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
+        if take > 0 {
+            self.docs_at(src, c * n + j * MARK_EVERY, &mut docs, &mut lens)?;
+        }
+        Ok(start + idx.marks[j as usize] + lens.iter().sum::<u64>())
+    }
+
+    /// First fit: the rows of the stream before the first-fit window that
+    /// holds position `p`, or with `up` before the first window starting
+    /// at or after `p`.
+    fn rows_before_window(&self, p: u64, up: bool, src: &dyn Source) -> Result<u64, SourceError> {
+        let n = self.docs;
+        let (c, q) = (p / n, p % n);
+        let start = self.cycle_start(c, src)?;
+        let idx = self.cycle(c, src)?;
+        let j = if up { q.div_ceil(FIRST_FIT_WINDOW) } else { q / FIRST_FIT_WINDOW };
+        Ok(start + usize::try_from(j).ok().and_then(|j| idx.marks.get(j)).copied().unwrap_or(idx.total))
     }
 
     /// Fills the rows `rows` (numbers in this packer's row stream) into the

@@ -16,7 +16,9 @@
 //! need themselves and report any real error with its step.
 //!
 //! A mixture's sources read their windows ahead the same way, each its own
-//! ([`run_mixture`]).
+//! ([`run_mixture`]), and so does a packed source whose documents are drawn
+//! in mode 3 ([`run_packed`]): its windows are the document order's, and the
+//! steps that read a window are those whose rows hold its documents' tokens.
 //!
 //! A loader of one shard walks that shard's windows
 //! ([`Sampler::shard_window`]): when the cycles are split for its shard
@@ -26,6 +28,8 @@
 use std::ops::Range;
 
 use zring_sampler::{Mixture, Sampler, Shard, Window};
+
+use crate::pack::Packer;
 
 /// What the prefetch thread asks of the loader it works for (the loader's
 /// shared state implements it), so that this module needs nothing of the
@@ -40,6 +44,8 @@ pub(crate) trait Windows {
     fn load(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
     /// [`Windows::load`] in mixture source `source`'s streams only.
     fn load_source(&self, source: usize, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
+    /// Loads the documents of `blocks` in a packed loader's source.
+    fn load_packed(&self, blocks: &[Range<u64>]) -> bool;
     /// Steps below `step` draw only from loaded windows.
     fn loaded_until(&self, step: u64);
     /// The thread has stopped: workers no longer wait for windows.
@@ -118,5 +124,70 @@ pub(crate) fn run_mixture(shared: &dyn Windows, mixture: &Mixture, start: u64) {
         if let Some(&until) = complete.iter().min() {
             shared.loaded_until(until);
         }
+    }
+}
+
+/// One window of a packed source's document order: its blocks, and the
+/// rows of the packed stream that may read its documents.
+struct PackedWindow {
+    at: (u64, u64),
+    blocks: Vec<Range<u64>>,
+    rows: Range<u64>,
+}
+
+impl PackedWindow {
+    fn at(packer: &Packer, at: (u64, u64)) -> Option<PackedWindow> {
+        let (positions, blocks) = packer.order_window(at.0, at.1)?;
+        let rows = packer.rows_of_positions(positions).ok()?;
+        Some(PackedWindow { at, blocks, rows })
+    }
+
+    /// The window after this one: the next of its cycle, else the first of
+    /// the next cycle.
+    fn next(&self, packer: &Packer) -> Option<PackedWindow> {
+        let (c, w) = self.at;
+        PackedWindow::at(packer, (c, w + 1)).or_else(|| PackedWindow::at(packer, (c.checked_add(1)?, 0)))
+    }
+}
+
+/// The prefetch thread's body for a packed loader over one source whose
+/// documents are drawn in mode 3 (steps of `batch` rows): the windows of the
+/// document order from the one holding `start`'s first row on, one window
+/// ahead as [`run`] does. A window's steps are those whose rows hold its
+/// documents' tokens ([`Packer::rows_of_positions`]); steps are claimed once
+/// every window they read is loaded. A failure to find a window's rows
+/// (the source's lengths unreadable) ends the thread: the gathers then
+/// read what they need and report the error with its step.
+pub(crate) fn run_packed(shared: &dyn Windows, packer: &Packer, batch: u64, start: u64) {
+    let _done = Done(shared);
+    let first = start.checked_mul(batch).and_then(|row| packer.first_position_of_row(row).ok());
+    let Some(mut window) = first.and_then(|p| packer.order_window_of(p)).and_then(|at| PackedWindow::at(packer, at))
+    else {
+        return;
+    };
+    // Windows that would not fit a quarter of the source's memory are not
+    // read ahead: a load holds what it can and drops the rest, read for
+    // nothing.
+    if !packer.window_fits(&window.blocks) {
+        return;
+    }
+    let mut previous_start: Option<u64> = None;
+    loop {
+        if let Some(p) = previous_start {
+            if !shared.wait_for_claim(p) {
+                return;
+            }
+        }
+        if !shared.load_packed(&window.blocks) {
+            return;
+        }
+        let Some(next) = window.next(packer) else {
+            return;
+        };
+        // Steps before the first that may read the next window read only
+        // this one and those before it.
+        shared.loaded_until(next.rows.start / batch);
+        previous_start = Some(window.rows.start / batch);
+        window = next;
     }
 }

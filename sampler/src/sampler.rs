@@ -719,10 +719,12 @@ impl Sampler {
 }
 
 impl Sampler {
-    /// Mode 3, unsplit, only (`None` otherwise): the number of windows of
-    /// cycle `cycle`'s order, and window `w` of it: its cycle positions and
-    /// its blocks' index ranges (`None` past the last window).
-    pub(crate) fn cycle_window(&self, cycle: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
+    /// Mode 3, unsplit, only (`None` otherwise): window `w` of cycle
+    /// `cycle`'s order (cycles counted from the sampler's origin): its
+    /// positions in the cycle and its blocks' index ranges (`None` past the
+    /// last window). For a reader that walks the cycle's positions itself,
+    /// as a packer of documents does, and loads each window ahead.
+    pub fn cycle_window(&self, cycle: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
         match self.kernel {
             Kernel::Blocked { layout, .. } if !layout.split() => match self.order(cycle) {
                 Order::Blocked(o) => o.window_at(w),
@@ -732,9 +734,10 @@ impl Sampler {
         }
     }
 
-    /// Mode 3, unsplit, only: the window of cycle `cycle` holding its cycle
-    /// position `q < length`.
-    pub(crate) fn cycle_window_of(&self, cycle: u64, q: u64) -> Option<u64> {
+    /// Mode 3, unsplit, only (`None` otherwise): the window of cycle
+    /// `cycle` holding its cycle position `q < length`
+    /// ([`Sampler::cycle_window`]).
+    pub fn cycle_window_of(&self, cycle: u64, q: u64) -> Option<u64> {
         match self.kernel {
             Kernel::Blocked { layout, .. } if !layout.split() && q < self.length => match self.order(cycle) {
                 Order::Blocked(o) => Some(blocked::window_of_position(&o, q)),
