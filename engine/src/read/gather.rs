@@ -656,7 +656,10 @@ fn gather_tagged(
 /// a short span of a raw record reads only its bytes, straight into its
 /// place in `dst`; a long one (at least half of the record's stored bytes)
 /// and any span of a compressed record read the whole record, checked,
-/// once per call, into scratch, and the spans are copied from it.
+/// once per call, into scratch, and the spans are copied from it. A short
+/// span of a record a loaded window holds whole ([`crate::memory::window`])
+/// is copied from the window after the whole record is checked, with no
+/// read.
 ///
 /// Every index and span is checked before anything is written to `dst`.
 pub(crate) fn read_spans(s: &Ctx<'_>, snap: &Snapshot, req: &Spans<'_>, dst: &mut [u8]) -> Result<()> {
@@ -718,6 +721,22 @@ pub(crate) fn read_spans(s: &Ctx<'_>, snap: &Snapshot, req: &Spans<'_>, dst: &mu
             });
         }
     }
+    // Short spans of records a loaded window holds: copied from it, the
+    // record checked whole (cheap beside the read it spares).
+    let mut held = vec![false; spans.len()];
+    let windows = if s.reads.caching() { s.reads.windows() } else { Loaded::default() };
+    for &k in &by_at {
+        if whole(k) {
+            continue;
+        }
+        if let Some(stored) = windows.get(&entries[k]).filter(|_| !entries[k].is_part()) {
+            let p = &spans[k];
+            crc_check(p.index, &entries[k], stored)?;
+            // Lossless: the span lies inside its record (checked above).
+            dst[p.at as usize..][..p.len as usize].copy_from_slice(&stored[p.from as usize..][..p.len as usize]);
+            held[k] = true;
+        }
+    }
     let mut scratch =
         vec![0u8; usize::try_from(size).map_err(|_| Error::InvalidArgument("read_spans: too large".into()))?];
     let mut items = carve(&mut scratch, order.iter().map(|i| Want::logical(*i, wholes[i].1)));
@@ -727,7 +746,7 @@ pub(crate) fn read_spans(s: &Ctx<'_>, snap: &Snapshot, req: &Spans<'_>, dst: &mu
         dst,
         by_at
             .iter()
-            .filter(|&&k| !whole(k))
+            .filter(|&&k| !whole(k) && !held[k])
             .map(|&k| (spans[k].at, Want::span(spans[k].index, entries[k], spans[k].from, spans[k].len as u32))),
     ));
     read_items(s, snap, items, req.fan_out)?;
