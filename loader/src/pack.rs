@@ -79,6 +79,17 @@
 //! the steps taken except those 8 bytes per cycle, and the state is the
 //! loader's usual few integers.
 //!
+//! # Mode 3: windows read ahead
+//!
+//! In mode 3 the document order draws a window of blocks of consecutive
+//! documents at a time ([`zring_sampler::Blocks::DEFAULT`]: the packer's
+//! order has no other shape). A loader of one packed source and one shard
+//! reads each window's blocks ahead (`crate::prefetch::run_packed`): the
+//! steps that read a window are those whose rows hold its documents'
+//! tokens ([`Packer::rows_of_positions`]), and the window is read once a
+//! step of the window before it is claimed, unless it would not fit a
+//! quarter of the source's memory ([`Packer::window_fits`]).
+//!
 //! # Copying tokens
 //!
 //! A run of whole documents that sits contiguously in the batch (all but
