@@ -297,9 +297,38 @@ impl Shared {
 enum Prefetch {
     Single(Sampler),
     Mixture(Mixture),
-    /// A packed loader's one source, its documents drawn in mode 3, in
-    /// steps of this many rows.
-    Packed(Arc<Packer>, u64),
+    /// A packed loader's sources whose documents are read ahead (`None`
+    /// for one that is not), and where their rows fall in the steps.
+    Packed(Vec<Option<Arc<Packer>>>, PackedPlan),
+}
+
+/// Where a packed loader's rows of each source fall in its steps
+/// ([`crate::prefetch::PackedSteps`]).
+enum PackedPlan {
+    /// One source: step `t` is rows `t·B .. (t+1)·B`.
+    Single(u64),
+    /// A mixture of sources, each row stream its source's.
+    Mixture(Box<Mixture>),
+}
+
+impl crate::prefetch::PackedSteps for PackedPlan {
+    fn first_row(&self, k: usize, step: u64) -> Option<u64> {
+        match self {
+            PackedPlan::Single(b) => step.checked_mul(*b),
+            PackedPlan::Mixture(m) => {
+                let mut out = vec![0; m.lengths().len()];
+                m.allocation(step.checked_mul(m.batch_len() as u64)?, &mut out).ok()?;
+                out.get(k).copied()
+            }
+        }
+    }
+
+    fn step_of_row(&self, k: usize, row: u64) -> Option<u64> {
+        match self {
+            PackedPlan::Single(b) => Some(row / b),
+            PackedPlan::Mixture(m) => m.step_of_source_position(k, row),
+        }
+    }
 }
 
 impl crate::prefetch::Windows for Shared {
@@ -319,8 +348,8 @@ impl crate::prefetch::Windows for Shared {
         self.ctx.streams.iter().filter_map(|s| s.sources.get(source)).all(|s| s.prefetch(blocks, next).is_ok())
     }
 
-    fn load_packed(&self, blocks: &[std::ops::Range<u64>]) -> bool {
-        let packer = self.ctx.pack.as_ref().and_then(|p| p.packers.first());
+    fn load_packed(&self, source: usize, blocks: &[std::ops::Range<u64>]) -> bool {
+        let packer = self.ctx.pack.as_ref().and_then(|p| p.packers.get(source));
         packer.is_some_and(|p| p.prefetch(blocks).is_ok())
     }
 
@@ -932,12 +961,16 @@ impl Loader {
             Plan::Single(s) if s.state().mode == Mode::Blocked => Some(Prefetch::Single(s.clone())),
             // A mixture's sources read their windows ahead too, each its own.
             Plan::Mixture(m) if m.mode() == Mode::Blocked && pack.is_none() => Some(Prefetch::Mixture(m.clone())),
-            // So do a packed source's documents in mode 3.
+            // So do packed sources' documents in mode 3.
             Plan::Single(_) => pack
                 .as_ref()
                 .and_then(|p| packed_read_ahead(p, config.shard))
-                .map(|packer| Prefetch::Packed(packer, config.batch_size)),
-            _ => None,
+                .map(|packers| Prefetch::Packed(packers, PackedPlan::Single(config.batch_size))),
+            Plan::Mixture(m) => pack
+                .as_ref()
+                .and_then(|p| packed_read_ahead(p, config.shard))
+                .map(|packers| Prefetch::Packed(packers, PackedPlan::Mixture(Box::new(m.clone())))),
+            Plan::Grown { .. } => None,
         };
         let lookahead = match plan.mode() {
             // Workers run at most `depth + threads` steps apart.
@@ -1007,8 +1040,9 @@ impl Loader {
                 match prefetch {
                     Prefetch::Single(sampler) => crate::prefetch::run(&*prefetch_shared, &sampler, shard, start),
                     Prefetch::Mixture(mixture) => crate::prefetch::run_mixture(&*prefetch_shared, &mixture, start),
-                    Prefetch::Packed(packer, batch) => {
-                        crate::prefetch::run_packed(&*prefetch_shared, &packer, batch, start);
+                    Prefetch::Packed(packers, plan) => {
+                        let packers: Vec<Option<&Packer>> = packers.iter().map(Option::as_deref).collect();
+                        crate::prefetch::run_packed(&*prefetch_shared, &packers, &plan, start);
                     }
                 }
                 prefetch_shared.cpu.window_ended();
@@ -1573,19 +1607,24 @@ fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
         .collect()
 }
 
-/// The packer whose document windows a packed loader reads ahead
+/// The packers whose document windows a packed loader reads ahead
 /// ([`crate::prefetch::run_packed`], which also checks that a window fits
-/// the source's memory): its one source's, when the documents are drawn in
-/// mode 3, the source reads blocks ([`Source::block_shape`]) and the loader
-/// reads every row of each batch (one shard: a shard's rows of a window are
-/// spread over all of its blocks, so it would read the whole window for its
-/// share). `None` otherwise: the gathers read each document themselves.
-fn packed_read_ahead(packing: &Packing, shard: Shard) -> Option<Arc<Packer>> {
-    let [packer] = &packing.packers[..] else {
+/// its source's memory), one per source (`None` for a source that is not):
+/// those whose documents are drawn in mode 3 from a source that reads
+/// blocks ([`Source::block_shape`]), when the loader reads every row of
+/// each batch (one shard: a shard's rows of a window are spread over all of
+/// its blocks, so it would read the whole window for its share). `None`
+/// when no source is: the gathers read each document themselves.
+fn packed_read_ahead(packing: &Packing, shard: Shard) -> Option<Vec<Option<Arc<Packer>>>> {
+    if packing.mode != Mode::Blocked || shard.count != 1 {
         return None;
-    };
-    let blocked = packing.mode == Mode::Blocked && packer.order_blocks().is_some();
-    (blocked && shard.count == 1 && packer.source_shape().is_some()).then(|| Arc::clone(packer))
+    }
+    let packers: Vec<Option<Arc<Packer>>> = packing
+        .packers
+        .iter()
+        .map(|p| (p.order_blocks().is_some() && p.source_shape().is_some()).then(|| Arc::clone(p)))
+        .collect();
+    packers.iter().any(Option::is_some).then_some(packers)
 }
 
 /// A loader of records refuses a state saved by a packed loader.

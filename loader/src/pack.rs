@@ -83,8 +83,8 @@
 //!
 //! In mode 3 the document order draws a window of blocks of consecutive
 //! documents at a time ([`zring_sampler::Blocks::DEFAULT`]: the packer's
-//! order has no other shape). A loader of one packed source and one shard
-//! reads each window's blocks ahead (`crate::prefetch::run_packed`): the
+//! order has no other shape). A loader of one shard reads each source's
+//! windows ahead (`crate::prefetch::run_packed`): the
 //! steps that read a window are those whose rows hold its documents'
 //! tokens ([`Packer::rows_of_positions`]), and the window is read once a
 //! step of the window before it is claimed, unless it would not fit a

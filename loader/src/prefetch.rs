@@ -16,8 +16,8 @@
 //! need themselves and report any real error with its step.
 //!
 //! A mixture's sources read their windows ahead the same way, each its own
-//! ([`run_mixture`]), and so does a packed source whose documents are drawn
-//! in mode 3 ([`run_packed`]): its windows are the document order's, and the
+//! ([`run_mixture`]), and so do packed sources whose documents are drawn in
+//! mode 3 ([`run_packed`]): their windows are the document orders', and the
 //! steps that read a window are those whose rows hold its documents' tokens.
 //!
 //! A loader of one shard walks that shard's windows
@@ -44,8 +44,8 @@ pub(crate) trait Windows {
     fn load(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
     /// [`Windows::load`] in mixture source `source`'s streams only.
     fn load_source(&self, source: usize, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
-    /// Loads the documents of `blocks` in a packed loader's source.
-    fn load_packed(&self, blocks: &[Range<u64>]) -> bool;
+    /// Loads the documents of `blocks` in a packed loader's source `source`.
+    fn load_packed(&self, source: usize, blocks: &[Range<u64>]) -> bool;
     /// Steps below `step` draw only from loaded windows.
     fn loaded_until(&self, step: u64);
     /// The thread has stopped: workers no longer wait for windows.
@@ -142,6 +142,12 @@ impl PackedWindow {
         Some(PackedWindow { at, blocks, rows })
     }
 
+    /// The window holding row `row`'s first document.
+    fn of_row(packer: &Packer, row: u64) -> Option<PackedWindow> {
+        let p = packer.first_position_of_row(row).ok()?;
+        PackedWindow::at(packer, packer.order_window_of(p)?)
+    }
+
     /// The window after this one: the next of its cycle, else the first of
     /// the next cycle.
     fn next(&self, packer: &Packer) -> Option<PackedWindow> {
@@ -150,44 +156,68 @@ impl PackedWindow {
     }
 }
 
-/// The prefetch thread's body for a packed loader over one source whose
-/// documents are drawn in mode 3 (steps of `batch` rows): the windows of the
-/// document order from the one holding `start`'s first row on, one window
-/// ahead as [`run`] does. A window's steps are those whose rows hold its
-/// documents' tokens ([`Packer::rows_of_positions`]); steps are claimed once
-/// every window they read is loaded. A failure to find a window's rows
-/// (the source's lengths unreadable) ends the thread: the gathers then
-/// read what they need and report the error with its step.
-pub(crate) fn run_packed(shared: &dyn Windows, packer: &Packer, batch: u64, start: u64) {
+/// What [`run_packed`] needs of the loader's steps: where each packed
+/// source's rows fall.
+pub(crate) trait PackedSteps {
+    /// The first row of source `k` that step `step` draws.
+    fn first_row(&self, k: usize, step: u64) -> Option<u64>;
+    /// The step that draws row `row` of source `k`.
+    fn step_of_row(&self, k: usize, row: u64) -> Option<u64>;
+}
+
+/// The prefetch thread's body for a packed loader whose documents are drawn
+/// in mode 3: each source's windows of its document order, from the ones
+/// holding `start`'s rows on, one window ahead per source as [`run`] does,
+/// always the source whose loaded windows end soonest next (as
+/// [`run_mixture`]). A window's steps are those whose rows hold its
+/// documents' tokens ([`Packer::rows_of_positions`]); steps are claimed
+/// once every window they read is loaded. A source whose windows would not
+/// fit its memory ([`Packer::window_fits`]), or whose rows cannot be found
+/// (its lengths unreadable), is not read ahead: its gathers read what they
+/// need and report any error with its step.
+pub(crate) fn run_packed(shared: &dyn Windows, packers: &[Option<&Packer>], steps: &dyn PackedSteps, start: u64) {
     let _done = Done(shared);
-    let first = start.checked_mul(batch).and_then(|row| packer.first_position_of_row(row).ok());
-    let Some(mut window) = first.and_then(|p| packer.order_window_of(p)).and_then(|at| PackedWindow::at(packer, at))
-    else {
-        return;
+    let window_of = |k: usize| -> Option<PackedWindow> {
+        let packer = packers[k]?;
+        let w = PackedWindow::of_row(packer, steps.first_row(k, start)?)?;
+        // Windows that would not fit a quarter of the source's memory are
+        // not read ahead: a load holds what it can and drops the rest,
+        // read for nothing.
+        packer.window_fits(&w.blocks).then_some(w)
     };
-    // Windows that would not fit a quarter of the source's memory are not
-    // read ahead: a load holds what it can and drops the rest, read for
-    // nothing.
-    if !packer.window_fits(&window.blocks) {
-        return;
-    }
-    let mut previous_start: Option<u64> = None;
-    loop {
-        if let Some(p) = previous_start {
+    let mut pending: Vec<Option<PackedWindow>> = (0..packers.len()).map(window_of).collect();
+    let mut previous_start: Vec<Option<u64>> = vec![None; packers.len()];
+    // The steps below `complete[k]` read only source `k`'s loaded windows; a
+    // source not read ahead holds the others back no more.
+    let mut complete: Vec<u64> = pending.iter().map(|w| if w.is_some() { start } else { u64::MAX }).collect();
+    while let Some(k) = (0..packers.len()).filter(|&k| pending[k].is_some()).min_by_key(|&k| complete[k]) {
+        let (Some(window), Some(packer)) = (pending[k].take(), packers[k]) else {
+            return;
+        };
+        if let Some(p) = previous_start[k] {
             if !shared.wait_for_claim(p) {
                 return;
             }
         }
-        if !shared.load_packed(&window.blocks) {
+        if !shared.load_packed(k, &window.blocks) {
             return;
         }
-        let Some(next) = window.next(packer) else {
-            return;
-        };
         // Steps before the first that may read the next window read only
         // this one and those before it.
-        shared.loaded_until(next.rows.start / batch);
-        previous_start = Some(window.rows.start / batch);
-        window = next;
+        let next = window.next(packer);
+        match next.as_ref().and_then(|n| steps.step_of_row(k, n.rows.start)) {
+            Some(until) => complete[k] = until,
+            None => {
+                complete[k] = u64::MAX;
+                pending[k] = None;
+            }
+        }
+        previous_start[k] = steps.step_of_row(k, window.rows.start);
+        if complete[k] != u64::MAX {
+            pending[k] = next;
+        }
+        if let Some(&until) = complete.iter().min() {
+            shared.loaded_until(until);
+        }
     }
 }

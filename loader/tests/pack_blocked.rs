@@ -151,3 +151,33 @@ fn a_shard_of_several_reads_its_rows_without_reading_windows_whole() {
         assert_eq!(r.window_bytes, 0, "{r:?}");
     });
 }
+
+/// A mixture of packed sources in mode 3: a store's windows are read ahead
+/// at the steps its share of the rows reaches them, beside a source that
+/// reads no blocks (documents in memory) and holds nothing back.
+#[test]
+fn a_mixture_of_packed_sources_reads_each_stores_windows_ahead() {
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    with_timeout(DEADLOCK * 12, || {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = create(dir.path());
+        let store = Arc::new(Store::builder(dir.path()).cache_bytes(CACHE).open().unwrap());
+        let pack = Pack { labels: true, ..Pack::new(SEQ, PackMode::Concat, 0, TOKEN) };
+        let mixture = |first: Arc<dyn Source>| {
+            let sources: Vec<(f64, Arc<dyn Source>)> = vec![(0.6, first), (0.4, docs.clone())];
+            Loader::new_packed_mixture(sources, pack, config(Shard::ALL)).unwrap()
+        };
+        let mut got = mixture(Arc::new(StoreSource::ragged(Arc::clone(&store))));
+        let mut want = mixture(docs.clone());
+        // About three windows of the store's documents.
+        let n = 4000;
+        for _ in 0..n {
+            same(&got.next().unwrap(), &want.next().unwrap());
+        }
+        got.close().unwrap();
+        let r = store.read_stats();
+        assert!(r.window_bytes > 0, "no window was loaded: {r:?}");
+        assert!(r.cache_hits >= 30_000, "{r:?}");
+        assert!(r.cache_misses <= 2 * n, "{} documents read alone in {n} steps: {r:?}", r.cache_misses);
+    });
+}

@@ -741,6 +741,18 @@ impl Mixture {
         Some(self.allocation_of(k, step.checked_mul(self.batch_size)?))
     }
 
+    /// The step whose rows of source `k` hold position `p` of the source's
+    /// stream (the last step whose rows of source `k` start at or before
+    /// it); `None` for a source out of range or past 2^64 rows. For a
+    /// reader that loads a stretch of a source's stream ahead of the steps
+    /// that draw from it.
+    pub fn step_of_source_position(&self, k: usize, p: u64) -> Option<u64> {
+        if k >= self.weights.len() {
+            return None;
+        }
+        self.step_of_position(k, p)
+    }
+
     /// The step whose rows of source `k` hold stream position `p`: the last
     /// step starting at or before it.
     fn step_of_position(&self, k: usize, p: u64) -> Option<u64> {

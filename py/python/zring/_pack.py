@@ -50,10 +50,10 @@ it: it delivers each stream in one dtype.)
 The documents come in the loader's sampling order (``mode`` and ``seed``: a
 sampler over the documents, one at a time; cyclic mode reads each document
 once per cycle of ``len(docs)`` documents). Mode 3 draws them a window of
-blocks of consecutive documents at a time, and a loader of one packed source
-and one shard reads each window's blocks ahead in large reads, as for
-records (the guide's "Mode 3"): on data larger than memory, the fastest way
-to pack. Two ways to make rows:
+blocks of consecutive documents at a time, and a loader of one shard reads
+each source's windows ahead in large reads, as for records (the guide's
+"Mode 3"): on data larger than memory, the fastest way to pack. Two ways to
+make rows:
 
 * ``mode="concat"``: the documents back to back, cut every ``seq_len``
   tokens; row ``g`` of the stream is tokens ``g * seq_len`` up to ``(g + 1) *
