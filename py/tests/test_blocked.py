@@ -158,3 +158,48 @@ def test_shards_draw_from_blocks_of_their_own_and_resume_with_their_count(ys):
             np.testing.assert_array_equal(next(dl2)["y"], w)
     with pytest.raises(ValueError, match="split for 4 shards.*shard=\\(k, 4\\)"):
         zring.DataLoader({"y": ys}, state=state, shard=(0, 2))
+
+
+_PACKED_DIGEST = """
+import hashlib, json, sys
+import zring
+docs = zring.RaggedDataset(sys.argv[1], **json.loads(sys.argv[2]))
+h = hashlib.sha256()
+with zring.DataLoader(zring.pack(docs, 1024, labels=True), batch_size=8, mode=3, seed=3, num_workers=2) as dl:
+    for _ in range(int(sys.argv[3])):
+        b = next(dl)
+        for k in ("tokens", "labels", "segment_ids", "positions", "loss_mask"):
+            h.update(b[k].tobytes())
+print(json.dumps({"digest": h.hexdigest(), "reads": docs.read_stats()}, default=str))
+"""
+
+
+def test_packed_rows_in_mode_3_read_the_document_windows_ahead(tmp_path):
+    """``zring.pack`` in mode 3 over documents larger than the store's
+    memory: the loader reads each window of the document order ahead (the
+    store's ``read_stats()`` shows the windows, and the documents come from
+    them), and the rows are the same as a loader that reads each document
+    on its own (a process reading the store with no budget, through the
+    page cache: a budget is the whole process's)."""
+    import json
+    import subprocess
+    import sys
+
+    rng = np.random.default_rng(0)
+    lens = 300 + (np.arange(120_000) * 7919) % 401  # 64-document blocks of about 64 KB
+    docs = [rng.integers(0, 60_000, size=n, dtype=np.uint16) for n in lens]
+    zring.write_ragged(tmp_path / "docs", docs, codec="raw")
+    steps = 2500
+
+    def run(budget: dict) -> dict:
+        out = subprocess.run([sys.executable, "-c", _PACKED_DIGEST, str(tmp_path / "docs"), json.dumps(budget),
+                              str(steps)], capture_output=True, text=True, check=True, timeout=300)
+        return json.loads(out.stdout)
+
+    want = run({})
+    assert want["reads"]["window_bytes"] == 0 and want["reads"]["policy"] != "direct", want["reads"]
+    got = run({"cache_bytes": 110 << 20})  # below the 120 MB of documents
+    r = got["reads"]
+    assert r["policy"] == "direct" and r["window_bytes"] > 0, r
+    assert r["cache_hits"] >= 30_000 and r["cache_misses"] <= 2 * steps, r
+    assert got["digest"] == want["digest"]
