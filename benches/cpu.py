@@ -19,6 +19,9 @@ threads report in ``stats()["cpu_s"]``. The paths:
   2048)`` (concat, batch 32) in mode 2 / mode 3, ``docs`` a store of
   ``--gib`` GiB of uint16 token documents of 50..4,000 tokens (written once
   to $ZRING_BENCH_DIR/tokens); delivered bytes are the ``tokens`` column's;
+* ``packedmix3``: the same in mode 3 over ``zring.pack(zring.mix([a, b],
+  [0.7, 0.3]), 2048)``, ``a`` and ``b`` copies of ``docs`` whose chunk files
+  are hard links to its own;
 * ``fio``: fio's own random 12 KiB O_DIRECT reads at queue depth 128
   (io_uring, ``common.fio_randread``), its job thread's CPU per GiB: what the
   kernel and a lean reader cost for these reads on this disk (the same for
@@ -124,7 +127,11 @@ def child(spec: dict) -> None:
         docs = zring.RaggedDataset(spec["path"])
         batch = PACK_BATCH
         step_bytes = PACK_BATCH * PACK_LEN * docs.dtype.itemsize
-        streams = zring.pack(docs, PACK_LEN)
+        if kind == "packedmix3":
+            linked = zring.mix([zring.RaggedDataset(p) for p in spec["paths"]], [0.7, 0.3])
+            streams = zring.pack(linked, PACK_LEN)
+        else:
+            streams = zring.pack(docs, PACK_LEN)
         # Rows of the packed stream in one pass over the documents.
         n = docs.stats()["logical_bytes"] // (PACK_LEN * docs.dtype.itemsize)
     elif kind == "mixture":
@@ -206,6 +213,7 @@ PATHS = {
     "mixture": ("DataLoader mode 3, cold, zring.mix of 3 sources (0.5/0.3/0.2)", 3, False),
     "packed2": ("DataLoader of zring.pack(docs, 2048), cold, mode 2 (tokens delivered)", 2, False),
     "packed3": ("DataLoader of zring.pack(docs, 2048), cold, mode 3 (tokens delivered)", 3, False),
+    "packedmix3": ("DataLoader of zring.pack(zring.mix of 2 sources (0.7/0.3), 2048), cold, mode 3", 3, False),
 }
 
 #: The mixture's weights (as benches/cold.py --mix).
@@ -318,6 +326,9 @@ def main() -> None:
                     spec["paths"] = [str(p) for p in common.linked_copies(store, data / "mix", 3)]
                 elif kind.startswith("packed"):
                     spec["path"] = str(token_store(data.parent / "tokens", args.gib))
+                    if kind == "packedmix3":
+                        links = data.parent / "tokens" / "mix"
+                        spec["paths"] = [str(p) for p in common.linked_copies(Path(spec["path"]), links, 2)]
                 env = envs[name]
                 if kind.endswith("-nocache"):
                     env = dict(env, ZRING_CACHE_BYTES="0")
@@ -336,6 +347,10 @@ def main() -> None:
              f"Store: {n} × 12 KiB records, raw, {n * RECORD / GIB:.2f} GiB; cold paths: page cache dropped before "
              f"each, each in a fresh process{', in a ' + str(args.cgroup_mib) + ' MiB memory cgroup' if limit else ''};"
              f" DataLoader batch 256, {args.workers} workers, prefetch {args.prefetch}.", "",
+             *([f"Packed paths: `zring.pack(docs, {PACK_LEN})`, batch {PACK_BATCH}, over {args.gib:g} GiB of uint16 "
+                "token documents of 50..4,000 tokens (raw, $ZRING_BENCH_DIR/tokens); MiB/s and CPU per GiB count "
+                "the `tokens` column delivered (the loader also writes `segment_ids` and `positions`, 4 bytes a "
+                "token each).", ""] if any(k.startswith("packed") for k in kinds) else []),
              "Floor, one thread: " + ", ".join(f"{k} {v:.3f}" for k, v in fl_med.items()) + " CPU-s per GiB.", "",
              "| read path | build | MiB/s (median) | CPU-s per GiB, process (range) | user / sys | of which the "
              "loader's threads (`stats()`) | ÷ floor (memcpy+crc) |"
