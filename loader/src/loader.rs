@@ -364,6 +364,14 @@ impl crate::prefetch::Windows for Shared {
         self.lock().prefetching = false;
         self.work.notify_all();
     }
+
+    fn helper(&self, started: bool) {
+        if started {
+            self.cpu.helper_started();
+        } else {
+            self.cpu.helper_ended();
+        }
+    }
 }
 
 /// An endless, step-based loader over named streams.

@@ -50,6 +50,9 @@ pub(crate) trait Windows {
     fn loaded_until(&self, step: u64);
     /// The thread has stopped: workers no longer wait for windows.
     fn stopped(&self);
+    /// A helper of the thread (one source's loads) starts (`true`) or ends,
+    /// on that helper: its CPU time is the window thread's.
+    fn helper(&self, started: bool);
 }
 
 /// Tells the loader the thread stopped, however it ends, so no worker waits
@@ -91,40 +94,94 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
 
 /// The prefetch thread's body for a mixture in mode 3: each source's
 /// windows ([`Mixture::source_window`]) from the ones holding `start`'s rows
-/// on, one window ahead per source as [`run`] does, always the source whose
-/// loaded windows end soonest next. Steps are claimed once every source's
-/// windows they draw from are loaded.
-pub(crate) fn run_mixture(shared: &dyn Windows, mixture: &Mixture, start: u64) {
+/// on, one window ahead per source as [`run`] does ([`run_sources`]: each
+/// source loads on its own thread, so one source's slow window does not
+/// hold the others' back). Steps are claimed once every source's windows
+/// they draw from are loaded.
+pub(crate) fn run_mixture(shared: &(dyn Windows + Sync), mixture: &Mixture, start: u64) {
     let _done = Done(shared);
-    let sources = mixture.lengths().len();
-    let mut pending: Vec<Option<Window>> = (0..sources).map(|k| mixture.source_window(k, start)).collect();
-    let mut previous_start: Vec<Option<u64>> = vec![None; sources];
-    // The steps below `complete[k]` draw from source `k`'s loaded windows
-    // only; a source past its last window holds the others back no more.
-    let mut complete: Vec<u64> = pending.iter().map(|w| if w.is_some() { start } else { u64::MAX }).collect();
-    while let Some(k) = (0..sources).filter(|&k| pending[k].is_some()).min_by_key(|&k| complete[k]) {
-        let Some(w) = pending[k].take() else {
-            return;
-        };
-        if let Some(p) = previous_start[k] {
-            if !shared.wait_for_claim(p) {
+    let first = (0..mixture.lengths().len()).map(|k| mixture.source_window(k, start)).collect();
+    // No next-use hints, as in [`run`].
+    let load = |k: usize, w: &Window| shared.load_source(k, &w.records, &[]);
+    let advance = |_: usize, w: &Window| {
+        let next = mixture.next_source_window(w).map(|n| (w.complete, n));
+        (Some(w.steps.start), next)
+    };
+    run_sources(shared, start, first, &load, &advance);
+}
+
+/// What [`run_sources`] calls a source's windows loader: `(k, window)` → loaded.
+type Load<'a, W> = &'a (dyn Fn(usize, &W) -> bool + Sync);
+/// What [`run_sources`] calls after source `k` loaded `window`: the first step
+/// that draws from it, and the window after it with the first step that
+/// may draw from that one (the steps before read only what is loaded).
+type Advance<'a, W> = &'a (dyn Fn(usize, &W) -> (Option<u64>, Option<(u64, W)>) + Sync);
+
+/// Walks several sources' windows, each on a thread of its own (the
+/// calling thread for the last), each one window ahead of its steps as
+/// [`run`] does: window `w + 1` of a source loads once a step of its window
+/// `w` is claimed. The steps below the smallest of the sources' loaded
+/// horizons are claimable ([`Windows::loaded_until`]); a source with no
+/// window (`None` in `first`) or past its last holds the others back no
+/// more. A source whose load fails stops the read-ahead for every source
+/// ([`Windows::stopped`]): the gathers then read what they need and report
+/// any error with its step.
+fn run_sources<W: Send>(
+    shared: &(dyn Windows + Sync),
+    start: u64,
+    first: Vec<Option<W>>,
+    load: Load<'_, W>,
+    advance: Advance<'_, W>,
+) {
+    // The steps below `complete[k]` draw from source `k`'s loaded windows only.
+    let complete: std::sync::Mutex<Vec<u64>> =
+        std::sync::Mutex::new(first.iter().map(|w| if w.is_some() { start } else { u64::MAX }).collect());
+    let walk = |k: usize, mut window: W| {
+        let mut previous_start: Option<u64> = None;
+        loop {
+            if let Some(p) = previous_start {
+                if !shared.wait_for_claim(p) {
+                    return;
+                }
+            }
+            if !load(k, &window) {
+                shared.stopped();
                 return;
             }
-        }
-        // No next-use hints, as in [`run`].
-        if !shared.load_source(k, &w.records, &[]) {
-            return;
-        }
-        complete[k] = w.complete;
-        previous_start[k] = Some(w.steps.start);
-        pending[k] = mixture.next_source_window(&w);
-        if pending[k].is_none() {
-            complete[k] = u64::MAX;
-        }
-        if let Some(&until) = complete.iter().min() {
+            let (first_step, next) = advance(k, &window);
+            let until = {
+                let mut c = complete.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                c[k] = next.as_ref().map_or(u64::MAX, |(until, _)| *until);
+                c.iter().copied().min().unwrap_or(u64::MAX)
+            };
             shared.loaded_until(until);
+            previous_start = first_step;
+            match next {
+                Some((_, n)) => window = n,
+                None => return,
+            }
         }
-    }
+    };
+    let mut walks: Vec<(usize, W)> = first.into_iter().enumerate().filter_map(|(k, w)| Some((k, w?))).collect();
+    let Some((last, last_window)) = walks.pop() else {
+        return;
+    };
+    std::thread::scope(|scope| {
+        for (k, w) in walks {
+            let walk = &walk;
+            let spawned =
+                std::thread::Builder::new().name(format!("zring-prefetch-{k}")).spawn_scoped(scope, move || {
+                    shared.helper(true);
+                    walk(k, w);
+                    shared.helper(false);
+                });
+            if spawned.is_err() {
+                // No thread for this source: nothing waits for its windows.
+                shared.stopped();
+            }
+        }
+        walk(last, last_window);
+    });
 }
 
 /// One window of a packed source's document order: its blocks, and the
@@ -168,56 +225,37 @@ pub(crate) trait PackedSteps {
 /// The prefetch thread's body for a packed loader whose documents are drawn
 /// in mode 3: each source's windows of its document order, from the ones
 /// holding `start`'s rows on, one window ahead per source as [`run`] does,
-/// always the source whose loaded windows end soonest next (as
-/// [`run_mixture`]). A window's steps are those whose rows hold its
-/// documents' tokens ([`Packer::rows_of_positions`]); steps are claimed
-/// once every window they read is loaded. A source whose windows would not
-/// fit its memory ([`Packer::window_fits`]), or whose rows cannot be found
-/// (its lengths unreadable), is not read ahead: its gathers read what they
-/// need and report any error with its step.
-pub(crate) fn run_packed(shared: &dyn Windows, packers: &[Option<&Packer>], steps: &dyn PackedSteps, start: u64) {
+/// each source on its own thread ([`run_sources`]). A window's steps are
+/// those whose rows hold its documents' tokens
+/// ([`Packer::rows_of_positions`]); steps are claimed once every window
+/// they read is loaded. A source whose windows would not fit its memory
+/// ([`Packer::window_fits`]), or whose rows cannot be found (its lengths
+/// unreadable), is not read ahead: its gathers read what they need and
+/// report any error with its step.
+pub(crate) fn run_packed(
+    shared: &(dyn Windows + Sync),
+    packers: &[Option<&Packer>],
+    steps: &(dyn PackedSteps + Sync),
+    start: u64,
+) {
     let _done = Done(shared);
-    let window_of = |k: usize| -> Option<PackedWindow> {
-        let packer = packers[k]?;
-        let w = PackedWindow::of_row(packer, steps.first_row(k, start)?)?;
-        // Windows that would not fit a quarter of the source's memory are
-        // not read ahead: a load holds what it can and drops the rest,
-        // read for nothing.
-        packer.window_fits(&w.blocks).then_some(w)
-    };
-    let mut pending: Vec<Option<PackedWindow>> = (0..packers.len()).map(window_of).collect();
-    let mut previous_start: Vec<Option<u64>> = vec![None; packers.len()];
-    // The steps below `complete[k]` read only source `k`'s loaded windows; a
-    // source not read ahead holds the others back no more.
-    let mut complete: Vec<u64> = pending.iter().map(|w| if w.is_some() { start } else { u64::MAX }).collect();
-    while let Some(k) = (0..packers.len()).filter(|&k| pending[k].is_some()).min_by_key(|&k| complete[k]) {
-        let (Some(window), Some(packer)) = (pending[k].take(), packers[k]) else {
-            return;
-        };
-        if let Some(p) = previous_start[k] {
-            if !shared.wait_for_claim(p) {
-                return;
-            }
-        }
-        if !shared.load_packed(k, &window.blocks) {
-            return;
-        }
+    let first = (0..packers.len())
+        .map(|k| {
+            let packer = packers[k]?;
+            let w = PackedWindow::of_row(packer, steps.first_row(k, start)?)?;
+            // Windows that would not fit a quarter of the source's memory
+            // are not read ahead: a load holds what it can and drops the
+            // rest, read for nothing.
+            packer.window_fits(&w.blocks).then_some(w)
+        })
+        .collect();
+    let load = |k: usize, w: &PackedWindow| shared.load_packed(k, &w.blocks);
+    let advance = |k: usize, w: &PackedWindow| {
+        let next = packers[k].and_then(|p| w.next(p));
         // Steps before the first that may read the next window read only
         // this one and those before it.
-        let next = window.next(packer);
-        match next.as_ref().and_then(|n| steps.step_of_row(k, n.rows.start)) {
-            Some(until) => complete[k] = until,
-            None => {
-                complete[k] = u64::MAX;
-                pending[k] = None;
-            }
-        }
-        previous_start[k] = steps.step_of_row(k, window.rows.start);
-        if complete[k] != u64::MAX {
-            pending[k] = next;
-        }
-        if let Some(&until) = complete.iter().min() {
-            shared.loaded_until(until);
-        }
-    }
+        let next = next.and_then(|n| Some((steps.step_of_row(k, n.rows.start)?, n)));
+        (steps.step_of_row(k, w.rows.start), next)
+    };
+    run_sources(shared, start, first, &load, &advance);
 }

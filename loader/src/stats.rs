@@ -94,6 +94,11 @@ pub(crate) struct ThreadsCpu {
     workers: Vec<AtomicU64>,
     window_tid: AtomicU32,
     window_ns: AtomicU64,
+    /// The window thread's helpers (a mixture's sources each load their
+    /// windows on a thread of their own): the ids of those running, and the
+    /// CPU time of those that ended.
+    helpers: std::sync::Mutex<Vec<u32>>,
+    helpers_ns: AtomicU64,
 }
 
 impl ThreadsCpu {
@@ -122,12 +127,29 @@ impl ThreadsCpu {
         self.window_tid.store(0, Ordering::Relaxed);
     }
 
-    /// (all threads, the window thread) in seconds.
+    /// Called on a helper of the window thread as it starts.
+    pub(crate) fn helper_started(&self) {
+        self.helpers.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(zring_engine::cpu::thread_id());
+    }
+
+    /// Called on a helper of the window thread as it ends.
+    pub(crate) fn helper_ended(&self) {
+        let ns = zring_engine::cpu::thread_cpu_ns() + zring_engine::cpu::helped_ns();
+        let tid = zring_engine::cpu::thread_id();
+        let mut helpers = self.helpers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        helpers.retain(|&t| t != tid);
+        self.helpers_ns.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// (all threads, the window thread and its helpers) in seconds.
     fn seconds(&self) -> (f64, f64) {
         let workers: u64 = self.workers.iter().map(|w| w.load(Ordering::Relaxed)).sum();
         let tid = self.window_tid.load(Ordering::Relaxed);
         let live = if tid != 0 { zring_engine::cpu::task_cpu_ns(tid) } else { None };
-        let window = live.unwrap_or_else(|| self.window_ns.load(Ordering::Relaxed));
+        let mut window = live.unwrap_or_else(|| self.window_ns.load(Ordering::Relaxed));
+        let helpers = self.helpers.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        window += helpers.iter().filter_map(|&t| zring_engine::cpu::task_cpu_ns(t)).sum::<u64>();
+        window += self.helpers_ns.load(Ordering::Relaxed);
         ((workers + window) as f64 / 1e9, window as f64 / 1e9)
     }
 }

@@ -306,3 +306,78 @@ fn hints_reach_every_source_that_wants_them_as_the_shards_next_draws() {
         assert!(known > 0);
     }
 }
+
+/// A source whose window loads take their time, counting the loads in
+/// progress across every source it is shared with.
+struct SlowLoads {
+    inner: Arc<Probe>,
+    delay: std::time::Duration,
+    loading: Arc<std::sync::atomic::AtomicUsize>,
+    most: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Source for SlowLoads {
+    fn len(&self) -> u64 {
+        self.inner.len()
+    }
+    fn layout(&self) -> Layout {
+        self.inner.layout()
+    }
+    fn gather(&self, req: &zring_loader::Request<'_>, dst: &mut [u8]) -> Result<(), zring_loader::SourceError> {
+        self.inner.gather(req, dst)
+    }
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), zring_loader::SourceError> {
+        self.inner.lengths(indices, out)
+    }
+    fn prefetch(&self, _: &[std::ops::Range<u64>], _: &[Option<u64>]) -> Result<(), zring_loader::SourceError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let now = self.loading.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(now, SeqCst);
+        std::thread::sleep(self.delay);
+        self.loading.fetch_sub(1, SeqCst);
+        Ok(())
+    }
+}
+
+/// In mode 3 each source of a mixture loads its windows on its own thread:
+/// a source whose loads are slow does not hold the other sources' loads
+/// back (one thread walking the sources in turn loaded one window at a
+/// time, so the steps waited for every source's load in a row), and the
+/// batches are the mixture's.
+#[test]
+fn a_mixtures_sources_load_their_windows_side_by_side() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    with_timeout(DEADLOCK * 3, || {
+        let loading = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let lengths = [600u64, 400, 300];
+        let weights = [0.5, 0.3, 0.2];
+        let sources: Vec<MixSource> = lengths
+            .iter()
+            .zip(weights)
+            .enumerate()
+            .map(|(k, (&n, w))| {
+                let slow = SlowLoads {
+                    inner: tagged(k as u64, n, Layout::Fixed { record_bytes: 8 }),
+                    delay: std::time::Duration::from_millis(if k == 0 { 150 } else { 30 }),
+                    loading: Arc::clone(&loading),
+                    most: Arc::clone(&most),
+                };
+                MixSource::new(w, vec![Stream::new("img", Arc::new(slow) as Arc<dyn Source>)])
+            })
+            .collect();
+        let shape = zring_loader::Blocks { block_records: 10, window_blocks: 4, shards: 1 };
+        let cfg = LoaderConfig { blocks: Some(shape), ..config(Mode::Blocked, 20) };
+        let mut l = Loader::new_mixture(sources, cfg).unwrap();
+        for _ in 0..40 {
+            let b = l.next().unwrap();
+            let src: Vec<u32> = b.sources.as_deref().expect("a mixture's batch names its sources").to_vec();
+            for (r, (&k, &i)) in src.iter().zip(b.indices.iter()).enumerate() {
+                assert_eq!(b.record("img", r).unwrap(), &fixed_record(u64::from(k) * 1_000_000 + i, 8)[..]);
+            }
+        }
+        l.close().unwrap();
+        assert!(most.load(SeqCst) >= 2, "the sources' window loads never overlapped");
+        assert!(l.stats().window_cpu_s >= 0.0);
+    });
+}
