@@ -82,7 +82,8 @@ pub struct LoaderStats {
     /// gathers) and the mode-3 window thread. Divided by the bytes gathered,
     /// the read path's CPU cost per byte.
     pub cpu_s: f64,
-    /// The part of `cpu_s` used by the mode-3 window thread (0 otherwise).
+    /// The part of `cpu_s` used by the mode-3 window thread and its helpers
+    /// (one per mixture source; 0 otherwise).
     pub window_cpu_s: f64,
 }
 

@@ -911,7 +911,7 @@ class DataLoader(_util.Closeable):
         they took, which may run ahead of ``next()``. ``cpu_s`` is the CPU time
         (user + system seconds) of the loader's own threads since it was
         built: the gather threads, the decode pool's share of their gathers,
-        and the mode-3 window thread (``window_cpu_s`` of it); divided by
+        and the mode-3 window threads (``window_cpu_s`` of it); divided by
         ``bytes_gathered``, the read path's CPU cost per byte (transform
         workers and ``next()``'s own thread are not in it). Under ``"reads"``,
         each stream's read policy and its cache and page-cache hits (see
