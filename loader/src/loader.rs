@@ -242,6 +242,12 @@ pub(crate) struct State {
     /// below `loaded_until`, whose windows are loaded ([`crate::prefetch`]).
     pub(crate) prefetching: bool,
     pub(crate) loaded_until: u64,
+    /// The least step a prefetch thread waits to see claimed
+    /// ([`crate::prefetch::Windows::wait_for_claim`]; `u64::MAX`: none), so
+    /// that a claim wakes the prefetch threads only when one of them can go
+    /// on (a mixture has one per source, and a packed loader claims
+    /// thousands of steps a second).
+    awaited: u64,
     /// The step the consumer's next `next()` returns.
     next_deliver: u64,
     /// Finished steps: slot `k` holds step `next_deliver + k`. Always `depth`
@@ -335,6 +341,7 @@ impl crate::prefetch::Windows for Shared {
     fn wait_for_claim(&self, step: u64) -> bool {
         let mut state = self.lock();
         while !state.shutdown && state.next_claim < step {
+            state.awaited = state.awaited.min(step);
             state = self.claimed.wait(state).unwrap_or_else(PoisonError::into_inner);
         }
         !state.shutdown
@@ -1007,6 +1014,7 @@ impl Loader {
                 shutdown: false,
                 next_claim: config.start_step,
                 prefetching: blocked.is_some(),
+                awaited: u64::MAX,
                 loaded_until: config.start_step,
                 next_deliver: config.start_step,
                 slots,
@@ -1314,10 +1322,11 @@ fn worker(shared: &Shared, i: usize) {
                 if state.next_claim < window_end && loaded {
                     let step = state.next_claim;
                     state.next_claim += 1;
-                    if state.prefetching {
-                        // The prefetch thread may wait for this claim to
-                        // load the next window, which the workers may
-                        // wait for in turn.
+                    if state.next_claim >= state.awaited {
+                        // A prefetch thread waits for this claim to load
+                        // the next window, which the workers may wait for
+                        // in turn. The others waiting wait on again.
+                        state.awaited = u64::MAX;
                         shared.claimed.notify_all();
                     }
                     break step;
