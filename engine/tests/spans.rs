@@ -9,42 +9,16 @@
 //! call however many of its spans the call holds; a bad span is refused
 //! before anything is written.
 
+#[path = "common/spans.rs"]
+mod common;
+
+use common::{damage, read, record, store, RECORD};
 use zring_engine::{Codec, Error, Span, Spans, Store};
-
-const RECORD: usize = 100_000;
-
-fn record(i: u64) -> Vec<u8> {
-    // splitmix64 of (record, position): no record repeats another's bytes.
-    let mix = |x: u64| {
-        let x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        let x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        x ^ (x >> 31)
-    };
-    // Runs of 16 equal bytes, so that zstd has something to compress.
-    (0..RECORD as u64).map(|j| mix((i << 32) | (j / 16)) as u8).collect()
-}
-
-fn store(dir: &std::path::Path, codec: Codec) -> Store {
-    let store = Store::builder(dir).codec(codec).create().unwrap();
-    let records: Vec<Vec<u8>> = (0..6).map(record).collect();
-    let refs: Vec<&[u8]> = records.iter().map(Vec::as_slice).collect();
-    store.append(&refs, None).unwrap();
-    store.sync().unwrap();
-    drop(store);
-    Store::open(dir).unwrap()
-}
 
 /// Stored bytes the store's reads have touched, from any source.
 fn touched(store: &Store) -> u64 {
     let r = store.read_stats();
     r.bytes_read + r.bytes_from_page_cache + r.bytes_from_cache
-}
-
-fn read(store: &std::sync::Arc<Store>, spans: &[Span]) -> Result<Vec<u8>, Error> {
-    let size = spans.iter().map(|p| p.at + p.len).max().unwrap_or(0);
-    let mut dst = vec![0xAB; size as usize];
-    store.view().read_spans(&Spans::new(spans), &mut dst)?;
-    Ok(dst)
 }
 
 #[test]
@@ -84,12 +58,8 @@ fn a_long_span_checks_the_records_checksum_and_a_short_one_cannot() {
     let store = std::sync::Arc::new(store(dir.path(), Codec::Raw));
     drop(store);
     // Flip a byte in the middle of record 4 on disk.
-    let chunk = dir.path().join("chunk-000000.zr");
-    let mut bytes = std::fs::read(&chunk).unwrap();
+    damage(dir.path(), 4);
     let r4 = record(4);
-    let at = bytes.windows(64).position(|w| w == &r4[..64]).expect("record 4 in the chunk") + 50_000;
-    bytes[at] ^= 0xFF;
-    std::fs::write(&chunk, &bytes).unwrap();
     let store = std::sync::Arc::new(Store::open(dir.path()).unwrap());
     let Err(err) = read(&store, &[Span { index: 4, from: 0, len: 60_000, at: 0 }]) else {
         panic!("a long span of a damaged record read without an error");
@@ -188,38 +158,4 @@ fn spans_read_the_same_bytes_buffered_and_direct() {
         }
         assert_eq!(store.is_direct(), direct);
     }
-}
-
-/// A short span of a record that a loaded window holds (mode 3's block
-/// reads, [`zring_engine::View::prefetch`]) is copied from the window with
-/// no read, and its record is checked whole first: a byte flipped on disk
-/// before the window was loaded fails the span, which read from disk on its
-/// own it could not.
-#[test]
-fn a_short_span_of_a_record_in_a_loaded_window_is_copied_from_it_checked() {
-    let dir = tempfile::tempdir().unwrap();
-    drop(store(dir.path(), Codec::Raw));
-    let chunk = dir.path().join("chunk-000000.zr");
-    let mut bytes = std::fs::read(&chunk).unwrap();
-    let r4 = record(4);
-    let at = bytes.windows(64).position(|w| w == &r4[..64]).expect("record 4 in the chunk") + 50_000;
-    bytes[at] ^= 0xFF;
-    std::fs::write(&chunk, &bytes).unwrap();
-    // 600 KB of records against a 500 KB budget: O_DIRECT behind a record
-    // cache that holds a window of two records.
-    let store = std::sync::Arc::new(Store::builder(dir.path()).cache_bytes(500_000).open().unwrap());
-    assert!(store.is_direct());
-    store.view().prefetch(&[2..3, 4..5], &[]).unwrap();
-    assert!(store.read_stats().window_bytes > 0, "{:?}", store.read_stats());
-    let spans = [Span { index: 2, from: 50_000, len: 1000, at: 1000 }, Span { index: 2, from: 10, len: 900, at: 0 }];
-    let before = store.read_stats().bytes_read;
-    let got = read(&store, &spans).unwrap();
-    assert_eq!(store.read_stats().bytes_read, before, "no read: {:?}", store.read_stats());
-    for p in &spans {
-        assert_eq!(&got[p.at as usize..][..p.len as usize], &record(2)[p.from as usize..][..p.len as usize]);
-    }
-    let Err(err) = read(&store, &[Span { index: 4, from: 1000, len: 100, at: 0 }]) else {
-        panic!("a short span of a damaged record in a window read without an error");
-    };
-    assert!(matches!(err, Error::ChecksumMismatch { record: 4, .. }), "{err}");
 }

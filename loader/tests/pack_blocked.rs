@@ -16,11 +16,9 @@ mod common;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use common::{with_timeout, DEADLOCK};
+use common::{with_timeout, Docs, DEADLOCK};
 use zring_engine::{Codec, Store};
-use zring_loader::{
-    Batch, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Request, Shard, Source, SourceError, StoreSource,
-};
+use zring_loader::{Batch, Loader, LoaderConfig, Mode, Pack, PackMode, Shard, Source, StoreSource};
 
 /// Enough documents for several windows of the order's default shape (64
 /// documents a block, 256 blocks a window: 16,384 documents, about 16 MB
@@ -38,34 +36,6 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 fn document(d: u64) -> Vec<u8> {
     let len = 300 + (d * 7919) % 401;
     (0..len).flat_map(|j| (((d * 31 + j * 17) % 65_521) as u16).to_le_bytes()).collect()
-}
-
-/// The same documents in memory, read one by one by the `Source` defaults
-/// (no block shape: nothing is read ahead): the rows to match.
-struct Docs(Vec<Vec<u8>>);
-
-impl Source for Docs {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn layout(&self) -> Layout {
-        Layout::Ragged
-    }
-
-    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
-        for (&d, out) in req.indices.iter().zip(req.slots(self, dst)?) {
-            out.copy_from_slice(&self.0[d as usize]);
-        }
-        Ok(())
-    }
-
-    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        for (&i, o) in indices.iter().zip(out) {
-            *o = self.0[i as usize].len() as u64;
-        }
-        Ok(())
-    }
 }
 
 fn create(dir: &Path) -> Arc<Docs> {

@@ -14,11 +14,9 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{with_timeout, DEADLOCK};
+use common::{with_timeout, Docs, DEADLOCK};
 use zring_engine::{Codec, Store};
-use zring_loader::{
-    Batch, Layout, Loader, LoaderConfig, Mode, Pack, PackMode, Request, Source, SourceError, StoreSource,
-};
+use zring_loader::{Batch, Loader, LoaderConfig, Mode, Pack, PackMode, Source, StoreSource};
 
 const TOKEN: u64 = 2;
 const SEQ: u64 = 256;
@@ -33,42 +31,14 @@ fn document(d: u64, len: u64) -> Vec<u8> {
     (0..len).flat_map(|j| (((d * 7919 + j * 31) % 65_521) as u16).to_le_bytes()).collect()
 }
 
-/// The same documents in memory, read whole by the `Source` defaults: the
-/// rows every store-backed loader must match.
-struct Whole(Vec<Vec<u8>>);
-
-impl Source for Whole {
-    fn len(&self) -> u64 {
-        self.0.len() as u64
-    }
-
-    fn layout(&self) -> Layout {
-        Layout::Ragged
-    }
-
-    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
-        for (&d, out) in req.indices.iter().zip(req.slots(self, dst)?) {
-            out.copy_from_slice(&self.0[d as usize]);
-        }
-        Ok(())
-    }
-
-    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
-        for (&i, o) in indices.iter().zip(out) {
-            *o = self.0[i as usize].len() as u64;
-        }
-        Ok(())
-    }
-}
-
-fn store(dir: &std::path::Path, codec: Codec) -> (Arc<Store>, Arc<Whole>) {
+fn store(dir: &std::path::Path, codec: Codec) -> (Arc<Store>, Arc<Docs>) {
     let docs: Vec<Vec<u8>> = lens().iter().enumerate().map(|(d, &n)| document(d as u64, n)).collect();
     let store = Store::builder(dir).codec(codec).create().unwrap();
     let refs: Vec<&[u8]> = docs.iter().map(Vec::as_slice).collect();
     store.append(&refs, None).unwrap();
     store.sync().unwrap();
     drop(store);
-    (Arc::new(Store::open(dir).unwrap()), Arc::new(Whole(docs)))
+    (Arc::new(Store::open(dir).unwrap()), Arc::new(Docs(docs)))
 }
 
 /// Stored bytes the store's reads have touched, from any source.

@@ -260,3 +260,32 @@ impl Source for Probe {
         self.wants
     }
 }
+
+/// Ragged records (documents) in memory, read whole by the `Source`
+/// defaults, with no block shape (nothing is read ahead): the rows a
+/// packed loader over a store of the same documents must match.
+pub struct Docs(pub Vec<Vec<u8>>);
+
+impl Source for Docs {
+    fn len(&self) -> u64 {
+        self.0.len() as u64
+    }
+
+    fn layout(&self) -> Layout {
+        Layout::Ragged
+    }
+
+    fn gather(&self, req: &Request<'_>, dst: &mut [u8]) -> Result<(), SourceError> {
+        for (&d, out) in req.indices.iter().zip(req.slots(self, dst)?) {
+            out.copy_from_slice(&self.0[d as usize]);
+        }
+        Ok(())
+    }
+
+    fn lengths(&self, indices: &[u64], out: &mut [u64]) -> Result<(), SourceError> {
+        for (&i, o) in indices.iter().zip(out) {
+            *o = self.0[i as usize].len() as u64;
+        }
+        Ok(())
+    }
+}
