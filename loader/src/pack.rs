@@ -546,25 +546,34 @@ impl Packer {
             return Ok((c, u % t, self.cycle(c, src)?));
         }
         loop {
-            let (known, last) = {
+            {
                 let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
-                let last = *cycles.starts.last().expect("starts begins with 0");
-                if last > u {
+                if *cycles.starts.last().expect("starts begins with 0") > u {
                     let c = cycles.starts.partition_point(|&s| s <= u) - 1;
                     let start = cycles.starts[c];
                     drop(cycles);
                     let c = c as u64;
                     return Ok((c, u - start, self.cycle(c, src)?));
                 }
-                (cycles.starts.len() as u64 - 1, last)
-            };
-            let total = self.cycle(known, src)?.total;
-            let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
-            // Another worker may have summed this cycle meanwhile.
-            if cycles.starts.len() as u64 == known + 1 {
-                cycles.starts.push(last.saturating_add(total));
             }
+            self.sum_next_cycle(src)?;
         }
+    }
+
+    /// Sums the first cycle not summed yet into `starts` (module docs,
+    /// "Seeking"): one lengths pass over it, unless its index is kept.
+    fn sum_next_cycle(&self, src: &dyn Source) -> Result<(), SourceError> {
+        let (known, last) = {
+            let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+            (cycles.starts.len() as u64 - 1, *cycles.starts.last().expect("starts begins with 0"))
+        };
+        let total = self.cycle(known, src)?.total;
+        let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
+        // Another thread may have summed this cycle meanwhile.
+        if cycles.starts.len() as u64 == known + 1 {
+            cycles.starts.push(last.saturating_add(total));
+        }
+        Ok(())
     }
 
     /// The documents begun in this packer's first `rows` rows (a document
@@ -750,19 +759,13 @@ impl Packer {
             return c.checked_mul(t).ok_or_else(|| err(format!("cycle {c} is past 2^64 tokens")));
         }
         loop {
-            let (known, last) = {
+            {
                 let cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
                 if let Some(&s) = usize::try_from(c).ok().and_then(|c| cycles.starts.get(c)) {
                     return Ok(s);
                 }
-                (cycles.starts.len() as u64 - 1, *cycles.starts.last().expect("starts begins with 0"))
-            };
-            let total = self.cycle(known, src)?.total;
-            let mut cycles = self.cycles.lock().unwrap_or_else(PoisonError::into_inner);
-            // Another thread may have summed this cycle meanwhile.
-            if cycles.starts.len() as u64 == known + 1 {
-                cycles.starts.push(last.saturating_add(total));
             }
+            self.sum_next_cycle(src)?;
         }
     }
 
