@@ -425,7 +425,7 @@ const MAX_START_STEP: u64 = 1 << 63;
 /// Batch data starts on a page boundary, so rows of a whole number of pages
 /// are page-aligned and the store reads them from disk straight into place
 /// (O_DIRECT) rather than through its scratch buffer.
-const PAGE: usize = 4096;
+pub(crate) const PAGE: usize = 4096;
 
 fn check_range(field: &'static str, value: usize, max: usize, expected: &'static str) -> Result<(), Error> {
     if value == 0 || value > max {
@@ -977,14 +977,15 @@ impl Loader {
             // A mixture's sources read their windows ahead too, each its own.
             Plan::Mixture(m) if m.mode() == Mode::Blocked && pack.is_none() => Some(Prefetch::Mixture(m.clone())),
             // So do packed sources' documents in mode 3.
-            Plan::Single(_) => pack
-                .as_ref()
-                .and_then(|p| packed_read_ahead(p, config.shard))
-                .map(|packers| Prefetch::Packed(packers, PackedPlan::Single(config.batch_size))),
-            Plan::Mixture(m) => pack
-                .as_ref()
-                .and_then(|p| packed_read_ahead(p, config.shard))
-                .map(|packers| Prefetch::Packed(packers, PackedPlan::Mixture(Box::new(m.clone())))),
+            Plan::Single(_) | Plan::Mixture(_) => {
+                pack.as_ref().and_then(|p| packed_read_ahead(p, config.shard)).map(|packers| {
+                    let steps = match &plan {
+                        Plan::Mixture(m) => PackedPlan::Mixture(Box::new(m.clone())),
+                        _ => PackedPlan::Single(config.batch_size),
+                    };
+                    Prefetch::Packed(packers, steps)
+                })
+            }
             Plan::Grown { .. } => None,
         };
         let lookahead = match plan.mode() {
@@ -1627,8 +1628,8 @@ fn mixture_shapes(sources: &[MixSource], weights: &[f64]) -> Vec<Blocks> {
 /// The packers whose document windows a packed loader reads ahead
 /// ([`crate::prefetch::run_packed`], which also checks that a window fits
 /// its source's memory), one per source (`None` for a source that is not):
-/// those whose documents are drawn in mode 3 from a source that reads
-/// blocks ([`Source::block_shape`]), when the loader reads every row of
+/// those of a loader in mode 3 over a source that reads blocks
+/// ([`Source::block_shape`]), when the loader reads every row of
 /// each batch (one shard: a shard's rows of a window are spread over all of
 /// its blocks, so it would read the whole window for its share). `None`
 /// when no source is: the gathers read each document themselves.
@@ -1636,11 +1637,8 @@ fn packed_read_ahead(packing: &Packing, shard: Shard) -> Option<Vec<Option<Arc<P
     if packing.mode != Mode::Blocked || shard.count != 1 {
         return None;
     }
-    let packers: Vec<Option<Arc<Packer>>> = packing
-        .packers
-        .iter()
-        .map(|p| (p.order_blocks().is_some() && p.source_shape().is_some()).then(|| Arc::clone(p)))
-        .collect();
+    let packers: Vec<Option<Arc<Packer>>> =
+        packing.packers.iter().map(|p| p.source_shape().is_some().then(|| Arc::clone(p))).collect();
     packers.iter().any(Option::is_some).then_some(packers)
 }
 

@@ -126,13 +126,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use zring_sampler::{Blocks, Mode, Sampler, MAX_BATCH};
 
+use crate::loader::PAGE;
 use crate::source::{Fingerprint, Layout, Request, Source, SourceError, Span};
 
 /// The least memory a store holds a block read of a window in (its slabs
 /// of 64 KiB and up), for [`Packer::window_fits`].
 const WINDOW_SLAB_MIN: u64 = 64 << 10;
-/// A page: a direct block read is rounded out to pages at both ends.
-const PAGE: u64 = 4096;
 
 /// The rows of one packed stream are numbered `0 .. PACKED_ROWS`; the
 /// loader's row sampler walks them in order, so a run would have to take
@@ -642,11 +641,6 @@ impl Packer {
         Ok(w)
     }
 
-    /// Mode 3's document order only (`None` otherwise): its block shape.
-    pub(crate) fn order_blocks(&self) -> Option<Blocks> {
-        self.order.blocks()
-    }
-
     /// The shape the source reads best in mode 3 ([`Source::block_shape`]):
     /// a window of it is what the source's memory holds at a quarter.
     pub(crate) fn source_shape(&self) -> Option<Blocks> {
@@ -679,7 +673,8 @@ impl Packer {
             }
             let n: u64 = lens.iter().sum();
             bytes += n;
-            held += (n + 2 * PAGE).max(WINDOW_SLAB_MIN);
+            // A direct block read is rounded out to pages at both ends.
+            held += (n + 2 * PAGE as u64).max(WINDOW_SLAB_MIN);
             docs += ids.len() as u64;
         }
         let mean = bytes / docs.max(1);
