@@ -132,6 +132,14 @@ impl StoreBuilder {
         self
     }
 
+    /// The store's directory, already held by descriptor (its path is then
+    /// only for messages): a part of a dataset of parts, reached from the
+    /// dataset's folder with no link followed.
+    pub(crate) fn in_dir(mut self, dir: Arc<Dir>) -> Self {
+        self.handle = Some(dir);
+        self
+    }
+
     /// Opens an existing store (zring's or loaderx 0.7.3's) for reading.
     pub fn open(self) -> Result<Store> {
         self.open_inner(false)

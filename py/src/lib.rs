@@ -121,7 +121,10 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<staging::PyStaging>()?;
     m.add_class::<parts::PyParts>()?;
     m.add_function(wrap_pyfunction!(parts::commit_parts, m)?)?;
-    m.add_function(wrap_pyfunction!(parts::part_fingerprint, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::abandon_job, m)?)?;
+    m.add_function(wrap_pyfunction!(parts::manifest_schema, m)?)?;
+    m.add_class::<parts::PyPartWriter>()?;
+    m.add_class::<parts::PyJobHold>()?;
     m.add_function(wrap_pyfunction!(parts::rank_plan, m)?)?;
     m.add_function(wrap_pyfunction!(parts::manifest_parts, m)?)?;
     m.add_class::<sampler::PySampler>()?;

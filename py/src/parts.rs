@@ -1,5 +1,6 @@
 //! `Parts`: a dataset of parts (`zring_engine::Parts`) as one read-only
-//! store-like object, and `commit_parts`, the manifest commit.
+//! store-like object; `PartWriter`, `JobHold`, `commit_parts` and
+//! `abandon_job`, the engine's commit of staged parts (`zring_engine::parts`).
 //!
 //! `Parts` has the read methods of `Store` (`len`, `lengths`, `gather`,
 //! `gather_var`, `fingerprint`, `stats`, `read_stats`, `verify`, `schema`,
@@ -13,8 +14,8 @@ use numpy::{PyArray1, PyReadonlyArray1, PyReadwriteArray1};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use zring_engine::parts::{commit_manifest, schema_of};
-use zring_engine::{BudgetStatement, Fingerprint, PartEntry, Parts, Store};
+use zring_engine::parts::{abandon, commit, JobHold, Mode, Options, PartWriter, Request as CommitRequest, Staged};
+use zring_engine::{BudgetStatement, Fingerprint, Parts};
 use zring_loader::{PartsSource, Request, Source, SourceError};
 
 use crate::convert::to_py;
@@ -332,51 +333,136 @@ impl PyParts {
     }
 }
 
-/// The fingerprint of the store at `path` (a written part) as
-/// `(records, content)`, and its schema as the manifest keeps it (JSON
-/// text, or None).
-#[pyfunction]
-pub fn part_fingerprint(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(u64, String, Option<String>)> {
-    py.detach(|| {
-        let store = Store::open(&path)?;
-        let fp = store.fingerprint()?;
-        let schema = schema_of(store.schema()?.as_deref(), &path)?;
-        Ok((fp.records, format!("{:08x}", fp.content), (!schema.is_null()).then(|| schema.to_string())))
-    })
-    .map_err(error::engine)
+/// A writer of staged parts (`zring.parts.write_part`): the dataset's
+/// `staging/` held by descriptor (a store built at `staging + "/NAME"`
+/// goes through it, never through a link), and the job's lock held shared
+/// while it is open.
+#[pyclass(name = "PartWriter", module = "zring._zring")]
+pub struct PyPartWriter {
+    inner: Mutex<Option<Arc<PartWriter>>>,
+    staging: String,
 }
 
-/// Replace the manifest of the dataset at `path` with `parts`, a list of
-/// `(dir, records, content)` (dir relative to `path`), in one atomic
-/// rename; `replace` False requires the current parts first, unchanged.
-/// Every part is opened and checked. Returns the new generation.
+impl PyPartWriter {
+    fn get(&self) -> PyResult<Arc<PartWriter>> {
+        self.inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| PyValueError::new_err("the part writer is closed"))
+    }
+}
+
+#[pymethods]
+impl PyPartWriter {
+    #[new]
+    #[pyo3(signature = (dataset, job = None))]
+    fn new(py: Python<'_>, dataset: std::path::PathBuf, job: Option<String>) -> PyResult<Self> {
+        let w = py.detach(|| PartWriter::new(&dataset, job.as_deref())).map_err(error::engine)?;
+        let staging = w.staging_path().display().to_string();
+        Ok(PyPartWriter { inner: Mutex::new(Some(Arc::new(w))), staging })
+    }
+
+    /// The staging folder's path.
+    #[getter]
+    fn staging(&self) -> &str {
+        &self.staging
+    }
+
+    /// `(records, content, schema JSON or None)` of the staged part `name`.
+    fn finish(&self, py: Python<'_>, name: String) -> PyResult<(u64, String, Option<String>)> {
+        let w = self.get()?;
+        let (fp, schema) = py.detach(|| w.finish(&name)).map_err(error::engine)?;
+        Ok((fp.records, format!("{:08x}", fp.content), (!schema.is_null()).then(|| schema.to_string())))
+    }
+
+    /// Move the complete store at `src` into staging as part `name`;
+    /// returns what `finish` does.
+    fn adopt(&self, py: Python<'_>, src: std::path::PathBuf, name: String) -> PyResult<(u64, String, Option<String>)> {
+        let w = self.get()?;
+        let (fp, schema) = py.detach(|| w.adopt(&src, &name)).map_err(error::engine)?;
+        Ok((fp.records, format!("{:08x}", fp.content), (!schema.is_null()).then(|| schema.to_string())))
+    }
+
+    /// Replace the staged part `name`'s schema.json with `json`.
+    fn set_schema(&self, py: Python<'_>, name: String, json: String) -> PyResult<()> {
+        let w = self.get()?;
+        py.detach(|| w.set_schema(&name, &json)).map_err(error::engine)
+    }
+
+    /// Release the staging folder and the job's lock.
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) {
+        self.close();
+    }
+}
+
+/// A job's lock in a dataset, held shared while this object is open (a
+/// job's driver holds one per dataset its tasks write to).
+#[pyclass(name = "JobHold", module = "zring._zring")]
+pub struct PyJobHold {
+    inner: Mutex<Option<JobHold>>,
+}
+
+#[pymethods]
+impl PyJobHold {
+    #[new]
+    fn new(py: Python<'_>, dataset: std::path::PathBuf, job: String) -> PyResult<Self> {
+        let h = py.detach(|| JobHold::hold(&dataset, &job)).map_err(error::engine)?;
+        Ok(PyJobHold { inner: Mutex::new(Some(h)) })
+    }
+
+    /// Release the lock.
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// Commit staged parts to one or several datasets (the columns of one
+/// table): `requests` is a list of `(dataset, [(name, records, content)],
+/// overwrite)`; all are checked before any is applied. Returns a list of
+/// `(generation, warnings)`, one per request. `job` is the committing
+/// job (its staged leftovers are removed), `older_than` the age in seconds
+/// at which staged parts of no job are removed (None: never), `keep_staged`
+/// removes nothing staged.
 #[pyfunction]
-#[pyo3(signature = (path, parts, replace))]
+#[pyo3(signature = (requests, job = None, older_than = None, keep_staged = false))]
 pub fn commit_parts(
     py: Python<'_>,
-    path: std::path::PathBuf,
-    parts: Vec<(String, u64, String)>,
-    replace: bool,
-) -> PyResult<u64> {
-    py.detach(|| {
-        let entries: Vec<PartEntry> =
-            parts.into_iter().map(|(dir, records, content)| PartEntry { dir, records, content }).collect();
-        let schema = match entries.first() {
-            Some(p) => {
-                let dir = path.join(&p.dir);
-                let store = Store::open(&dir)?;
-                schema_of(store.schema()?.as_deref(), &dir)?
-            }
-            None => serde_json::Value::Null,
-        };
-        let schema = match (&schema, zring_engine::parts::read_manifest(&path)) {
-            // An append of no parts keeps the schema.
-            (serde_json::Value::Null, Ok(old)) if !replace => old.schema,
-            _ => schema,
-        };
-        Ok(commit_manifest(&path, schema, entries, replace)?.generation)
-    })
-    .map_err(error::engine)
+    requests: Vec<(std::path::PathBuf, Vec<(String, u64, String)>, bool)>,
+    job: Option<String>,
+    older_than: Option<f64>,
+    keep_staged: bool,
+) -> PyResult<Vec<(u64, Vec<String>)>> {
+    let reqs: Vec<CommitRequest> = requests
+        .into_iter()
+        .map(|(root, parts, overwrite)| CommitRequest {
+            root,
+            parts: parts.into_iter().map(|(name, records, content)| Staged { name, records, content }).collect(),
+            mode: if overwrite { Mode::Overwrite } else { Mode::Append },
+        })
+        .collect();
+    let opts = Options {
+        job,
+        remove_older_than: older_than.map(|s| std::time::Duration::from_secs_f64(s.max(0.0))),
+        keep_staged,
+    };
+    let done = py.detach(|| commit(&reqs, &opts)).map_err(error::engine)?;
+    Ok(done.into_iter().map(|c| (c.generation, c.warnings)).collect())
+}
+
+/// Remove what job `job` staged in the dataset at `dataset` (a job that
+/// gives up); nothing committed is touched.
+#[pyfunction]
+pub fn abandon_job(py: Python<'_>, dataset: std::path::PathBuf, job: String) -> PyResult<()> {
+    py.detach(|| abandon(&dataset, &job)).map_err(error::engine)
 }
 
 /// The parts the manifest of the dataset at `path` lists, in order, as
@@ -386,6 +472,14 @@ pub fn commit_parts(
 pub fn manifest_parts(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<(String, u64, String)>> {
     let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
     Ok(m.parts.into_iter().map(|p| (p.dir, p.records, p.content)).collect())
+}
+
+/// The schema the manifest of the dataset at `path` records for its parts
+/// (JSON without the codec), or None.
+#[pyfunction]
+pub fn manifest_schema(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Option<String>> {
+    let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
+    Ok((!m.schema.is_null()).then(|| m.schema.to_string()))
 }
 
 /// Which rank reads each committed part of the dataset at `path` when

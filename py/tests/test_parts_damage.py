@@ -56,15 +56,20 @@ def test_another_writers_staged_part_survives_a_commit(tmp_path):
     assert [p["dir"] for p in parts.list_parts(root)][-2:] == [f"parts/{b.name}", f"parts/{a.name}"]
 
 
-def test_leftovers_go_once_an_hour_old_or_at_once_when_asked(tmp_path):
+def test_leftovers_of_no_job_go_only_at_the_age_asked(tmp_path):
+    """Nothing proves a job-less part's writer gone, so no commit removes it
+    unless asked for parts of an age (its writer's driver may commit it a
+    day later)."""
     root, _ = _dataset(tmp_path)
-    old = parts.write_part(root, _rows(3))  # a failed task's part, an hour ago
+    old = parts.write_part(root, _rows(3))
     young = parts.write_part(root, _rows(4))
-    hour_ago = time.time() - parts.STAGED_GRACE - 5
+    hour_ago = time.time() - 3600 - 5
     os.utime(os.path.join(root, "staging", old.name), (hour_ago, hour_ago))
     parts.commit(root, [])
-    assert _staged(root) == [young.name]
+    assert _staged(root) == sorted([old.name, young.name]), "a default commit removes no job-less part"
     parts.commit(root, [], remove_uncommitted=False)
+    assert _staged(root) == sorted([old.name, young.name])
+    parts.commit(root, [], remove_uncommitted=3600)
     assert _staged(root) == [young.name]
     parts.commit(root, [], remove_uncommitted=0)
     assert _staged(root) == []
@@ -73,22 +78,56 @@ def test_leftovers_go_once_an_hour_old_or_at_once_when_asked(tmp_path):
 
 
 def test_a_part_being_written_is_not_removed_even_at_once(tmp_path):
-    """remove_uncommitted=0 removes what is staged, but not a part being built."""
-    import fcntl
-
+    """remove_uncommitted=0 removes what is staged, but not a store being
+    built by a live writer; one whose writer is gone goes."""
     root, _ = _dataset(tmp_path)
     staging = os.path.join(root, "staging")
-    partial = os.path.join(staging, ".p-0123.99-1.partial")
-    os.makedirs(partial)
-    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)  # what write_part holds while it writes
-    fcntl.flock(fd, fcntl.LOCK_SH)
-    try:
-        parts.commit(root, [], remove_uncommitted=0)
-        assert os.path.isdir(partial)
-    finally:
-        os.close(fd)
+    live = os.path.join(staging, f".p-0123.{os.getpid()}-1.partial")
+    dead_pid = _dead_pid()
+    dead = os.path.join(staging, f".p-0124.{dead_pid}-1.partial")
+    os.makedirs(live)
+    os.makedirs(dead)
     parts.commit(root, [], remove_uncommitted=0)
-    assert not os.path.exists(partial), "a writer's leftover, once no write runs"
+    assert os.path.isdir(live), "a live writer's store being built"
+    assert not os.path.exists(dead), "a dead writer's leftover"
+
+
+def _dead_pid() -> int:
+    import subprocess
+
+    p = subprocess.Popen(["true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_live_jobs_parts_stay_and_a_dead_jobs_go(tmp_path):
+    """A job's finished parts stay while any process holds the job, however
+    old; once the job is gone the next commit removes them."""
+    root, _ = _dataset(tmp_path)
+    job = parts.Job(root)
+    mine = parts.write_part(root, _rows(3), job=job.id)
+    hour_ago = time.time() - 10 * 3600
+    os.utime(os.path.join(root, "staging", mine.name), (hour_ago, hour_ago))
+    other = parts.write_part(root, _rows(4))
+    parts.commit(root, [other], remove_uncommitted=0)
+    assert _staged(root) == [mine.name], "another writer's commit keeps a live job's part"
+    # The job dies (its driver releases the lock without ending the job).
+    job._hold.close()
+    job._hold = None
+    parts.commit(root, [])
+    assert _staged(root) == [], "a dead job's part goes"
+    # A job that commits removes its own leftovers and its lock.
+    with parts.Job(root) as job2:
+        keep = parts.write_part(root, _rows(5), job=job2)
+        drop = parts.write_part(root, _rows(6), job=job2)
+        job2.commit([keep])
+        assert _staged(root) == [], f"{drop.name}: a job's commit removes its own leftover"
+    assert os.listdir(os.path.join(root, "staging")) == []
+    # A job left without committing removes what it staged.
+    with parts.Job(root) as job3:
+        parts.write_part(root, _rows(7), job=job3)
+    assert os.listdir(os.path.join(root, "staging")) == []
+    assert f"parts/{keep.name}" in [p["dir"] for p in parts.list_parts(root)]
 
 
 def _commit_many(args):

@@ -396,6 +396,94 @@ impl Dir {
     }
 }
 
+impl Dir {
+    /// The permission bits of the directory held (what files and folders
+    /// made in it follow).
+    pub(crate) fn dir_mode(&self) -> Result<u32> {
+        Ok(self.metadata()?.mode() & 0o7777)
+    }
+
+    /// Reads the whole regular file `name`, of at most `max` bytes; never
+    /// through a link, and without waiting on a FIFO (opened
+    /// `O_NONBLOCK`): anything but a regular file, or a file over `max`
+    /// bytes, is an error naming it. `Ok(None)` when nothing is at `name`.
+    pub(crate) fn read_small(&self, name: &str, max: u64) -> Result<Option<Vec<u8>>> {
+        let p = || self.join(name);
+        hit(Kind::Read).map_err(io_err("read", p()))?;
+        let fd = match self.openat(name, OFlags::RDONLY | OFlags::NONBLOCK, 0) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(io_err("open", p())(e)),
+        };
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", p())(errno(e)))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(io_err("open", p())(std::io::Error::other("not a regular file")));
+        }
+        if st.st_size as u64 > max {
+            let e = std::io::Error::other(format!("{} bytes, more than the {max} such a file may hold", st.st_size));
+            return Err(io_err("read", p())(e));
+        }
+        let mut b = Vec::with_capacity(st.st_size as usize);
+        std::io::Read::read_to_end(&mut std::io::Read::take(File::from(fd), max + 1), &mut b)
+            .map_err(io_err("read", p()))?;
+        Ok(Some(b))
+    }
+
+    /// Opens (creating it with `mode` if need be) the regular file `name`
+    /// read-only, for a `flock`: never through a link, never waiting on a
+    /// FIFO. Read-only, so a lock file made by another member of the
+    /// directory's group with a narrower mode still serves.
+    pub(crate) fn open_lock(&self, name: &str, mode: u32) -> Result<File> {
+        let p = || self.join(name);
+        let fd =
+            self.openat(name, OFlags::RDONLY | OFlags::CREATE | OFlags::NONBLOCK, mode).map_err(io_err("open", p()))?;
+        let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", p())(errno(e)))?;
+        if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+            return Err(io_err("open", p())(std::io::Error::other("not a regular file")));
+        }
+        Ok(File::from(fd))
+    }
+
+    /// Makes directory `name` with permission bits `mode` (less the umask,
+    /// as any directory).
+    pub(crate) fn mkdir_mode(&self, name: &str, mode: u32) -> std::io::Result<()> {
+        let c = cname(name)?;
+        rustix::fs::mkdirat(self.fd(), c.as_c_str(), Mode::from_raw_mode(mode)).map_err(errno)
+    }
+
+    /// Renames `src` (a path, resolved as given: the caller's own) to `to`
+    /// in this directory, never replacing what is there.
+    pub(crate) fn rename_into(&self, src: &Path, to: &str) -> Result<()> {
+        let pt = self.join(to);
+        let r = cname(to).and_then(|t| {
+            rustix::fs::renameat_with(rustix::fs::CWD, src, self.fd(), t.as_c_str(), RenameFlags::NOREPLACE)
+                .map_err(errno)
+        });
+        match r {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                return Err(crate::error::Error::AlreadyExists { path: pt })
+            }
+            Err(e) => return Err(io_err("rename", src)(e)),
+        }
+        record(|| Event::Rename(src.to_path_buf(), pt));
+        Ok(())
+    }
+
+    /// Opens the directory at the relative path `rel` (single components
+    /// only, no `..`), each component opened with `O_NOFOLLOW`.
+    pub(crate) fn open_rel_dir(&self, rel: &str) -> Result<Dir> {
+        let mut names = rel.split('/').filter(|c| !c.is_empty());
+        let first =
+            names.next().ok_or_else(|| crate::error::Error::InvalidArgument(format!("{rel:?} names no directory")))?;
+        let mut d = self.open_dir(first)?;
+        for n in names {
+            d = d.open_dir(n)?;
+        }
+        Ok(d)
+    }
+}
+
 impl AsFd for Dir {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd()

@@ -238,7 +238,7 @@ impl Drop for Staging {
 /// directory could swap for a link.
 static STAGED: std::sync::Mutex<Vec<(PathBuf, std::sync::Weak<Dir>)>> = std::sync::Mutex::new(Vec::new());
 
-fn register(path: &Path, dir: &Arc<Dir>) {
+pub(crate) fn register(path: &Path, dir: &Arc<Dir>) {
     let mut staged = STAGED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     staged.retain(|(_, w)| w.strong_count() > 0);
     staged.push((path.to_path_buf(), Arc::downgrade(dir)));
@@ -362,6 +362,23 @@ fn holds_store(dir: &Dir) -> bool {
 /// effort: what cannot be removed stays.
 pub(crate) fn remove_stale(parent: &Dir, dest_name: &str) {
     let prefix = format!(".{dest_name}.");
+    remove_stale_where(parent, |name| name.strip_prefix(&prefix));
+}
+
+/// [`remove_stale`] for every destination in `parent`: each
+/// `.NAME.<pid>-<n>.partial` folder whose writer is gone.
+pub(crate) fn remove_stale_all(parent: &Dir) {
+    remove_stale_where(parent, |name| {
+        let rest = name.strip_prefix('.')?;
+        let end = rest.strip_suffix(".partial").or_else(|| rest.strip_suffix(".partial.old"))?;
+        let dot = end.rfind('.')?;
+        Some(&rest[dot + 1..])
+    });
+}
+
+/// Removes each staging folder in `parent` whose name `tail` maps to
+/// `<pid>-<n>.partial` (or `.partial.old`) and whose writer is gone.
+fn remove_stale_where(parent: &Dir, tail: impl Fn(&str) -> Option<&str>) {
     let Ok(entries) = parent.entries() else { return };
     let me = std::process::id();
     let euid = rustix::process::geteuid().as_raw();
@@ -369,7 +386,7 @@ pub(crate) fn remove_stale(parent: &Dir, dest_name: &str) {
         if ty != rustix::fs::FileType::Directory {
             continue;
         }
-        let Some(rest) = name.strip_prefix(&prefix) else { continue };
+        let Some(rest) = tail(&name) else { continue };
         let Some(rest) = rest.strip_suffix(".partial").or_else(|| rest.strip_suffix(".partial.old")) else {
             continue;
         };

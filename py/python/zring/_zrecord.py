@@ -470,7 +470,8 @@ def _open_for_write(path: Path, schema: dict[str, Any], same: Callable[[dict[str
     """Open (or create) the store and check or write its schema. ``sealable``
     (a store written once) lays the records out for ``Store.seal``; ``level``
     is the zstd level of the records appended (None: the default, 3)."""
-    path.mkdir(parents=True, exist_ok=True)
+    # The engine makes the directory (through the descriptor of a staging
+    # directory it lies in: never through a link).
     store = Store(str(path), "a", codec=schema["codec"], level=level, sealable=sealable)
     try:
         text = store.schema()

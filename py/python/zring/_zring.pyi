@@ -284,14 +284,40 @@ class Parts:
     def __enter__(self) -> "Parts": ...
     def __exit__(self, *exc: Any) -> None: ...
 
-def part_fingerprint(path: str | os.PathLike[str]) -> tuple[int, str, Optional[str]]:
-    """(records, content as 8 hex digits, schema as the manifest keeps it) of the store at path."""
+class PartWriter:
+    """The dataset's staging/ held by descriptor (and a job's lock, shared) while open."""
+    def __init__(self, dataset: str | os.PathLike[str], job: Optional[str] = None) -> None: ...
+    @property
+    def staging(self) -> str: ...
+    def finish(self, name: str) -> tuple[int, str, Optional[str]]:
+        """(records, content as 8 hex digits, schema as the manifest keeps it) of staged part name."""
+    def adopt(self, src: str | os.PathLike[str], name: str) -> tuple[int, str, Optional[str]]:
+        """Move the complete store at src into staging/ as part name; what finish returns."""
+    def set_schema(self, name: str, json: str) -> None:
+        """Replace staged part name's schema.json (its records unchanged)."""
+    def close(self) -> None: ...
+    def __enter__(self) -> "PartWriter": ...
+    def __exit__(self, *exc: Any) -> None: ...
+
+class JobHold:
+    """A job's lock in a dataset, held shared until close()."""
+    def __init__(self, dataset: str | os.PathLike[str], job: str) -> None: ...
+    def close(self) -> None: ...
+
+def abandon_job(dataset: str | os.PathLike[str], job: str) -> None:
+    """Remove what job staged in the dataset; nothing committed is touched."""
+
+def manifest_schema(path: str | os.PathLike[str]) -> Optional[str]:
+    """The schema the manifest at path records (JSON without the codec), or None."""
 
 def rank_plan(path: str | os.PathLike[str], ranks: int) -> list[tuple[str, int, int]]:
     """(dir, records, rank) of every committed part, from the manifest alone."""
 
-def commit_parts(path: str | os.PathLike[str], parts: Sequence[tuple[str, int, str]], replace: bool) -> int:
-    """Replace the manifest at path with parts ((dir, records, content)) in one rename; the new generation."""
+def commit_parts(requests: Sequence[tuple[str | os.PathLike[str], Sequence[tuple[str, int, str]], bool]],
+                 job: Optional[str] = None, older_than: Optional[float] = None,
+                 keep_staged: bool = False) -> list[tuple[int, list[str]]]:
+    """Commit staged parts ((name, records, content)) to each dataset (overwrite or append), all checked
+    before any is applied; (generation, warnings) per dataset."""
 
 def manifest_parts(path: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
     """The parts the manifest at path lists ((dir, records, content)), its checksum checked; parts not opened."""

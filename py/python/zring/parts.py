@@ -19,12 +19,23 @@ driver decides what the dataset holds::
 :func:`write_part` writes a complete store under ``<dataset>/staging/``
 (built beside its place and renamed in, so a task that dies leaves no
 half part under a name) and returns what the driver needs. :func:`commit`
-moves exactly the parts it is given to ``<dataset>/parts/``, replaces the
-manifest in one atomic rename, then removes the staged leftovers an hour
-old: the parts of failed or retried attempts, which no manifest ever names
-(younger ones may be another writer's, yet to be committed). A part is
-read only once a manifest lists it. Several processes may commit at once;
-a refused commit leaves its parts staged.
+moves exactly the parts it is given to ``<dataset>/parts/`` and replaces
+the manifest in one atomic rename. A part is read only once a manifest
+lists it. Several processes may commit at once; a refused commit leaves
+its parts staged, and a commit either stands whole or changed nothing.
+
+The engine owns every step: each file and folder of the dataset is
+reached through the dataset folder's descriptor, never through a link
+(a link planted at ``staging``, ``parts``, ``dropped`` or the manifest is
+refused, naming it), and files and folders get the dataset folder's mode,
+so every member of a group that may write the folder may commit.
+
+What is left staged is removed by ownership, never by age alone: a
+:class:`Job` (``job=`` of :func:`write_part` and :func:`commit`) removes
+its own leftovers when it commits or gives up, and a commit removes a dead
+job's leftovers once no process holds the job. Parts written with no job
+are never removed by someone else's commit unless it asks
+(``remove_uncommitted=`` seconds).
 
 The layout::
 
@@ -39,13 +50,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
-import json
 import os
-import shutil
-import time
 import uuid
-from collections.abc import Iterable, Sequence
+import warnings
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -54,13 +62,20 @@ import numpy as np
 from . import _zring
 from ._zrecord import write_dataset, write_ragged
 
-__all__ = ["KEEP_DROPPED", "PartInfo", "STAGED_GRACE", "commit", "list_parts", "rank_plan", "write_part"]
+__all__ = ["KEEP_DROPPED", "Job", "PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
 
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
 STAGING_DIR = "staging"
 DROPPED_DIR = "dropped"
-_LOCK = ".commit.lock"
+
+#: Seconds a part an overwrite commit dropped stays on disk (a commit at
+#: least that much later removes it), so that readers of the generation
+#: before keep reading it.
+KEEP_DROPPED = 3600.0
+
+#: The most ranks :func:`rank_plan` and ``rank_parts=`` take.
+MAX_RANKS = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,8 +96,74 @@ class PartInfo:
     dataset: str = ""
 
 
+class Job:
+    """A writing job: a driver and the workers that write parts for it.
+
+    While the job is open its driver holds the job's lock in the dataset,
+    and each :func:`write_part` given ``job=`` holds it while it writes, so
+    no other writer's commit takes the job's staged parts for a dead job's
+    leftovers, however long the job runs. :meth:`commit` commits the parts
+    and removes the job's leftovers (the parts of failed or retried tasks);
+    closing a job that did not commit (or leaving its ``with`` block on an
+    error) removes everything it staged. A job that dies leaves its lock
+    free, and the next commit to the dataset removes what it staged.
+
+    Pass the job (or its :attr:`id`, a short string, to a worker process)
+    as ``write_part(..., job=job)``::
+
+        with zring.parts.Job("corpus") as job:
+            infos = pool.map(functools.partial(write_doc_part, job=job.id), shards)
+            job.commit(infos)
+    """
+
+    def __init__(self, dataset: str | os.PathLike[str], id: str | None = None):
+        self.dataset = os.fspath(dataset)
+        #: The job's id (letters, digits and ``_``).
+        self.id = id or uuid.uuid4().hex[:16]
+        self._hold: Any = _zring.JobHold(self.dataset, self.id)
+
+    def commit(self, infos: Iterable[PartInfo], mode: str = "append") -> int:
+        """:func:`commit` of ``infos`` by this job; returns the generation."""
+        return commit(self.dataset, infos, mode, job=self)
+
+    def abandon(self) -> None:
+        """Remove everything this job staged (nothing committed is touched)."""
+        _zring.abandon_job(self.dataset, self.id)
+
+    def close(self) -> None:
+        """End the job: release its lock and remove what it staged and did
+        not commit (all it staged, for a job that never committed)."""
+        if self._hold is None:
+            return
+        self._hold.close()
+        self._hold = None
+        self.abandon()
+
+    def __enter__(self) -> Job:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Job stays with its driver: pass job.id to the workers (write_part(..., job=job.id))")
+
+
+def _job_id(job: Job | str | None) -> str | None:
+    if job is None or isinstance(job, str):
+        return job
+    if isinstance(job, Job):
+        return job.id
+    raise TypeError(f"job must be a zring.parts.Job, its id (a str) or None, got {type(job).__name__}")
+
+
+def _part_name(job: str | None = None) -> str:
+    """A new part id: ``p-<uuid>``, or ``p-<job>-<uuid>`` for a job's part."""
+    return f"p-{job}-{uuid.uuid4().hex}" if job else f"p-{uuid.uuid4().hex}"
+
+
 def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | None = None,
-               _job: str | None = None, **kwargs: Any) -> PartInfo:
+               job: Job | str | None = None, **kwargs: Any) -> PartInfo:
     """Write ``data`` as one staged part of the dataset at ``dataset``; returns its :class:`PartInfo`.
 
     Safe to call from any number of processes at once (each part gets a new
@@ -91,74 +172,31 @@ def write_part(dataset: str | os.PathLike[str], data: Any, *, ragged: bool | Non
     a NumPy array, an iterable of variable-length arrays (as by
     :func:`zring.write_ragged`); ``kwargs`` go to that function (``codec``,
     ``dtype``, ``item_shape``, ...). The part is invisible to readers until
-    :func:`commit` lists it.
+    :func:`commit` lists it. With ``job`` (a :class:`Job` or its id) the part
+    belongs to that job: removed by its commit if it is not committed, and
+    by anyone's commit once the job is gone.
 
     Raises:
         ValueError: no records (a part holds at least one), or as the
             writer raises.
+        OSError: a link or other non-folder planted at the dataset's
+            ``staging`` (naming it; nothing is written).
     """
-    root = Path(dataset)
-    staging = root / STAGING_DIR
-    staging.mkdir(parents=True, exist_ok=True)
-    name = _part_name(_job)
-    kwargs.setdefault("progress", False)
+    job_id = _job_id(job)
     if ragged is None:
         ragged = not isinstance(data, np.ndarray)
     if not ragged and len(data) == 0:
         raise ValueError("no records to write; a part holds at least one")
-    with _writing(staging):
+    kwargs.setdefault("progress", False)
+    with contextlib.closing(_zring.PartWriter(os.fspath(dataset), job_id)) as w:
+        name = _part_name(job_id)
+        target = Path(w.staging) / name
         if ragged:
-            write_ragged(staging / name, data, **kwargs)
+            write_ragged(target, data, **kwargs)
         else:
-            write_dataset(staging / name, data, **kwargs)
-    records, content, _schema = _zring.part_fingerprint(str(staging / name))
-    return PartInfo(name=name, records=int(records), content=str(content), dataset=os.path.abspath(root))
-
-
-@contextlib.contextmanager
-def _writing(staging: Path):
-    """A part being written: a shared lock on the staging folder, so that a
-    commit's cleanup leaves the folders being built (``.NAME.*.partial``)."""
-    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _writers_active(staging: Path) -> bool:
-    """Whether a :func:`write_part` is writing into ``staging`` now."""
-    fd = os.open(staging, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        return False
-    finally:
-        os.close(fd)
-
-
-def _part_name(job: str | None = None) -> str:
-    """A new part id: ``p-<uuid>``, or ``p-<job>-<uuid>`` for a part staged
-    by a writing job that removes its own leftovers
-    (:func:`_remove_job_leftovers`)."""
-    return f"p-{job}-{uuid.uuid4().hex}" if job else f"p-{uuid.uuid4().hex}"
-
-
-def _remove_job_leftovers(root: Path, job: str) -> None:
-    """Remove what job ``job``'s tasks left in the staging area of the
-    dataset at ``root``: the parts of failed or retried attempts, which no
-    commit lists (the committed ones have left ``staging/``), and the folders
-    they were building. Other writers' staged parts stay."""
-    staging = root / STAGING_DIR
-    if not staging.is_dir():
-        return
-    with _commit_lock(root):
-        for child in staging.iterdir():
-            if child.name.startswith((f"p-{job}-", f".building-{job}-")) and not child.is_symlink():
-                shutil.rmtree(child, ignore_errors=True)
+            write_dataset(target, data, **kwargs)
+        records, content, _schema = w.finish(name)
+    return PartInfo(name=name, records=int(records), content=str(content), dataset=os.path.abspath(dataset))
 
 
 def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str],
@@ -166,33 +204,12 @@ def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str],
     """Moves the complete store at ``store`` (on the dataset's file system)
     into the dataset's staging area as a new part, as :func:`write_part`
     leaves the one it writes; returns its :class:`PartInfo` and its schema
-    (JSON, without the codec; ``None`` for raw records), which
-    :func:`commit` requires of every part alike."""
-    staging = Path(dataset) / STAGING_DIR
-    staging.mkdir(parents=True, exist_ok=True)
-    name = _part_name(job)
-    os.rename(store, staging / name)
-    records, content, schema = _zring.part_fingerprint(str(staging / name))
-    return PartInfo(name=name, records=int(records), content=str(content)), schema
-
-
-@contextlib.contextmanager
-def _commit_lock(root: Path):
-    """One commit at a time per dataset (an advisory lock on ``.commit.lock``)."""
-    fd = os.open(root / _LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    (JSON, without the codec; ``None`` for raw records)."""
+    with contextlib.closing(_zring.PartWriter(os.fspath(dataset), job)) as w:
+        name = _part_name(job)
+        records, content, schema = w.adopt(os.fspath(store), name)
+    return PartInfo(name=name, records=int(records), content=str(content),
+                    dataset=os.path.abspath(dataset)), schema
 
 
 def list_parts(dataset: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -202,7 +219,7 @@ def list_parts(dataset: str | os.PathLike[str]) -> list[dict[str, Any]]:
     in the manifest); ``[]`` for a folder with no manifest yet. Opens (and
     checks) every part."""
     root = Path(dataset)
-    if not (root / MANIFEST).is_file():
+    if not (root / MANIFEST).is_file() and not (root / PARTS_DIR).is_dir():
         return []
     with contextlib.closing(_zring.Parts(str(root))) as p:
         return list(p.parts_list())
@@ -225,56 +242,25 @@ def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
     manifest and ``plan[K]``), for ``rsync --files-from``; docs/parts.rst,
     "Datasets beyond one host", has the rest.
     """
-    plan: list[list[str]] = [[] for _ in range(int(ranks))]
-    for d, _records, rank in _zring.rank_plan(str(dataset), int(ranks)):
+    ranks = _ranks(ranks)
+    rows = _zring.rank_plan(str(dataset), ranks)
+    plan: list[list[str]] = [[] for _ in range(ranks)]
+    for d, _records, rank in rows:
         plan[rank].append(d)
     return plan
 
 
-def _listed(root: Path) -> list[tuple[str, int, str]]:
-    """The manifest's parts without opening them, its checksum checked."""
-    if not (root / MANIFEST).is_file():
-        return []
-    return [(d, int(r), str(c)) for d, r, c in _zring.manifest_parts(str(root))]
-
-
-#: Seconds a part an overwrite commit dropped stays on disk (a commit at
-#: least that much later removes it), so that readers of the generation
-#: before keep reading it.
-KEEP_DROPPED = 3600.0
-
-#: Seconds a staged part is kept before a commit may remove it as a leftover
-#: (``remove_uncommitted=True``): another writer's parts, staged and not yet
-#: committed, are younger than this.
-STAGED_GRACE = 3600.0
-
-
-def _age(path: Path, now: float) -> float:
-    """Seconds since ``path`` (a staged part's folder) last changed."""
-    try:
-        return now - path.lstat().st_mtime
-    except FileNotFoundError:
-        return -1.0
-
-
-def _remove_staged(staging: Path, grace: float) -> None:
-    """Remove the staged leftovers at least ``grace`` seconds old; never a
-    folder being written (``.NAME.*.partial``) while a write is running."""
-    active = _writers_active(staging)
-    now = time.time()
-    for child in staging.iterdir():
-        if active and child.name.startswith(".") and child.name.endswith(".partial"):
-            continue
-        if _age(child, now) < grace:
-            continue
-        if child.is_dir() and not child.is_symlink():
-            shutil.rmtree(child, ignore_errors=True)
-        else:
-            child.unlink(missing_ok=True)
+def _ranks(ranks: Any) -> int:
+    """``ranks`` checked: an int from 1 to :data:`MAX_RANKS`."""
+    if isinstance(ranks, bool) or not isinstance(ranks, (int, np.integer)):
+        raise TypeError(f"ranks must be an int, got {type(ranks).__name__} {ranks!r}")
+    if not 1 <= int(ranks) <= MAX_RANKS:
+        raise ValueError(f"ranks must be from 1 to {MAX_RANKS}, got {ranks}")
+    return int(ranks)
 
 
 def commit(dataset: str | os.PathLike[str], infos: Iterable[PartInfo], mode: str = "append",
-           *, remove_uncommitted: bool | float = True) -> int:
+           *, remove_uncommitted: bool | float = True, job: Job | str | None = None) -> int:
     """Commit the staged parts ``infos``, in that order; returns the manifest's generation.
 
     ``mode="append"`` lists the dataset's committed parts first, unchanged,
@@ -290,121 +276,77 @@ def commit(dataset: str | os.PathLike[str], infos: Iterable[PartInfo], mode: str
     Commits are serialised by a lock on the dataset: two processes may
     commit to one dataset at once, and each append lands.
 
-    A commit that fails (a part refused, the manifest damaged, a part
-    listed twice) leaves the manifest as it was and puts the parts it was
-    given back under ``staging/``, so they can be committed again.
+    A commit stands whole or changed nothing. One that fails before the
+    manifest is replaced (a part refused, the manifest damaged or missing, a
+    part listed twice, a link planted at one of the dataset's names) leaves
+    the manifest as it was and its parts staged, to be committed again.
+    Once the manifest is replaced the commit stands: what fails after (the
+    folder's sync, removing leftovers) is a :class:`RuntimeWarning`, never
+    an undo. A folder whose ``manifest.json`` is missing while its
+    ``parts/`` holds parts is an error (restore the manifest), never a new
+    dataset. Committing a part twice (a driver that retries its commit) is
+    harmless: a part listed already is not listed again.
 
-    Then the leftovers under ``staging/`` are removed: the parts of failed or
-    retried tasks, which no manifest will name. A staged part cannot say
-    whether a task failed after writing it or another writer's driver has
-    yet to commit it, so ``remove_uncommitted=True`` (the default) removes
-    only staged parts at least :data:`STAGED_GRACE` (an hour) old, and never
-    a part being written: every writer's parts are safe for that long. A
-    number removes those at least that many seconds old (``0``: every
-    staged part not being written now, for a driver that is the dataset's
-    only writer and commits once its tasks have finished); ``False``
-    removes nothing.
-
-    Committing a part twice (a driver that retries its commit) is harmless:
-    a part already under ``parts/`` is not moved again, and a part listed
-    twice is an error.
+    Then what is staged and owned by no live writer is removed: with
+    ``job``, the job's own leftovers (the parts of its failed or retried
+    tasks); the leftovers of jobs that are gone (no process holds their
+    lock); stores being built whose writer is gone. Parts written with no
+    job are removed only when ``remove_uncommitted`` is a number of
+    seconds and they are at least that old (``0``: every one, for a driver
+    that is the dataset's only writer); ``True`` (the default) removes only
+    what is provably abandoned, and ``False`` nothing staged.
 
     Raises:
         ValueError: an unknown ``mode``, a part listed twice, or a part
             missing from the staging area (never written there, written
             for another dataset, or removed).
         CorruptError: a part whose records differ from its PartInfo, or
-            whose schema differs from the other parts', or a damaged
-            manifest (each naming the file, and what to do).
+            whose schema differs from the other parts', or a damaged or
+            missing manifest (each naming the file, and what to do).
+        OSError: a link or other non-folder at ``staging``, ``parts`` or
+            ``dropped``, or a manifest that is not a regular file (naming it).
         NotAStoreError: a committed part missing (naming it).
     """
-    if mode not in ("append", "overwrite"):
-        raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+    return _commit([(dataset, infos, mode)], remove_uncommitted=remove_uncommitted, job=job)[0]
+
+
+def _commit(requests: Iterable[tuple[str | os.PathLike[str], Iterable[PartInfo], str]], *,
+            remove_uncommitted: bool | float = True, job: Job | str | None = None) -> list[int]:
+    """:func:`commit` of several datasets at once (the columns of one
+    table): all are checked before any is applied, so a part refused in one
+    commits none. Returns each dataset's generation."""
     if remove_uncommitted is True:
-        grace: float | None = STAGED_GRACE
+        older_than: float | None = None
+        keep = False
     elif remove_uncommitted is False:
-        grace = None
+        older_than, keep = None, True
     else:
-        grace = float(remove_uncommitted)
-        if not grace >= 0:
+        older_than = float(remove_uncommitted)
+        keep = False
+        if not older_than >= 0:
             raise ValueError(f"remove_uncommitted must be True, False or seconds >= 0, got {remove_uncommitted!r}")
-    root = Path(dataset)
-    infos = list(infos)
-    for info in infos:
-        if not isinstance(info, PartInfo):
-            raise TypeError(f"commit takes PartInfo objects from write_part, got {type(info).__name__}")
-    seen: set[str] = set()
-    for info in infos:
-        if info.name in seen:
-            raise ValueError(f"part {info.name} is given twice; give each PartInfo once")
-        seen.add(info.name)
-    root.mkdir(parents=True, exist_ok=True)
-    (root / PARTS_DIR).mkdir(exist_ok=True)
-    staging = root / STAGING_DIR
-    with _commit_lock(root):
-        previous = _listed(root)
-        old = previous if mode == "append" else []
-        old_dirs = {d for d, _, _ in old}
-        entries = list(old)
-        moved: list[str] = []
-        try:
-            for info in infos:
-                rel = f"{PARTS_DIR}/{info.name}"
-                if rel in old_dirs:
-                    continue  # committed before: a retried commit
-                src, dst = staging / info.name, root / PARTS_DIR / info.name
-                if src.is_dir() and not dst.exists():
-                    os.rename(src, dst)
-                    moved.append(info.name)
-                elif not dst.is_dir():
-                    if info.dataset and os.path.abspath(root) != info.dataset:
-                        raise ValueError(
-                            f"part {info.name} was written for the dataset {info.dataset}, not {root}: commit it "
-                            "to the dataset given to write_part"
-                        )
-                    raise ValueError(
-                        f"part {info.name} is not staged in {staging}: it was removed (or never written there); "
-                        "write it again"
-                    )
-                entries.append((rel, info.records, info.content))
-            if moved:
-                _fsync_dir(root / PARTS_DIR)
-                if staging.is_dir():
-                    _fsync_dir(staging)
-            generation = _zring.commit_parts(str(root), entries, mode == "overwrite")
-        except BaseException:
-            # Nothing committed: the parts go back to staging, to be committed again.
-            staging.mkdir(exist_ok=True)
-            for name in moved:
-                with contextlib.suppress(OSError):
-                    os.rename(root / PARTS_DIR / name, staging / name)
-            raise
-        listed = {d.split("/", 1)[1] for d, _, _ in entries}
-        dropped = {d.split("/", 1)[1] for d, _, _ in previous} - listed
-        marks = root / DROPPED_DIR
-        if dropped:
-            # Dropped by an overwrite: marked now, removed by a commit once
-            # KEEP_DROPPED old, so a reader of the old generation reads on.
-            marks.mkdir(exist_ok=True)
-            for name in dropped:
-                (marks / name).touch()
-        now = time.time()
-        for child in (root / PARTS_DIR).iterdir():
-            if child.name in listed:
-                continue
-            mark = marks / child.name
-            if mark.exists():
-                if _age(mark, now) >= KEEP_DROPPED:
-                    shutil.rmtree(child, ignore_errors=True)
-            else:
-                # Moved by a commit that died before its manifest: staged again.
-                staging.mkdir(exist_ok=True)
-                with contextlib.suppress(OSError):
-                    os.rename(child, staging / child.name)
-        if marks.is_dir():
-            for mark in marks.iterdir():
-                if mark.name in listed or not (root / PARTS_DIR / mark.name).exists():
-                    mark.unlink(missing_ok=True)
-        if grace is not None and staging.is_dir():
-            _remove_staged(staging, grace)
-    return int(generation)
+    reqs = []
+    for dataset, infos, mode in requests:
+        if mode not in ("append", "overwrite"):
+            raise ValueError(f"mode must be 'append' or 'overwrite', got {mode!r}")
+        infos = list(infos)
+        for info in infos:
+            if not isinstance(info, PartInfo):
+                raise TypeError(f"commit takes PartInfo objects from write_part, got {type(info).__name__}")
+        seen: set[str] = set()
+        for info in infos:
+            if info.name in seen:
+                raise ValueError(f"part {info.name} is given twice; give each PartInfo once")
+            seen.add(info.name)
+        for info in infos:
+            if (info.dataset and os.path.abspath(dataset) != info.dataset
+                    and not os.path.lexists(os.path.join(dataset, STAGING_DIR, info.name))):
+                raise ValueError(f"part {info.name} was written for the dataset {info.dataset}, not {dataset}: "
+                                 "commit it to the dataset given to write_part")
+        reqs.append((os.fspath(dataset), [(i.name, int(i.records), str(i.content)) for i in infos],
+                     mode == "overwrite"))
+    done = _zring.commit_parts(reqs, _job_id(job), older_than, keep)
+    for generation, notes in done:
+        for note in notes:
+            warnings.warn(note, RuntimeWarning, stacklevel=3)
+    return [int(g) for g, _ in done]

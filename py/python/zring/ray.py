@@ -5,10 +5,13 @@ Each Ray write task writes the rows it is given as one part per column with
 :func:`zring.parts.write_part` (into the dataset's ``staging/``) and
 returns the parts' :class:`~zring.parts.PartInfo`; once every task has
 finished, the driver commits exactly the parts it got back, in the order of
-the tasks, with one manifest replace per column (:func:`zring.parts.commit`),
-which removes everything else staged: the parts of attempts that failed
-after writing, or that Ray retried. A job that fails commits nothing and
-removes what it staged::
+the tasks, every column in one commit (:func:`zring.parts.commit`; all
+columns are checked before any is applied, so a part refused in one column
+commits none), and removes what else its tasks staged: the parts of
+attempts that failed after writing, or that Ray retried. The driver holds
+the job's lock in each dataset meanwhile, so no other writer's commit
+takes the job's parts for a dead job's. A job that fails commits nothing
+and removes what it staged::
 
     import ray, zring, zring.ray
 
@@ -24,6 +27,10 @@ a Ray variable-shaped tensor column (NumPy arrays of differing lengths) and
 strings or binary (their bytes, uint8) are ragged, one record per row (open
 with :class:`zring.RaggedDataset`); numbers, fixed-size lists and Ray tensor
 columns of one shape are fixed records of that shape (:class:`zring.Dataset`).
+A column is ragged whatever one block holds: a block whose rows all have
+one length (Ray hands it over as a fixed-shape tensor) joins the column's
+ragged parts, or the ragged dataset appended to, as ragged. A column that
+is missing or holds nulls is refused before anything is staged.
 
 Ray's sink interface (``ray.data.Datasink``) is a developer API that has
 changed between minor releases (the arguments of ``on_write_complete`` in
@@ -35,9 +42,10 @@ it) raises and commits nothing, rather than writing a dataset short of rows.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import json
 import os
-import shutil
 import uuid
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -45,6 +53,7 @@ from typing import Any
 
 import numpy as np
 
+from . import _zring
 from . import parts as _parts
 
 try:
@@ -71,6 +80,8 @@ class _TaskResult:
     task: int
     rows: int
     parts: dict[str, _parts.PartInfo]
+    #: Each part's schema (JSON without the codec), by column.
+    schemas: dict[str, str | None] = dataclasses.field(default_factory=dict)
 
 
 def _chunks(tables: Sequence[Any], column: str) -> Iterator[Any]:
@@ -122,54 +133,111 @@ def _plan(t: Any) -> tuple[str, np.dtype | None, tuple[int, ...]]:
     return kind, dtype, ()
 
 
-def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str, job: str) -> _parts.PartInfo:
+def _check_column(tables: Sequence[Any], column: str) -> None:
+    """Refuses a column that is missing or holds nulls, before anything is
+    staged (the documented errors, whatever Arrow type the column has)."""
+    for t in tables:
+        if column not in t.schema.names:
+            raise ValueError(f"the dataset has no column {column!r}; it has {t.schema.names}")
+        col = t.column(column)
+        if col.null_count:
+            raise ValueError(f"column {column!r} holds nulls, which a zring store cannot hold; fill or drop "
+                             f"them first (Dataset.map_batches)")
+    list(_chunks(tables, column))  # nulls inside lists
+
+
+def _write_column(root: Path, tables: Sequence[Any], column: str, codec: str,
+                  job: str) -> tuple[_parts.PartInfo, str | None]:
     """The rows of ``column`` in ``tables`` as one staged part of the dataset
-    at ``root``. Arrow lists, strings and fixed-width columns are appended a
-    chunk at a time (values and offsets as they are, no array per row);
-    Ray's tensor columns go through :func:`zring.parts.write_part`."""
+    at ``root`` (job ``job``'s), and its schema (JSON without the codec).
+    Arrow lists, strings and fixed-width columns are appended a chunk at a
+    time (values and offsets as they are, no array per row); Ray's tensor
+    columns go through :func:`zring.parts.write_part`'s writers. The part
+    is built through the engine's descriptor of the dataset's ``staging/``
+    (:class:`zring.parts.PartWriter`), never through a path."""
     from ._convert import _Sink
+    from ._zrecord import write_dataset, write_ragged
 
     kind, dtype, shape = _plan(tables[0].schema.field(column).type)
-    if kind == "numpy":
-        # Ray's own conversion: an array of one shape, or an object array of
-        # arrays of several.
-        arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
-        if all(a.dtype != object for a in arrays):
-            return _parts.write_part(root, np.concatenate(arrays), codec=codec, _job=job)
-
-        def rows() -> Iterator[np.ndarray]:
-            for a in arrays:
-                for row in a:
-                    row = np.asarray(row)
-                    if row.dtype == object:
-                        raise ValueError(f"column {column!r} holds rows that are not numeric arrays")
-                    yield row
-        return _parts.write_part(root, rows(), ragged=True, codec=codec, _job=job)
     for t in tables[1:]:
         other = _plan(t.schema.field(column).type)
-        if other != (kind, dtype, shape):
+        if kind != "numpy" and other != (kind, dtype, shape):
             raise ValueError(f"column {column!r} is {t.schema.field(column).type} in one block and "
                              f"{tables[0].schema.field(column).type} in another")
-    staging = root / _parts.STAGING_DIR
-    staging.mkdir(parents=True, exist_ok=True)
-    # Built under staging/, named by the job (which removes what its failed
-    # attempts leave), then renamed to its id.
-    build = staging / f".building-{job}-{uuid.uuid4().hex}"
-    ok = False
-    with _parts._writing(staging):
-        sink = _Sink(build, dtype, None if kind != "fixed" else shape, codec)
-        try:
-            for chunk in _chunks(tables, column):
-                if kind == "fixed":
-                    sink.fixed(_fixed_rows(chunk, shape))
-                else:
-                    sink.ragged(*(_list_rows(chunk) if kind == "list" else _bytes_rows(chunk)))
-            ok = True
-        finally:
-            sink.close(failed=not ok)
-            if not ok:
-                shutil.rmtree(build, ignore_errors=True)
-        return _parts._stage(root, build, job)[0]
+    with contextlib.closing(_zring.PartWriter(os.fspath(root), job)) as w:
+        name = _parts._part_name(job)
+        target = Path(w.staging) / name
+        if kind == "numpy":
+            # Ray's own conversion: an array of one shape, or an object array
+            # of arrays of several.
+            arrays = [np.asarray(_BlockAccessor.for_block(tb).to_numpy(column)) for tb in tables]
+            if all(a.dtype != object for a in arrays) and len({a.shape[1:] for a in arrays}) == 1:
+                write_dataset(target, np.concatenate(arrays), codec=codec, progress=False)
+            else:
+                def rows() -> Iterator[np.ndarray]:
+                    for a in arrays:
+                        for row in a:
+                            row = np.asarray(row)
+                            if row.dtype == object:
+                                raise ValueError(f"column {column!r} holds rows that are not numeric arrays")
+                            yield row
+                write_ragged(target, rows(), codec=codec, progress=False)
+        else:
+            staging = _zring.Staging(str(target), False)
+            ok = False
+            try:
+                sink = _Sink(Path(staging.path), dtype, None if kind != "fixed" else shape, codec)
+                try:
+                    for chunk in _chunks(tables, column):
+                        if kind == "fixed":
+                            sink.fixed(_fixed_rows(chunk, shape))
+                        else:
+                            sink.ragged(*(_list_rows(chunk) if kind == "list" else _bytes_rows(chunk)))
+                    ok = True
+                finally:
+                    sink.close(failed=not ok)
+                staging.publish()
+            finally:
+                if not ok:
+                    staging.discard()
+        records, content, schema = w.finish(name)
+    info = _parts.PartInfo(name=name, records=int(records), content=str(content), dataset=os.path.abspath(root))
+    return info, schema
+
+
+def _as_ragged(schema: str | None) -> dict[str, Any] | None:
+    """The ragged schema a fixed part of 1-D rows has when its column is
+    ragged (a Ray block whose rows all had one length arrives as a
+    fixed-shape tensor), or None when the part is no such thing."""
+    if schema is None:
+        return None
+    s = json.loads(schema)
+    if s.get("ragged") or len(s.get("shape", [])) != 1:
+        return None
+    out = {k: v for k, v in s.items() if k != "shape"}
+    out["ragged"] = True
+    out["item_shape"] = []
+    return out
+
+
+def _make_ragged(root: Path, parts: list[tuple[_parts.PartInfo, str | None]], existing: str | None,
+                 codec: str) -> None:
+    """A column's parts of one job made one kind: when some are ragged (or
+    the dataset they join is) and others are fixed parts of 1-D rows of the
+    same dtype (blocks whose rows all had one length), the fixed ones get
+    the ragged schema, their records unchanged."""
+    schemas = [sch for _, sch in parts] + ([existing] if existing else [])
+    ragged = [json.loads(sch) for sch in schemas if sch and json.loads(sch).get("ragged")]
+    if not ragged:
+        return
+    want = ragged[0]
+    fix = [(info, _as_ragged(sch)) for info, sch in parts]
+    fix = [(info, r) for info, r in fix if r is not None and r == want]
+    if not fix:
+        return
+    with contextlib.closing(_zring.PartWriter(os.fspath(root), None)) as w:
+        for info, r in fix:
+            w.set_schema(info.name, json.dumps({**r, "codec": codec}, indent=2) + "\n")
 
 
 class ZringDatasink(_Datasink):
@@ -191,7 +259,7 @@ class ZringDatasink(_Datasink):
         self.codec = codec
         # Names the parts this write's tasks stage, so that the driver removes
         # its own failed attempts' leftovers and never another writer's.
-        self._job = uuid.uuid4().hex[:12]
+        self._job = uuid.uuid4().hex[:16]
         #: Rows committed by the write (set when it completes).
         self.rows: int | None = None
         #: ``{column: manifest generation}`` after the write.
@@ -236,10 +304,17 @@ class ZringDatasink(_Datasink):
         names = self._named_columns()
         if names is None and schema is not None:
             names = list(getattr(schema, "names", []) or [])
+        if names and schema is not None and getattr(schema, "names", None):
+            missing = [c for c in names if c not in schema.names]
+            if missing:
+                raise ValueError(f"the dataset has no column(s) {missing}; it has {list(schema.names)}")
         self._check_target(names or [])
+        self._hold(names or [])
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> _TaskResult:
-        """One write task: the rows of ``blocks`` as one staged part per column."""
+        """One write task: the rows of ``blocks`` as one staged part per
+        column. Every column is checked (present, no nulls) before any is
+        staged."""
         tables = [_BlockAccessor.for_block(b).to_arrow() for b in blocks]
         tables = [t for t in tables if t.num_rows]
         task = int(getattr(ctx, "task_idx", 0))
@@ -247,16 +322,23 @@ class ZringDatasink(_Datasink):
         if not rows:
             return _TaskResult(task, 0, {})
         names = self._named_columns() or list(tables[0].schema.names)
-        missing = [c for c in names if c not in tables[0].schema.names]
-        if missing:
-            raise ValueError(f"the dataset has no column(s) {missing}; it has {tables[0].schema.names}")
+        for c in names:
+            _check_column(tables, c)
         written = {c: _write_column(self._root(c), tables, c, self.codec, self._job) for c in names}
-        return _TaskResult(task, rows, written)
+        return _TaskResult(task, rows, {c: w[0] for c, w in written.items()}, {c: w[1] for c, w in written.items()})
 
     def on_write_complete(self, write_result: Any, *args: Any, **kwargs: Any) -> None:
-        """Commits the parts the tasks returned, in task order, one manifest
-        replace per column. Takes Ray's ``WriteResult`` (2.39 and later) or
-        the list of the tasks' returns (before)."""
+        """Commits the parts the tasks returned, in task order, every
+        column's dataset in one commit (all are checked before any is
+        applied, so a part refused in one column commits none). Takes Ray's
+        ``WriteResult`` (2.39 and later) or the list of the tasks' returns
+        (before)."""
+        try:
+            self._complete(write_result)
+        finally:
+            self._release()
+
+    def _complete(self, write_result: Any) -> None:
         returns = getattr(write_result, "write_returns", write_result)
         results = [r for r in returns if r is not None]
         if any(not isinstance(r, _TaskResult) for r in results):
@@ -280,20 +362,64 @@ class ZringDatasink(_Datasink):
                                    f"{columns}; nothing was committed")
         mode = "overwrite" if self.mode == "overwrite" else "append"
         self._check_target(columns)
+        requests = []
         for c in columns:
-            infos = [r.parts[c] for r in results]
+            staged = [(r.parts[c], r.schemas.get(c)) for r in results]
             root = self._root(c)
-            if infos or mode == "overwrite" or (root / _parts.MANIFEST).is_file():
-                self.generation[c] = _parts.commit(root, infos, mode=mode)
-            _parts._remove_job_leftovers(root, self._job)
+            exists = (root / _parts.MANIFEST).is_file()
+            if staged:
+                _make_ragged(root, staged, _zring.manifest_schema(str(root)) if exists else None, self.codec)
+            if staged or mode == "overwrite" or exists:
+                requests.append((root, [info for info, _ in staged], mode))
+        generations = _parts._commit(requests, job=self._job)
+        for (root, _, _), g in zip(requests, generations):
+            for c in columns:
+                if self._root(c) == root:
+                    self.generation[c] = g
         self.rows = rows
 
     def on_write_failed(self, error: Exception, *args: Any, **kwargs: Any) -> None:
-        """Removes the parts staged by the failed job's tasks (no manifest
-        names them; the dataset is as it was)."""
-        roots = {Path(self.path)} if isinstance(self.column, str) else set(Path(self.path).glob("*.zr"))
-        for root in roots:
-            _parts._remove_job_leftovers(root, self._job)
+        """Removes what the failed job's tasks staged (no manifest names it;
+        the datasets are as they were)."""
+        try:
+            for root in self._roots():
+                with contextlib.suppress(FileNotFoundError):
+                    _zring.abandon_job(str(root), self._job)
+        finally:
+            self._release()
+
+    # -- the job's lock -------------------------------------------------------
+
+    def _roots(self, columns: Sequence[str] = ()) -> list[Path]:
+        """The column datasets this write may touch."""
+        if isinstance(self.column, str):
+            return [Path(self.path)]
+        roots = {self._root(c) for c in columns or (self._named_columns() or [])}
+        if os.path.isdir(self.path):
+            roots |= {p for p in Path(self.path).glob("*.zr") if (p / _parts.STAGING_DIR).is_dir()}
+        return sorted(roots)
+
+    def _hold(self, columns: Sequence[str]) -> None:
+        """The driver holds the job's lock in each column's dataset from
+        before its tasks start until it commits or gives up, so that no
+        other commit removes the job's finished parts meanwhile."""
+        held = _HOLDS.setdefault(self._job, {})
+        for root in self._roots(columns):
+            if root not in held:
+                held[root] = _zring.JobHold(str(root), self._job)
+
+    def _release(self) -> None:
+        """Releases the job's locks and removes their files (with whatever
+        the job left staged: its commit took what it wanted)."""
+        for root, h in _HOLDS.pop(self._job, {}).items():
+            h.close()
+            with contextlib.suppress(OSError):
+                _zring.abandon_job(str(root), self._job)
+
+
+#: The job locks each write's driver holds, by job id (kept out of the sink,
+#: which Ray pickles to its tasks).
+_HOLDS: dict[str, dict[Path, Any]] = {}
 
 
 def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] | None = None,
@@ -335,7 +461,7 @@ def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] 
         RuntimeError: The rows the tasks wrote differ from the rows Ray
             reports it gave them (nothing is committed).
         zring.CorruptError: Parts of differing dtypes or shapes (nothing is
-            committed for that column).
+            committed, for any column).
     """
     sink = ZringDatasink(path, column=column, mode=mode, codec=codec)
     ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
