@@ -872,13 +872,13 @@ pub fn commit_manifest(dir: &Path, schema: Value, parts: Vec<PartEntry>, replace
         if PartEntry::new(p.dir.clone(), fp) != *p {
             return Err(corrupted(
                 root.join(&p.dir).display().to_string(),
-                format!("holds {} records (content {:08x}), not what its entry says", fp.records, fp.content),
+                format!("part {k} holds {} records (content {:08x}), not what its entry says", fp.records, fp.content),
             ));
         }
         if s != schema {
             return Err(corrupted(
                 root.join(&p.dir).display().to_string(),
-                format!("has schema {s}, the dataset's other parts {schema}"),
+                format!("part {k} has schema {s}, the dataset's other parts {schema}: its dtype or shape differs"),
             ));
         }
     }
