@@ -65,7 +65,7 @@ rust-test:
 	cargo test --workspace --exclude zring-tests
 	cargo test -p zring-tests -- --nocapture
 	ZRING_BACKEND=pread cargo test -p zring-tests -- --nocapture
-	cargo test -p zring-engine --features fault-injection --test faults --test full_disk --test power_loss --test uring_faults -- --nocapture
+	cargo test -p zring-engine --features fault-injection --test faults --test full_disk --test power_loss --test uring_faults --test parts_faults -- --nocapture
 
 PYTEST = $(PY) -m pytest -q $(1); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests"; exit 1; fi; exit $$rc
 

@@ -588,7 +588,11 @@ impl Parts {
         if earlier.records == 0 {
             return earlier.content == SEED;
         }
-        let n = self.ends.partition_point(|&e| e < earlier.records);
-        n < self.part_count() && self.ends[n] == earlier.records && self.fingerprint_of_first(n + 1) == earlier
+        // Parts of no records (an empty input file's) share their end with
+        // the part before: `earlier` may have been taken after any of them.
+        let first = self.ends.partition_point(|&e| e < earlier.records);
+        (first..self.part_count())
+            .take_while(|&n| self.ends[n] == earlier.records)
+            .any(|n| self.fingerprint_of_first(n + 1) == earlier)
     }
 }

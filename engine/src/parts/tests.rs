@@ -381,3 +381,26 @@ fn a_missing_changed_or_other_schema_part_is_an_error_naming_it() {
     std::fs::write(&p, &bytes).unwrap();
     assert!(matches!(read_manifest(root), Err(Error::Corrupted { .. })));
 }
+
+/// A dataset whose last part holds no records (an empty input file's)
+/// extends itself, and grown by an append it extends what it was: the
+/// fingerprint taken after the empty part is found among the parts that
+/// end where it ends.
+#[test]
+fn a_trailing_part_of_no_records_still_extends() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let a = part(root, "a", 0..10);
+    let store = Store::builder(root.join("e")).create().unwrap();
+    store.sync().unwrap();
+    let e = PartEntry::new("e", store.fingerprint().unwrap());
+    drop(store);
+    assert_eq!(e.records, 0);
+    commit_manifest(root, Value::Null, vec![a.clone(), e.clone()], false).unwrap();
+    let before = Parts::open(root).unwrap().fingerprint();
+    let b = part(root, "b", 10..13);
+    commit_manifest(root, Value::Null, vec![a, e, b], false).unwrap();
+    let grown = Parts::open(root).unwrap();
+    assert!(grown.extends(before), "a state saved before the append resumes over the grown dataset");
+    assert!(grown.extends(grown.fingerprint()));
+}

@@ -29,8 +29,10 @@ def _open(path: str | os.PathLike[str], ragged: bool,
     p = Path(path)
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
-    if (p / _PARTS_MANIFEST).is_file():
-        # A dataset of parts: one read-only handle over every part (or a rank's).
+    if os.path.lexists(p / _PARTS_MANIFEST) or ((p / "parts").is_dir() and not (p / "head.zr").exists()):
+        # A dataset of parts (or one whose manifest was removed or replaced,
+        # which the engine refuses naming it): one read-only handle over
+        # every part (or a rank's).
         store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes),
                       rank_parts=None if rank_parts is None else _rank_parts(rank_parts))
         if rank_parts is not None and len(store) == 0:
