@@ -12,7 +12,9 @@ pub(super) const DENSE_PART_MAX: u64 = 1 << 16;
 /// little-endian (two to a cache line).
 pub(super) const DENSE_BYTES: usize = 32;
 
-/// The table entries of a dataset's small parts, copied into one array
+/// The table entries of a dataset's small parts (of records of at least
+/// twice [`DENSE_BYTES`] on average: the copy costs at most half the bytes it
+/// indexes), copied into one array
 /// indexed by the dataset's record index when the dataset opened, each
 /// checked then as every read checks it ([`crate::snapshot::Snapshot::entry`]:
 /// its own checksum, or its table page's, and the chunk bytes it names). A

@@ -289,7 +289,14 @@ impl Parts {
                     let view = store.view();
                     let snap = view.source(&parts.pending[k], &parts.ahead[k], &parts.mapped[k]).snap;
                     let start = if k == 0 { 0 } else { parts.ends[k - 1] };
-                    if snap.records() == p.records && Dense::copy(bytes, start, snap) {
+                    // Copied only where the entries cost at most half the
+                    // bytes they index: a part of tiny records (labels) is
+                    // read through its table, whose pages the kernel may
+                    // drop, rather than held twice over in the dataset's
+                    // anonymous memory.
+                    let stored: u64 = snap.chunks.iter().map(|c| c.len).sum();
+                    let worth = stored >= p.records.saturating_mul(2 * DENSE_BYTES as u64);
+                    if worth && snap.records() == p.records && Dense::copy(bytes, start, snap) {
                         ok[k] = true;
                         shape[k] = (snap.chunk_base, snap.chunks.len());
                         if let [c] = &snap.chunks[..] {
