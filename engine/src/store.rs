@@ -766,7 +766,7 @@ impl View {
         mapped: &'a std::sync::atomic::AtomicBool,
     ) -> crate::read::gather::Source<'a> {
         crate::read::gather::Source {
-            store: &self.store,
+            store: &*self.store,
             mmap: mapped.load(std::sync::atomic::Ordering::Relaxed),
             snap: &self.snap,
             dict: self.snap.dict.as_deref(),
@@ -792,6 +792,12 @@ impl View {
     /// a compressed one the whole record.
     pub fn codecs(&self, indices: &[u64], out: &mut [Codec]) -> Result<()> {
         crate::read::gather::codecs(&self.snap, indices, out)
+    }
+}
+
+impl crate::read::Contexts for Store {
+    fn read_ctx(&self) -> crate::read::Ctx<'_> {
+        Store::read_ctx(self)
     }
 }
 

@@ -176,7 +176,7 @@ pub(crate) struct Source<'s> {
     /// The snapshot's store: read only through [`Source::ctx`], for what
     /// records not in memory need (a gather over hundreds of parts finds
     /// most parts' stores out of the CPU cache).
-    pub store: &'s crate::store::Store,
+    pub store: &'s dyn crate::read::Contexts,
     /// Whether the store copies records from its mappings ([`Ctx::mmap`]).
     pub mmap: bool,
     pub snap: &'s Snapshot,
