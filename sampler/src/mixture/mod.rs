@@ -174,13 +174,10 @@ use std::sync::Arc;
 
 use self::apportion::{allocate, Apportion};
 use self::stream::SourceStream;
+pub use self::stream::STREAM_BLOCK;
 use crate::schedule::{Curve, Track};
 use crate::sum::pairwise_sum;
 use crate::{Blocks, Error, Mode, SchedulePiece, Shard, MAX_BATCH};
-
-/// Indices per sampler step of an iid or sequential source stream (module
-/// docs).
-pub const STREAM_BLOCK: u64 = 4096;
 
 /// How a step's rows are ordered (module docs).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

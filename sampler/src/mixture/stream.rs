@@ -2,8 +2,11 @@
 //! the source's records, read position by position (module docs of
 //! [`crate::mixture`]).
 
-use super::STREAM_BLOCK;
 use crate::{Blocks, Error, Mode, Sampler, MAX_BATCH};
+
+/// Indices per sampler step of an iid or sequential source stream (module
+/// docs of [`crate::mixture`]).
+pub const STREAM_BLOCK: u64 = 4096;
 
 /// One source's stream of indices: position `p` is slot `p % block` of the
 /// sampler's step `p / block`.
