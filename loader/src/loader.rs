@@ -101,7 +101,7 @@ use crate::error::Error;
 use crate::lookahead::Lookahead;
 use crate::pack::{self, Pack, PackColumn, PackSource, Packer, TokenType};
 use crate::plan::{self, Plan};
-use crate::pool::Pool;
+use crate::pool::{Pool, PAGE};
 use crate::source::{Fingerprint, Layout, Request, Source};
 use crate::stats::{self, GatherStats, LoaderStats, ThreadsCpu};
 
@@ -421,11 +421,6 @@ impl std::fmt::Debug for Loader {
 /// Steps are counted in `u64`; starting at most here leaves 2^63 steps before
 /// the counters could overflow.
 const MAX_START_STEP: u64 = 1 << 63;
-
-/// Batch data starts on a page boundary, so rows of a whole number of pages
-/// are page-aligned and the store reads them from disk straight into place
-/// (O_DIRECT) rather than through its scratch buffer.
-pub(crate) const PAGE: usize = 4096;
 
 fn check_range(field: &'static str, value: usize, max: usize, expected: &'static str) -> Result<(), Error> {
     if value == 0 || value > max {

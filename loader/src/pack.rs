@@ -126,7 +126,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use serde::{Deserialize, Serialize};
 use zring_sampler::{Blocks, Mode, Sampler, MAX_BATCH};
 
-use crate::loader::PAGE;
+use crate::pool::PAGE;
 use crate::source::{Fingerprint, Layout, Request, Source, SourceError, Span};
 
 /// The least memory a store holds a block read of a window in (its slabs
