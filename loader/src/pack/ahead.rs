@@ -16,21 +16,21 @@ use crate::source::SourceError;
 const WINDOW_SLAB_MIN: u64 = 64 << 10;
 
 impl Packer {
-    /// The shape the source reads best in mode 3 ([`Source::block_shape`]):
+    /// The shape the source reads best in mode 3 ([`Source::block_shape`](crate::Source::block_shape)):
     /// a window of it is what the source's memory holds at a quarter.
     pub(crate) fn source_shape(&self) -> Option<Blocks> {
         self.source.block_shape()
     }
 
     /// Loads the documents of `blocks` (index ranges) ahead of the rows
-    /// that read them ([`Source::prefetch`]).
+    /// that read them ([`Source::prefetch`](crate::Source::prefetch)).
     pub(crate) fn prefetch(&self, blocks: &[Range<u64>]) -> Result<(), SourceError> {
         self.source.prefetch(blocks, &[])
     }
 
     /// Whether a window of the document order of these blocks (document
     /// ranges) fits the memory the source loads windows into, as its own
-    /// mode-3 shape would ([`Source::block_shape`]: a window of a quarter of
+    /// mode-3 shape would ([`Source::block_shape`](crate::Source::block_shape): a window of a quarter of
     /// it, counted at the mean document size). Each block is counted as held
     /// in memory: its bytes rounded out to pages, and at least
     /// [`WINDOW_SLAB_MIN`].

@@ -10,7 +10,7 @@ use crate::source::{Request, Source, SourceError, Span};
 
 impl Packer {
     /// Fills the rows `rows` (numbers in this packer's row stream) into the
-    /// column buffers ([`Pack::columns`]), row `i` at `i`'s place in each;
+    /// column buffers ([`Pack::columns`](super::params::Pack::columns)), row `i` at `i`'s place in each;
     /// the documents' gathers fan out as `fan_out` says
     /// ([`Request::fan_out`]).
     pub(crate) fn fill(&self, rows: &[u64], bufs: &mut [&mut [u8]], fan_out: bool) -> Result<(), SourceError> {

@@ -75,7 +75,7 @@
 //! [`MixtureState`] has no `order` and reads as [`RowOrder::Grouped`], and a
 //! loader resuming it keeps that order (the same batches as before).
 //!
-//! Each source reads its own *stream* of indices: a [`Sampler`] in the
+//! Each source reads its own *stream* of indices: a [`Sampler`](crate::Sampler) in the
 //! mixture's mode over the source's records, seeded from the mixture's seed
 //! and the source's position. Source `s`'s rows of step `t` are the next
 //! positions of its stream, those from `A_s(t * B)` on, where `A_s(r)` is its

@@ -270,7 +270,7 @@ impl Mixture {
         }
     }
 
-    /// The grouped position of row `r`, the inverse of [`Mixture::row_of`].
+    /// The grouped position of row `r`, the inverse of `Mixture::row_of`.
     pub(super) fn grouped_position(&self, r: u64) -> u64 {
         match self.order {
             RowOrder::Grouped => r,

@@ -4,8 +4,8 @@
 
 use crate::{Blocks, Error, Mode, Sampler, MAX_BATCH};
 
-/// Indices per sampler step of an iid or sequential source stream (module
-/// docs of [`crate::mixture`]).
+/// Indices per sampler step of an iid or sequential source stream (the mixture
+/// module's docs).
 pub const STREAM_BLOCK: u64 = 4096;
 
 /// One source's stream of indices: position `p` is slot `p % block` of the
