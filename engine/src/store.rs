@@ -99,7 +99,7 @@ impl StoreBuilder {
     /// and of [`crate::state_cache_bytes`]; a handle's is withdrawn when it
     /// closes).
     /// By default: `ZRING_CACHE_BYTES`, else the cgroup memory limit less
-    /// what the process uses, else `MemAvailable` (`memory/budget.rs`).
+    /// what the process uses, else `MemAvailable` (`memory/budget/`).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = Some(bytes);
         self
