@@ -99,7 +99,7 @@ impl StoreBuilder {
     /// and of [`crate::state_cache_bytes`]; a handle's is withdrawn when it
     /// closes).
     /// By default: `ZRING_CACHE_BYTES`, else the cgroup memory limit less
-    /// what the process uses, else `MemAvailable` (`memory/budget.rs`).
+    /// what the process uses, else `MemAvailable` (`memory/budget/`).
     pub fn cache_bytes(mut self, bytes: u64) -> Self {
         self.cache_bytes = Some(bytes);
         self
@@ -774,7 +774,7 @@ impl View {
         mapped: &'a std::sync::atomic::AtomicBool,
     ) -> crate::read::gather::Source<'a> {
         crate::read::gather::Source {
-            store: &self.store,
+            store: &*self.store,
             mmap: mapped.load(std::sync::atomic::Ordering::Relaxed),
             snap: &self.snap,
             dict: self.snap.dict.as_deref(),
@@ -800,6 +800,12 @@ impl View {
     /// a compressed one the whole record.
     pub fn codecs(&self, indices: &[u64], out: &mut [Codec]) -> Result<()> {
         crate::read::gather::codecs(&self.snap, indices, out)
+    }
+}
+
+impl crate::read::Contexts for Store {
+    fn read_ctx(&self) -> crate::read::Ctx<'_> {
+        Store::read_ctx(self)
     }
 }
 

@@ -22,6 +22,11 @@ use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
+/// Batch data starts on a page boundary, so rows of a whole number of pages
+/// are page-aligned and the store reads them from disk straight into place
+/// (O_DIRECT) rather than through its scratch buffer.
+pub(crate) const PAGE: usize = 4096;
+
 /// A buffer of gathered bytes that returns to its loader's pool when dropped.
 pub type PooledBuf = Pooled<u8>;
 

@@ -121,6 +121,7 @@ mod random;
 mod sampler;
 mod schedule;
 mod shard;
+mod sum;
 
 pub use blocked::{Blocks, Window};
 pub use error::Error;

@@ -82,7 +82,7 @@ impl SchedulePiece {
             if let Some((k, w)) = p.weights.iter().enumerate().find(|(_, w)| !(w.is_finite() && **w >= 0.0)) {
                 return bad(format!("point {i} (step {}) gives source {k} weight {w}: need finite and >= 0", p.step));
             }
-            let total = crate::mixture::pairwise_sum(&p.weights);
+            let total = crate::sum::pairwise_sum(&p.weights);
             if total <= 0.0 {
                 return bad(format!("point {i} (step {}) has weights summing to 0", p.step));
             }

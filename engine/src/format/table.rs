@@ -493,7 +493,7 @@ impl Table {
                 // The word of the sealed page's "verified" bit (`verify_page`).
                 let sealed = self.sealed.as_ref().filter(|sec| i < sec.records);
                 if let Some(w) = sealed.and_then(|sec| sec.verified.get((at / PAGE).checked_sub(1)? / 64)) {
-                    crate::io::mmap::prefetch_line(w);
+                    crate::io::prefetch::prefetch_line(w);
                 }
             }
         }

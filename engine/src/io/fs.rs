@@ -46,10 +46,24 @@ use crate::io::fault::{hit, record, Event, Kind};
 
 /// The mode of every file the engine creates in a store directory of mode
 /// `dir_mode`: read and write for the owner; write for the group and others
-/// only where they may write the directory ([`crate::write::lock_mode`]),
+/// only where they may write the directory ([`lock_mode`]),
 /// read where they may read it.
 pub(crate) fn file_mode(dir_mode: u32) -> u32 {
-    crate::write::lock_mode(dir_mode) | (dir_mode & 0o044)
+    lock_mode(dir_mode) | (dir_mode & 0o044)
+}
+
+/// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
+/// and write for the owner, and for the group and others only where they may
+/// write the directory (and so the store) anyway.
+pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
+    let mut mode = 0o600;
+    if dir_mode & 0o020 != 0 {
+        mode |= 0o060;
+    }
+    if dir_mode & 0o002 != 0 {
+        mode |= 0o006;
+    }
+    mode
 }
 
 fn errno(e: rustix::io::Errno) -> std::io::Error {

@@ -30,7 +30,8 @@ use std::sync::Arc;
 
 use once_cell::race::OnceBox;
 
-use crate::io::mmap::{prefetch_line, resident_in, words_for, Bits, ChunkMap, Resident, PAGE};
+use crate::io::mmap::{resident_in, words_for, Bits, ChunkMap, Resident, PAGE};
+use crate::io::prefetch::prefetch_line;
 use crate::io::sigbus::Flag;
 
 /// A chunk's mapping as a snapshot's chunk holds it (made on first use).

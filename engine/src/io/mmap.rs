@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use memmap2::{Mmap, MmapOptions};
 
+pub(crate) use crate::io::prefetch::prefetch_line;
 use crate::io::sigbus;
 
 /// Whether mappings can be made safely in this process: the SIGBUS handler is
@@ -131,19 +132,6 @@ impl Mapping {
 }
 
 pub(crate) const PAGE: usize = 4096;
-
-/// Asks the CPU to start loading the cache line holding `at`.
-#[inline]
-pub(crate) fn prefetch_line<T>(at: &T) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch reads nothing into the program and never faults
-    // (one at an unmapped page is dropped); `at` is a valid reference anyway.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(std::ptr::from_ref(at).cast())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = at;
-}
 
 /// A chunk's read-only mapping, for copying records whose pages are in the
 /// page cache without a system call per record.

@@ -1,7 +1,7 @@
 //! The operating system: batched positional transfers (io_uring, or pread
 //! where it is unavailable, [`uring`]), every other file operation behind the
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
-//! ([`fds`]), read-only mappings ([`mmap`]; many small files' at once: [`mapset`]) and the SIGBUS guard that keeps a
+//! ([`fds`]), read-only mappings ([`mmap`]; many small files' at once: [`mapset`]; the CPU cache hint they issue: [`prefetch`]) and the SIGBUS guard that keeps a
 //! file shrinking under a mapping an error ([`sigbus`]), the slabs block
 //! reads land in ([`slab`]), the OFD byte-range locks ([`locks`]), and the values each process makes for itself,
 //! which `fork()` locks ([`process`]), and the per-thread dictionary copies
@@ -23,6 +23,8 @@ pub(crate) mod mapset;
     reason = "memory-maps tables and chunks under the SIGBUS guard; the invariant is argued at the unsafe call"
 )]
 pub(crate) mod mmap;
+#[allow(unsafe_code, reason = "issues the CPU's prefetch instruction; the block has its SAFETY argument")]
+pub(crate) mod prefetch;
 #[allow(
     unsafe_code,
     reason = "registers an exit handler, trims the heap, reads thread CPU clocks and (in tests) forks; every block has its SAFETY argument"

@@ -98,7 +98,7 @@ impl Guard {
     /// cache.
     #[inline]
     pub fn prefetch(&self) {
-        crate::io::mmap::prefetch_line(self.slot);
+        crate::io::prefetch::prefetch_line(self.slot);
     }
 
     /// Whether an access to the mapping has faulted since it was registered.
@@ -139,7 +139,7 @@ impl Flag {
     /// Starts loading the flag into the CPU cache.
     #[inline]
     pub fn prefetch(self) {
-        crate::io::mmap::prefetch_line(self.0);
+        crate::io::prefetch::prefetch_line(self.0);
     }
 }
 

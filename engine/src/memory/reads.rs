@@ -11,7 +11,7 @@
 //!
 //! Why the numbers are what they are: the policy's thresholds and the window
 //! it is judged over ([`crate::memory::policy::MIN_WINDOW_RECORDS`]) are argued in
-//! `policy.rs`, the budget in `budget.rs`, the cache's admission and overhead
+//! `policy.rs`, the budget in `budget/`, the cache's admission and overhead
 //! in `cache.rs`, how caches are shared among stores in `owner.rs`. This module
 //! adds one rule of its own: a setting that forces the mode (the builder's
 //! `direct`, or `ZRING_DIRECT=0|1`) also turns off the record cache and the

@@ -26,6 +26,13 @@ pub(crate) struct Ctx<'a> {
     pub adopt: &'a dyn Adopt,
 }
 
+/// A store as a gather's [`gather::Source`] holds it: read only for its
+/// [`Ctx`], when records not in memory need it.
+pub(crate) trait Contexts: Sync {
+    /// What this store's reads need of it.
+    fn read_ctx(&self) -> Ctx<'_>;
+}
+
 /// Puts in force a read policy that a gather's counts chose
 /// ([`crate::memory::reads::Reads::observe`]): the store, which owns the
 /// published snapshot, reopens its chunks in a new one.

@@ -119,10 +119,10 @@ pub(crate) fn create(dir: &Dir) -> Result<File> {
 }
 
 /// The mode of a store's `pins` file in a directory of mode `dir_mode`:
-/// writable by those who may write the store ([`crate::write::lock_mode`]),
+/// writable by those who may write the store ([`crate::io::fs::lock_mode`]),
 /// readable by those who may read it, so each of its readers can pin.
 pub(crate) fn mode(dir_mode: u32) -> u32 {
-    crate::write::lock_mode(dir_mode) | (dir_mode & 0o444)
+    crate::io::fs::lock_mode(dir_mode) | (dir_mode & 0o444)
 }
 
 /// Removes chunk file `name` of `dir` (chunk `id`) unless a reader pins it;

@@ -30,7 +30,7 @@ use crate::format::names::chunk_name;
 use crate::format::names::table_name;
 use crate::format::record::{ChunkId, Entry, ENTRY_BYTES};
 use crate::format::table::{table_header, Format, Table, VAR_PER_PAGE};
-use crate::io::fs::{self, Dir};
+use crate::io::fs::{self, lock_mode, Dir};
 use crate::io::uring::BackendKind;
 use crate::io::uring::{self, ReqErrorKind};
 use crate::snapshot::chunk::open_chunk;
@@ -120,20 +120,6 @@ fn flock_is_byte_range(file: &File) -> bool {
     const CIFS: u64 = 0xff53_4d42;
     const SMB2: u64 = 0xfe53_4d42;
     rustix::fs::fstatfs(file).is_ok_and(|s| matches!(s.f_type as u64, NFS | CIFS | SMB2))
-}
-
-/// The mode of a store's `lock` file in a directory of mode `dir_mode`: read
-/// and write for the owner, and for the group and others only where they may
-/// write the directory (and so the store) anyway.
-pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
-    let mut mode = 0o600;
-    if dir_mode & 0o020 != 0 {
-        mode |= 0o060;
-    }
-    if dir_mode & 0o002 != 0 {
-        mode |= 0o006;
-    }
-    mode
 }
 
 /// Replaces `lock`, the lock file `old` (too open, or read-locked by someone
