@@ -72,19 +72,16 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{FileType, RenameFlags};
 use serde_json::Value;
 
-use super::manifest::{read_manifest_in, relative_inside, schema_of, Manifest, PartEntry, MANIFEST_FILE};
+use super::manifest::{
+    read_manifest_in, relative_inside, schema_of, Manifest, PartEntry, DROPPED_DIR, MANIFEST_FILE, PARTS_DIR,
+    STAGING_DIR,
+};
 use crate::error::{corrupted, Error, Result};
 use crate::format::fingerprint::Fingerprint;
 use crate::io::fault::crash_point;
 use crate::io::fs::{file_mode, Dir};
 use crate::store::Store;
 
-/// Committed parts' folder, in the dataset's.
-pub const PARTS_DIR: &str = "parts";
-/// Staged parts' folder, in the dataset's.
-pub const STAGING_DIR: &str = "staging";
-/// Marks of dropped parts, in the dataset's.
-pub const DROPPED_DIR: &str = "dropped";
 /// The lock a commit holds.
 const LOCK_FILE: &str = ".commit.lock";
 /// How long a part an overwrite dropped stays (readers of the generation
@@ -447,7 +444,7 @@ fn current(root: &Dir, parts: &Dir) -> Result<(Manifest, bool)> {
 /// moved (module docs, step 2).
 fn recover(root: &Dir, parts: &Dir, staging: &mut Option<Dir>, old: &Manifest) -> Result<()> {
     let listed: HashSet<&str> = old.parts.iter().filter_map(|p| p.dir.strip_prefix("parts/")).collect();
-    let dropped = sub(root, super::commit::DROPPED_DIR, false)?;
+    let dropped = sub(root, DROPPED_DIR, false)?;
     for (name, _) in parts.entries()? {
         if listed.contains(name.as_str()) || dropped.as_ref().is_some_and(|d| d.exists(&name)) {
             continue;

@@ -12,6 +12,12 @@ use crate::io::fs::Dir;
 
 /// The manifest's file name, at the dataset's root.
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// Committed parts' folder, in the dataset's.
+pub const PARTS_DIR: &str = "parts";
+/// Staged parts' folder, in the dataset's.
+pub const STAGING_DIR: &str = "staging";
+/// Marks of dropped parts, in the dataset's.
+pub const DROPPED_DIR: &str = "dropped";
 /// The manifest's `format` member.
 pub(crate) const FORMAT: &str = "zring-parts";
 /// The manifest version this build writes and reads.
@@ -99,7 +105,7 @@ pub fn read_manifest(dir: &Path) -> Result<Manifest> {
 /// manifest was removed (its `parts/` or `staging/` folders are there), or
 /// a folder that is no dataset.
 pub(crate) fn missing_manifest(root: &Dir) -> Error {
-    let held = [super::commit::PARTS_DIR, super::commit::STAGING_DIR].iter().any(|n| root.exists(n));
+    let held = [PARTS_DIR, STAGING_DIR].iter().any(|n| root.exists(n));
     let reason = if held {
         format!(
             "{MANIFEST_FILE} is missing, but the folder holds the parts/ or staging/ of a dataset of parts: restore \

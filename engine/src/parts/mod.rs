@@ -89,7 +89,9 @@ mod tests;
 
 pub use commit::{
     abandon, commit, commit_manifest, valid_job, valid_part_name, Committed, JobHold, Mode, Options, PartWriter,
-    Request, Staged, DROPPED_DIR, KEEP_DROPPED, PARTS_DIR, STAGING_DIR,
+    Request, Staged, KEEP_DROPPED,
 };
-pub use manifest::{is_parts, read_manifest, schema_of, Manifest, PartEntry, MANIFEST_FILE};
+pub use manifest::{
+    is_parts, read_manifest, schema_of, Manifest, PartEntry, DROPPED_DIR, MANIFEST_FILE, PARTS_DIR, STAGING_DIR,
+};
 pub use open::{assign_ranks, open_capacity, OpenPart, Parts};
