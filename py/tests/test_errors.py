@@ -154,3 +154,109 @@ def test_pad_errors():
         zring.pad(np.zeros(5), [0, 3, 5], max_len=2)
     with pytest.raises(ValueError, match="non-decreasing"):
         zring.pad(np.zeros(5), [0, 3, 1])
+
+
+def test_schedule_points_refuse_strings_and_fractional_steps():
+    """A point's weights given as the string '11' were read as [1, 1]; a
+    step of 1.5 was truncated to 1."""
+    with pytest.raises(TypeError, match=r"schedule point 0's weights .*sequence of numbers.*'11'"):
+        zring.schedule({0: "11"})
+    with pytest.raises(TypeError, match=r"schedule point 1's weights .*str '2'"):
+        zring.schedule([(0, [1, 1]), (5, [1, "2"])])
+    with pytest.raises(TypeError, match=r"schedule point 1's step must be an int, got float 1.5"):
+        zring.schedule([(0, [1, 1]), (1.5, [1, 2])])
+    with pytest.raises(TypeError, match=r"schedule point 1's step must be an int, got bool"):
+        zring.schedule([(0, [1, 1]), (True, [1, 2])])
+    with pytest.raises(ValueError, match=r"schedule point 1's step must be >= 0 and <= 2\*\*64 - 1, got 18446744073709551616"):
+        zring.schedule([(0, [1, 1]), (2**64, [1, 2])])
+    assert zring.schedule([(0, [1, 1]), (np.int64(5), [1, 2])]).points[1] == (5, [1.0, 2.0])
+
+
+def test_huge_weights_are_refused_not_normalised_to_zeros(ds):
+    """Weights of 1e308 summed to inf, and normalised to [0, 0]."""
+    with pytest.raises(ValueError, match=r"weights sum to more than the largest float.*scale them down"):
+        zring.mix([{"x": ds}, {"x": ds}], [1e308, 1e308])
+    with pytest.raises(ValueError, match=r"sum to more than the largest float"):
+        zring.schedule([(0, [1e308, 1e308])])
+    with pytest.raises(ValueError, match=r"weights must be finite and >= 0"):
+        zring.mix([{"x": ds}, {"x": ds}], [float("inf"), 1])
+    with pytest.raises(TypeError, match=r"weights must be a sequence of numbers, got str '11'"):
+        zring.mix([{"x": ds}, {"x": ds}], "11")
+    # Large weights whose sum is finite normalise as they should.
+    m = zring.mix([{"x": ds}, {"x": ds}], [8e307, 8e307])
+    np.testing.assert_allclose(m.weights, [0.5, 0.5])
+
+
+@pytest.mark.parametrize("kw, exc, match", [
+    ({"batch_size": 1.5}, TypeError, r"batch_size must be an int, got float 1.5"),
+    ({"batch_size": 4.0}, TypeError, r"batch_size must be an int, got float 4.0"),
+    ({"batch_size": True}, TypeError, r"batch_size must be an int, got bool"),
+    ({"batch_size": "4"}, TypeError, r"batch_size must be an int, got str '4'"),
+    ({"batch_size": 2**64}, ValueError, r"batch_size must be >= 1 and <= 2\*\*64 - 1, got 18446744073709551616"),
+    ({"seed": -1}, ValueError, r"seed must be >= 0 and <= 2\*\*64 - 1, got -1"),
+    ({"seed": 2**64}, ValueError, r"seed must be >= 0 and <= 2\*\*64 - 1"),
+    ({"seed": 0.5}, TypeError, r"seed must be an int, got float 0.5"),
+    ({"shard": (0, 2**32)}, ValueError, r"shard count must be >= 1 and <= 2\*\*32 - 1"),
+    ({"shard": (0.5, 2)}, TypeError, r"shard index must be an int, got float 0.5"),
+    ({"num_workers": 2**64}, ValueError, r"num_workers must be >= 1 and <= 2\*\*64 - 1"),
+])
+def test_loader_integers_are_checked_not_truncated_or_overflowed(ds, kw, exc, match):
+    kw = {"batch_size": 2, **kw}
+    with pytest.raises(exc, match=match):
+        zring.DataLoader({"x": ds}, **kw)
+
+
+def test_loader_state_at_a_step_is_checked(ds):
+    with zring.DataLoader({"x": ds}, batch_size=2) as dl:
+        assert dl._state_at(3)["sampler"]["step"] == 3
+        with pytest.raises(TypeError, match=r"step must be an int, got float 1.5"):
+            dl._state_at(1.5)
+        with pytest.raises(ValueError, match=r"step must be >= 0 and <= 2\*\*64 - 1, got -1"):
+            dl._state_at(-1)
+
+
+def test_sampler_integers_are_checked():
+    s = zring.Sampler(10, 2, 1, seed=3)
+    with pytest.raises(TypeError, match=r"step must be an int, got float 1.5"):
+        s.seek(1.5)
+    with pytest.raises(ValueError, match=r"step must be >= 0 and <= 2\*\*64 - 1, got 18446744073709551616"):
+        s.seek(2**64)
+    with pytest.raises(ValueError, match=r"step must be >= 0"):
+        s.batch(-1)
+    with pytest.raises(TypeError, match=r"step must be an int"):
+        s.batch(2.0)
+    with pytest.raises(ValueError, match=r"seed must be >= 0 and <= 2\*\*64 - 1, got 18446744073709551616"):
+        zring.Sampler(10, 2, 1, seed=2**64)
+    with pytest.raises(ValueError, match=r"seed must be >= 0"):
+        zring.Sampler(10, 2, 1, seed=-1)
+    with pytest.raises(TypeError, match=r"batch_size must be an int, got float 2.5"):
+        zring.Sampler(10, 2.5, 1)
+    s.seek(np.uint64(4))
+    assert s.step == 4
+
+
+def test_mixture_allocation_integers_are_checked(ds):
+    m = zring.mix([{"x": ds}, {"x": ds}], [1, 3])
+    assert m.allocation(8).tolist() == [2, 6]
+    with pytest.raises(TypeError, match=r"rows must be an int, got float 8.5"):
+        m.allocation(8.5)
+    with pytest.raises(ValueError, match=r"batch_size must be >= 1 and <= 2\*\*64 - 1, got 18446744073709551616"):
+        m.allocation(8, 2**64)
+
+
+def test_rank_parts_refuse_fractions_and_out_of_range(tmp_path):
+    """rank_parts=(0, 1.5) was read as (0, 1); a rank past u32 was a bare
+    OverflowError."""
+    p = tmp_path / "p"
+    zring.write_dataset(p, np.arange(8, dtype=np.int64))
+    for bad, exc, match in (((0, 1.5), TypeError, r"rank_parts' ranks must be an int, got float 1.5"),
+                            ((False, 2), TypeError, r"rank_parts' rank must be an int, got bool"),
+                            ((0, 2**32), ValueError, r"rank_parts' ranks must be >= 0 and <= 2\*\*32 - 1"),
+                            ((-1, 2), ValueError, r"rank_parts' rank must be >= 0"),
+                            ((0,), TypeError, r"rank_parts must be a \(rank, ranks\) pair")):
+        with pytest.raises(exc, match=match):
+            zring.Dataset(p, rank_parts=bad)
+    with pytest.raises(TypeError, match=r"rank_parts' ranks must be an int, got float 1.5"):
+        zring.DataLoader({"x": zring.Dataset(p)}, batch_size=2, rank_parts=(0, 1.5))
+    with pytest.raises(ValueError, match=r"cache_bytes must be >= 0 and <= 2\*\*64 - 1, got 18446744073709551616"):
+        zring.Dataset(p, cache_bytes=2**64)

@@ -16,8 +16,13 @@
 //!   truncated. A temporary file's stale copy is unlinked first (`unlinkat`
 //!   removes the link, not its target) and the name made new.
 //! * Whatever is opened must be a regular file: a FIFO or device planted at a
-//!   store file's name is an error (a FIFO's open still waits for a writer,
-//!   as before: readers open chunks outside every lock, [`crate::io::fds`]).
+//!   store file's name is an error. A store's open never waits on a FIFO:
+//!   a reader's open of `pins` ([`Dir::open_quiet`]) and a writer's
+//!   ([`Dir::open_or_create_mode`]) are made with `O_NONBLOCK`, cleared once
+//!   the file is known to be regular; a FIFO planted at a chunk's name still
+//!   makes the read that opens it wait for a writer, as before (readers
+//!   open chunks when first read, outside every lock, [`crate::io::fds`],
+//!   and such a wait can be interrupted).
 //! * Every file created gets one mode, [`file_mode`], from the directory's:
 //!   written by those who may write the directory, read by those who may
 //!   read it (the umask still applies).
@@ -68,6 +73,12 @@ pub(crate) fn lock_mode(dir_mode: u32) -> u32 {
 
 fn errno(e: rustix::io::Errno) -> std::io::Error {
     std::io::Error::from_raw_os_error(e.raw_os_error())
+}
+
+/// The error of a store file that is not a regular file (a FIFO, a device,
+/// a directory planted at its name).
+pub(crate) fn not_regular() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file")
 }
 
 fn cname(name: &str) -> std::io::Result<CString> {
@@ -143,21 +154,36 @@ impl Dir {
 
     /// Opens an existing regular file `name` with `flags` (an access mode,
     /// and `O_DIRECT` where wanted); never through a link, and a FIFO or
-    /// device in its place is an error.
+    /// device in its place is an error (a FIFO's open waits for a writer
+    /// first: module docs).
     pub(crate) fn open_with(&self, name: &str, flags: OFlags) -> Result<File> {
         hit(Kind::Open).map_err(io_err("open", self.join(name)))?;
-        self.open_quiet(name, flags)
+        self.open_regular(name, flags)
     }
 
-    /// [`Dir::open_with`] outside the fault-injection seam: for the opens
-    /// whose failure only means "go without" (a reader's pins file).
+    /// [`Dir::open_with`] outside the fault-injection seam, for the opens
+    /// whose failure only means "go without" (a reader's pins file, the
+    /// writer lock a reader looks at), and that never wait: the file is
+    /// opened with `O_NONBLOCK` (a FIFO's open for reading would wait for a
+    /// writer), checked to be a regular file, and `O_NONBLOCK` is cleared
+    /// again unless `flags` ask for it.
     pub(crate) fn open_quiet(&self, name: &str, flags: OFlags) -> Result<File> {
+        let file = self.open_regular(name, flags | OFlags::NONBLOCK)?;
+        if !flags.contains(OFlags::NONBLOCK) {
+            let fl = rustix::fs::fcntl_getfl(&file).map_err(|e| io_err("open", self.join(name))(errno(e)))?;
+            rustix::fs::fcntl_setfl(&file, fl - OFlags::NONBLOCK)
+                .map_err(|e| io_err("open", self.join(name))(errno(e)))?;
+        }
+        Ok(file)
+    }
+
+    /// Opens `name` with `flags` and checks it is a regular file.
+    fn open_regular(&self, name: &str, flags: OFlags) -> Result<File> {
         let p = || self.join(name);
         let fd = self.openat_quiet(name, flags, 0).map_err(|e| io_err("open", p())(e))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", p())(errno(e)))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-            return Err(io_err("open", p())(e));
+            return Err(io_err("open", p())(not_regular()));
         }
         Ok(File::from(fd))
     }
@@ -180,8 +206,7 @@ impl Dir {
             .map_err(io_err("open", self.join(name)))?;
         let st = rustix::fs::fstat(&fd).map_err(|e| io_err("stat", self.join(name))(errno(e)))?;
         if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-            let e = std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file");
-            return Err(io_err("open", self.join(name))(e));
+            return Err(io_err("open", self.join(name))(not_regular()));
         }
         let fl = rustix::fs::fcntl_getfl(&fd).map_err(|e| io_err("open", self.join(name))(errno(e)))?;
         rustix::fs::fcntl_setfl(&fd, fl - OFlags::NONBLOCK).map_err(|e| io_err("open", self.join(name))(errno(e)))?;

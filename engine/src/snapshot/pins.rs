@@ -42,7 +42,9 @@
 //! with [`Error::PinWait`]. Anyone who may read the store can read-lock any
 //! range and so keep chunks on disk; removal never waits for that (see
 //! `engine/DESIGN.md`, which argues why that is all a reader gains). A reader that finds none (a store no
-//! writer of this version has opened yet) reads unpinned; a chunk removed under it
+//! writer of this version has opened yet) reads unpinned; one that finds
+//! something else at its name (a FIFO, a device, a link) fails at once
+//! naming it, as a writer does; a chunk removed under it
 //! is then [`Error::Stale`], as is a store replaced under a reader
 //! (`overwrite=True`, or deleted and written again): see
 //! [`crate::io::fds::ChunkFile`].
@@ -70,13 +72,24 @@ impl Pin {
 }
 
 /// Pins chunks `base..base + count` of the store at `dir` (module docs).
-/// `None` when there is no pins file or its file system has no OFD locks:
-/// the snapshot is read unpinned.
+/// `None` when there is no pins file (or this reader may not open it) or
+/// its file system has no OFD locks: the snapshot is read unpinned. A pins
+/// file that is not a regular file is an error (`open ... pins: not a
+/// regular file`) at once, never a wait.
 pub(crate) fn pin(dir: &Dir, base: u32, count: u32) -> Result<Option<Pin>> {
     let p = dir.join(PINS_FILE);
     // Readers never write to the store's directory: a store no writer of
-    // this version has opened yet has no pins file, and is read unpinned.
-    let Ok(file) = dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDONLY) else { return Ok(None) };
+    // this version has opened yet has no pins file, and is read unpinned
+    // (so is one whose pins file this reader may not open). Something other
+    // than a regular file at its name (a FIFO, whose open is not waited
+    // for; a device; a link) is an error naming it, as it is to a writer.
+    let file = match dir.open_quiet(PINS_FILE, rustix::fs::OFlags::RDONLY) {
+        Ok(file) => file,
+        Err(Error::Io { source, .. }) if not_a_file(&source) => {
+            return Err(io_err("open", &p)(crate::io::fs::not_regular()))
+        }
+        Err(_) => return Ok(None),
+    };
     // A store always has a chunk; a count of 0 would mean "to infinity".
     let count = count.max(1);
     match lock(&file, libc::F_RDLCK as i16, base, count) {
@@ -100,6 +113,13 @@ pub(crate) fn pin(dir: &Dir, base: u32, count: u32) -> Result<Option<Pin>> {
         Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOLCK | libc::EOPNOTSUPP)) => Ok(None),
         Err(e) => Err(io_err("lock", &p)(e)),
     }
+}
+
+/// Whether opening the pins file failed because something other than a
+/// regular file is at its name: [`crate::io::fs::not_regular`], or `ELOOP`
+/// (a symbolic link, never followed).
+fn not_a_file(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::InvalidInput || e.raw_os_error() == Some(libc::ELOOP)
 }
 
 /// Opens (creating it if needed) the pins file for a writer, which locks
@@ -236,6 +256,42 @@ mod tests {
             let got = std::fs::metadata(dir.path().join(PINS_FILE)).unwrap().permissions().mode() & 0o777;
             assert_eq!(got & want, want, "dir {dir_mode:o}: pins {got:o}");
         }
+    }
+
+    /// A FIFO at `pins` made every reader's open wait (for a writer of the
+    /// FIFO, forever). Something other than a regular file there is an
+    /// error naming the file, at once; no pins file at all reads unpinned.
+    #[test]
+    fn a_pins_file_that_is_not_a_regular_file_is_an_error_not_a_wait() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::sync::Arc::new(Dir::open(dir.path()).unwrap());
+        assert!(pin(&d, 0, 1).unwrap().is_none(), "no pins file: read unpinned");
+        let pins = dir.path().join(PINS_FILE);
+        let fifo = || {
+            let mode = rustix::fs::Mode::from_raw_mode(0o644);
+            rustix::fs::mknodat(rustix::fs::CWD, &pins, rustix::fs::FileType::Fifo, mode, 0).unwrap();
+        };
+        let planted: [(&str, &dyn Fn()); 3] = [
+            ("a FIFO", &fifo),
+            ("a directory", &|| std::fs::create_dir(&pins).unwrap()),
+            ("a link", &|| std::os::unix::fs::symlink("elsewhere", &pins).unwrap()),
+        ];
+        for (what, plant) in planted {
+            plant();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let d2 = std::sync::Arc::clone(&d);
+            std::thread::spawn(move || tx.send(pin(&d2, 0, 1).map(|p| p.is_some())));
+            let got = rx.recv_timeout(std::time::Duration::from_secs(10));
+            let err = match got {
+                Ok(Err(e)) => e.to_string(),
+                other => panic!("{what} at pins: {other:?}, want an error at once"),
+            };
+            assert!(err.contains("pins") && err.contains("not a regular file"), "{what}: {err}");
+            let _ = std::fs::remove_file(&pins).or_else(|_| std::fs::remove_dir(&pins));
+        }
+        // A writer refuses it as well.
+        fifo();
+        assert!(create(&d).unwrap_err().to_string().contains("not a regular file"));
     }
 
     #[test]

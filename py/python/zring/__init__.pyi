@@ -98,7 +98,9 @@ def schedule(
     ("step"), the last held after; each source's rows so far within a row of
     the integral of its weight; a state resumed under another schedule
     follows it from the saved step on. ValueError for points out of order,
-    negative weights, or a source of weight 0 everywhere."""
+    negative weights, weights summing past the largest float, or a source
+    of weight 0 everywhere; TypeError for a step that is not an int (1.5)
+    or weights that are not numbers (the string "11")."""
 
 class Mixture:
     """Stream dicts and their weights (from mix); pass it to DataLoader."""
@@ -134,7 +136,10 @@ def mix(
     the saved step on). weights may be a schedule().
     A bare dataset is the stream dict {"tokens": ds} (a mixture for pack).
     RaggedDatasets of integer documents may differ in dtype (uint16 and
-    int32): pack delivers one; a loader of records over them refuses."""
+    int32): pack delivers one; a loader of records over them refuses.
+    ValueError for weights not positive and finite or summing past the
+    largest float (scale them down); TypeError for weights that are not
+    numbers (the string "11")."""
 
 class SplitDataset(Dataset):
     """A part of a Dataset (from split): a Dataset over some of its records."""
@@ -459,9 +464,10 @@ class Sampler:
     def next(self) -> npt.NDArray[np.uint64]:
         """The current step's indices; advances."""
     def batch(self, step: int) -> npt.NDArray[np.uint64]:
-        """Any step's indices."""
+        """Any step's indices (step an int from 0 to 2**64 - 1)."""
     def seek(self, step: int) -> None:
-        """Move to step."""
+        """Move to step (an int from 0 to 2**64 - 1: TypeError for a float,
+        ValueError naming step out of range)."""
     @property
     def step(self) -> int:
         """The step next() returns next."""

@@ -75,7 +75,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from . import _zring
+from . import _util, _zring
 from ._schedule import Schedule
 from .dataset import Dataset, RaggedDataset
 
@@ -101,10 +101,7 @@ class Mixture:
                 raise ValueError(
                     f"a schedule of {self.schedule.sources} weights a point for {len(self.sources)} sources")
             weights = self.schedule.mean_weights()
-        try:
-            w = np.asarray([float(x) for x in weights], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ValueError(f"weights must be numbers, got {weights!r}") from None
+        w = np.asarray(_util.weights(weights, "weights"), dtype=np.float64)
         #: The weights as given (the loader normalises them as NumPy does).
         self.given_weights = [float(x) for x in w]
         if len(w) != len(self.sources):
@@ -148,15 +145,19 @@ class Mixture:
         """Rows per source among the first ``rows`` of the mixture: the largest
         remainders (Hamilton) of the shares; with ``batch_size``, what a
         loader of that many rows per batch counts, which is the same unless a
-        source gets under a row per batch (module docs)."""
+        source gets under a row per batch (module docs). Both are ints from
+        0 (1 for ``batch_size``) to 2**64 - 1."""
+        rows = _util.integer(rows, "rows")
+        if batch_size is not None:
+            batch_size = _util.integer(batch_size, "batch_size", 1)
         if self.schedule is not None:
             if batch_size is None:
                 raise TypeError("a scheduled mixture's allocation needs batch_size (its steps)")
-            got = _zring.mixture_allocation(self.given_weights, int(batch_size), int(rows),
+            got = _zring.mixture_allocation(self.given_weights, batch_size, rows,
                                             schedule=self.schedule.corners)
             return np.asarray(got, dtype=np.int64)
-        if batch_size is not None and np.any(self.weights * int(batch_size) < 1):
-            got = _zring.mixture_allocation(self.given_weights, int(batch_size), int(rows))
+        if batch_size is not None and np.any(self.weights * batch_size < 1):
+            got = _zring.mixture_allocation(self.given_weights, batch_size, rows)
             return np.asarray(got, dtype=np.int64)
         quota = self.weights * rows
         base = np.floor(quota).astype(np.int64)
@@ -227,10 +228,13 @@ def mix(sources: Sequence[Mapping[str, Dataset | RaggedDataset] | Dataset | Ragg
     up to the saved step and follows the new ones from there on.
 
     Raises:
-        ValueError: No sources, weights that are not positive or do not
-            match the sources, or sources whose streams differ in names,
-            item shapes or dtypes (integer RaggedDatasets may differ in
-            dtype: ``zring.pack`` delivers one; a DataLoader of records over
-            them refuses).
+        ValueError: No sources, weights that are not positive and finite,
+            that sum past the largest float (1e308 and 1e308: scale them
+            down, only their ratios matter) or do not match the sources, or
+            sources whose streams differ in names, item shapes or dtypes
+            (integer RaggedDatasets may differ in dtype: ``zring.pack``
+            delivers one; a DataLoader of records over them refuses).
+        TypeError: Weights that are not a sequence of numbers (a string
+            such as ``"11"``, a bool).
     """
     return Mixture(sources, weights)

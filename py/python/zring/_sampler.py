@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _zring
+from . import _util, _zring
 
 
 class Sampler:
@@ -38,14 +38,14 @@ class Sampler:
         other modes ignore them.
 
         Raises ValueError for length 0, batch_size 0, an unknown mode, a
-        negative seed or a block shape with a 0."""
-        for name, value in (("length", length), ("batch_size", batch_size), ("mode", mode), ("seed", seed),
-                            ("block_records", block_records or 1), ("window_blocks", window_blocks or 1)):
-            if int(value) < 0:
-                raise ValueError(f"{name} must be non-negative, got {value}")
-        self._inner = _zring.Sampler(int(length), int(batch_size), int(mode), int(seed),
-                                     None if block_records is None else int(block_records),
-                                     None if window_blocks is None else int(window_blocks))
+        block shape with a 0, or an argument outside 0 to 2**64 - 1 (a
+        negative seed, say); TypeError for one that is not an int (a float
+        such as 1.5 is not truncated)."""
+        length, batch_size, mode, seed = (_util.integer(v, name) for name, v in (
+            ("length", length), ("batch_size", batch_size), ("mode", mode), ("seed", seed)))
+        block_records, window_blocks = (None if v is None else _util.integer(v, name) for name, v in (
+            ("block_records", block_records), ("window_blocks", window_blocks)))
+        self._inner = _zring.Sampler(length, batch_size, mode, seed, block_records, window_blocks)
 
     @classmethod
     def from_state(cls, state: dict[str, Any]) -> "Sampler":
@@ -60,13 +60,11 @@ class Sampler:
 
     def batch(self, step: int) -> np.ndarray:
         """The indices of any step, without moving."""
-        return self._inner.batch(int(step))
+        return self._inner.batch(_util.integer(step, "step"))
 
     def seek(self, step: int) -> None:
-        """Move to ``step`` (0-based)."""
-        if int(step) < 0:
-            raise ValueError(f"step must be non-negative, got {step}")
-        self._inner.seek(int(step))
+        """Move to ``step`` (0-based): an int from 0 to 2**64 - 1."""
+        self._inner.seek(_util.integer(step, "step"))
 
     @property
     def step(self) -> int:

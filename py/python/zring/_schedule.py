@@ -55,6 +55,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from . import _util
+
 _KINDS = ("linear", "step")
 
 
@@ -73,17 +75,17 @@ class Schedule:
         for i, item in enumerate(items):
             try:
                 step, weights = item
-                step = int(step)
-                weights = [float(w) for w in weights]
             except (TypeError, ValueError):
                 raise ValueError(f"point {i} must be (step, weights), got {item!r}") from None
+            step = _util.integer(step, f"schedule point {i}'s step")
+            weights = _util.weights(weights, f"schedule point {i}'s weights (step {step})")
             if i == 0 and step != 0:
                 raise ValueError(f"the first point is at step {step}; a schedule starts at step 0")
             if i > 0 and step <= given[-1][0]:
                 raise ValueError(f"point {i} is at step {step}, not after point {i - 1}'s step {given[-1][0]}")
             if len(weights) != len(given[0][1] if given else weights):
                 raise ValueError(f"point {i} (step {step}) has {len(weights)} weights, point 0 has {len(given[0][1])}")
-            if not all(math.isfinite(w) and w >= 0 for w in weights) or sum(weights) <= 0:
+            if sum(weights) <= 0:
                 raise ValueError(f"point {i} (step {step}): weights must be finite, >= 0 and not all 0, got {weights}")
             given.append((step, weights))
         never = [k for k in range(len(given[0][1])) if all(w[k] == 0 for _, w in given)]
@@ -211,8 +213,12 @@ def schedule(points: Mapping[int, Sequence[float]] | Sequence[tuple[int, Sequenc
 
     Raises:
         ValueError: No points, a first point after step 0, steps not
-            increasing, points of different lengths, a weight negative or
-            not finite, a point of only zeros, a source of weight 0 at every
-            point, or ``interpolate`` not ``"linear"`` or ``"step"``.
+            increasing or past 2**64 - 1, points of different lengths, a
+            weight negative or not finite, a point of only zeros or whose
+            weights sum past the largest float, a source of weight 0 at
+            every point, or ``interpolate`` not ``"linear"`` or ``"step"``.
+        TypeError: A step that is not an int (1.5 is not truncated), or
+            weights that are not a sequence of numbers (a string such as
+            ``"11"``).
     """
     return Schedule(points, interpolate)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any, TypeVar
 
@@ -170,6 +171,52 @@ def is_int(idx: Any) -> bool:
     return isinstance(idx, (int, np.integer)) and not isinstance(idx, (bool, np.bool_))
 
 
+U32_MAX = 2**32 - 1
+U64_MAX = 2**64 - 1
+_BOUNDS = {U32_MAX: "2**32 - 1", U64_MAX: "2**64 - 1"}
+
+
+def integer(value: Any, name: str, low: int = 0, high: int = U64_MAX) -> int:
+    """``value`` checked to be an int from ``low`` to ``high`` (by default a
+    u64: 0 to 2**64 - 1); the one check of the integer arguments the Python
+    layer passes to the Rust core, where a float was truncated (1.5 became
+    1) and a value out of range was a bare OverflowError.
+
+    Raises TypeError naming ``name`` for anything but a Python or NumPy
+    integer (a float, even 2.0, a string, a bool), and ValueError naming it
+    and its range for an integer outside the range.
+    """
+    if not is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    v = int(value)
+    if not low <= v <= high:
+        raise ValueError(f"{name} must be >= {low} and <= {_BOUNDS.get(high, high)}, got {v}")
+    return v
+
+
+def weights(values: Any, name: str) -> list[float]:
+    """Mixture weights checked: a sequence of finite numbers >= 0 whose sum
+    is finite (only their ratios matter; weights summing past the largest
+    float, 1.8e308, normalised to zeros). A string (``'11'`` read as two
+    ones) and a bool are not weights. The callers check which may be 0.
+
+    Raises TypeError or ValueError naming ``name``.
+    """
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__"):
+        raise TypeError(f"{name} must be a sequence of numbers, got {type(values).__name__} {values!r}")
+    out = []
+    for w in values:
+        if isinstance(w, (str, bytes, bool, np.bool_)) or not isinstance(w, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a sequence of numbers, got {type(w).__name__} {w!r} in {values!r}")
+        out.append(float(w))
+    if not all(math.isfinite(w) and w >= 0 for w in out):
+        raise ValueError(f"{name} must be finite and >= 0, got {out}")
+    if not math.isfinite(sum(out)):
+        raise ValueError(f"{name} sum to more than the largest float (about 1.8e308), got {out}; "
+                         f"scale them down (only their ratios matter)")
+    return out
+
+
 _C = TypeVar("_C", bound="Closeable")
 
 
@@ -208,6 +255,4 @@ def cache_bytes(value: Any) -> int | None:
         return None
     if not is_int(value):
         raise TypeError(f"cache_bytes must be an int number of bytes or None, got {value!r}")
-    if int(value) < 0:
-        raise ValueError(f"cache_bytes must be >= 0, got {int(value)}")
-    return int(value)
+    return integer(value, "cache_bytes")

@@ -61,14 +61,10 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
-def _nonneg(name: str, value: Any, minimum: int = 0) -> int:
-    try:
-        v = int(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name} must be an integer, got {value!r}") from None
-    if v < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {v}")
-    return v
+def _nonneg(name: str, value: Any, minimum: int = 0, maximum: int = _util.U64_MAX) -> int:
+    """An int argument from ``minimum`` to ``maximum`` (a u64 by default): see
+    :func:`zring._util.integer`."""
+    return _util.integer(value, name, minimum, maximum)
 
 
 def _default_workers() -> int:
@@ -641,7 +637,10 @@ class DataLoader(_util.Closeable):
 
         Raises:
             ValueError: No streams, streams of different lengths, an
-                argument out of range (``transform_workers`` < 0), a
+                argument out of range (``transform_workers`` < 0,
+                ``batch_size`` 0, a ``seed`` < 0 or past 2**64 - 1, a
+                ``shard`` or ``rank_parts`` number past 2**32 - 1: the
+                message names the argument and its range), a
                 ``batch_size``, ``mode``, ``seed``, ``block_records`` or
                 ``window_blocks`` that differs from the ``state``'s (the
                 message names both values), or a state
@@ -653,8 +652,10 @@ class DataLoader(_util.Closeable):
                 under ``rank_parts``, or a state saved with another rank
                 split.
             TypeError: ``streams`` is not a dict (a bare Dataset, say), a
-                stream is not a zring Dataset or RaggedDataset, or
-                ``transform_workers`` is not an int.
+                stream is not a zring Dataset or RaggedDataset, or an
+                integer argument (``batch_size``, ``seed``, ``num_workers``,
+                ``shard``, ``rank_parts``, ``transform_workers``, ...) is not
+                an int: a float such as 1.5 is refused, not truncated.
             ValueError: ``one_pass`` over a mixture, a first-fit packing,
                 or a mode (given or in ``state``) other than 0; a
                 ``last_batch`` other than ``"partial"``, ``"drop"`` or
@@ -737,9 +738,10 @@ class DataLoader(_util.Closeable):
                 raise ValueError(f"all streams must have the same length, got {lengths}")
         if shard is not None:
             try:
-                shard = (_nonneg("shard index", shard[0]), _nonneg("shard count", shard[1], 1))
-            except (TypeError, IndexError):
+                index, count = shard
+            except (TypeError, ValueError):
                 raise TypeError(f"shard must be an (index, count) pair, got {shard!r}") from None
+            shard = (_nonneg("shard index", index, 0, _util.U32_MAX), _nonneg("shard count", count, 1, _util.U32_MAX))
         if state is not None and not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from DataLoader.state(), got {type(state).__name__}")
         threads = _default_workers() if num_workers is None else _nonneg("num_workers", num_workers, 1)
@@ -896,7 +898,7 @@ class DataLoader(_util.Closeable):
         """The state that resumes at ``step`` (delivered or not)."""
         if self._loader is None:
             raise ValueError("the DataLoader is closed")
-        return self._ranked(self._loader.state_at(int(step)))
+        return self._ranked(self._loader.state_at(_util.integer(step, "step")))
 
     def _ranked(self, state: dict[str, Any]) -> dict[str, Any]:
         """``state`` with a rank's split (``rank_parts``) recorded."""

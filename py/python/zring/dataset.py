@@ -27,16 +27,16 @@ def _open(path: str | os.PathLike[str], ragged: bool,
           cache_bytes: int | None = None,
           rank_parts: tuple[int, int] | None = None) -> tuple[Path, Store, dict[str, Any]]:
     p = Path(path)
+    rank_parts = None if rank_parts is None else _rank_parts(rank_parts)
     if not p.is_dir():
         raise FileNotFoundError(f"{p} is not a directory; expected a dataset written by write_dataset")
     if os.path.lexists(p / _PARTS_MANIFEST) or ((p / "parts").is_dir() and not (p / "head.zr").exists()):
         # A dataset of parts (or one whose manifest was removed or replaced,
         # which the engine refuses naming it): one read-only handle over
         # every part (or a rank's).
-        store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes),
-                      rank_parts=None if rank_parts is None else _rank_parts(rank_parts))
+        store = Parts(str(p), cache_bytes=_util.cache_bytes(cache_bytes), rank_parts=rank_parts)
         if rank_parts is not None and len(store) == 0:
-            rank, ranks = _rank_parts(rank_parts)
+            rank, ranks = rank_parts
             store.close()
             raise ValueError(
                 f"rank_parts=({rank}, {ranks}): rank {rank} reads no part of {p}, which has fewer parts than "
@@ -72,11 +72,14 @@ def _open(path: str | os.PathLike[str], ragged: bool,
 
 
 def _rank_parts(rank_parts: Any) -> tuple[int, int]:
+    """A ``rank_parts`` argument checked: a pair of ints from 0 to 2**32 - 1
+    (not floats: 1.5 was truncated to 1)."""
     try:
-        rank, ranks = (int(x) for x in rank_parts)
+        rank, ranks = rank_parts
     except (TypeError, ValueError):
         raise TypeError(f"rank_parts must be a (rank, ranks) pair, got {rank_parts!r}") from None
-    return rank, ranks
+    return (_util.integer(rank, "rank_parts' rank", 0, _util.U32_MAX),
+            _util.integer(ranks, "rank_parts' ranks", 0, _util.U32_MAX))
 
 
 class _Base(_util.Closeable):

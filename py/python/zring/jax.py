@@ -60,6 +60,7 @@ except ImportError as exc:  # pragma: no cover - exercised only without jax
         "`pip install \"jax[cpu]\"` (or the jax build for your accelerator)"
     ) from exc
 
+from . import _util
 from ._mix import Mixture
 from ._sampler import Sampler
 from .dataloader import DataLoader, rank_split, rank_state_problem
@@ -526,9 +527,7 @@ class GlobalLoader:
                 raise ValueError("global_loader(one_pass=True) needs last_batch=\"pad\" or \"drop\": a global "
                                  "array has one shape, and a partial last batch would not")
             mode = 0 if mode is None else mode
-        B = int(global_batch_size)
-        if B < 1:
-            raise ValueError(f"global_batch_size must be >= 1, got {global_batch_size}")
+        B = _util.integer(global_batch_size, "global_batch_size", 1)
         if isinstance(self.streams, Mapping):
             length = len(next(iter(self.streams.values())))
             if length < B and not ranked:
@@ -541,10 +540,10 @@ class GlobalLoader:
                 raise StateMismatchError(
                     f"the checkpoint has global batch {state['global_batch_size']}, this run asks for {B}")
             for key, given in (("mode", mode), ("seed", seed)):
-                if given is not None and int(given) != int(state[key]):
+                if given is not None and _util.integer(given, key) != int(state[key]):
                     raise StateMismatchError(f"the checkpoint has {key}={state[key]}, this run asks for {key}={given}")
         elif not packed and not ranked:
-            sampler = Sampler(length, B, 1 if mode is None else int(mode), 42 if seed is None else int(seed)).state()
+            sampler = Sampler(length, B, 1 if mode is None else mode, 42 if seed is None else seed).state()
             state = checkpoint_state(self.streams, sampler)
         self.global_batch_size = B
         self.shardings = ({n: sharding[n] for n in item_shapes} if isinstance(sharding, Mapping)
@@ -575,8 +574,8 @@ class GlobalLoader:
                           else p.positions - first) for n, p in self.plans.items()}
         if state is None:
             # A new packed run: the loader's own defaults for what is not given.
-            self.loader = DataLoader(self.streams, batch_size=B, mode=1 if mode is None else int(mode),
-                                     seed=42 if seed is None else int(seed), shard=shard, **loader_kwargs)
+            self.loader = DataLoader(self.streams, batch_size=B, mode=1 if mode is None else mode,
+                                     seed=42 if seed is None else seed, shard=shard, **loader_kwargs)
         else:
             self.loader = DataLoader(self.streams, state=_loader_state(state, shard), shard=shard, **loader_kwargs)
         self._ahead = DevicePrefetch(_Steps(self), prefetch, _put=_keep)
@@ -591,8 +590,8 @@ class GlobalLoader:
                 raise ValueError(f"rank {self.rank_parts[0]} of {self.rank_parts[1]} holds {length} records, fewer "
                                  f"than the {rows} rows its devices hold of each global batch")
         if state is None:
-            return DataLoader(self.streams, batch_size=rows, mode=1 if mode is None else int(mode),
-                              seed=42 if seed is None else int(seed), rank_parts=self.rank_parts, **loader_kwargs)
+            return DataLoader(self.streams, batch_size=rows, mode=1 if mode is None else mode,
+                              seed=42 if seed is None else seed, rank_parts=self.rank_parts, **loader_kwargs)
         saved = int(state["loader"]["sampler"]["batch_size"])
         if saved != rows:
             raise StateMismatchError(f"the checkpoint's rank read {saved} rows of each global batch, this process's "

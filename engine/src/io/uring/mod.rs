@@ -20,7 +20,7 @@ use std::os::fd::{AsRawFd, BorrowedFd};
 
 use self::req::{no_prepare, Prepare};
 pub(crate) use self::req::{Op, Req, ReqError, ReqErrorKind};
-use self::ring::{new_ring, register, run_uring, REGISTERED, RING, RING_ENTRIES};
+use self::ring::{new_ring, register, run_uring, unregister, REGISTERED, RING, RING_ENTRIES};
 pub(crate) use self::ring::{uring_available, Region};
 use self::sync::run_sync;
 use crate::io::slab::Slab;
@@ -326,19 +326,28 @@ fn injected(kind: crate::io::fault::Kind, n: usize) -> Option<ReqError> {
     (0..n).find_map(|req| crate::io::fault::hit(kind).err().map(|e| ReqError { req, kind: ReqErrorKind::Os(e) }))
 }
 
-/// A heap buffer whose usable part starts at an `ALIGN` boundary, as O_DIRECT
-/// transfers require.
+/// A buffer starting at an `ALIGN` boundary, as O_DIRECT transfers require:
+/// an anonymous mapping of its own, unmapped when the buffer is dropped or
+/// grows (a heap buffer of a few MiB, once freed, stayed in the allocator's
+/// arenas; [`crate::io::slab::keep_scratch`]).
 pub(crate) struct AlignedBuf {
-    raw: Vec<u8>,
-    /// Names the allocation `raw` holds ([`Region::id`]); 0 before the first.
+    /// The mapping (page-aligned), `None` before the first.
+    map: Option<std::ptr::NonNull<u8>>,
+    /// Its length, a multiple of `ALIGN`.
+    len: usize,
+    /// Names the allocation ([`Region::id`]); 0 before the first.
     id: u64,
 }
+
+// SAFETY: the buffer owns its mapping alone; moving it to another thread
+// moves that ownership.
+unsafe impl Send for AlignedBuf {}
 
 pub(crate) use crate::io::slab::ALIGN;
 
 impl AlignedBuf {
     pub fn new() -> AlignedBuf {
-        AlignedBuf { raw: Vec::new(), id: 0 }
+        AlignedBuf { map: None, len: 0, id: 0 }
     }
 
     /// The aligned region of at least `len` bytes (contents unspecified),
@@ -346,14 +355,42 @@ impl AlignedBuf {
     /// ([`read_batch`]).
     pub fn get_in(&mut self, len: usize) -> (&mut [u8], Region) {
         static IDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        if self.raw.len() < len + ALIGN {
-            self.raw = vec![0u8; len + ALIGN];
+        if self.map.is_none() || self.len < len {
+            self.release();
+            let cap = len.max(1).div_ceil(ALIGN) * ALIGN;
+            let layout = std::alloc::Layout::from_size_align(cap, ALIGN).expect("a buffer below isize::MAX");
+            let map = crate::io::slab::map(cap, true).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
+            (self.map, self.len) = (Some(map), cap);
             self.id = IDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
-        let region = Region { id: self.id, base: self.raw.as_ptr(), len: self.raw.len() };
-        let addr = self.raw.as_ptr() as usize;
-        let start = (ALIGN - addr % ALIGN) % ALIGN;
-        (&mut self.raw[start..start + len], region)
+        let map = self.map.expect("mapped above");
+        let region = Region { id: self.id, base: map.as_ptr(), len: self.len };
+        // SAFETY: a live private mapping of `self.len >= len` bytes, read as
+        // zeros or as what reads wrote (initialised), reached only through
+        // `&mut self`.
+        (unsafe { std::slice::from_raw_parts_mut(map.as_ptr(), len) }, region)
+    }
+
+    /// The bytes the buffer holds.
+    pub fn capacity(&self) -> usize {
+        self.len
+    }
+
+    /// Unregisters and unmaps the mapping, if any.
+    fn release(&mut self) {
+        unregister(self.id);
+        if let Some(map) = self.map.take() {
+            // SAFETY: mapped by `get_in` with this length, not unmapped since;
+            // slices of it borrowed `&mut self`, so none is alive.
+            unsafe { libc::munmap(map.as_ptr().cast(), self.len) };
+        }
+        self.len = 0;
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        self.release();
     }
 }
 

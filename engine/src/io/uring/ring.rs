@@ -165,6 +165,25 @@ pub(super) unsafe fn register(ring: &IoUring, region: &Region) -> bool {
     ok
 }
 
+/// Unregisters region `id` from this thread's ring if it is the one
+/// registered there: the kernel pins a registered region's pages, which
+/// would stay allocated after the region is freed. Called as a buffer is
+/// dropped, between batches (a ring taken out for a batch is left alone).
+pub(super) fn unregister(id: u64) {
+    let _ = REGISTERED.try_with(|c| {
+        if id == 0 || c.get() != (id, true) {
+            return;
+        }
+        let _ = RING.try_with(|cell| {
+            if let Ok(Some((pid, Some(ring)))) = cell.try_borrow().as_deref() {
+                if *pid == std::process::id() && ring.submitter().unregister_buffers().is_ok() {
+                    c.set((0, false));
+                }
+            }
+        });
+    });
+}
+
 /// Counts requests the kernel still owns; dropping it waits for all of them,
 /// so no buffer borrow can end while the kernel may still write to it.
 ///

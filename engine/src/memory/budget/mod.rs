@@ -84,7 +84,9 @@
 //! ([`Budget::io`]): the pool of freed slabs with the record arenas' free
 //! slots (48 MiB together) and the block reads in
 //! flight (32 MiB), or an eighth of a smaller budget, to which their limits
-//! then shrink ([`crate::io::slab::set_limits`]). The record cache charges each
+//! then shrink ([`crate::io::slab::set_limits`]); the gathers' scratch
+//! buffers kept between gathers count against the same share
+//! ([`crate::io::slab::keep_scratch`]). The record cache charges each
 //! record the slab it is kept in ([`crate::memory::cache`]).
 //!
 //! Detection reads a handful of small files each time (the limits along the

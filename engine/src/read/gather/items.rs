@@ -246,10 +246,8 @@ pub(crate) fn read_group_over(
     from: &[usize],
     hot: &HotQueue<'_, '_, '_>,
 ) -> Result<()> {
-    thread_local! {
-        static SCRATCH: std::cell::RefCell<AlignedBuf> = std::cell::RefCell::new(AlignedBuf::new());
-    }
-    let mut scratch = SCRATCH.with(|s| std::mem::replace(&mut *s.borrow_mut(), AlignedBuf::new()));
+    // Kept between gathers within the budget, else freed ([`crate::io::slab::keep_scratch`]).
+    let mut scratch = crate::io::slab::take_scratch();
     // A batch holds a descriptor per chunk file it names until it
     // completes: name at most `batch_files` files per batch (fds.rs).
     let limit = crate::io::fds::batch_files();
@@ -275,7 +273,7 @@ pub(crate) fn read_group_over(
             break r;
         }
     };
-    SCRATCH.with(|s| *s.borrow_mut() = scratch);
+    crate::io::slab::keep_scratch(scratch);
     r
 }
 
