@@ -202,3 +202,52 @@ def test_rows_reported_by_ray_and_parts_that_differ_commit_nothing(tmp_path):
     # The list of returns older Rays pass works too.
     sink.on_write_complete([result])
     assert len(zring.RaggedDataset(out)) == 10
+
+
+def _truncated_or_not(batch):
+    """Blocks of even number: every document truncated to 16 tokens (Ray
+    hands such a block over as a fixed-shape tensor); odd: ``id % 7 + 1``
+    tokens each (a variable-shaped tensor)."""
+    ids = np.asarray(batch["id"])
+    if ids[0] // 10_000 % 2 == 0:
+        return {"tokens": np.repeat(ids[:, None], 16, axis=1).astype(np.int32)}
+    return {"tokens": np.array([np.full(i % 7 + 1, i, np.int32) for i in ids] + [np.zeros(0, np.int32)],
+                               dtype=object)[:-1]}
+
+
+def test_blocks_of_one_length_and_of_mixed_lengths_make_one_ragged_dataset(tmp_path):
+    out = str(tmp_path / "tokens")
+    ds = ray.data.range(100_000, override_num_blocks=10).map_batches(
+        _truncated_or_not, batch_format="numpy", batch_size=10_000)
+    assert zring.ray.write(ds, out, column="tokens") == 100_000
+    docs = zring.RaggedDataset(out)
+    values, splits = docs[np.arange(len(docs))]
+    seen, truncated = [], 0
+    for i in range(len(docs)):
+        doc = values[splits[i]:splits[i + 1]]
+        d = int(doc[0])
+        assert len(doc) in (16, d % 7 + 1) and (doc == d).all(), f"document {d}"
+        truncated += len(doc) == 16
+        seen.append(d)
+    assert sorted(seen) == list(range(100_000)), "every document exactly once"
+    assert 0 < truncated < 100_000, "blocks of one length and of mixed lengths both"
+    # Appending a block of one length to the ragged dataset keeps it ragged.
+    more = ray.data.range(10_000, override_num_blocks=1).map_batches(
+        lambda b: {"tokens": np.repeat(np.asarray(b["id"])[:, None] + 200_000, 16, axis=1).astype(np.int32)},
+        batch_format="numpy")
+    zring.ray.write(more, out, column="tokens", mode="append")
+    assert len(zring.RaggedDataset(out)) == 110_000
+
+
+def test_a_column_refused_in_an_append_commits_no_column(tmp_path):
+    out = str(tmp_path / "table")
+    first = ray.data.range(200, override_num_blocks=2).map_batches(
+        lambda b: {"a": np.asarray(b["id"]), "b": np.asarray(b["id"])}, batch_format="numpy")
+    zring.ray.write(first, out, column=["a", "b"])
+    other = ray.data.range(100, override_num_blocks=2).map_batches(
+        lambda b: {"a": np.asarray(b["id"]), "b": np.asarray(b["id"]).astype(np.float32)}, batch_format="numpy")
+    with pytest.raises(Exception, match="dtype or shape differs"):
+        zring.ray.write(other, out, column=["a", "b"], mode="append")
+    assert len(zring.Dataset(os.path.join(out, "a.zr"))) == 200, "column a as before"
+    assert len(zring.Dataset(os.path.join(out, "b.zr"))) == 200, "column b as before"
+    assert _staged(os.path.join(out, "a.zr")) == [] and _staged(os.path.join(out, "b.zr")) == []
