@@ -425,6 +425,10 @@ impl PyJobHold {
     }
 }
 
+/// One dataset's commit as Python gives it: the dataset, its staged parts
+/// as `(name, records, content)`, and whether it overwrites.
+type CommitArgs = (std::path::PathBuf, Vec<(String, u64, String)>, bool);
+
 /// Commit staged parts to one or several datasets (the columns of one
 /// table): `requests` is a list of `(dataset, [(name, records, content)],
 /// overwrite)`; all are checked before any is applied. Returns a list of
@@ -436,7 +440,7 @@ impl PyJobHold {
 #[pyo3(signature = (requests, job = None, older_than = None, keep_staged = false))]
 pub fn commit_parts(
     py: Python<'_>,
-    requests: Vec<(std::path::PathBuf, Vec<(String, u64, String)>, bool)>,
+    requests: Vec<CommitArgs>,
     job: Option<String>,
     older_than: Option<f64>,
     keep_staged: bool,
