@@ -131,3 +131,24 @@ def test_opening_64_parts_of_labels_costs_at_most_twice_their_bytes(tmp_path):
     added = int(out.stdout.strip().splitlines()[-1])
     labels = 64 * per * 8
     assert added <= 2 * labels, f"opening added {added / 2**20:.1f} MiB for {labels / 2**20:.0f} MiB of labels"
+
+
+def test_rank_plan_refuses_rank_counts_it_cannot_mean(tmp_path):
+    root = str(tmp_path / "ds")
+    parts.commit(root, [parts.write_part(root, np.arange(8, dtype=np.int64).reshape(4, 2))])
+    with pytest.raises(ValueError, match="ranks must be from 1 to"):
+        parts.rank_plan(root, 2**33)
+    with pytest.raises(TypeError, match="ranks must be an int"):
+        parts.rank_plan(root, 1.5)
+    assert parts.rank_plan(root, 3) == [[parts.list_parts(root)[0]["dir"]], [], []]
+
+
+def test_a_missing_manifest_is_named_when_the_dataset_is_opened(tmp_path):
+    root = str(tmp_path / "ds")
+    parts.commit(root, [parts.write_part(root, np.arange(8, dtype=np.int64).reshape(4, 2))])
+    os.unlink(os.path.join(root, "manifest.json"))
+    with pytest.raises(zring.NotAStoreError, match="manifest.json is missing"):
+        zring.Dataset(root)
+    with pytest.raises(zring.CorruptError, match="restore manifest.json"):
+        parts.commit(root, [parts.write_part(root, np.arange(8, dtype=np.int64).reshape(4, 2))])
+    assert len(os.listdir(os.path.join(root, "parts"))) == 1, "the committed part is kept"
