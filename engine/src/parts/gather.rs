@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::read::request::{Gather, Slots};
 
 impl Parts {
-    /// Reads the records of `req` into `dst` as [`Store::gather`] does,
+    /// Reads the records of `req` into `dst` as [`Store::gather`](crate::Store::gather) does,
     /// `req.indices` being indices of the dataset, with the same checks
     /// (every index, entry and slot, the checksum of every record read).
     ///

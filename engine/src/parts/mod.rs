@@ -26,7 +26,7 @@
 //! ```
 //!
 //! `generation` counts the commits. `dir` is relative to the dataset's root;
-//! `records` and `content` are the part's [`Fingerprint`] when it was
+//! `records` and `content` are the part's [`Fingerprint`](crate::Fingerprint) when it was
 //! committed. `schema` is what every part's `schema.json` holds, but for its
 //! `"codec"` member (parts may be written with different codecs).
 //!
