@@ -173,13 +173,18 @@ pub(crate) fn record(_event: impl FnOnce() -> Event) {}
 /// step the name describes, before the next one. `ZRING_CRASH_AT=name:k`
 /// (with the feature) aborts at the k-th time the process reaches `name`.
 pub const CRASH_POINTS: &[&str] = &[
-    "append.written",         // records and entries written, nothing synced
-    "sync.flushed",           // data and table fsynced, head not yet replaced
-    "atomic.before_rename",   // a new head/dict/schema written and fsynced, not renamed
-    "atomic.renamed",         // renamed, directory not yet fsynced
-    "compact.copied",         // compaction's new chunks durable, no table for them yet
-    "table.written",          // a new table generation durable, head not yet replaced
-    "table.committed",        // head replaced, old table/chunks not yet removed
+    "append.written",       // records and entries written, nothing synced
+    "sync.flushed",         // data and table fsynced, head not yet replaced
+    "atomic.before_rename", // a new head/dict/schema written and fsynced, not renamed
+    "atomic.renamed",       // renamed, directory not yet fsynced
+    "compact.copied",       // compaction's new chunks durable, no table for them yet
+    "table.written",        // a new table generation durable, head not yet replaced
+    "table.committed",      // head replaced, old table/chunks not yet removed
+];
+
+/// The crash points of a dataset of parts' commit (`parts/commit.rs`),
+/// which a store's operations never reach (`engine/tests/parts_faults.rs`).
+pub const PARTS_CRASH_POINTS: &[&str] = &[
     "parts.moved_one",        // a staged part moved into parts/, the others not yet
     "parts.moved",            // a commit's parts moved (and synced), no manifest yet
     "parts.manifest_written", // a new manifest written and synced, not renamed
