@@ -101,7 +101,7 @@ class Mixture:
                 raise ValueError(
                     f"a schedule of {self.schedule.sources} weights a point for {len(self.sources)} sources")
             weights = self.schedule.mean_weights()
-        w = np.asarray(_util.weights(weights, "weights"), dtype=np.float64)
+        w = np.asarray(_util.weights(weights, "weights", positive=self.schedule is None), dtype=np.float64)
         #: The weights as given (the loader normalises them as NumPy does).
         self.given_weights = [float(x) for x in w]
         if len(w) != len(self.sources):

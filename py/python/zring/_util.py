@@ -194,11 +194,12 @@ def integer(value: Any, name: str, low: int = 0, high: int = U64_MAX) -> int:
     return v
 
 
-def weights(values: Any, name: str) -> list[float]:
+def weights(values: Any, name: str, positive: bool = False) -> list[float]:
     """Mixture weights checked: a sequence of finite numbers >= 0 whose sum
     is finite (only their ratios matter; weights summing past the largest
     float, 1.8e308, normalised to zeros). A string (``'11'`` read as two
-    ones) and a bool are not weights. The callers check which may be 0.
+    ones) and a bool are not weights. With ``positive`` none may be 0;
+    otherwise the callers check which may be.
 
     Raises TypeError or ValueError naming ``name``.
     """
@@ -209,6 +210,8 @@ def weights(values: Any, name: str) -> list[float]:
         if isinstance(w, (str, bytes, bool, np.bool_)) or not isinstance(w, (int, float, np.integer, np.floating)):
             raise TypeError(f"{name} must be a sequence of numbers, got {type(w).__name__} {w!r} in {values!r}")
         out.append(float(w))
+    if positive and not all(math.isfinite(w) and w > 0 for w in out):
+        raise ValueError(f"{name} must be positive and finite, got {out}")
     if not all(math.isfinite(w) and w >= 0 for w in out):
         raise ValueError(f"{name} must be finite and >= 0, got {out}")
     if not math.isfinite(sum(out)):

@@ -299,17 +299,15 @@ class ZringDatasink(_Datasink):
     # -- the Datasink interface ---------------------------------------------
 
     def on_write_start(self, schema: Any = None, *args: Any, **kwargs: Any) -> None:
-        """Checks the target again with the columns of ``schema`` (what the
-        tasks will write). Ray before 2.4x passes no schema."""
-        names = self._named_columns()
-        if names is None and schema is not None:
-            names = list(getattr(schema, "names", []) or [])
-        if names and schema is not None and getattr(schema, "names", None):
-            missing = [c for c in names if c not in schema.names]
-            if missing:
-                raise ValueError(f"the dataset has no column(s) {missing}; it has {list(schema.names)}")
-        self._check_target(names or [])
-        self._hold(names or [])
+        """Checks the target again and holds the job's lock in each named
+        column's dataset. ``schema`` is not used: Ray passes the schema of
+        the write's first input, which is the input of any map fused into
+        the write, not what the tasks write (each task checks its columns).
+        With ``column=None`` the columns are known only when the tasks
+        return, so their locks are taken then."""
+        names = self._named_columns() or []
+        self._check_target(names)
+        self._hold(names)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> _TaskResult:
         """One write task: the rows of ``blocks`` as one staged part per
@@ -362,6 +360,7 @@ class ZringDatasink(_Datasink):
                                    f"{columns}; nothing was committed")
         mode = "overwrite" if self.mode == "overwrite" else "append"
         self._check_target(columns)
+        self._hold(columns)
         requests = []
         for c in columns:
             staged = [(r.parts[c], r.schemas.get(c)) for r in results]
