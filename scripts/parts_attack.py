@@ -8,9 +8,11 @@ Two phases (run as root; the attackers switch users themselves):
    member (uid 4001) and another user (uid 65534) plant links to a private
    folder, FIFOs, and swapped folders at every name of the dataset
    (``staging``, ``parts``, ``dropped``, the manifest and its temporary
-   name, ``.commit.lock``, staged and committed parts). Counted: files
+   name, ``.commit.lock``, staged and committed parts); a second owner
+   does the same through ``zring.ray.write`` into a second dataset, under
+   attackers of its own. Counted: files
    outside the dataset created, changed or removed (must be 0), hangs (an
-   operation of the owner's over 60 s; must be 0), and refusals that do not
+   owner making no progress for 120 s; must be 0), and refusals that do not
    name the file (must be 0).
 2. ``--kills`` commits killed (SIGKILL or SIGINT at a random moment): after
    each, the dataset opens and lists every acknowledged commit, and
@@ -51,6 +53,31 @@ OWNER = textwrap.dedent("""
             try:
                 info = parts.write_part(root, np.full((4, 2), n, np.int64))
                 parts.commit(root, [info], mode="overwrite" if n % 5 == 4 else "append")
+                out.write(json.dumps({"ok": n}) + "\\n")
+            except Exception as e:
+                out.write(json.dumps({"err": f"{type(e).__name__}: {e}"}) + "\\n")
+            out.flush()
+            n += 1
+""")
+# The same through zring.ray.write: one Ray job per commit, appends and
+# overwrites, two tasks a job.
+RAY_OWNER = textwrap.dedent("""
+    import os, sys, time, json, warnings
+    warnings.simplefilter("ignore")
+    import numpy as np, ray
+    import zring.ray
+    root, beat, log = sys.argv[1], sys.argv[2], sys.argv[3]
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.data.DataContext.get_current().enable_progress_bars = False
+    n = 0
+    with open(log, "a") as out:
+        while True:
+            with open(beat, "w") as b:
+                b.write(f"{time.time()}")
+            try:
+                ds = ray.data.range(8, override_num_blocks=2).map_batches(
+                    lambda b, n=n: {"x": np.asarray(b["id"]) + 100 * n}, batch_format="numpy")
+                zring.ray.write(ds, root, column="x", mode="overwrite" if n % 5 == 4 else "append")
                 out.write(json.dumps({"ok": n}) + "\\n")
             except Exception as e:
                 out.write(json.dumps({"err": f"{type(e).__name__}: {e}"}) + "\\n")
@@ -125,46 +152,66 @@ def snapshot(d: str) -> dict[str, str]:
     return out
 
 
-def races(seconds: float) -> dict[str, int]:
+def _owner_result(log: str, root: str) -> tuple[int, list[str], list[str]]:
+    lines = [json.loads(x) for x in open(log) if x.strip()] if os.path.exists(log) else []
+    errs = [x["err"] for x in lines if "err" in x]
+    unnamed = [e for e in errs if root not in e and "staging" not in e]
+    return sum("ok" in x for x in lines), errs, unnamed
+
+
+def races(seconds: float, with_ray: bool) -> dict[str, object]:
     top = tempfile.mkdtemp(prefix="zring-attack-")
     os.chmod(top, 0o755)
-    root, private = os.path.join(top, "corpus"), os.path.join(top, "private")
-    os.mkdir(root)
-    os.chown(root, 0, GROUP)
-    os.chmod(root, 0o2775)
+    private = os.path.join(top, "private")
+    roots = {"parts": os.path.join(top, "corpus"), "ray": os.path.join(top, "ray-corpus")}
+    if not with_ray:
+        del roots["ray"]
+    for root in roots.values():
+        os.mkdir(root)
+        os.chown(root, 0, GROUP)
+        os.chmod(root, 0o2775)
     os.mkdir(private, 0o700)
     os.mkdir(os.path.join(private, "sub"))
     with open(os.path.join(private, "secret"), "w") as f:
         f.write("root's own")
     before = snapshot(private)
-    beat, log = os.path.join(top, "beat"), os.path.join(top, "log")
-    owner = subprocess.Popen([sys.executable, "-c", OWNER, root, beat, log])
+    procs, owners = [], {}
+    for kind, root in roots.items():
+        beat, log = os.path.join(top, f"beat-{kind}"), os.path.join(top, f"log-{kind}")
+        owner = subprocess.Popen([sys.executable, "-c", OWNER if kind == "parts" else RAY_OWNER, root, beat, log])
+        owners[kind] = (owner, root, beat, log)
+        procs.append(owner)
     time.sleep(2)
-    attackers = [subprocess.Popen([sys.executable, "-c", ATTACKER, str(uid), root, private, str(seed), ",".join(NAMES),
-                                   str(owner.pid)])
-                 for seed, uid in enumerate([MEMBER, OTHER, MEMBER])]
-    hangs = 0
-    end = time.time() + seconds
-    while time.time() < end:
+    for kind, (owner, root, _, _) in owners.items():
+        procs += [subprocess.Popen([sys.executable, "-c", ATTACKER, str(uid), root, private, str(seed),
+                                    ",".join(NAMES), str(owner.pid)])
+                  for seed, uid in enumerate([MEMBER, OTHER, MEMBER])]
+    hangs = []
+    start = time.time()
+    end = start + seconds
+    while time.time() < end and not hangs:
         time.sleep(5)
-        try:
-            last = float(open(beat).read() or 0)
-        except (OSError, ValueError):
-            continue
-        if time.time() - last > 60:
-            hangs += 1
-            break
-    for p in attackers + [owner]:
+        for kind, (_, _, beat, _) in owners.items():
+            try:
+                last = float(open(beat).read() or 0)
+            except (OSError, ValueError):
+                last = start + 60  # a Ray owner still starting
+            if time.time() - last > 120:
+                hangs.append(f"{kind}: no progress for {time.time() - last:.0f} s")
+    for p in procs:
         p.kill()
         p.wait()
     after = snapshot(private)
-    lines = [json.loads(x) for x in open(log) if x.strip()]
-    errs = [x["err"] for x in lines if "err" in x]
-    unnamed = [e for e in errs if root not in e and "staging" not in e]
+    out: dict[str, object] = {"seconds": round(time.time() - start),
+                              "outside_changed": sum(1 for k in set(before) | set(after)
+                                                     if before.get(k) != after.get(k)),
+                              "hangs": hangs}
+    for kind, (_, root, _, log) in owners.items():
+        ok, errs, unnamed = _owner_result(log, root)
+        out[kind] = {"commits_ok": ok, "refused": len(errs), "refusals_not_naming_a_file": len(unnamed),
+                     "examples": errs[:2] + unnamed[:3]}
     shutil.rmtree(top, ignore_errors=True)
-    return {"commits_ok": sum("ok" in x for x in lines), "refused": len(errs), "refusals_not_naming_a_file":
-            len(unnamed), "outside_changed": sum(1 for k in set(before) | set(after) if before.get(k) != after.get(k)),
-            "hangs": hangs, "examples": errs[:3] + unnamed[:3]}
+    return out
 
 
 KILLED = textwrap.dedent("""
@@ -224,10 +271,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seconds", type=float, default=600)
     ap.add_argument("--kills", type=int, default=200)
+    ap.add_argument("--no-ray", action="store_true", help="leave zring.ray.write out of the races")
     a = ap.parse_args()
     if os.geteuid() != 0:
         sys.exit("run as root: the attackers switch to other users")
-    print(json.dumps({"races": races(a.seconds)}, indent=1), flush=True)
+    print(json.dumps({"races": races(a.seconds, not a.no_ray)}, indent=1), flush=True)
     print(json.dumps({"kills": kills(a.kills)}, indent=1), flush=True)
 
 

@@ -10,6 +10,7 @@ compact).
 
 from __future__ import annotations
 
+import os
 import threading
 
 import numpy as np
@@ -231,8 +232,13 @@ def test_memory_between_gathers_stays_within_the_budget_whatever_the_batch(tmp_p
     arr = np.repeat(rows[:, None], record, axis=1)
     zring.write_dataset(tmp_path / "d.zr", arr, codec="raw")
     del arr
+    # glibc raises its mmap threshold when a mapped block is freed, so the
+    # 16 MiB arrays of batches of 256 come from its heap after the first and
+    # stay there freed (up to 1.12x the budget here, the allocator's and not
+    # zring's); a fixed threshold measures what zring keeps.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_="131072")
     out = subprocess.run([sys.executable, "-c", MEMORY_CHILD, str(tmp_path / "d.zr"), str(budget), str(batch)],
-                         capture_output=True, text=True, timeout=300)
+                         capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr
     worst = int(out.stdout.split()[-1])
     assert worst <= 1.1 * budget, f"{worst / 2**20:.1f} MiB of anonymous memory between gathers, budget {budget >> 20} MiB"
