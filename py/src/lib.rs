@@ -23,6 +23,8 @@ mod convert;
 mod error;
 mod loader;
 mod parts;
+#[cfg(feature = "remote")]
+mod remote;
 mod sampler;
 mod staging;
 mod store;
@@ -125,6 +127,8 @@ fn _zring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(parts::manifest_schema, m)?)?;
     m.add_class::<parts::PyPartWriter>()?;
     m.add_class::<parts::PyJobHold>()?;
+    #[cfg(feature = "remote")]
+    remote::register(m)?;
     m.add_function(wrap_pyfunction!(parts::rank_plan, m)?)?;
     m.add_function(wrap_pyfunction!(parts::manifest_parts, m)?)?;
     m.add_class::<sampler::PySampler>()?;

@@ -556,8 +556,7 @@ fn prepare(req: &Request) -> Result<Prepared> {
 /// `manifest.json`. The rename is the commit point; the folder's sync
 /// after it is returned apart, as it does not undo the commit.
 fn write_manifest(root: &Dir, m: &Manifest) -> Result<std::result::Result<(), Error>> {
-    let body = serde_json::to_string_pretty(m).map_err(|e| Error::InvalidArgument(e.to_string()))?;
-    let bytes = crate::format::schema::encode(&(body + "\n"))?;
+    let bytes = m.to_bytes()?;
     let tmp = format!(".{MANIFEST_FILE}.{}.tmp", std::process::id());
     let tp = root.join(&tmp);
     let mut f = root.create(&tmp)?;

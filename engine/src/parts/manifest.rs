@@ -78,6 +78,19 @@ impl Manifest {
     pub fn records(&self) -> u64 {
         self.parts.iter().map(|p| p.records).sum()
     }
+
+    /// The manifest as stored: pretty JSON with its CRC-32C member first.
+    /// What a commit writes to `manifest.json`, locally or in a bucket.
+    pub fn to_bytes(&self) -> Result<Vec<u8>> {
+        let body = serde_json::to_string_pretty(self).map_err(|e| Error::InvalidArgument(e.to_string()))?;
+        crate::format::schema::encode(&(body + "\n"))
+    }
+
+    /// A manifest read from the bytes of `manifest.json` (found at `path`,
+    /// which errors name), checked as [`read_manifest`] checks it.
+    pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Manifest> {
+        parse(path, bytes)
+    }
 }
 
 /// Whether `dir` holds a dataset of parts (a manifest).
@@ -125,10 +138,15 @@ pub(crate) fn read_manifest_in(root: &Dir) -> Result<Option<Manifest>> {
     let Some(bytes) = root.read_small(MANIFEST_FILE, MANIFEST_MAX)? else { return Ok(None) };
     // Only a commit writes the manifest: one edited or damaged is restored,
     // never repaired in place (its parts are still there).
+    parse(&path, &bytes).map(Some)
+}
+
+fn parse(path: &Path, bytes: &[u8]) -> Result<Manifest> {
+    let path = path.to_path_buf();
     const RESTORE: &str = "restore manifest.json from a copy or undo the edit (only zring.parts.commit \
                            writes it; the parts it lists are unchanged)";
     let bad = |detail: String| corrupted(path.display().to_string(), format!("{detail}; {RESTORE}"));
-    let text = crate::format::schema::decode(&path, &bytes).map_err(|e| match e {
+    let text = crate::format::schema::decode(&path, bytes).map_err(|e| match e {
         Error::Corrupted { detail, .. } => bad(detail),
         other => other,
     })?;
@@ -145,7 +163,7 @@ pub(crate) fn read_manifest_in(root: &Dir) -> Result<Option<Manifest>> {
             return Err(bad(format!("part directory {:?} is not a relative path inside the dataset", p.dir)));
         }
     }
-    Ok(Some(m))
+    Ok(m)
 }
 
 /// Whether `dir` is a relative path that stays inside the dataset.

@@ -147,6 +147,30 @@ class _Base(_util.Closeable):
         store, self._store = getattr(self, "_store", None), None
         if store is not None:
             store.close()
+        hold, self._cache_hold = getattr(self, "_cache_hold", None), None
+        if hold is not None:
+            hold.close()
+
+    def _staged(self, path: Any, rank_parts: Any, cache: Any, cache_disk_bytes: Any,
+                storage_options: Any) -> Any:
+        """``path`` itself, or for a URL the local copy of its share staged
+        in ``cache`` (:mod:`zring.remote`), held until close."""
+        from . import remote
+
+        #: The URL the dataset was opened from (its staged copy is
+        #: :attr:`path`), or None for a local path.
+        self.url: str | None = None
+        if not remote.is_url(path):
+            for name, v in (("cache", cache), ("cache_disk_bytes", cache_disk_bytes),
+                            ("storage_options", storage_options)):
+                if v is not None:
+                    raise ValueError(f"{name}= is for datasets in object storage (s3://, gs://, az://); "
+                                     f"{path} is a local path")
+            return path
+        local, self._cache_hold = remote._open_local(
+            path, cache, None if rank_parts is None else _rank_parts(rank_parts), cache_disk_bytes, storage_options)
+        self.url = path
+        return local
 
 
 
@@ -159,7 +183,8 @@ class Dataset(_Base):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None,
-                 rank_parts: tuple[int, int] | None = None):
+                 rank_parts: tuple[int, int] | None = None, cache: str | os.PathLike[str] | None = None,
+                 cache_disk_bytes: int | None = None, storage_options: dict[str, Any] | None = None):
         """Open the dataset at ``path`` (written by :func:`write_dataset`, or by loaderx).
 
         A folder with a ``manifest.json`` is a dataset of parts
@@ -195,6 +220,7 @@ class Dataset(_Base):
             NotAStoreError: ``path`` holds no store (or a part is missing).
         """
         self._store = None
+        path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
         self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
         #: ``(rank, ranks)`` when opened with ``rank_parts=`` (only that
@@ -278,7 +304,8 @@ class RaggedDataset(_Base):
     """
 
     def __init__(self, path: str | os.PathLike[str], *, cache_bytes: int | None = None,
-                 rank_parts: tuple[int, int] | None = None):
+                 rank_parts: tuple[int, int] | None = None, cache: str | os.PathLike[str] | None = None,
+                 cache_disk_bytes: int | None = None, storage_options: dict[str, Any] | None = None):
         """Open the ragged dataset at ``path`` (written by :func:`write_ragged`).
         ``cache_bytes``, and a dataset of parts and ``rank_parts``, as for
         :class:`Dataset`.
@@ -288,6 +315,7 @@ class RaggedDataset(_Base):
             ValueError: ``path`` is a fixed-shape dataset.
         """
         self._store = None
+        path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
         self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
         #: ``(rank, ranks)`` when opened with ``rank_parts=``, else None.

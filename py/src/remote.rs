@@ -1,0 +1,193 @@
+//! Bindings of the object-storage tier (`zring-remote`): staging a share
+//! of a dataset in a bucket into a per-host cache, uploading parts and
+//! committing them with a conditional manifest write.
+
+use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
+
+use pyo3::exceptions::{PyFileNotFoundError, PyOSError, PyTimeoutError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyDict;
+use zring_remote::{Error, NewPart, Remote, StageOptions};
+
+use crate::error;
+
+fn remote_err(err: Error) -> PyErr {
+    let msg = err.to_string();
+    match err {
+        Error::InvalidArgument(_) | Error::CacheTooSmall(_) => PyValueError::new_err(msg),
+        Error::NotFound { .. } => PyFileNotFoundError::new_err(msg),
+        Error::Stale { .. } => error::StaleError::new_err(msg),
+        Error::Timeout { .. } => PyTimeoutError::new_err(msg),
+        Error::Conflict(_) => error::ZringError::new_err(msg),
+        Error::Io { source, .. } => match source.raw_os_error() {
+            Some(code) => PyOSError::new_err((code, msg)),
+            None => PyOSError::new_err(msg),
+        },
+        Error::Engine(e) => error::engine(e),
+        _ => PyOSError::new_err(msg),
+    }
+}
+
+fn open(url: &str, options: Vec<(String, String)>) -> PyResult<Remote> {
+    Remote::open(url, &options).map_err(remote_err)
+}
+
+/// Whether `s` is an object-storage URL (`s3://`, `gs://`, `az://`, `file://`).
+#[pyfunction]
+pub fn is_url(s: &str) -> bool {
+    zring_remote::is_url(s)
+}
+
+/// The folder a cache keeps `url`'s dataset in.
+#[pyfunction]
+pub fn cache_name(url: &str) -> String {
+    zring_remote::cache_name(url)
+}
+
+/// Stage `url`'s dataset (or rank `rank`'s share) into `cache`; returns a
+/// dict of what was done. `progress(done, total)` is called with the GIL
+/// held, at most every 0.2 s.
+#[pyfunction]
+#[pyo3(signature = (url, cache, options, rank=None, cache_bytes=None, progress=None))]
+pub fn stage<'py>(
+    py: Python<'py>,
+    url: String,
+    cache: PathBuf,
+    options: Vec<(String, String)>,
+    rank: Option<(u32, u32)>,
+    cache_bytes: Option<u64>,
+    progress: Option<Py<PyAny>>,
+) -> PyResult<Bound<'py, PyDict>> {
+    let r = open(&url, options)?;
+    let opts = StageOptions { rank, cache_bytes, ..Default::default() };
+    let mut last = std::time::Instant::now();
+    let mut report = |done: u64, total: u64| {
+        if let Some(cb) = &progress {
+            if done == total || last.elapsed().as_millis() >= 200 {
+                last = std::time::Instant::now();
+                Python::attach(|py| {
+                    let _ = cb.call1(py, (done, total));
+                });
+            }
+        }
+    };
+    let staged = py.detach(|| zring_remote::stage(&r, &cache, &opts, &mut report)).map_err(remote_err)?;
+    let s = r.stats();
+    let d = PyDict::new(py);
+    d.set_item("path", staged.path.display().to_string())?;
+    d.set_item("share_bytes", staged.share_bytes)?;
+    d.set_item("fetched_bytes", staged.fetched_bytes)?;
+    d.set_item("fetched_objects", staged.fetched)?;
+    d.set_item("reused_objects", staged.reused)?;
+    d.set_item("removed_bytes", staged.removed_bytes)?;
+    d.set_item("requests", s.requests)?;
+    d.set_item("request_errors", s.errors)?;
+    Ok(d)
+}
+
+/// A process's hold on a staged dataset (no other stage evicts it while held).
+#[pyclass(name = "CacheHold", module = "zring._zring")]
+pub struct PyCacheHold {
+    inner: Mutex<Option<zring_remote::Hold>>,
+}
+
+#[pymethods]
+impl PyCacheHold {
+    #[new]
+    fn new(py: Python<'_>, cache: PathBuf, url: String) -> PyResult<Self> {
+        let h = py.detach(|| zring_remote::hold(&cache, &url)).map_err(remote_err)?;
+        Ok(PyCacheHold { inner: Mutex::new(Some(h)) })
+    }
+
+    /// Release the hold.
+    fn close(&self) {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).take();
+    }
+}
+
+/// Upload the local store `local` as part `name` of the dataset at `url`;
+/// the bytes uploaded.
+#[pyfunction]
+pub fn upload_part(
+    py: Python<'_>,
+    url: String,
+    options: Vec<(String, String)>,
+    local: PathBuf,
+    name: String,
+) -> PyResult<u64> {
+    let r = open(&url, options)?;
+    py.detach(|| zring_remote::upload_part(&r, &local, &name)).map_err(remote_err)
+}
+
+/// Upload the local store `local` to `url` itself (a single store's
+/// files); the bytes uploaded.
+#[pyfunction]
+pub fn upload_store(py: Python<'_>, url: String, options: Vec<(String, String)>, local: PathBuf) -> PyResult<u64> {
+    let r = open(&url, options)?;
+    py.detach(|| zring_remote::upload_store(&r, &local, "")).map_err(remote_err)
+}
+
+/// Commit uploaded parts `(name, records, content, schema JSON or None)`
+/// to the dataset at `url`; `(generation, retries, warnings)`.
+#[pyfunction]
+pub fn commit(
+    py: Python<'_>,
+    url: String,
+    options: Vec<(String, String)>,
+    parts: Vec<(String, u64, String, Option<String>)>,
+    overwrite: bool,
+) -> PyResult<(u64, u32, Vec<String>)> {
+    let r = open(&url, options)?;
+    let mut new = Vec::with_capacity(parts.len());
+    for (name, records, content, schema) in parts {
+        let schema = match schema {
+            Some(s) => {
+                serde_json::from_str(&s).map_err(|e| PyValueError::new_err(format!("part {name}: schema: {e}")))?
+            }
+            None => serde_json::Value::Null,
+        };
+        new.push(NewPart { name, records, content, schema });
+    }
+    let c = py.detach(|| zring_remote::commit(&r, &new, overwrite)).map_err(remote_err)?;
+    Ok((c.generation, c.retries, c.warnings))
+}
+
+/// Remove the uploaded parts `names` the manifest at `url` does not list.
+#[pyfunction]
+pub fn remove_unlisted(
+    py: Python<'_>,
+    url: String,
+    options: Vec<(String, String)>,
+    names: Vec<String>,
+) -> PyResult<Vec<String>> {
+    let r = open(&url, options)?;
+    py.detach(|| zring_remote::remove_unlisted(&r, &names)).map_err(remote_err)
+}
+
+/// `(key, size, etag)` of every object under `sub` of `url`.
+#[pyfunction]
+pub fn list_objects(
+    py: Python<'_>,
+    url: String,
+    options: Vec<(String, String)>,
+    sub: String,
+) -> PyResult<Vec<(String, u64, String)>> {
+    let r = open(&url, options)?;
+    let l = py.detach(|| r.list(&sub)).map_err(remote_err)?;
+    Ok(l.into_iter().map(|o| (o.key, o.size, o.etag)).collect())
+}
+
+/// Registers the tier's functions in the extension module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(is_url, m)?)?;
+    m.add_function(wrap_pyfunction!(cache_name, m)?)?;
+    m.add_function(wrap_pyfunction!(stage, m)?)?;
+    m.add_class::<PyCacheHold>()?;
+    m.add_function(wrap_pyfunction!(upload_part, m)?)?;
+    m.add_function(wrap_pyfunction!(upload_store, m)?)?;
+    m.add_function(wrap_pyfunction!(commit, m)?)?;
+    m.add_function(wrap_pyfunction!(remove_unlisted, m)?)?;
+    m.add_function(wrap_pyfunction!(list_objects, m)?)?;
+    Ok(())
+}

@@ -1,0 +1,19 @@
+//! zring's object-storage tier: datasets in S3, GCS or Azure Blob.
+//!
+//! - [`Remote`]: a prefix in a bucket, through the `object_store` crate on
+//!   a small runtime of the tier's own (`client.rs`). The engine's read
+//!   path does not change: it reads local files with io_uring.
+//! - [`stage`]: a host's share of a dataset copied into a per-host cache
+//!   folder laid out as the dataset, within a hard cap (`cache.rs`).
+//! - [`commit`]: parts uploaded by many writers committed by one driver
+//!   with a conditional write of the manifest (`commit.rs`).
+
+mod cache;
+mod client;
+mod commit;
+mod error;
+
+pub use cache::{cache_name, hold, stage, Hold, StageOptions, Staged};
+pub use client::{is_url, ObjectInfo, Put, Remote, Stats};
+pub use commit::{commit, remove_unlisted, upload_part, upload_store, Committed, NewPart};
+pub use error::{Error, Result};
