@@ -165,6 +165,22 @@ pub fn remove_unlisted(
     py.detach(|| zring_remote::remove_unlisted(&r, &names)).map_err(remote_err)
 }
 
+/// `(size, etag)` of the object `key` under `url`, or None if there is none.
+#[pyfunction]
+pub fn stat_object(
+    py: Python<'_>,
+    url: String,
+    options: Vec<(String, String)>,
+    key: String,
+) -> PyResult<Option<(u64, String)>> {
+    let r = open(&url, options)?;
+    match py.detach(|| r.head(&key)) {
+        Ok(o) => Ok(Some((o.size, o.etag))),
+        Err(Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(remote_err(e)),
+    }
+}
+
 /// `(key, size, etag)` of every object under `sub` of `url`.
 #[pyfunction]
 pub fn list_objects(
@@ -189,5 +205,6 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(commit, m)?)?;
     m.add_function(wrap_pyfunction!(remove_unlisted, m)?)?;
     m.add_function(wrap_pyfunction!(list_objects, m)?)?;
+    m.add_function(wrap_pyfunction!(stat_object, m)?)?;
     Ok(())
 }

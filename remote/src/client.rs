@@ -133,6 +133,14 @@ impl Remote {
             retry_timeout: Duration::from_secs(120),
         };
         client = client.with_connect_timeout(Duration::from_secs(5));
+        // An endpoint given as http:// (a server on the host or the
+        // cluster's network) is meant: plain HTTP is allowed for it.
+        let http_env = ["AWS_ENDPOINT", "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3"]
+            .iter()
+            .any(|k| std::env::var(k).is_ok_and(|v| v.starts_with("http://")));
+        if http_env {
+            client = client.with_allow_http(true);
+        }
         let mut rest = Vec::new();
         for (k, v) in options {
             match k.as_str() {
@@ -153,10 +161,12 @@ impl Remote {
             }
         }
         let deadline = retry.retry_timeout + Duration::from_secs(30);
-        let bad_key = |k: &str, e: object_store::Error| {
+        let bad_key = |k: &str, _: object_store::Error| {
             Error::InvalidArgument(format!(
-                "storage option {k:?} is not one {} knows ({e}); the tier's own are {OWN_OPTIONS:?}",
-                parsed.scheme()
+                "storage option {k:?} is not one {}:// knows (see the object_store crate's configuration keys, \
+                 such as aws_endpoint or aws_region); the tier's own are {}",
+                parsed.scheme(),
+                OWN_OPTIONS.join(", ")
             ))
         };
         let built = |e: object_store::Error| Error::Store { url: url.to_string(), range: String::new(), source: e };

@@ -246,6 +246,28 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_stage(args: argparse.Namespace) -> int:
+    from . import remote
+
+    opts = {}
+    for o in args.option:
+        if "=" not in o:
+            raise ValueError(f"--option {o!r}: expected KEY=VALUE")
+        k, v = o.split("=", 1)
+        opts[k] = v
+    if (args.rank is None) != (args.ranks is None):
+        raise ValueError("give --rank and --ranks together (or neither, for the whole dataset)")
+    t = time.perf_counter()
+    done = remote.stage(args.url, args.cache, rank=args.rank, ranks=args.ranks, cache_bytes=args.cache_bytes,
+                        storage_options=opts, progress=sys.stderr.isatty())
+    secs = time.perf_counter() - t
+    mib = done["fetched_bytes"] / 2**20
+    print(f"{done['path']}: fetched {done['fetched_objects']} objects ({mib:.1f} MiB in {secs:.1f} s, "
+          f"{mib / max(secs, 1e-9):.1f} MiB/s), {done['reused_objects']} in place, share "
+          f"{done['share_bytes'] / 2**20:.1f} MiB, removed {done['removed_bytes'] / 2**20:.1f} MiB")
+    return 0
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zring", description="Inspect and manage zring stores.")
     sub = p.add_subparsers(dest="command", required=True)
@@ -263,6 +285,16 @@ def _parser() -> argparse.ArgumentParser:
                    help="print only what rank K's host needs: manifest.json and its part directories, one a line "
                         "(for rsync --files-from)")
     s.set_defaults(func=cmd_parts)
+    s = sub.add_parser("stage", help="copy a dataset in object storage (s3://, gs://, az://), or rank K of N's "
+                                     "share of a dataset of parts, into a cache folder on local disk, before a run")
+    s.add_argument("url")
+    s.add_argument("--cache", required=True, help="the host's cache folder (what Dataset(url, cache=...) reads)")
+    s.add_argument("--ranks", type=int, default=None)
+    s.add_argument("--rank", type=int, default=None)
+    s.add_argument("--cache-bytes", type=int, default=None, help="the cap on the cache folder's bytes")
+    s.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a storage option (aws_endpoint=..., aws_region=..., timeout=30); repeatable")
+    s.set_defaults(func=cmd_stage)
     s = sub.add_parser("convert", help="a .npy file, a loaderx store, Parquet files or a HuggingFace save_to_disk "
                                        "folder (Arrow files; one store per column), a folder of files or "
                                        "WebDataset tar shards (one store per extension), or a Megatron-LM .bin/.idx "
@@ -399,6 +431,9 @@ _FLAGS = (
     ("kind='folder'", "--kind folder"),
     ("block_bytes", "--chunk-bytes"),
     ("cache_bytes", "--cache-bytes"),
+    ("give rank and ranks together", "give --rank and --ranks together"),
+    ("rank=", "--rank "),
+    ("ranks=", "--ranks "),
 )
 
 

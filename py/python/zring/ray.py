@@ -55,6 +55,7 @@ import numpy as np
 
 from . import _zring
 from . import parts as _parts
+from . import remote as _remote
 
 try:
     import pyarrow as _pa
@@ -248,12 +249,18 @@ class ZringDatasink(_Datasink):
     the manifest generation of each column's dataset."""
 
     def __init__(self, path: str | os.PathLike[str], *, column: str | Sequence[str] | None = None,
-                 mode: str = "error", codec: str = "zstd"):
+                 mode: str = "error", codec: str = "zstd", storage_options: dict[str, Any] | None = None):
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
         if codec not in ("zstd", "raw"):
             raise ValueError(f"codec must be 'zstd' or 'raw', got {codec!r}")
-        self.path = str(path)
+        self.path = str(path).rstrip("/") if _remote.is_url(str(path)) else str(path)
+        #: A dataset in object storage: tasks upload their parts, the driver
+        #: commits with a conditional write of the manifest.
+        self._url = _remote.is_url(self.path)
+        if storage_options is not None and not self._url:
+            raise ValueError(f"storage_options= is for datasets in object storage; {self.path} is a local path")
+        self._options = _remote.options(storage_options)
         self.column = column
         self.mode = mode
         self.codec = codec
@@ -280,9 +287,26 @@ class ZringDatasink(_Datasink):
             return Path(self.path)
         return Path(self.path) / f"{column}.zr"
 
+    def _url_of(self, column: str) -> str:
+        """The URL of ``column``'s dataset of parts (in object storage)."""
+        return self.path if isinstance(self.column, str) else f"{self.path}/{column}.zr"
+
+    def _remote_exists(self, url: str) -> bool:
+        return _zring.stat_object(url, self._options, _parts.MANIFEST) is not None
+
     def _check_target(self, columns: Sequence[str]) -> None:
         """``mode="error"``: refuse a path holding a dataset already;
         ``"append"`` to columns: every column's dataset there, or none."""
+        if self._url:
+            urls = [self.path] if isinstance(self.column, str) else [self._url_of(c) for c in columns]
+            there = [u for u in urls if self._remote_exists(u)]
+            if self.mode == "error" and there:
+                raise FileExistsError(f"{there[0]} holds a dataset of parts already; pass mode='append' to add "
+                                      f"to it or mode='overwrite' to replace it")
+            if self.mode == "append" and there and len(there) != len(urls):
+                raise ValueError(f"appending columns {sorted(columns)} to {self.path}, where only {there} hold a "
+                                 f"dataset: append every column it holds, no other")
+            return
         roots = [Path(self.path)] if isinstance(self.column, str) else [self._root(c) for c in columns]
         if not isinstance(self.column, str) and os.path.isdir(self.path):
             roots += [p for p in Path(self.path).glob("*.zr") if p not in roots]
@@ -307,7 +331,8 @@ class ZringDatasink(_Datasink):
         return, so their locks are taken then."""
         names = self._named_columns() or []
         self._check_target(names)
-        self._hold(names)
+        if not self._url:
+            self._hold(names)
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> _TaskResult:
         """One write task: the rows of ``blocks`` as one staged part per
@@ -322,8 +347,75 @@ class ZringDatasink(_Datasink):
         names = self._named_columns() or list(tables[0].schema.names)
         for c in names:
             _check_column(tables, c)
-        written = {c: _write_column(self._root(c), tables, c, self.codec, self._job) for c in names}
+        if self._url:
+            written = self._write_remote(tables, names)
+        else:
+            written = {c: _write_column(self._root(c), tables, c, self.codec, self._job) for c in names}
         return _TaskResult(task, rows, {c: w[0] for c, w in written.items()}, {c: w[1] for c, w in written.items()})
+
+    def _write_remote(self, tables: Sequence[Any], names: Sequence[str]) -> dict[str, tuple[_parts.PartInfo,
+                                                                                              str | None]]:
+        """One task's parts built in a local folder of its own and uploaded
+        under each column's ``parts/``; nothing lists them until the driver
+        commits."""
+        import shutil
+        import tempfile
+
+        work = Path(tempfile.mkdtemp(prefix="zring-ray-"))
+        try:
+            out = {}
+            for c in names:
+                info, schema = _write_column(work / c, tables, c, self.codec, self._job)
+                _zring.upload_part(self._url_of(c), self._options, os.fspath(work / c / _parts.STAGING_DIR /
+                                                                             info.name), info.name)
+                out[c] = (info, schema)
+            return out
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _remove_remote_leftovers(self, columns: Sequence[str]) -> None:
+        """Removes this job's uploaded parts that no manifest lists (failed
+        or retried attempts, or a failed commit's)."""
+        for c in columns:
+            url = self._url_of(c)
+            mine = {k.split("/")[1] for k, _, _ in _zring.list_objects(url, self._options, _parts.PARTS_DIR + "/")
+                    if k.split("/")[1].startswith(f"p-{self._job}-")}
+            if mine:
+                _zring.remove_unlisted(url, self._options, sorted(mine))
+
+    def _complete_remote(self, results: Sequence[_TaskResult], columns: Sequence[str], rows: int) -> None:
+        """Each column's parts committed with a conditional write of its
+        manifest. Every column is checked before any is committed; the
+        columns' manifests are separate objects, so a commit failing
+        between two columns leaves the first committed (the error says so)."""
+        overwrite = self.mode == "overwrite"
+        self._check_target(columns)
+        plan = []
+        for c in columns:
+            staged = [(r.parts[c], r.schemas.get(c)) for r in results]
+            kinds = {sch for _, sch in staged}
+            if len(kinds) > 1:
+                raise ValueError(f"column {c!r}: the tasks wrote parts of {len(kinds)} schemas ({sorted(map(str, kinds))}); "
+                                 f"in object storage a column's parts must all be fixed or all ragged (cast it "
+                                 f"to one type first); nothing was committed")
+            plan.append((c, staged))
+        done = []
+        for c, staged in plan:
+            try:
+                g, _, warnings = _zring.commit(self._url_of(c), self._options,
+                                               [(i.name, i.records, i.content, sch) for i, sch in staged], overwrite)
+            except Exception as e:
+                if done:
+                    raise type(e)(f"{e} (columns {done} were committed; {c} and after were not)") from e
+                raise
+            for w in warnings:
+                import warnings as _w
+
+                _w.warn(w, RuntimeWarning, stacklevel=3)
+            done.append(c)
+            self.generation[c] = int(g)
+        self._remove_remote_leftovers(columns)
+        self.rows = rows
 
     def on_write_complete(self, write_result: Any, *args: Any, **kwargs: Any) -> None:
         """Commits the parts the tasks returned, in task order, every
@@ -358,6 +450,9 @@ class ZringDatasink(_Datasink):
             if list(r.parts) != columns:
                 raise RuntimeError(f"write task {r.task} wrote columns {list(r.parts)}, task {results[0].task} "
                                    f"{columns}; nothing was committed")
+        if self._url:
+            self._complete_remote(results, columns, rows)
+            return
         mode = "overwrite" if self.mode == "overwrite" else "append"
         self._check_target(columns)
         self._hold(columns)
@@ -380,6 +475,10 @@ class ZringDatasink(_Datasink):
     def on_write_failed(self, error: Exception, *args: Any, **kwargs: Any) -> None:
         """Removes what the failed job's tasks staged (no manifest names it;
         the datasets are as they were)."""
+        if self._url:
+            with contextlib.suppress(Exception):
+                self._remove_remote_leftovers(self._named_columns() or [])
+            return
         try:
             for root in self._roots():
                 with contextlib.suppress(FileNotFoundError):
@@ -423,14 +522,17 @@ _HOLDS: dict[str, dict[Path, Any]] = {}
 
 def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] | None = None,
           mode: str = "error", codec: str = "zstd", ray_remote_args: dict[str, Any] | None = None,
-          concurrency: int | None = None) -> int:
+          concurrency: int | None = None, storage_options: dict[str, Any] | None = None) -> int:
     """Write the Ray dataset ``ds`` as a dataset of parts; returns the rows committed.
 
     Each write task writes one part (per column); the driver commits the
     parts of the tasks that returned, in task order, and removes every part
     staged by failed or retried attempts. Every writer and the driver must
     see ``path`` as one file system (a local disk in local mode, a shared
-    mount on a cluster).
+    mount on a cluster), or ``path`` is a URL in object storage
+    (``s3://bucket/corpus``, ``gs://``, ``az://``): each task then builds
+    its part in a temporary folder and uploads it, and the driver commits
+    with a conditional write of the manifest (:mod:`zring.remote`).
 
     Args:
         ds: A ``ray.data.Dataset``.
@@ -452,6 +554,8 @@ def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] 
             (Ray retries tasks whose worker died by itself).
         concurrency: The most write tasks at once (Ray's default: by the
             resources).
+        storage_options: For a URL: the store's options and credentials
+            (:mod:`zring.remote`).
 
     Raises:
         FileExistsError: ``mode="error"`` and ``path`` holds a dataset.
@@ -462,7 +566,7 @@ def write(ds: Any, path: str | os.PathLike[str], *, column: str | Sequence[str] 
         zring.CorruptError: Parts of differing dtypes or shapes (nothing is
             committed, for any column).
     """
-    sink = ZringDatasink(path, column=column, mode=mode, codec=codec)
+    sink = ZringDatasink(path, column=column, mode=mode, codec=codec, storage_options=storage_options)
     ds.write_datasink(sink, ray_remote_args=ray_remote_args, concurrency=concurrency)
     if sink.rows is None:
         # An empty dataset: Ray may never call the sink's commit.

@@ -119,10 +119,20 @@ def stage(url: str, cache: str | os.PathLike[str], *, rank: int | None = None, r
             pct = 100.0 * done / total if total else 100.0
             print(f"\r  fetched {done / 2**20:9.1f} of {total / 2**20:.1f} MiB ({pct:5.1f} %)", end="",
                   file=sys.stderr, flush=True)
-    out = dict(_zring.stage(url, os.fspath(cache), options(storage_options), pair, cap, report))
+    try:
+        out = dict(_zring.stage(url, os.fspath(cache), options(storage_options), pair, cap, report))
+    except ValueError as e:
+        raise ValueError(_speak(str(e), "cache_bytes")) from None
     if progress:
         print(file=sys.stderr)
     return out
+
+
+def _speak(message: str, cap: str) -> str:
+    """The tier's message about its cap, naming the argument ``cap``."""
+    import re
+
+    return re.sub(r"the cache's cap of (\d+) B", rf"{cap}=\1", message).replace("raise the cap", f"raise {cap}")
 
 
 def _open_local(url: str, cache: Any, rank_parts: tuple[int, int] | None, cache_disk_bytes: int | None,
@@ -134,7 +144,11 @@ def _open_local(url: str, cache: Any, rank_parts: tuple[int, int] | None, cache_
         raise ValueError(f"reading {url} needs cache=, a folder on local disk to stage it in (and "
                          f"cache_disk_bytes= to cap it)")
     rank, ranks = rank_parts if rank_parts is not None else (None, None)
-    done = stage(url, cache, rank=rank, ranks=ranks, cache_bytes=cache_disk_bytes, storage_options=storage_options)
+    try:
+        done = stage(url, cache, rank=rank, ranks=ranks, cache_bytes=cache_disk_bytes,
+                     storage_options=storage_options)
+    except ValueError as e:
+        raise ValueError(str(e).replace("cache_bytes", "cache_disk_bytes")) from None
     hold = _zring.CacheHold(os.fspath(cache), url)
     return Path(done["path"]), hold
 

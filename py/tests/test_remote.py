@@ -1,0 +1,277 @@
+"""Datasets in object storage, against a real S3 server on 127.0.0.1
+(moto's), with a proxy that throttles, cuts bodies, stops answering and
+replaces objects (s3_server.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import zring
+from zring import parts, remote
+
+from s3_server import Faults, Moto
+
+pytestmark = pytest.mark.skipif(not hasattr(zring._zring, "stage"), reason="built without the remote feature")
+
+
+@pytest.fixture(scope="module")
+def s3():
+    server = Moto()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def bucket(s3, request):
+    name = "t-" + request.node.name.replace("_", "-")[:40].lower().strip("-")
+    s3.bucket(name)
+    return name
+
+
+@pytest.fixture
+def faults(s3):
+    proxy = Faults(s3)
+    yield proxy
+    proxy.stop()
+
+
+def _parts(root: Path, n: int = 6, rows: int = 500, start: int = 0) -> Path:
+    for k in range(start, start + n):
+        info = parts.write_part(root, np.arange(k * rows, (k + 1) * rows, dtype=np.int64).reshape(-1, 1) * 3)
+        parts.commit(root, [info])
+    return root
+
+
+def _files(d: Path) -> set[str]:
+    return {str(p.relative_to(d)) for p in d.rglob("*") if p.is_file() and not p.name.startswith(".")}
+
+
+def test_a_ranks_share_is_staged_alone_and_reads_as_the_local_copy_does(s3, bucket, tmp_path):
+    local = _parts(tmp_path / "local")
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    for rank in range(3):
+        with zring.Dataset(url, cache=tmp_path / "cache", rank_parts=(rank, 3), storage_options=s3.options()) as ds, \
+             zring.Dataset(local, rank_parts=(rank, 3)) as mine:
+            assert ds.url == url
+            idx = np.arange(len(mine))
+            np.testing.assert_array_equal(ds[idx], mine[idx])
+    # A fourth rank count's share lands beside; the folder of rank 0 of 2
+    # holds only that rank's parts.
+    done = remote.stage(url, tmp_path / "only0", rank=0, ranks=2, storage_options=s3.options())
+    plan = {d: r for d, _, r in zring._zring.rank_plan(str(local), 2)}
+    held = {f.split("/")[1] for f in _files(Path(done["path"])) if f.startswith("parts/")}
+    assert held == {d.split("/")[1] for d, r in plan.items() if r == 0}
+
+
+def test_a_second_stage_fetches_nothing_and_an_append_fetches_only_the_new_parts(s3, bucket, tmp_path):
+    local = _parts(tmp_path / "local", n=4)
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    first = remote.stage(url, tmp_path / "cache", storage_options=s3.options())
+    again = remote.stage(url, tmp_path / "cache", storage_options=s3.options())
+    assert first["fetched_objects"] > 0 and again["fetched_objects"] == 0
+    assert again["reused_objects"] == first["fetched_objects"]
+    _parts(local, n=1, start=4)
+    remote.upload(local, url, storage_options=s3.options())
+    grown = remote.stage(url, tmp_path / "cache", storage_options=s3.options())
+    assert 0 < grown["fetched_objects"] < first["fetched_objects"], grown
+    with zring.Dataset(url, cache=tmp_path / "cache", storage_options=s3.options()) as ds:
+        assert len(ds) == 5 * 500
+        np.testing.assert_array_equal(ds[np.array([0, 2499])][:, 0], [0, 2499 * 3])
+
+
+def test_a_share_larger_than_the_cap_is_refused_naming_the_bytes_it_needs(s3, bucket, tmp_path):
+    local = _parts(tmp_path / "local", n=2)
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    with pytest.raises(ValueError, match=r"s3://.*/ds is \d+ B, more than cache_disk_bytes=1000: raise cache_disk_bytes to at least"):
+        zring.Dataset(url, cache=tmp_path / "cache", cache_disk_bytes=1000, storage_options=s3.options())
+    assert not list((tmp_path / "cache").rglob("*.zr")), "nothing fetched"
+
+
+def test_a_dataset_no_process_reads_is_evicted_for_room_and_one_open_is_not(s3, bucket, tmp_path):
+    opts = s3.options()
+    for name in ("a", "b", "c"):
+        remote.upload(_parts(tmp_path / name, n=2), f"s3://{bucket}/{name}", storage_options=opts)
+    share = remote.stage(f"s3://{bucket}/a", tmp_path / "probe", storage_options=opts)["share_bytes"]
+    cap = int(share * 2.5)
+    cache = tmp_path / "cache"
+    with zring.Dataset(f"s3://{bucket}/a", cache=cache, cache_disk_bytes=cap, storage_options=opts) as a:
+        remote.stage(f"s3://{bucket}/b", cache, cache_bytes=cap, storage_options=opts)
+        # c needs room: b (not open) goes, a (open) stays.
+        done = remote.stage(f"s3://{bucket}/c", cache, cache_bytes=cap, storage_options=opts)
+        assert done["removed_bytes"] > 0
+        assert len(a[np.arange(len(a))]) == 1000
+        names = sorted(p.name for p in cache.iterdir() if not p.name.startswith("."))
+        assert [n.split("-")[-2] for n in names] == ["a", "c"], names
+        used = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file())
+        assert used <= cap + 4096
+
+
+def test_the_processes_of_a_host_fetch_each_object_once(s3, bucket, tmp_path):
+    url = f"s3://{bucket}/ds"
+    remote.upload(_parts(tmp_path / "local", n=4), url, storage_options=s3.options())
+    child = textwrap.dedent("""
+        import json, sys
+        from zring import remote
+        print(json.dumps(remote.stage(sys.argv[1], sys.argv[2], storage_options=json.loads(sys.argv[3]))))
+    """)
+    import json
+    procs = [subprocess.Popen([sys.executable, "-c", child, url, str(tmp_path / "cache"), json.dumps(s3.options())],
+                              stdout=subprocess.PIPE, text=True) for _ in range(3)]
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    objects = len(zring._zring.list_objects(url, list(s3.options().items()), "parts/"))
+    assert sum(o["fetched_objects"] for o in outs) == objects, outs
+    assert sorted(o["reused_objects"] for o in outs) == [0, objects, objects]
+
+
+def test_concurrent_committers_lose_none_of_each_others_parts(s3, bucket, tmp_path):
+    url = f"s3://{bucket}/ds"
+    child = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        from zring import _zring, parts
+        url, root, opts, k = sys.argv[1], sys.argv[2], list(json.loads(sys.argv[3]).items()), int(sys.argv[4])
+        for i in range(8):
+            w = _zring.PartWriter(root, None)
+            info = parts.write_part(root, np.full((10, 1), 100 * k + i, np.int64))
+            _zring.upload_part(url, opts, f"{root}/staging/{info.name}", info.name)
+            schema = _zring.manifest_schema(root) if False else None
+            print(_zring.commit(url, opts, [(info.name, info.records, info.content, sys.argv[5])], False)[1])
+    """)
+    import json
+    probe = tmp_path / "probe"
+    parts.commit(probe, [parts.write_part(probe, np.zeros((1, 1), np.int64))])
+    schema = zring._zring.manifest_schema(str(probe))
+    procs = [subprocess.Popen([sys.executable, "-c", child, url, str(tmp_path / f"w{k}"), json.dumps(s3.options()),
+                               str(k), schema], stdout=subprocess.PIPE, text=True) for k in range(3)]
+    retries = [sum(int(x) for x in p.communicate(timeout=300)[0].split()) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    with zring.Dataset(url, cache=tmp_path / "cache", storage_options=s3.options()) as ds:
+        got = sorted(set(ds[np.arange(len(ds))][:, 0].tolist()))
+    assert got == sorted(100 * k + i for k in range(3) for i in range(8)), f"retries {retries}"
+
+
+def test_throttling_and_bodies_cut_mid_stream_are_retried_and_the_data_is_exact(s3, bucket, faults, tmp_path):
+    local = _parts(tmp_path / "local", n=3, rows=20_000)
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    faults.throttle_every, faults.cut_every = 3, 4
+    with zring.Dataset(url, cache=tmp_path / "cache", storage_options=s3.options(faults.endpoint)) as ds, \
+         zring.Dataset(local) as mine:
+        np.testing.assert_array_equal(ds[np.arange(len(ds))], mine[np.arange(len(mine))])
+    assert faults.throttled > 0 and faults.cut > 0, (faults.throttled, faults.cut)
+
+
+def test_a_server_that_stops_answering_is_an_error_naming_the_object_within_the_deadline(s3, bucket, faults,
+                                                                                         tmp_path):
+    url = f"s3://{bucket}/ds"
+    remote.upload(_parts(tmp_path / "local", n=1), url, storage_options=s3.options())
+    faults.hang = True
+    opts = s3.options(faults.endpoint, timeout=1, retry_timeout=2, max_retries=1)
+    t = time.time()
+    with pytest.raises((TimeoutError, OSError), match=rf"s3://{bucket}/ds/manifest.json"):
+        remote.stage(url, tmp_path / "cache", storage_options=opts)
+    assert time.time() - t < 60
+
+
+def test_an_object_replaced_while_it_is_fetched_is_a_stale_error(s3, bucket, faults, tmp_path):
+    local = _parts(tmp_path / "local", n=1)
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    table = next(k for k, _, _ in zring._zring.list_objects(url, list(s3.options().items()), "parts/")
+                 if k.endswith("head.zr"))
+    faults.replace = (f"/{bucket}/ds/{table}", b"another version")
+    with pytest.raises(zring.StaleError, match=rf"s3://{bucket}/ds/{table} was replaced"):
+        remote.stage(url, tmp_path / "cache", storage_options=s3.options(faults.endpoint))
+    assert not (Path(tmp_path / "cache") / zring._zring.cache_name(url) / "manifest.json").exists()
+
+
+def test_bad_arguments_are_named(s3, bucket, tmp_path):
+    url = f"s3://{bucket}/ds"
+    with pytest.raises(ValueError, match="needs cache="):
+        zring.Dataset(url, storage_options=s3.options())
+    with pytest.raises(ValueError, match="cache= is for datasets in object storage"):
+        zring.Dataset(tmp_path, cache=tmp_path / "c")
+    with pytest.raises(ValueError, match=r'storage option "no_such_key" is not one s3:// knows.*the tier\'s own are timeout, connect_timeout'):
+        remote.stage(url, tmp_path / "c", storage_options={"no_such_key": "1"})
+    with pytest.raises(ValueError, match=r'storage option timeout="soon": a positive number of seconds'):
+        remote.stage(url, tmp_path / "c", storage_options={"timeout": "soon"})
+    with pytest.raises(FileNotFoundError, match=rf"s3://{bucket}/ds \(neither manifest.json nor head.zr\)"):
+        remote.stage(url, tmp_path / "c", storage_options=s3.options())
+    with pytest.raises(ValueError, match=r"rank=2 of ranks=2"):
+        remote.stage(url, tmp_path / "c", rank=2, ranks=2, storage_options=s3.options())
+
+
+def test_a_single_store_is_staged_whole_and_opens(s3, bucket, tmp_path):
+    data = np.arange(3000, dtype=np.float32).reshape(1000, 3)
+    zring.write_dataset(tmp_path / "one", data)
+    url = f"s3://{bucket}/one"
+    remote.upload(tmp_path / "one", url, storage_options=s3.options())
+    with zring.Dataset(url, cache=tmp_path / "cache", storage_options=s3.options()) as ds:
+        np.testing.assert_array_equal(ds[np.arange(1000)], data)
+
+
+def test_the_cli_stages_a_ranks_share(s3, bucket, tmp_path):
+    url = f"s3://{bucket}/ds"
+    local = _parts(tmp_path / "local", n=4)
+    remote.upload(local, url, storage_options=s3.options())
+    env = dict(os.environ, AWS_ENDPOINT_URL=s3.endpoint, AWS_ACCESS_KEY_ID="test", AWS_SECRET_ACCESS_KEY="test",
+               AWS_REGION="us-east-1", AWS_ALLOW_HTTP="true")
+    out = subprocess.run([sys.executable, "-m", "zring.cli", "stage", url, "--ranks", "2", "--rank", "1", "--cache",
+                          str(tmp_path / "cache")], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "fetched" in out.stdout
+    with zring.Dataset(url, cache=tmp_path / "cache", rank_parts=(1, 2), storage_options=s3.options()) as ds, \
+         zring.Dataset(local, rank_parts=(1, 2)) as mine:
+        np.testing.assert_array_equal(ds[np.arange(len(ds))], mine[np.arange(len(mine))])
+    bad = subprocess.run([sys.executable, "-m", "zring.cli", "stage", url, "--cache", str(tmp_path / "c2"),
+                          "--cache-bytes", "100"], capture_output=True, text=True, env=env, timeout=120)
+    assert bad.returncode != 0 and "raise --cache-bytes to at least" in bad.stderr, bad.stderr
+
+
+def test_ray_writes_a_dataset_to_a_bucket_and_a_host_reads_its_share(s3, bucket, tmp_path):
+    ray = pytest.importorskip("ray")
+    import zring.ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    url = f"s3://{bucket}/corpus"
+    opts = s3.options()
+    ds = ray.data.range(10_000, override_num_blocks=8).map_batches(
+        lambda b: {"x": np.asarray(b["id"]) * 2, "y": np.asarray(b["id"]).astype(np.float32)}, batch_format="numpy")
+    assert zring.ray.write(ds, url, column=["x", "y"], storage_options=opts) == 10_000
+    with pytest.raises(FileExistsError, match=rf"{url}/x.zr holds a dataset of parts already"):
+        zring.ray.write(ds, url, column=["x", "y"], storage_options=opts)
+    more = ray.data.range(1_000, override_num_blocks=2).map_batches(
+        lambda b: {"x": np.asarray(b["id"]) * 2 + 20_000, "y": np.asarray(b["id"]).astype(np.float32)},
+        batch_format="numpy")
+    zring.ray.write(more, url, column=["x", "y"], mode="append", storage_options=opts)
+    seen = []
+    for rank in range(2):
+        with zring.Dataset(f"{url}/x.zr", cache=tmp_path / f"host{rank}", rank_parts=(rank, 2),
+                           storage_options=opts) as x:
+            seen += x[np.arange(len(x))].tolist()
+    assert sorted(seen) == sorted(list(range(0, 20_000, 2)) + list(range(20_000, 22_000, 2)))
+    # Nothing but listed parts is left in the bucket.
+    listed = {p.split("/")[1] for p in _manifest_dirs(url + "/x.zr", opts)}
+    uploaded = {k.split("/")[1] for k, _, _ in zring._zring.list_objects(url + "/x.zr", list(opts.items()), "parts/")}
+    assert uploaded == listed
+
+
+def _manifest_dirs(url: str, opts: dict[str, str]) -> list[str]:
+    import tempfile
+
+    d = tempfile.mkdtemp()
+    done = remote.stage(url, d, storage_options=opts)
+    return [p["dir"] for p in parts.list_parts(done["path"])]
