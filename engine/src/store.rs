@@ -16,6 +16,7 @@ use crate::format::codec::Codec;
 use crate::format::fingerprint::Fingerprint;
 use crate::format::names::HEAD_FILE;
 use crate::format::names::LOADERX_META;
+use crate::format::record::ChunkId;
 use crate::format::table::Format;
 use crate::io::fs::Dir;
 use crate::io::uring::BackendKind;
@@ -481,6 +482,51 @@ impl Store {
             pid: self.pid,
             read: self.read_ctx(),
         }
+    }
+
+    /// The bytes of the chunk files that records `indices` are stored in:
+    /// `(file name, byte range)`, one per record, in order. What a cache of
+    /// the store's files must hold before the records are read.
+    pub fn extents(&self, indices: &[u64]) -> Result<Vec<(String, std::ops::Range<u64>)>> {
+        let snap = self.snapshot();
+        let format = snap.table.format;
+        indices
+            .iter()
+            .map(|&i| {
+                let e = snap.entry(i)?;
+                Ok((crate::format::names::chunk_name(format, e.chunk), e.offset..e.offset + e.stored_len as u64))
+            })
+            .collect()
+    }
+
+    /// [`Store::extents`] of the records `range`, as few extents as the
+    /// chunk files hold them in: from the first record's bytes to the last
+    /// record's in each chunk file between, assuming records laid out in
+    /// index order (as a writer appends them). Exact for a store written
+    /// once; a hint otherwise.
+    pub fn range_extents(&self, range: std::ops::Range<u64>) -> Result<Vec<(String, std::ops::Range<u64>)>> {
+        if range.is_empty() {
+            return Ok(Vec::new());
+        }
+        let snap = self.snapshot();
+        let format = snap.table.format;
+        let (a, b) = (snap.entry(range.start)?, snap.entry(range.end - 1)?);
+        let name = |c: ChunkId| crate::format::names::chunk_name(format, c);
+        if a.chunk == b.chunk && a.offset <= b.offset {
+            return Ok(vec![(name(a.chunk), a.offset..b.offset + b.stored_len as u64)]);
+        }
+        if a.chunk > b.chunk {
+            return self.extents(&range.collect::<Vec<_>>());
+        }
+        let mut out = Vec::new();
+        for c in a.chunk.0..=b.chunk.0 {
+            let id = ChunkId(c);
+            let Some(chunk) = snap.chunk(id) else { continue };
+            let start = if id == a.chunk { a.offset } else { 0 };
+            let end = if id == b.chunk { b.offset + b.stored_len as u64 } else { chunk.len };
+            out.push((name(id), start..end.max(start)));
+        }
+        Ok(out)
     }
 
     /// Logical (decoded) length of each record in `indices`, into `out`.

@@ -238,6 +238,7 @@ impl Source for PartsSource {
 
     fn gather_spans(&self, spans: &[Span], dst: &mut [u8], fan_out: bool) -> Result<(), SourceError> {
         let indices: Vec<u64> = spans.iter().map(|s| s.index).collect();
+        let _pinned = self.parts.fill_indices(&indices)?;
         let split = self.split(&indices)?;
         let mut local = Vec::new();
         for (k, range) in &split.groups {
@@ -268,7 +269,18 @@ impl Source for PartsSource {
 
     /// Each range is cut at the parts' edges and each part prefetches its
     /// own pieces, with their hints.
+    fn plan(&self, windows: &[Vec<Range<u64>>]) -> Result<(), SourceError> {
+        Ok(self.parts.plan(windows)?)
+    }
+
+    fn wants_plan(&self) -> bool {
+        self.parts.has_fill()
+    }
+
     fn prefetch(&self, blocks: &[Range<u64>], next: &[Option<u64>]) -> Result<(), SourceError> {
+        // A cache of object storage: the window's bytes fetched (and kept
+        // while its blocks are read ahead; its gathers pin them again).
+        let _pinned = self.parts.fill_ranges(blocks)?;
         let hints = next_uses(next);
         // (part, local ranges, their hints), in order of first appearance.
         let mut per: Vec<(usize, Vec<Range<u64>>, Vec<engine::NextUse>)> = Vec::new();

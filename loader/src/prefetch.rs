@@ -46,6 +46,11 @@ pub(crate) trait Windows {
     fn load_source(&self, source: usize, blocks: &[Range<u64>], next: &[Option<u64>]) -> bool;
     /// Loads the documents of `blocks` in a packed loader's source `source`.
     fn load_packed(&self, source: usize, blocks: &[Range<u64>]) -> bool;
+    /// Whether a source evicts by the windows ahead ([`Windows::plan`]).
+    fn wants_plan(&self) -> bool;
+    /// Tells every source the windows read next: the one being read, then
+    /// the one about to load, and on.
+    fn plan(&self, windows: &[Vec<Range<u64>>]);
     /// Steps below `step` draw only from loaded windows.
     fn loaded_until(&self, step: u64);
     /// The thread has stopped: workers no longer wait for windows.
@@ -73,11 +78,16 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
     // are split for its shard count, else the windows of the whole batch.
     let mut window = sampler.shard_window(start, shard);
     let mut previous_start: Option<u64> = None;
+    // The window whose steps are gathered while the next one loads.
+    let mut previous: Option<Vec<Range<u64>>> = None;
     while let Some(w) = window {
         if let Some(p) = previous_start {
             if !shared.wait_for_claim(p) {
                 return;
             }
+        }
+        if shared.wants_plan() {
+            shared.plan(&plan(sampler, previous.as_deref(), &w));
         }
         // No next-use hints: a store keeps a window's blocks for the
         // window's steps and releases them after (memory::window), whatever
@@ -89,7 +99,30 @@ pub(crate) fn run(shared: &dyn Windows, sampler: &Sampler, shard: Shard, start: 
         shared.loaded_until(w.complete);
         previous_start = Some(w.steps.start);
         window = sampler.next_window(&w);
+        previous = Some(w.records);
     }
+}
+
+/// Most windows a plan holds ([`plan`]).
+const PLAN_WINDOWS: usize = 4096;
+
+/// The window being read (`previous`), then the windows from `w` on to
+/// the end of the cycle after `w`'s (at most [`PLAN_WINDOWS`]): what a
+/// cache of object storage evicts by, as every line a cycle reads is read
+/// again in the next.
+fn plan(sampler: &Sampler, previous: Option<&[Range<u64>]>, w: &Window) -> Vec<Vec<Range<u64>>> {
+    let end = sampler.cycle_boundary(sampler.cycle_boundary(w.steps.start).saturating_add(1));
+    let mut out: Vec<Vec<Range<u64>>> = previous.map(|p| p.to_vec()).into_iter().collect();
+    out.push(w.records.clone());
+    let mut next = sampler.next_window(w);
+    while let Some(n) = next {
+        if n.steps.start >= end || out.len() >= PLAN_WINDOWS {
+            break;
+        }
+        out.push(n.records.clone());
+        next = sampler.next_window(&n);
+    }
+    out
 }
 
 /// The prefetch thread's body for a mixture in mode 3: each source's

@@ -174,6 +174,21 @@ pub trait Source: Send + Sync + 'static {
         let _ = (blocks, next);
         Ok(())
     }
+
+    /// Mode 3: the windows to be read next (each its record ranges), in
+    /// order, the one about to be [prefetched](Source::prefetch) first.
+    /// A source whose files are a cache of object storage evicts by it
+    /// (the furthest next use out first). Default: nothing.
+    fn plan(&self, windows: &[Vec<std::ops::Range<u64>>]) -> Result<(), SourceError> {
+        let _ = windows;
+        Ok(())
+    }
+
+    /// Whether [`Source::plan`] does anything (the loader spares computing
+    /// the windows ahead otherwise). Default `false`.
+    fn wants_plan(&self) -> bool {
+        false
+    }
 }
 
 /// Where a gather puts each record in the destination buffer.

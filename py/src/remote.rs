@@ -49,7 +49,8 @@ pub fn cache_name(url: &str) -> String {
 /// dict of what was done. `progress(done, total)` is called with the GIL
 /// held, at most every 0.2 s.
 #[pyfunction]
-#[pyo3(signature = (url, cache, options, rank=None, cache_bytes=None, progress=None))]
+#[pyo3(signature = (url, cache, options, rank=None, cache_bytes=None, progress=None, lazy=false))]
+#[allow(clippy::too_many_arguments)]
 pub fn stage<'py>(
     py: Python<'py>,
     url: String,
@@ -58,9 +59,10 @@ pub fn stage<'py>(
     rank: Option<(u32, u32)>,
     cache_bytes: Option<u64>,
     progress: Option<Py<PyAny>>,
+    lazy: bool,
 ) -> PyResult<Bound<'py, PyDict>> {
     let r = open(&url, options)?;
-    let opts = StageOptions { rank, cache_bytes, ..Default::default() };
+    let opts = StageOptions { rank, cache_bytes, lazy, ..Default::default() };
     let mut last = std::time::Instant::now();
     let mut report = |done: u64, total: u64| {
         if let Some(cb) = &progress {
@@ -194,12 +196,58 @@ pub fn list_objects(
     Ok(l.into_iter().map(|o| (o.key, o.size, o.etag)).collect())
 }
 
+/// The line cache of a dataset of parts staged lazily: its chunk files
+/// filled line by line as they are read, within the cap.
+#[pyclass(name = "LineCache", module = "zring._zring")]
+pub struct PyLineCache {
+    inner: std::sync::Arc<zring_remote::LineCache>,
+}
+
+#[pymethods]
+impl PyLineCache {
+    /// Make the line cache of `url` staged lazily in `cache` the fill of
+    /// the open dataset of parts `parts`.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        parts: PyRef<'_, crate::parts::PyParts>,
+        url: String,
+        options: Vec<(String, String)>,
+        cache: PathBuf,
+        cap: u64,
+    ) -> PyResult<Self> {
+        let r = open(&url, options)?;
+        let p = parts.parts()?;
+        let lc = py.detach(|| zring_remote::LineCache::open(r, &cache, cap)).map_err(remote_err)?;
+        p.set_fill(std::sync::Arc::new(zring_remote::Filler(lc.clone()))).map_err(error::engine)?;
+        Ok(PyLineCache { inner: lc })
+    }
+
+    /// Counters: lines and bytes fetched and evicted, fills that hit and
+    /// missed, seconds spent fetching, and the bytes held against the cap.
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = py.detach(|| self.inner.stats());
+        let d = PyDict::new(py);
+        d.set_item("lines_fetched", s.lines_fetched)?;
+        d.set_item("bytes_fetched", s.bytes_fetched)?;
+        d.set_item("lines_evicted", s.lines_evicted)?;
+        d.set_item("bytes_evicted", s.bytes_evicted)?;
+        d.set_item("fills_hit", s.hits)?;
+        d.set_item("fills_fetched", s.misses)?;
+        d.set_item("fetch_seconds", s.fetch_ns as f64 / 1e9)?;
+        d.set_item("cache_used_bytes", s.used_bytes)?;
+        d.set_item("cache_cap_bytes", s.cap_bytes)?;
+        Ok(d)
+    }
+}
+
 /// Registers the tier's functions in the extension module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(is_url, m)?)?;
     m.add_function(wrap_pyfunction!(cache_name, m)?)?;
     m.add_function(wrap_pyfunction!(stage, m)?)?;
     m.add_class::<PyCacheHold>()?;
+    m.add_class::<PyLineCache>()?;
     m.add_function(wrap_pyfunction!(upload_part, m)?)?;
     m.add_function(wrap_pyfunction!(upload_store, m)?)?;
     m.add_function(wrap_pyfunction!(commit, m)?)?;

@@ -51,11 +51,16 @@ pub struct StageOptions {
     pub line: u64,
     /// Ranged GETs in flight.
     pub parallel: usize,
+    /// Fetch only the small files (heads, tables, schemas) and leave the
+    /// chunk files as holes of their full size, to be filled line by line
+    /// as they are read ([`crate::LineCache`]): a share larger than the
+    /// cap, read in mode 3.
+    pub lazy: bool,
 }
 
 impl Default for StageOptions {
     fn default() -> Self {
-        StageOptions { rank: None, cache_bytes: None, line: 8 << 20, parallel: 16 }
+        StageOptions { rank: None, cache_bytes: None, line: 8 << 20, parallel: 16, lazy: false }
     }
 }
 
@@ -77,15 +82,24 @@ pub struct Staged {
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
-struct State {
-    url: String,
-    objects: BTreeMap<String, Entry>,
+pub(crate) struct State {
+    pub url: String,
+    pub objects: BTreeMap<String, Entry>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct Entry {
-    size: u64,
-    etag: String,
+pub(crate) struct Entry {
+    pub size: u64,
+    pub etag: String,
+    /// A chunk file filled line by line (its lines present or holes).
+    #[serde(default)]
+    pub lazy: bool,
+}
+
+/// Whether `key` is a chunk file (what a lazy stage leaves as holes).
+pub(crate) fn is_chunk(key: &str) -> bool {
+    let name = key.rsplit('/').next().unwrap_or(key);
+    name.starts_with("chunk-") && name.ends_with(".zr")
 }
 
 /// The folder name of `url`'s dataset in a cache: readable, and unique by
@@ -121,7 +135,7 @@ pub fn hold(cache: &Path, url: &str) -> Result<Hold> {
     lock(&cache.join(format!(".{}.use.lock", cache_name(url))), true).map(Hold)
 }
 
-fn read_state(dir: &Path) -> State {
+pub(crate) fn read_state(dir: &Path) -> State {
     fs::read(dir.join(STATE_FILE)).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default()
 }
 
@@ -252,10 +266,27 @@ pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut 
     let dir = cache.join(&name);
     fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
 
+    let opts = &StageOptions { line: remote.line(), ..opts.clone() };
     let (objects, manifest) = share(remote, opts)?;
     let share_bytes: u64 = objects.iter().map(|o| o.size).sum::<u64>() + manifest.as_ref().map_or(0, |m| m.1.size);
     let mut out = Staged { path: dir.clone(), share_bytes, ..Default::default() };
-    if let Some(cap) = opts.cache_bytes {
+    let eager: u64 = objects.iter().filter(|o| !(opts.lazy && is_chunk(&o.key))).map(|o| o.size).sum::<u64>()
+        + manifest.as_ref().map_or(0, |m| m.1.size);
+    if let (true, Some(cap)) = (opts.lazy, opts.cache_bytes) {
+        // The small files whole, and room for the lines of a few windows.
+        let least = eager + opts.line * opts.parallel as u64;
+        if least > cap {
+            return Err(Error::CacheTooSmall(format!(
+                "{} needs {least} B of the cache at least ({eager} B of tables and heads, and room for {} lines \
+                 of {} B being read and fetched), more than the cache's cap of {cap} B: raise the cap to at \
+                 least {least}",
+                remote.url(),
+                opts.parallel,
+                opts.line
+            )));
+        }
+        out.removed_bytes += make_room(cache, &name, cap, cap)?;
+    } else if let Some(cap) = opts.cache_bytes {
         if share_bytes > cap {
             let what = match opts.rank {
                 Some((r, n)) => format!("rank {r} of {n}'s share of {}", remote.url()),
@@ -297,12 +328,32 @@ pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut 
         let _ = fs::remove_file(dir.join(MANIFEST_FILE));
     }
 
+    // Lazy: chunk files as holes of their full size (lines present kept,
+    // unless the object changed).
+    if opts.lazy {
+        for o in objects.iter().filter(|o| is_chunk(&o.key)) {
+            let path = local_path(&dir, &o.key)?;
+            let same = st.objects.get(&o.key).is_some_and(|e| e.size == o.size && e.etag == o.etag && e.lazy);
+            if let Some(p) = path.parent() {
+                fs::create_dir_all(p).map_err(io_err("create directory", p))?;
+            }
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(!same)
+                .open(&path)
+                .map_err(io_err("create", &path))?;
+            f.set_len(o.size).map_err(io_err("size", &path))?;
+            st.objects.insert(o.key.clone(), Entry { size: o.size, etag: o.etag.clone(), lazy: true });
+        }
+    }
     let todo: Vec<&ObjectInfo> = objects
         .iter()
+        .filter(|o| !(opts.lazy && is_chunk(&o.key)))
         .filter(|o| {
             let have = st.objects.get(&o.key);
             let len = local_path(&dir, &o.key).ok().and_then(|p| fs::metadata(p).ok()).map(|m| m.len());
-            !(have.is_some_and(|e| e.size == o.size && e.etag == o.etag) && len == Some(o.size))
+            !(have.is_some_and(|e| e.size == o.size && e.etag == o.etag && !e.lazy) && len == Some(o.size))
         })
         .collect();
     let mut todo = todo;
@@ -348,7 +399,7 @@ pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut 
         f.sync_data().map_err(io_err("sync", &part))?;
         drop(f);
         fs::rename(&part, &path).map_err(io_err("rename", &part))?;
-        st.objects.insert(o.key.clone(), Entry { size: o.size, etag: o.etag.clone() });
+        st.objects.insert(o.key.clone(), Entry { size: o.size, etag: o.etag.clone(), lazy: false });
         out.fetched += 1;
         out.fetched_bytes += o.size;
         if saved.elapsed() > Duration::from_secs(2) {

@@ -79,7 +79,7 @@ pub enum Put {
 }
 
 /// Options of the tier itself (the rest go to the store's builder).
-const OWN_OPTIONS: [&str; 4] = ["timeout", "connect_timeout", "max_retries", "retry_timeout"];
+const OWN_OPTIONS: [&str; 5] = ["timeout", "connect_timeout", "max_retries", "retry_timeout", "cache_line_bytes"];
 
 /// A prefix in a bucket (`s3://bucket/a/b`, `gs://`, `az://`, `file://`).
 #[derive(Clone, Debug)]
@@ -88,6 +88,7 @@ pub struct Remote {
     prefix: ObjPath,
     url: String,
     deadline: Duration,
+    line: u64,
     counters: Arc<Counters>,
 }
 
@@ -111,7 +112,8 @@ impl Remote {
     /// `aws_access_key_id`, `google_service_account`, ...), over what the
     /// environment gives; `timeout` (per request, default 30 s),
     /// `connect_timeout` (5 s), `max_retries` (10) and `retry_timeout`
-    /// (120 s, the deadline of a request and its retries) are the tier's.
+    /// (120 s, the deadline of a request and its retries) and
+    /// `cache_line_bytes` (8 MiB, the bytes of one ranged GET) are the tier's.
     /// An `http://` endpoint allows plain HTTP.
     pub fn open(url: &str, options: &[(String, String)]) -> Result<Remote> {
         // TLS through rustls with ring (see Cargo.toml); an error means a
@@ -142,8 +144,16 @@ impl Remote {
             client = client.with_allow_http(true);
         }
         let mut rest = Vec::new();
+        let mut line = 8u64 << 20;
         for (k, v) in options {
             match k.as_str() {
+                "cache_line_bytes" => {
+                    line = v.parse().ok().filter(|l: &u64| *l >= 4096 && l % 4096 == 0).ok_or_else(|| {
+                        Error::InvalidArgument(format!(
+                            "storage option cache_line_bytes={v:?}: a multiple of 4096, such as \"8388608\" (8 MiB)"
+                        ))
+                    })?
+                }
                 "timeout" => client = client.with_timeout(parse_secs(k, v)?),
                 "connect_timeout" => client = client.with_connect_timeout(parse_secs(k, v)?),
                 "retry_timeout" => retry.retry_timeout = parse_secs(k, v)?,
@@ -209,7 +219,13 @@ impl Remote {
         };
         let prefix = ObjPath::parse(prefix.trim_matches('/'))
             .map_err(|e| Error::InvalidArgument(format!("{url:?}: not an object path: {e}")))?;
-        Ok(Remote { store, prefix, url: url.trim_end_matches('/').to_string(), deadline, counters: Arc::default() })
+        Ok(Remote { store, prefix, url: url.trim_end_matches('/').to_string(), deadline, line, counters: Arc::default() })
+    }
+
+    /// The bytes of a cache line: one ranged GET (storage option
+    /// `cache_line_bytes`, default 8 MiB).
+    pub fn line(&self) -> u64 {
+        self.line
     }
 
     /// The URL of the prefix (no trailing slash).

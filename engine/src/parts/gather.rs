@@ -26,6 +26,9 @@ impl Parts {
     /// one group of parts after the other, so an error in a later group can
     /// come after an earlier group's slots were written.
     pub fn gather(&self, req: &Gather<'_>, dst: &mut [u8]) -> Result<()> {
+        // A cache of object storage: the records' bytes present, and kept
+        // so until the gather is done.
+        let _pinned = self.fill_indices(req.indices)?;
         if self.gather_hot(req, dst)? {
             return Ok(());
         }

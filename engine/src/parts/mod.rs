@@ -77,10 +77,12 @@
 //! The code: `manifest.rs` (the manifest's form), `commit.rs` (staging,
 //! committing, cleaning up), `open.rs` (the open set of parts), `dense.rs`
 //! (small parts' table entries in one array), `gather.rs` (a gather over
-//! parts).
+//! parts), `fill.rs` (parts whose files are filled before a read: a cache
+//! of a dataset in object storage).
 
 mod commit;
 mod dense;
+mod fill;
 mod gather;
 mod manifest;
 mod open;
@@ -91,6 +93,7 @@ pub use commit::{
     abandon, commit, commit_manifest, valid_job, valid_part_name, Committed, JobHold, Mode, Options, PartWriter,
     Request, Staged, KEEP_DROPPED,
 };
+pub use fill::{Extent, Fill, Pinned};
 pub use manifest::{
     is_parts, read_manifest, schema_of, Manifest, PartEntry, DROPPED_DIR, MANIFEST_FILE, PARTS_DIR, STAGING_DIR,
 };

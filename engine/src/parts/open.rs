@@ -173,6 +173,9 @@ pub struct Parts {
     pub(super) capacity: usize,
     /// Small parts' table entries, copied when the dataset opened.
     pub(super) dense: Option<Dense>,
+    /// What fills the parts' files before they are read, for a dataset
+    /// whose files are a cache of object storage ([`Parts::set_fill`]).
+    pub(super) fill: std::sync::OnceLock<Arc<dyn super::fill::Fill>>,
 }
 
 impl std::fmt::Debug for Parts {
@@ -261,6 +264,7 @@ impl Parts {
             clock: AtomicU64::new(0),
             capacity,
             dense: None,
+            fill: std::sync::OnceLock::new(),
         };
         let mut schema_text = None;
         // The small parts' entries, copied as each part is checked (`Dense`).

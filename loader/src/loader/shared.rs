@@ -213,6 +213,17 @@ impl crate::prefetch::Windows for Shared {
         !state.shutdown
     }
 
+    fn wants_plan(&self) -> bool {
+        self.ctx.streams.iter().flat_map(|s| &s.sources).any(|source| source.wants_plan())
+    }
+
+    fn plan(&self, windows: &[Vec<std::ops::Range<u64>>]) {
+        for source in self.ctx.streams.iter().flat_map(|s| &s.sources) {
+            // A plan is a hint: a source failing it reads as it would without.
+            let _ = source.plan(windows);
+        }
+    }
+
     fn load(&self, blocks: &[std::ops::Range<u64>], next: &[Option<u64>]) -> bool {
         self.ctx.streams.iter().flat_map(|s| &s.sources).all(|source| source.prefetch(blocks, next).is_ok())
     }

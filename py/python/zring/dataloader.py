@@ -754,6 +754,15 @@ class DataLoader(_util.Closeable):
             batch_size = 256 if batch_size is None else batch_size
             mode = 1 if mode is None else mode
             seed = 42 if seed is None else seed
+        if mode in (1, 2):
+            for label, ds in _datasets(streams):
+                if getattr(ds, "_lines", None) is not None:
+                    share, cap = ds._remote_share
+                    raise ValueError(
+                        f"{label} ({ds.url}) is read through a cache smaller than its share ({share} B, "
+                        f"cache_disk_bytes={cap}): mode {mode} draws any record at any step, so the cache would "
+                        f"fetch most of the data again every cycle; use mode=3 (windows of blocks, fetched ahead "
+                        f"and evicted by next use), or open it with cache_disk_bytes of at least {share}")
         if budget is not None:
             # One budget per process: the latest live statement; this one is
             # withdrawn at close(), whatever the order of closes.

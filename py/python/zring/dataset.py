@@ -17,6 +17,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import _schema, _util
+from . import _zring
 from ._zring import CorruptError, Parts, Store
 
 #: The manifest that makes a folder a dataset of parts (:mod:`zring.parts`).
@@ -167,10 +168,28 @@ class _Base(_util.Closeable):
                     raise ValueError(f"{name}= is for datasets in object storage (s3://, gs://, az://); "
                                      f"{path} is a local path")
             return path
-        local, self._cache_hold = remote._open_local(
+        local, self._cache_hold, self._remote_share = remote._open_local(
             path, cache, None if rank_parts is None else _rank_parts(rank_parts), cache_disk_bytes, storage_options)
         self.url = path
         return local
+
+    def _attach_lines(self, cache: Any, cache_disk_bytes: Any, storage_options: Any) -> None:
+        """A share staged lazily (larger than ``cache_disk_bytes``): its
+        chunk files filled line by line as they are read."""
+        from . import remote
+
+        #: The line cache of a share larger than its cap, else None.
+        self._lines = None
+        if self.url is not None and self._remote_share is not None:
+            self._lines = _zring.LineCache(self._store, self.url, remote.options(storage_options),
+                                           os.fspath(cache), int(cache_disk_bytes))
+
+    def remote_stats(self) -> dict[str, Any] | None:
+        """For a dataset in object storage read through a cache smaller than
+        its share: lines and bytes fetched and evicted, fills served from
+        the cache and fills that fetched, seconds spent fetching, and the
+        bytes the cache holds against its cap. None otherwise."""
+        return None if getattr(self, "_lines", None) is None else dict(self._lines.stats())
 
 
 
@@ -223,6 +242,7 @@ class Dataset(_Base):
         path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
         self.path, self._store, schema = _open(path, ragged=False, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
+        self._attach_lines(cache, cache_disk_bytes, storage_options)
         #: ``(rank, ranks)`` when opened with ``rank_parts=`` (only that
         #: rank's parts), else None.
         self.rank_parts: tuple[int, int] | None = None if rank_parts is None else _rank_parts(rank_parts)
@@ -318,6 +338,7 @@ class RaggedDataset(_Base):
         path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
         self.path, self._store, schema = _open(path, ragged=True, cache_bytes=cache_bytes,
                                                rank_parts=rank_parts)
+        self._attach_lines(cache, cache_disk_bytes, storage_options)
         #: ``(rank, ranks)`` when opened with ``rank_parts=``, else None.
         self.rank_parts: tuple[int, int] | None = None if rank_parts is None else _rank_parts(rank_parts)
         #: The dtype of the values.

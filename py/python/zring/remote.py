@@ -136,21 +136,35 @@ def _speak(message: str, cap: str) -> str:
 
 
 def _open_local(url: str, cache: Any, rank_parts: tuple[int, int] | None, cache_disk_bytes: int | None,
-                storage_options: Mapping[str, Any] | None) -> tuple[Path, Any]:
+                storage_options: Mapping[str, Any] | None) -> tuple[Path, Any, tuple[int, int] | None]:
     """What ``Dataset(url, cache=...)`` opens: the staged share, held so no
-    other process's stage evicts it while open."""
+    other process's stage evicts it while open, and ``(share bytes, cap)``
+    when the share is larger than the cap and was staged lazily (its chunk
+    files to be filled line by line), else None."""
     _available()
     if cache is None:
         raise ValueError(f"reading {url} needs cache=, a folder on local disk to stage it in (and "
                          f"cache_disk_bytes= to cap it)")
     rank, ranks = rank_parts if rank_parts is not None else (None, None)
+    lazy = None
     try:
         done = stage(url, cache, rank=rank, ranks=ranks, cache_bytes=cache_disk_bytes,
                      storage_options=storage_options)
     except ValueError as e:
-        raise ValueError(str(e).replace("cache_bytes", "cache_disk_bytes")) from None
+        over = "raise cache_bytes to at least" in str(e)
+        parts_there = over and _zring.stat_object(url, options(storage_options), "manifest.json") is not None
+        if not parts_there:
+            raise ValueError(str(e).replace("cache_bytes", "cache_disk_bytes")) from None
+        # A dataset of parts larger than the cap: read line by line (mode 3).
+        pair = None if rank is None else (rank, ranks)
+        try:
+            done = dict(_zring.stage(url, os.fspath(cache), options(storage_options), pair, cache_disk_bytes,
+                                     None, True))
+        except ValueError as e2:
+            raise ValueError(_speak(str(e2), "cache_disk_bytes")) from None
+        lazy = (int(done["share_bytes"]), int(cache_disk_bytes))
     hold = _zring.CacheHold(os.fspath(cache), url)
-    return Path(done["path"]), hold
+    return Path(done["path"]), hold, lazy
 
 
 def upload(local: str | os.PathLike[str], url: str, *, storage_options: Mapping[str, Any] | None = None) -> int:
