@@ -193,9 +193,12 @@ def races(seconds: float, with_ray: bool) -> dict[str, object]:
         time.sleep(5)
         for kind, (_, _, beat, _) in owners.items():
             try:
-                last = float(open(beat).read() or 0)
-            except (OSError, ValueError):
-                last = start + 60  # a Ray owner still starting
+                text = open(beat).read()
+            except OSError:
+                text = ""
+            if not text:
+                continue  # not written yet, or read while being rewritten
+            last = float(text)
             if time.time() - last > 120:
                 hangs.append(f"{kind}: no progress for {time.time() - last:.0f} s")
     for p in procs:

@@ -93,9 +93,20 @@ def test_a_share_larger_than_the_cap_is_refused_naming_the_bytes_it_needs(s3, bu
     local = _parts(tmp_path / "local", n=2)
     url = f"s3://{bucket}/ds"
     remote.upload(local, url, storage_options=s3.options())
-    with pytest.raises(ValueError, match=r"s3://.*/ds is \d+ B, more than cache_disk_bytes=1000: raise cache_disk_bytes to at least"):
+    # A dataset of parts over the cap is read line by line, in a cache that
+    # holds its tables and a round of lines at least.
+    with pytest.raises(ValueError, match=r"s3://.*/ds needs \d+ B of the cache at least \(\d+ B of tables and heads, "
+                                         r"and room for 16 lines of 8388608 B.*more than cache_disk_bytes=1000: "
+                                         r"raise cache_disk_bytes to at least"):
         zring.Dataset(url, cache=tmp_path / "cache", cache_disk_bytes=1000, storage_options=s3.options())
     assert not list((tmp_path / "cache").rglob("*.zr")), "nothing fetched"
+    # A single store is staged whole or not at all.
+    zring.write_dataset(tmp_path / "one", np.zeros((100, 8), np.float32))
+    remote.upload(tmp_path / "one", f"s3://{bucket}/one", storage_options=s3.options())
+    with pytest.raises(ValueError, match=r"s3://.*/one is \d+ B, more than cache_disk_bytes=1000: raise "
+                                         r"cache_disk_bytes to at least \d+"):
+        zring.Dataset(f"s3://{bucket}/one", cache=tmp_path / "cache", cache_disk_bytes=1000,
+                      storage_options=s3.options())
 
 
 def test_a_dataset_no_process_reads_is_evicted_for_room_and_one_open_is_not(s3, bucket, tmp_path):
@@ -275,3 +286,107 @@ def _manifest_dirs(url: str, opts: dict[str, str]) -> list[str]:
     d = tempfile.mkdtemp()
     done = remote.stage(url, d, storage_options=opts)
     return [p["dir"] for p in parts.list_parts(done["path"])]
+
+
+def _big_parts(root: Path, parts_n: int = 8, per: int = 256, rec: int = 4096) -> int:
+    """Parts of raw records of ``rec`` bytes whose first 8 bytes are the
+    record's index; returns the chunk bytes."""
+    for k in range(parts_n):
+        a = np.zeros((per, rec), np.uint8)
+        a[:, :8] = np.arange(k * per, (k + 1) * per, dtype=np.uint64).view(np.uint8).reshape(per, 8)
+        parts.commit(root, [parts.write_part(root, a, codec="raw")])
+    return parts_n * per * rec
+
+
+def _allocated(d: Path) -> int:
+    return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file())
+
+
+def _cycles(ds, cycles: int, seed: int = 1) -> list[int]:
+    """Bytes fetched in each of ``cycles`` mode-3 cycles; every record read
+    once a cycle."""
+    n = len(ds)
+    out = []
+    with zring.DataLoader({"x": ds}, batch_size=64, mode=3, seed=seed, block_records=16, window_blocks=4) as dl:
+        for _ in range(cycles):
+            before = ds.remote_stats()["bytes_fetched"]
+            ids = []
+            for _ in range(n // 64):
+                ids += next(dl)["x"][:, :8].copy().view(np.uint64)[:, 0].tolist()
+            assert sorted(ids) == list(range(n)), "every record once a cycle"
+            out.append(ds.remote_stats()["bytes_fetched"] - before)
+    return out
+
+
+def test_a_share_twice_the_cap_in_mode_3_fetches_half_a_cycle_and_never_holds_more_than_the_cap(s3, bucket,
+                                                                                                  tmp_path):
+    import threading
+
+    url = f"s3://{bucket}/ds"
+    chunk_bytes = _big_parts(tmp_path / "local")
+    remote.upload(tmp_path / "local", url, storage_options=s3.options())
+    opts = s3.options(cache_line_bytes=65536)
+    share = remote.stage(url, tmp_path / "probe", storage_options=opts)["share_bytes"]
+    cap = share // 2
+    fetched = {}
+    for policy in ("next_use", "lru"):
+        cache = tmp_path / f"cache-{policy}"
+        with zring.Dataset(url, cache=cache, cache_disk_bytes=cap, storage_options={**opts, "cache_eviction": policy}) \
+                as ds:
+            assert ds.remote_stats() is not None, "staged lazily"
+            with pytest.raises(ValueError, match=r"mode 2 draws any record at any step.*use mode=3"):
+                zring.DataLoader({"x": ds}, batch_size=64, mode=2)
+            worst, stop = [0], threading.Event()
+
+            def sample() -> None:
+                while not stop.is_set():
+                    worst[0] = max(worst[0], _allocated(cache))
+                    time.sleep(0.1)
+            t = threading.Thread(target=sample)
+            t.start()
+            try:
+                fetched[policy] = _cycles(ds, 3)
+            finally:
+                stop.set()
+                t.join()
+            assert worst[0] <= cap, f"{worst[0]} B allocated in the cache, cap {cap}"
+            assert ds.remote_stats()["cache_used_bytes"] <= cap
+    first, *later = fetched["next_use"]
+    assert first == chunk_bytes
+    for f in later:
+        assert f <= 1.05 * 0.5 * chunk_bytes, (fetched, chunk_bytes)
+    assert sum(fetched["lru"][1:]) > sum(later), fetched
+
+
+def test_two_processes_on_one_line_cache_read_every_row_right_under_eviction(s3, bucket, tmp_path):
+    import json
+
+    url = f"s3://{bucket}/ds"
+    _big_parts(tmp_path / "local")
+    remote.upload(tmp_path / "local", url, storage_options=s3.options())
+    opts = s3.options(cache_line_bytes=65536)
+    share = remote.stage(url, tmp_path / "probe", storage_options=opts)["share_bytes"]
+    child = textwrap.dedent("""
+        import json, sys
+        import numpy as np
+        import zring
+        url, cache, cap, opts, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), json.loads(sys.argv[4]), int(sys.argv[5])
+        with zring.Dataset(url, cache=cache, cache_disk_bytes=cap, storage_options=opts) as ds:
+            n = len(ds)
+            with zring.DataLoader({"x": ds}, batch_size=64, mode=3, seed=seed, block_records=16,
+                                  window_blocks=4) as dl:
+                for c in range(2):
+                    ids = []
+                    for _ in range(n // 64):
+                        ids += next(dl)["x"][:, :8].copy().view(np.uint64)[:, 0].tolist()
+                    assert sorted(ids) == list(range(n)), f"cycle {c}"
+            print(json.dumps(ds.remote_stats()))
+    """)
+    cap = int(share * 0.6)
+    procs = [subprocess.Popen([sys.executable, "-c", child, url, str(tmp_path / "cache"), str(cap), json.dumps(opts),
+                               str(seed)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for seed in (1, 2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-2000:]
+    assert _allocated(tmp_path / "cache") <= cap

@@ -79,7 +79,8 @@ pub enum Put {
 }
 
 /// Options of the tier itself (the rest go to the store's builder).
-const OWN_OPTIONS: [&str; 5] = ["timeout", "connect_timeout", "max_retries", "retry_timeout", "cache_line_bytes"];
+const OWN_OPTIONS: [&str; 6] =
+    ["timeout", "connect_timeout", "max_retries", "retry_timeout", "cache_line_bytes", "cache_eviction"];
 
 /// A prefix in a bucket (`s3://bucket/a/b`, `gs://`, `az://`, `file://`).
 #[derive(Clone, Debug)]
@@ -89,6 +90,7 @@ pub struct Remote {
     url: String,
     deadline: Duration,
     line: u64,
+    lru: bool,
     counters: Arc<Counters>,
 }
 
@@ -145,8 +147,18 @@ impl Remote {
         }
         let mut rest = Vec::new();
         let mut line = 8u64 << 20;
+        let mut lru = false;
         for (k, v) in options {
             match k.as_str() {
+                "cache_eviction" => {
+                    lru = match v.as_str() {
+                        "next_use" => false,
+                        "lru" => true,
+                        _ => return Err(Error::InvalidArgument(format!(
+                            "storage option cache_eviction={v:?}: \"next_use\" (the default) or \"lru\" (to compare)"
+                        ))),
+                    }
+                }
                 "cache_line_bytes" => {
                     line = v.parse().ok().filter(|l: &u64| *l >= 4096 && l % 4096 == 0).ok_or_else(|| {
                         Error::InvalidArgument(format!(
@@ -219,13 +231,28 @@ impl Remote {
         };
         let prefix = ObjPath::parse(prefix.trim_matches('/'))
             .map_err(|e| Error::InvalidArgument(format!("{url:?}: not an object path: {e}")))?;
-        Ok(Remote { store, prefix, url: url.trim_end_matches('/').to_string(), deadline, line, counters: Arc::default() })
+        Ok(Remote {
+            store,
+            prefix,
+            url: url.trim_end_matches('/').to_string(),
+            deadline,
+            line,
+            lru,
+            counters: Arc::default(),
+        })
     }
 
     /// The bytes of a cache line: one ranged GET (storage option
     /// `cache_line_bytes`, default 8 MiB).
     pub fn line(&self) -> u64 {
         self.line
+    }
+
+    /// Whether a line cache evicts the least recently used line rather
+    /// than the one needed furthest ahead (storage option
+    /// `cache_eviction="lru"`, for comparison).
+    pub fn lru(&self) -> bool {
+        self.lru
     }
 
     /// The URL of the prefix (no trailing slash).

@@ -96,6 +96,11 @@ pub struct LineCache {
     pins: Mutex<HashMap<LineId, u32>>,
     /// Each line's first window in the last plan.
     plan: Mutex<HashMap<LineId, u64>>,
+    /// Evict the least recently used line instead (for comparison), and
+    /// each line's last use by a tick of `clock`.
+    lru: bool,
+    uses: Mutex<HashMap<LineId, u64>>,
+    clock: AtomicU64,
     filling: Mutex<()>,
     counters: Counters,
 }
@@ -174,6 +179,26 @@ fn punch(f: &File, r: &Range<u64>, path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Blocks allocated to the files under `d` but the chunk files `chunks`
+/// (paths relative to `root`).
+fn allocated_except_chunks(root: &Path, chunks: &HashMap<PathBuf, u32>, d: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(d) else { return 0 };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => allocated_except_chunks(root, chunks, &e.path()),
+            Ok(t) if t.is_file() => {
+                let rel = e.path().strip_prefix(root).map(Path::to_path_buf).unwrap_or_default();
+                if chunks.contains_key(&rel) {
+                    0
+                } else {
+                    e.metadata().map(|m| m.blocks() * 512).unwrap_or(0)
+                }
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
 /// The lines pinned by one fill; unpinned when dropped.
 struct Held {
     cache: Arc<LineCache>,
@@ -201,7 +226,6 @@ impl LineCache {
         let mut fixed = 0;
         for (key, e) in &st.objects {
             if !(e.lazy && is_chunk(key)) {
-                fixed += e.size;
                 continue;
             }
             let path = dir.join(key);
@@ -209,6 +233,10 @@ impl LineCache {
             by_path.insert(PathBuf::from(key), objs.len() as u32);
             objs.push(Obj { key: key.clone(), etag: e.etag.clone(), size: e.size, path, file });
         }
+        // What the other files take on disk: blocks, not lengths (a head of
+        // 128 B takes a block of 4 KiB).
+        fixed += allocated_except_chunks(&dir, &by_path, &dir);
+        let lru = remote.lru();
         Ok(Arc::new(LineCache {
             line: remote.line(),
             remote,
@@ -221,6 +249,9 @@ impl LineCache {
             fill_file: lock_file(&cache.join(format!(".{name}.fill.lock")))?,
             pins: Mutex::default(),
             plan: Mutex::default(),
+            lru,
+            uses: Mutex::default(),
+            clock: AtomicU64::new(0),
             filling: Mutex::new(()),
             counters: Counters::default(),
         }))
@@ -332,7 +363,13 @@ impl LineCache {
         if used + need <= self.cap {
             return Ok(());
         }
-        let plan = self.plan.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let plan = if self.lru {
+            // Oldest use first: sorted descending by u64::MAX - tick.
+            let uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+            uses.iter().map(|(&id, &t)| (id, u64::MAX - t)).collect()
+        } else {
+            self.plan.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        };
         let pinned: HashSet<LineId> =
             self.pins.lock().unwrap_or_else(PoisonError::into_inner).keys().copied().collect();
         let mut victims: Vec<(u64, LineId)> = self
@@ -397,6 +434,13 @@ impl LineCache {
     }
 
     fn fill_lines(self: &Arc<Self>, lines: Vec<LineId>) -> Result<Pinned> {
+        if self.lru {
+            let t = self.clock.fetch_add(1, Relaxed);
+            let mut uses = self.uses.lock().unwrap_or_else(PoisonError::into_inner);
+            for &id in &lines {
+                uses.insert(id, t);
+            }
+        }
         self.pin(&lines)?;
         let held = Held { cache: self.clone(), lines };
         let missing = |c: &Self| -> Vec<LineId> {
