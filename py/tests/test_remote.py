@@ -390,3 +390,54 @@ def test_two_processes_on_one_line_cache_read_every_row_right_under_eviction(s3,
     for p, (out, err) in zip(procs, outs):
         assert p.returncode == 0, err[-2000:]
     assert _allocated(tmp_path / "cache") <= cap
+
+
+class _FailOnce:
+    """Where the failing write task marks that it failed (a marker file
+    tells the retry from the first attempt)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+
+def test_ray_writes_200000_documents_to_a_bucket_exactly_once_though_a_task_fails_after_its_upload(s3, bucket,
+                                                                                                  tmp_path):
+    ray = pytest.importorskip("ray")
+    import zring.ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    url = f"s3://{bucket}/docs"
+    opts = s3.options()
+    ds = ray.data.range(200_000, override_num_blocks=8).map_batches(
+        lambda b: {"tokens": np.array([np.full(i % 7 + 1, i, np.int32) for i in b["id"]] + [np.zeros(0, np.int32)],
+                                      dtype=object)[:-1]}, batch_format="numpy", batch_size=25_000)
+    fail = _FailOnce(str(tmp_path / "failed-once"))
+    # Ray's workers do not import this test module: its sink goes by value.
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+    class Sink(zring.ray.ZringDatasink):
+        def write(self, blocks, ctx):
+            return _fail_write(self, fail, blocks, ctx)
+
+    sink = Sink(url, column="tokens", storage_options=opts)
+    ds.write_datasink(sink, ray_remote_args={"retry_exceptions": True, "max_retries": 2})
+    assert os.path.exists(fail.marker), "the failure was injected"
+    assert sink.rows == 200_000
+    with zring.RaggedDataset(url, cache=tmp_path / "cache", storage_options=opts) as docs:
+        values, splits = docs[np.arange(len(docs))]
+        firsts = values[splits[:-1]]
+        assert sorted(firsts.tolist()) == list(range(200_000)), "every document exactly once"
+        lens = np.diff(splits)
+        assert np.array_equal(lens, firsts % 7 + 1)
+    listed = {p.split("/")[1] for p in _manifest_dirs(url, opts)}
+    uploaded = {k.split("/")[1] for k, _, _ in zring._zring.list_objects(url, list(opts.items()), "parts/")}
+    assert uploaded == listed, f"left in the bucket: {uploaded - listed}"
+
+
+def _fail_write(sink, fail, blocks, ctx):
+    result = zring.ray.ZringDatasink.write(sink, blocks, ctx)
+    if result.task == 3 and not os.path.exists(fail.marker):
+        open(fail.marker, "w").close()
+        raise RuntimeError("injected: task 3 fails after its upload")
+    return result

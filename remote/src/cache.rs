@@ -157,7 +157,10 @@ fn local_path(dir: &Path, key: &str) -> Result<PathBuf> {
 
 /// The objects of `remote`'s dataset in the share `opts.rank` asks for,
 /// and the manifest's bytes (`None` for a single store).
-fn share(remote: &Remote, opts: &StageOptions) -> Result<(Vec<ObjectInfo>, Option<(bytes::Bytes, ObjectInfo)>)> {
+/// A share's objects, and the manifest's bytes and listing (`None`: a single store).
+type Share = (Vec<ObjectInfo>, Option<(bytes::Bytes, ObjectInfo)>);
+
+fn share(remote: &Remote, opts: &StageOptions) -> Result<Share> {
     let Some((bytes, info)) = remote.get(MANIFEST_FILE)? else {
         if opts.rank.is_some() {
             return Err(Error::InvalidArgument(format!(

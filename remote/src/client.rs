@@ -154,13 +154,15 @@ impl Remote {
                     lru = match v.as_str() {
                         "next_use" => false,
                         "lru" => true,
-                        _ => return Err(Error::InvalidArgument(format!(
+                        _ => {
+                            return Err(Error::InvalidArgument(format!(
                             "storage option cache_eviction={v:?}: \"next_use\" (the default) or \"lru\" (to compare)"
-                        ))),
+                        )))
+                        }
                     }
                 }
                 "cache_line_bytes" => {
-                    line = v.parse().ok().filter(|l: &u64| *l >= 4096 && l % 4096 == 0).ok_or_else(|| {
+                    line = v.parse().ok().filter(|l: &u64| *l >= 4096 && l.is_multiple_of(4096)).ok_or_else(|| {
                         Error::InvalidArgument(format!(
                             "storage option cache_line_bytes={v:?}: a multiple of 4096, such as \"8388608\" (8 MiB)"
                         ))
