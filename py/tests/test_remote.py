@@ -441,3 +441,56 @@ def _fail_write(sink, fail, blocks, ctx):
         open(fail.marker, "w").close()
         raise RuntimeError("injected: task 3 fails after its upload")
     return result
+
+
+def test_a_run_killed_mid_fetch_resumes_with_the_same_batches_and_keeps_what_was_cached(s3, bucket, tmp_path):
+    import json
+    import signal
+
+    url = f"s3://{bucket}/ds"
+    _big_parts(tmp_path / "local")
+    remote.upload(tmp_path / "local", url, storage_options=s3.options())
+    opts = s3.options(cache_line_bytes=65536)
+    share = remote.stage(url, tmp_path / "probe", storage_options=opts)["share_bytes"]
+    cap = share // 2
+    run = textwrap.dedent("""
+        import json, sys, time
+        import numpy as np
+        import zring
+        url, cache, cap, opts, start, steps, out = (sys.argv[1], sys.argv[2], int(sys.argv[3]),
+                                                    json.loads(sys.argv[4]), sys.argv[5], int(sys.argv[6]), sys.argv[7])
+        state = None if start == "-" else json.load(open(start))
+        with zring.Dataset(url, cache=cache, cache_disk_bytes=cap, storage_options=opts) as ds:
+            kw = dict(batch_size=64, mode=3, seed=5, block_records=16, window_blocks=4) if state is None else {}
+            with zring.DataLoader({"x": ds}, state=state, **kw) as dl:
+                with open(out, "w") as f:
+                    for s in range(steps):
+                        ids = next(dl)["x"][:, :8].copy().view(np.uint64)[:, 0].tolist()
+                        f.write(json.dumps({"ids": ids, "state": dl.state(), "stats": ds.remote_stats()}) + "\\n")
+                        f.flush()
+    """)
+    args = lambda cache, start, steps, out: [sys.executable, "-c", run, url, str(cache), str(cap), json.dumps(opts),
+                                             start, str(steps), str(out)]
+    steps = 3 * (len(zring.Dataset(tmp_path / "local")) // 64)
+    ref = tmp_path / "ref.jsonl"
+    subprocess.run(args(tmp_path / "ref-cache", "-", steps, ref), check=True, timeout=300)
+    reference = [json.loads(x)["ids"] for x in open(ref)]
+    # The same run killed (SIGKILL) once it has made 40 steps, mid-fetch or not.
+    killed = tmp_path / "killed.jsonl"
+    p = subprocess.Popen(args(tmp_path / "cache", "-", steps, killed))
+    while not killed.exists() or sum(1 for _ in open(killed)) < 40:
+        assert p.poll() is None, "the run ended before it was killed"
+        time.sleep(0.01)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    lines = [json.loads(x) for x in open(killed) if x.endswith("\n")]
+    done = len(lines)
+    assert [x["ids"] for x in lines] == reference[:done]
+    (tmp_path / "state.json").write_text(json.dumps(lines[-1]["state"]))
+    resumed = tmp_path / "resumed.jsonl"
+    subprocess.run(args(tmp_path / "cache", str(tmp_path / "state.json"), steps - done, resumed), check=True,
+                   timeout=300)
+    after = [json.loads(x) for x in open(resumed)]
+    assert [x["ids"] for x in after] == reference[done:], "the batches of a run that never stopped"
+    first = after[0]["stats"]
+    assert first["fills_hit"] > 0, f"what was cached was fetched again: {first}"
