@@ -261,9 +261,22 @@ class Dataset:
     codec: str
     #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
     rank_parts: Optional[tuple[int, int]]
+    #: The URL the dataset was opened from (path is then its staged copy), or None.
+    url: Optional[str]
     def __init__(
-        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
-    ) -> None: ...
+        self,
+        path: _Path,
+        *,
+        cache_bytes: Optional[int] = None,
+        rank_parts: Optional[tuple[int, int]] = None,
+        cache: Optional[_Path] = None,
+        cache_disk_bytes: Optional[int] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """path may be a URL in object storage (s3://, gs://, az://, file://):
+        its share is staged into the folder cache (capped at cache_disk_bytes)
+        and read from there; storage_options are the store's and the tier's
+        options (zring.remote)."""
     @property
     def record_bytes(self) -> int:
         """Bytes in one sample."""
@@ -278,6 +291,9 @@ class Dataset:
         """The read policy in force and the reads since open (hits, bytes by source)."""
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
+    def remote_stats(self) -> Optional[dict[str, Any]]:
+        """The line cache's counters for a dataset in object storage staged
+        lazily (its share larger than cache_disk_bytes), else None."""
     @property
     def names(self) -> Optional[Sequence[str]]:
         """Record names kept with the store (zring.convert of a folder or tar shards), read on demand, or None."""
@@ -296,9 +312,22 @@ class RaggedDataset:
     codec: str
     #: (rank, ranks) when opened with rank_parts= (only that rank's parts), else None.
     rank_parts: Optional[tuple[int, int]]
+    #: The URL the dataset was opened from (path is then its staged copy), or None.
+    url: Optional[str]
     def __init__(
-        self, path: _Path, *, cache_bytes: Optional[int] = None, rank_parts: Optional[tuple[int, int]] = None
-    ) -> None: ...
+        self,
+        path: _Path,
+        *,
+        cache_bytes: Optional[int] = None,
+        rank_parts: Optional[tuple[int, int]] = None,
+        cache: Optional[_Path] = None,
+        cache_disk_bytes: Optional[int] = None,
+        storage_options: Optional[Mapping[str, Any]] = None,
+    ) -> None:
+        """path may be a URL in object storage (s3://, gs://, az://, file://):
+        its share is staged into the folder cache (capped at cache_disk_bytes)
+        and read from there; storage_options are the store's and the tier's
+        options (zring.remote)."""
     @property
     def row_bytes(self) -> int:
         """Bytes in one row."""
@@ -319,6 +348,9 @@ class RaggedDataset:
         """The read policy in force and the reads since open (hits, bytes by source)."""
     def fingerprint(self) -> dict[str, Any]:
         """{"records", "content"}: the store's checkpoint fingerprint, O(1)."""
+    def remote_stats(self) -> Optional[dict[str, Any]]:
+        """The line cache's counters for a dataset in object storage staged
+        lazily (its share larger than cache_disk_bytes), else None."""
     @property
     def names(self) -> Optional[Sequence[str]]:
         """Record names kept with the store (zring.convert of a folder or tar shards), read on demand, or None."""
@@ -481,3 +513,5 @@ from . import parts as parts
 # Optional submodules, imported explicitly (``import zring.jax``,
 # ``import zring.adapters``) so that ``import zring`` imports neither jax nor
 # torch; their stubs are jax.pyi and adapters.pyi.
+# zring.remote and zring.ray, also imported explicitly, are typed in their
+# sources.

@@ -1,7 +1,7 @@
 """Type stubs of the compiled module ``zring._zring``."""
 
 import os
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 import numpy.typing as npt
@@ -321,6 +321,79 @@ def commit_parts(requests: Sequence[tuple[str | os.PathLike[str], Sequence[tuple
 
 def manifest_parts(path: str | os.PathLike[str]) -> list[tuple[str, int, str]]:
     """The parts the manifest at path lists ((dir, records, content)), its checksum checked; parts not opened."""
+
+# The object-storage tier (zring.remote): built with the `remote` feature,
+# on by default. options is a list of (key, value) storage options.
+
+def is_url(s: str) -> bool:
+    """Whether s is an object-storage URL (s3://, gs://, az://, file://)."""
+
+def cache_name(url: str) -> str:
+    """The folder a cache keeps url's dataset in."""
+
+def stage(
+    url: str,
+    cache: str | os.PathLike[str],
+    options: Sequence[tuple[str, str]],
+    rank: Optional[tuple[int, int]] = None,
+    cache_bytes: Optional[int] = None,
+    progress: Optional[Callable[[int, int], object]] = None,
+    lazy: bool = False,
+) -> dict[str, Any]:
+    """Stage url's dataset (or rank (rank, ranks)'s share) into cache; returns
+    path, share_bytes, fetched_bytes, fetched_objects, reused_objects,
+    removed_bytes, requests and request_errors. progress(done, total) is
+    called at most every 0.2 s. lazy: fetch the small files only and leave
+    the chunk files as holes, to be filled by a LineCache."""
+
+class CacheHold:
+    """A process's hold on a staged dataset: no other stage evicts it while held."""
+    def __init__(self, cache: str | os.PathLike[str], url: str) -> None: ...
+    def close(self) -> None:
+        """Release the hold."""
+
+class LineCache:
+    """The line cache of a dataset of parts staged lazily: its chunk files
+    filled line by line as they are read, within the cap."""
+    def __init__(
+        self,
+        parts: Parts,
+        url: str,
+        options: Sequence[tuple[str, str]],
+        cache: str | os.PathLike[str],
+        cap: int,
+    ) -> None:
+        """Make the line cache of url staged lazily in cache the fill of the open dataset parts."""
+    def stats(self) -> dict[str, Any]:
+        """lines_fetched, bytes_fetched, lines_evicted, bytes_evicted,
+        fills_hit, fills_fetched, fetch_seconds, cache_used_bytes, cache_cap_bytes."""
+
+def upload_part(
+    url: str, options: Sequence[tuple[str, str]], local: str | os.PathLike[str], name: str
+) -> int:
+    """Upload the local store local as part name of the dataset at url; the bytes uploaded."""
+
+def upload_store(url: str, options: Sequence[tuple[str, str]], local: str | os.PathLike[str]) -> int:
+    """Upload the local store local to url itself; the bytes uploaded."""
+
+def commit(
+    url: str,
+    options: Sequence[tuple[str, str]],
+    parts: Sequence[tuple[str, int, str, Optional[str]]],
+    overwrite: bool,
+) -> tuple[int, int, list[str]]:
+    """Commit uploaded parts ((name, records, content, schema JSON or None)) to
+    the dataset at url with a conditional write of its manifest; (generation,
+    retries, warnings)."""
+
+def remove_unlisted(url: str, options: Sequence[tuple[str, str]], names: Sequence[str]) -> list[str]:
+    """Remove the uploaded parts names that the manifest at url does not list; the names removed."""
+
+def list_objects(url: str, options: Sequence[tuple[str, str]], sub: str) -> list[tuple[str, int, str]]:
+    """(key, size, etag) of every object under sub of url."""
+
+def stat_object(url: str, options: Sequence[tuple[str, str]], key: str) -> Optional[tuple[int, str]]:
+    """(size, etag) of the object key under url, or None if there is none."""
 
 # Built with the `bench` feature only (`make bench`).
 def ceiling(kind: str, src: np.ndarray, item_len: int, threads: int, level: int = 3) -> float:

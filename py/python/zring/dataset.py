@@ -215,6 +215,25 @@ class Dataset(_Base):
         :func:`zring.jax.global_loader` over it is that rank's loader
         (docs: "Datasets beyond one host").
 
+        ``path`` may be a URL in object storage (``s3://``, ``gs://``,
+        ``az://``, ``file://``; :mod:`zring.remote`, docs/remote.rst).
+        Opening it stages the dataset (with ``rank_parts``, that rank's
+        share) into ``cache``, a folder on local disk, and opens the local
+        copy: the dataset's ``path`` is then the copy, and its ``url`` the
+        URL (None for a local path). Objects already in the cache with an
+        unchanged ETag are not fetched again. ``cache_disk_bytes`` caps the
+        cache folder; other datasets no process has open are removed to
+        make room. A dataset of parts whose share is larger than the cap is
+        staged lazily: its chunk files are filled line by line as they are
+        read, a :class:`DataLoader` over it refuses modes 1 and 2 (use
+        ``mode=3``), and :meth:`remote_stats` counts the lines fetched and
+        evicted. A single
+        store larger than the cap is refused. ``storage_options`` is a dict
+        of the store's configuration keys (``aws_endpoint``,
+        ``aws_region``, ...) and the tier's own (``timeout``,
+        ``max_retries``, ``cache_line_bytes``, ...); credentials otherwise
+        come from the environment. These three arguments are for URLs only.
+
         ``cache_bytes`` is the memory the process may fill with store data (page
         cache or zring's record caches), one budget for the whole process:
         the latest statement still live of :func:`zring.set_cache_bytes`, of
@@ -235,8 +254,15 @@ class Dataset(_Base):
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
             ValueError: ``path`` is a ragged dataset; ``rank_parts`` over
                 a folder that is not a dataset of parts, or naming a rank
-                that gets no part (more ranks than parts).
+                that gets no part (more ranks than parts); a URL without
+                ``cache``, or ``cache``, ``cache_disk_bytes`` or
+                ``storage_options`` with a local path; a share the cap
+                cannot hold (the message names the bytes needed); an
+                unknown storage option.
             NotAStoreError: ``path`` holds no store (or a part is missing).
+            StaleError: an object in the bucket was replaced while it was
+                fetched.
+            TimeoutError: the bucket did not answer within the deadline.
         """
         self._store = None
         path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
@@ -327,12 +353,14 @@ class RaggedDataset(_Base):
                  rank_parts: tuple[int, int] | None = None, cache: str | os.PathLike[str] | None = None,
                  cache_disk_bytes: int | None = None, storage_options: dict[str, Any] | None = None):
         """Open the ragged dataset at ``path`` (written by :func:`write_ragged`).
-        ``cache_bytes``, and a dataset of parts and ``rank_parts``, as for
-        :class:`Dataset`.
+        ``cache_bytes``, a dataset of parts and ``rank_parts``, and a URL in
+        object storage with ``cache``, ``cache_disk_bytes`` and
+        ``storage_options``, as for :class:`Dataset`.
 
         Raises:
             FileNotFoundError: ``path`` is missing or has no ``schema.json``.
-            ValueError: ``path`` is a fixed-shape dataset.
+            ValueError: ``path`` is a fixed-shape dataset; the other
+                arguments as for :class:`Dataset`.
         """
         self._store = None
         path = self._staged(path, rank_parts, cache, cache_disk_bytes, storage_options)
