@@ -39,10 +39,12 @@ pub fn is_url(s: &str) -> bool {
     zring_remote::is_url(s)
 }
 
-/// The folder a cache keeps `url`'s dataset in.
+/// The folder a cache keeps `url`'s dataset (or rank `rank` of `ranks`'s
+/// share) in.
 #[pyfunction]
-pub fn cache_name(url: &str) -> String {
-    zring_remote::cache_name(url)
+#[pyo3(signature = (url, rank=None))]
+pub fn cache_name(url: &str, rank: Option<(u32, u32)>) -> String {
+    zring_remote::cache_name(url, rank)
 }
 
 /// Stage `url`'s dataset (or rank `rank`'s share) into `cache`; returns a
@@ -97,8 +99,9 @@ pub struct PyCacheHold {
 #[pymethods]
 impl PyCacheHold {
     #[new]
-    fn new(py: Python<'_>, cache: PathBuf, url: String) -> PyResult<Self> {
-        let h = py.detach(|| zring_remote::hold(&cache, &url)).map_err(remote_err)?;
+    #[pyo3(signature = (cache, url, rank=None))]
+    fn new(py: Python<'_>, cache: PathBuf, url: String, rank: Option<(u32, u32)>) -> PyResult<Self> {
+        let h = py.detach(|| zring_remote::hold(&cache, &url, rank)).map_err(remote_err)?;
         Ok(PyCacheHold { inner: Mutex::new(Some(h)) })
     }
 
@@ -208,6 +211,7 @@ impl PyLineCache {
     /// Make the line cache of `url` staged lazily in `cache` the fill of
     /// the open dataset of parts `parts`.
     #[new]
+    #[pyo3(signature = (parts, url, options, cache, cap, rank=None))]
     fn new(
         py: Python<'_>,
         parts: PyRef<'_, crate::parts::PyParts>,
@@ -215,10 +219,11 @@ impl PyLineCache {
         options: Vec<(String, String)>,
         cache: PathBuf,
         cap: u64,
+        rank: Option<(u32, u32)>,
     ) -> PyResult<Self> {
         let r = open(&url, options)?;
         let p = parts.parts()?;
-        let lc = py.detach(|| zring_remote::LineCache::open(r, &cache, cap)).map_err(remote_err)?;
+        let lc = py.detach(|| zring_remote::LineCache::open(r, &cache, rank, cap)).map_err(remote_err)?;
         p.set_fill(std::sync::Arc::new(zring_remote::Filler(lc.clone()))).map_err(error::engine)?;
         Ok(PyLineCache { inner: lc })
     }

@@ -96,7 +96,7 @@ def test_a_share_larger_than_the_cap_is_refused_naming_the_bytes_it_needs(s3, bu
     # A dataset of parts over the cap is read line by line, in a cache that
     # holds its tables and a round of lines at least.
     with pytest.raises(ValueError, match=r"s3://.*/ds needs \d+ B of the cache at least \(\d+ B of tables and heads, "
-                                         r"and room for 16 lines of 8388608 B.*more than cache_disk_bytes=1000: "
+                                         r"and room for 16 lines of 262144 B\), more than cache_disk_bytes=1000: "
                                          r"raise cache_disk_bytes to at least"):
         zring.Dataset(url, cache=tmp_path / "cache", cache_disk_bytes=1000, storage_options=s3.options())
     assert not list((tmp_path / "cache").rglob("*.zr")), "nothing fetched"
@@ -205,7 +205,7 @@ def test_an_object_replaced_while_it_is_fetched_is_a_stale_error(s3, bucket, fau
     faults.replace = (f"/{bucket}/ds/{table}", b"another version")
     with pytest.raises(zring.StaleError, match=rf"s3://{bucket}/ds/{table} was replaced"):
         remote.stage(url, tmp_path / "cache", storage_options=s3.options(faults.endpoint))
-    assert not (Path(tmp_path / "cache") / zring._zring.cache_name(url) / "manifest.json").exists()
+    assert not (Path(tmp_path / "cache") / zring._zring.cache_name(url, None) / "manifest.json").exists()
 
 
 def test_bad_arguments_are_named(s3, bucket, tmp_path):

@@ -102,9 +102,11 @@ pub(crate) fn is_chunk(key: &str) -> bool {
     name.starts_with("chunk-") && name.ends_with(".zr")
 }
 
-/// The folder name of `url`'s dataset in a cache: readable, and unique by
-/// a hash of the whole URL.
-pub fn cache_name(url: &str) -> String {
+/// The folder name of `url`'s dataset (or of rank `rank` of `ranks`'s
+/// share of it) in a cache: readable, and unique by a hash of the whole
+/// URL. The ranks of one host have disjoint shares, each a folder of its
+/// own (staging one rank's share never removes another's).
+pub fn cache_name(url: &str, rank: Option<(u32, u32)>) -> String {
     let url = url.trim_end_matches('/');
     let tail: String = url
         .split("://")
@@ -116,7 +118,10 @@ pub fn cache_name(url: &str) -> String {
     let tail: String = tail.chars().rev().take(80).collect::<Vec<_>>().into_iter().rev().collect();
     // FNV-1a, 64 bits: a name, not a checksum.
     let h = url.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
-    format!("{tail}-{h:016x}")
+    match rank {
+        None => format!("{tail}-{h:016x}"),
+        Some((r, n)) => format!("{tail}-{h:016x}-rank{r}of{n}"),
+    }
 }
 
 fn lock(path: &Path, shared: bool) -> Result<File> {
@@ -130,9 +135,9 @@ fn lock(path: &Path, shared: bool) -> Result<File> {
 #[derive(Debug)]
 pub struct Hold(#[allow(dead_code)] File);
 
-/// Holds `url`'s dataset in `cache` (see [`Hold`]).
-pub fn hold(cache: &Path, url: &str) -> Result<Hold> {
-    lock(&cache.join(format!(".{}.use.lock", cache_name(url))), true).map(Hold)
+/// Holds `url`'s dataset (or a rank's share) in `cache` (see [`Hold`]).
+pub fn hold(cache: &Path, url: &str, rank: Option<(u32, u32)>) -> Result<Hold> {
+    lock(&cache.join(format!(".{}.use.lock", cache_name(url, rank))), true).map(Hold)
 }
 
 pub(crate) fn read_state(dir: &Path) -> State {
@@ -263,29 +268,27 @@ fn make_room(cache: &Path, keep: &str, need: u64, cap: u64) -> Result<u64> {
 /// local copy is, once it is whole.
 pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut dyn FnMut(u64, u64)) -> Result<Staged> {
     fs::create_dir_all(cache).map_err(io_err("create directory", cache))?;
-    let name = cache_name(remote.url());
+    let name = cache_name(remote.url(), opts.rank);
     let _use = lock(&cache.join(format!(".{name}.use.lock")), true)?;
     let _stage = lock(&cache.join(format!(".{name}.stage.lock")), false)?;
     let dir = cache.join(&name);
     fs::create_dir_all(&dir).map_err(io_err("create directory", &dir))?;
 
-    let opts = &StageOptions { line: remote.line(), ..opts.clone() };
     let (objects, manifest) = share(remote, opts)?;
     let share_bytes: u64 = objects.iter().map(|o| o.size).sum::<u64>() + manifest.as_ref().map_or(0, |m| m.1.size);
     let mut out = Staged { path: dir.clone(), share_bytes, ..Default::default() };
     let eager: u64 = objects.iter().filter(|o| !(opts.lazy && is_chunk(&o.key))).map(|o| o.size).sum::<u64>()
         + manifest.as_ref().map_or(0, |m| m.1.size);
     if let (true, Some(cap)) = (opts.lazy, opts.cache_bytes) {
-        // The small files whole, and room for the lines of a few windows.
-        let least = eager + opts.line * opts.parallel as u64;
+        // The small files whole, and room for a few lines.
+        let least = eager + 16 * remote.line();
         if least > cap {
             return Err(Error::CacheTooSmall(format!(
-                "{} needs {least} B of the cache at least ({eager} B of tables and heads, and room for {} lines \
-                 of {} B being read and fetched), more than the cache's cap of {cap} B: raise the cap to at \
+                "{} needs {least} B of the cache at least ({eager} B of tables and heads, and room for 16 lines of \
+                 {} B), more than the cache's cap of {cap} B: raise the cap to at \
                  least {least}",
                 remote.url(),
-                opts.parallel,
-                opts.line
+                remote.line()
             )));
         }
         out.removed_bytes += make_room(cache, &name, cap, cap)?;

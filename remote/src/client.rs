@@ -78,6 +78,12 @@ pub enum Put {
     Conflict,
 }
 
+/// The bytes of a cache line by default: the unit a line cache fetches,
+/// keeps and evicts (neighbours go as one GET of up to 8 MiB). Small
+/// enough that a mode-3 block (a few MiB) wastes little at its edges, where
+/// a line is shared with the next block.
+pub const LINE_BYTES: u64 = 256 << 10;
+
 /// Options of the tier itself (the rest go to the store's builder).
 const OWN_OPTIONS: [&str; 6] =
     ["timeout", "connect_timeout", "max_retries", "retry_timeout", "cache_line_bytes", "cache_eviction"];
@@ -114,8 +120,9 @@ impl Remote {
     /// `aws_access_key_id`, `google_service_account`, ...), over what the
     /// environment gives; `timeout` (per request, default 30 s),
     /// `connect_timeout` (5 s), `max_retries` (10) and `retry_timeout`
-    /// (120 s, the deadline of a request and its retries) and
-    /// `cache_line_bytes` (8 MiB, the bytes of one ranged GET) are the tier's.
+    /// (120 s, the deadline of a request and its retries),
+    /// `cache_line_bytes` (256 KiB, the unit a line cache keeps) and
+    /// `cache_eviction` (`next_use`, or `lru` to compare) are the tier's.
     /// An `http://` endpoint allows plain HTTP.
     pub fn open(url: &str, options: &[(String, String)]) -> Result<Remote> {
         // TLS through rustls with ring (see Cargo.toml); an error means a
@@ -146,7 +153,7 @@ impl Remote {
             client = client.with_allow_http(true);
         }
         let mut rest = Vec::new();
-        let mut line = 8u64 << 20;
+        let mut line = LINE_BYTES;
         let mut lru = false;
         for (k, v) in options {
             match k.as_str() {
@@ -244,8 +251,8 @@ impl Remote {
         })
     }
 
-    /// The bytes of a cache line: one ranged GET (storage option
-    /// `cache_line_bytes`, default 8 MiB).
+    /// The bytes of a cache line (storage option `cache_line_bytes`,
+    /// default [`LINE_BYTES`]).
     pub fn line(&self) -> u64 {
         self.line
     }

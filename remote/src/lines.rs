@@ -42,6 +42,11 @@ use crate::cache::{cache_name, is_chunk, read_state};
 use crate::client::Remote;
 use crate::error::{io_err, Error, Result};
 
+/// The most bytes of one ranged GET: neighbouring lines missing together
+/// go as one request of up to this (the range size the S3 performance
+/// guide recommends).
+const REQUEST_BYTES: u64 = 8 << 20;
+
 /// A line: the chunk file's number in the cache and the line in it.
 type LineId = (u32, u64);
 
@@ -214,8 +219,8 @@ impl Drop for Held {
 impl LineCache {
     /// The line cache of the dataset staged lazily from `remote` in
     /// `cache` ([`crate::stage`] with `lazy`), within `cap` bytes.
-    pub fn open(remote: Remote, cache: &Path, cap: u64) -> Result<Arc<LineCache>> {
-        let name = cache_name(remote.url());
+    pub fn open(remote: Remote, cache: &Path, rank: Option<(u32, u32)>, cap: u64) -> Result<Arc<LineCache>> {
+        let name = cache_name(remote.url(), rank);
         let dir = cache.join(&name);
         let st = read_state(&dir);
         if st.url != remote.url() {
@@ -411,20 +416,38 @@ impl LineCache {
         Ok(())
     }
 
-    /// Fetches `missing` lines (holding the fill locks).
+    /// Fetches `missing` lines (holding the fill locks): runs of
+    /// neighbouring lines of a file as one ranged GET of up to
+    /// [`REQUEST_BYTES`], `parallel` in flight.
     fn fetch(&self, missing: &[LineId]) -> Result<()> {
         let t = Instant::now();
-        // Neighbouring lines of one file go as one run of ranged GETs.
         let mut by_obj: HashMap<u32, Vec<u64>> = HashMap::new();
         for &(k, l) in missing {
             by_obj.entry(k).or_default().push(l);
         }
-        for (k, ls) in by_obj {
+        let per = (REQUEST_BYTES / self.line).max(1);
+        for (k, mut ls) in by_obj {
+            ls.sort_unstable();
             let o = &self.objs[k as usize];
-            let ranges: Vec<Range<u64>> = ls.iter().map(|&l| self.range((k, l))).filter(|r| !r.is_empty()).collect();
+            let mut ranges: Vec<Range<u64>> = Vec::new();
+            let mut run: Option<(u64, u64)> = None; // first line, lines
+            for l in ls {
+                run = match run {
+                    Some((a, n)) if a + n == l && n < per => Some((a, n + 1)),
+                    Some((a, n)) => {
+                        ranges.push(self.range((k, a)).start..self.range((k, a + n - 1)).end);
+                        Some((l, 1))
+                    }
+                    None => Some((l, 1)),
+                };
+            }
+            if let Some((a, n)) = run {
+                ranges.push(self.range((k, a)).start..self.range((k, a + n - 1)).end);
+            }
+            ranges.retain(|r| !r.is_empty());
             self.remote.get_ranges(&o.key, &o.etag, ranges, self.parallel, |r, b| {
                 o.file.write_all_at(&b, r.start).map_err(io_err("write", &o.path))?;
-                self.counters.lines_fetched.fetch_add(1, Relaxed);
+                self.counters.lines_fetched.fetch_add((r.end - r.start).div_ceil(self.line), Relaxed);
                 self.counters.bytes_fetched.fetch_add(b.len() as u64, Relaxed);
                 Ok(())
             })?;

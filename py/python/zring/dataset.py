@@ -182,7 +182,7 @@ class _Base(_util.Closeable):
         self._lines = None
         if self.url is not None and self._remote_share is not None:
             self._lines = _zring.LineCache(self._store, self.url, remote.options(storage_options),
-                                           os.fspath(cache), int(cache_disk_bytes))
+                                           os.fspath(cache), int(cache_disk_bytes), self.rank_parts)
 
     def remote_stats(self) -> dict[str, Any] | None:
         """For a dataset in object storage read through a cache smaller than

@@ -14,12 +14,22 @@ Only the parts of ``rank_parts`` (and the manifest) are fetched, in 8 MiB
 ranged GETs, 16 in flight, each with ``If-Match`` on the ETag the listing
 gave (an object replaced during the fetch is a :class:`zring.StaleError`,
 never a mix of versions). The processes of a host share one cache: they
-stage a dataset in turn, each object is fetched once, and a dataset staged
+stage a share in turn, each object is fetched once, and a share staged
 before is reused as it is (objects whose ETag changed in the bucket are
 fetched again; a dataset grown by appends fetches only the new parts).
-``cache_disk_bytes`` caps the cache folder: a share larger than the cap is
-refused with the bytes it needs, and datasets no process has open are
-removed, least recently staged first, to make room.
+Each rank's share has a folder of its own in the cache.
+
+``cache_disk_bytes`` caps the cache folder; datasets no process has open
+are removed, least recently staged first, to make room. A single store
+larger than the cap is refused with the bytes it needs. A dataset of parts
+whose share is larger than the cap is staged lazily: its tables and heads
+whole, its chunk files as holes filled line by line (256 KiB lines,
+neighbours fetched as one GET of up to 8 MiB) as they are read, evicting
+the lines a mode-3 loader needs furthest in the future (the loader hands
+the cache its windows to the end of the next cycle), so a cycle after the
+first fetches about ``1 - cap/share`` of the share, and the blocks the
+cache holds never pass the cap. Such a dataset is read in mode 3: modes 1
+and 2 draw any record at any step and are refused.
 
 Credentials come from the environment and the instance or web-identity
 chains, as ``object_store`` reads them (``AWS_ACCESS_KEY_ID``,
@@ -27,9 +37,10 @@ chains, as ``object_store`` reads them (``AWS_ACCESS_KEY_ID``,
 ``AZURE_STORAGE_ACCOUNT_NAME``, ...); ``storage_options`` passes the
 store's configuration keys (``aws_endpoint``, ``aws_region``, ...) and the
 tier's own: ``timeout`` (seconds per request, default 30),
-``connect_timeout`` (5), ``max_retries`` (10) and ``retry_timeout``
+``connect_timeout`` (5), ``max_retries`` (10), ``retry_timeout``
 (120: a request and its retries end with an error naming the object and
-range by then). Throttling (503, 429, SlowDown) and cut connections are
+range by then), ``cache_line_bytes`` (262144) and ``cache_eviction``
+(``"next_use"``, or ``"lru"`` to compare). Throttling (503, 429, SlowDown) and cut connections are
 retried with exponential backoff.
 
 :func:`zring.ray.write` writes to a URL: each task uploads its part under
@@ -49,7 +60,7 @@ from typing import Any
 from . import _util
 from . import _zring
 
-__all__ = ["is_url", "stage"]
+__all__ = ["is_url", "stage", "upload", "options"]
 
 _SCHEMES = ("s3://", "s3a://", "gs://", "gcs://", "az://", "abfs://", "abfss://", "azure://", "file://")
 
@@ -163,7 +174,7 @@ def _open_local(url: str, cache: Any, rank_parts: tuple[int, int] | None, cache_
         except ValueError as e2:
             raise ValueError(_speak(str(e2), "cache_disk_bytes")) from None
         lazy = (int(done["share_bytes"]), int(cache_disk_bytes))
-    hold = _zring.CacheHold(os.fspath(cache), url)
+    hold = _zring.CacheHold(os.fspath(cache), url, None if rank is None else (rank, ranks))
     return Path(done["path"]), hold, lazy
 
 
