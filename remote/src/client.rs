@@ -252,7 +252,7 @@ impl Remote {
     }
 
     /// The bytes of a cache line (storage option `cache_line_bytes`,
-    /// default [`LINE_BYTES`]).
+    /// default 256 KiB).
     pub fn line(&self) -> u64 {
         self.line
     }
