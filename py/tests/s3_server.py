@@ -84,6 +84,8 @@ class Faults(ThreadingHTTPServer):
         self.hang = False
         self.replace: tuple[str, bytes] | None = None
         self.seen = self.throttled = self.cut = self.gets = 0
+        #: ``(method, path and query, body bytes sent)`` of every request answered.
+        self.log: list[tuple[str, str, int]] = []
         self.lock = threading.Lock()
         super().__init__(("127.0.0.1", 0), _Handler)
         self.endpoint = f"http://127.0.0.1:{self.server_address[1]}"
@@ -149,5 +151,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if self.command != "HEAD":
             self.wfile.write(data)
+        with srv.lock:
+            srv.log.append((self.command, self.path, len(data) if self.command != "HEAD" else 0))
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any

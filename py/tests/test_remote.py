@@ -494,3 +494,24 @@ def test_a_run_killed_mid_fetch_resumes_with_the_same_batches_and_keeps_what_was
     assert [x["ids"] for x in after] == reference[done:], "the batches of a run that never stopped"
     first = after[0]["stats"]
     assert first["fills_hit"] > 0, f"what was cached was fetched again: {first}"
+
+
+def test_four_ranks_fetch_only_their_parts_and_together_the_dataset_once(s3, bucket, faults, tmp_path):
+    local = _parts(tmp_path / "local", n=8, rows=2000)
+    url = f"s3://{bucket}/ds"
+    remote.upload(local, url, storage_options=s3.options())
+    objects = zring._zring.list_objects(url, list(s3.options().items()), "")
+    total = sum(size for _, size, _ in objects)
+    plan = {d.split("/")[1]: r for d, _, r in zring._zring.rank_plan(str(local), 4)}
+    fetched = 0
+    for rank in range(4):
+        faults.log.clear()
+        remote.stage(url, tmp_path / f"host{rank}", rank=rank, ranks=4, storage_options=s3.options(faults.endpoint))
+        for method, path, n in faults.log:
+            if method == "GET" and "/parts/" in path:
+                assert plan[path.split("/parts/")[1].split("/")[0]] == rank, f"rank {rank} fetched {path}"
+            fetched += n if method == "GET" and "list-type" not in path else 0
+    # Each rank reads the manifest too: the dataset once, and 4 manifests.
+    manifest = next(size for k, size, _ in objects if k == "manifest.json")
+    assert fetched <= total + 3 * manifest, (fetched, total)
+    assert fetched <= 1.05 * total
