@@ -28,17 +28,20 @@
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use zring_engine::parts::{assign_ranks, Manifest, MANIFEST_FILE};
 
-use crate::client::{ObjectInfo, Remote};
+use crate::client::{Fetch, ObjectInfo, Remote};
 use crate::error::{io_err, Error, Result};
 
 const STATE_FILE: &str = ".zring-cache.json";
+
+/// Objects staged at once (their files open together), so a share of
+/// thousands of parts stays within the descriptor limit.
+const GROUP_OBJECTS: usize = 256;
 
 /// What to stage, and within which cap.
 #[derive(Clone, Debug)]
@@ -377,37 +380,93 @@ pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut 
     let mut done = 0u64;
     let mut saved = Instant::now();
     progress(0, total);
-    for o in todo {
-        let path = local_path(&dir, &o.key)?;
-        if let Some(p) = path.parent() {
-            fs::create_dir_all(p).map_err(io_err("create directory", p))?;
+    // Objects in groups (each group's files open at once), each group's
+    // ranges in one stream of GETs, `parallel` in flight across objects.
+    // A single store's head goes last, renamed in once all else is.
+    let line = opts.line.max(1 << 16);
+    let single_head = manifest.is_none();
+    for group in todo.chunks(GROUP_OBJECTS) {
+        let mut files = Vec::with_capacity(group.len());
+        let mut jobs = Vec::new();
+        let mut left = Vec::with_capacity(group.len());
+        for (g, o) in group.iter().enumerate() {
+            let path = local_path(&dir, &o.key)?;
+            if let Some(p) = path.parent() {
+                fs::create_dir_all(p).map_err(io_err("create directory", p))?;
+            }
+            let part = path.with_extension(format!(
+                "{}partial",
+                path.extension().map(|e| format!("{}.", e.to_string_lossy())).unwrap_or_default()
+            ));
+            let f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&part)
+                .map_err(io_err("create", &part))?;
+            f.set_len(o.size).map_err(io_err("size", &part))?;
+            let f = std::sync::Arc::new(f);
+            let n = o.size.div_ceil(line);
+            for i in 0..n {
+                jobs.push((
+                    g,
+                    Fetch {
+                        key: o.key.clone(),
+                        etag: o.etag.clone(),
+                        range: i * line..((i + 1) * line).min(o.size),
+                        file: f.clone(),
+                        path: part.clone(),
+                    },
+                ));
+            }
+            left.push(n);
+            files.push((path, part, f));
         }
-        let part = path.with_extension(format!(
-            "{}partial",
-            path.extension().map(|e| format!("{}.", e.to_string_lossy())).unwrap_or_default()
-        ));
-        let f =
-            OpenOptions::new().create(true).write(true).truncate(true).open(&part).map_err(io_err("create", &part))?;
-        f.set_len(o.size).map_err(io_err("size", &part))?;
-        let line = opts.line.max(1 << 16);
-        let ranges: Vec<_> = (0..o.size.div_ceil(line)).map(|i| i * line..((i + 1) * line).min(o.size)).collect();
-        let fetched = remote.get_ranges(&o.key, &o.etag, ranges, opts.parallel, |r, b| {
-            f.write_all_at(&b, r.start).map_err(io_err("write", &part))?;
-            done += b.len() as u64;
+        let owner: Vec<usize> = jobs.iter().map(|(g, _)| *g).collect();
+        let mut finished: Vec<usize> = Vec::new();
+        let finish = |g: usize, st: &mut State, out: &mut Staged| -> Result<()> {
+            let (path, part, f) = &files[g];
+            f.sync_data().map_err(io_err("sync", part))?;
+            fs::rename(part, path).map_err(io_err("rename", part))?;
+            let o = group[g];
+            st.objects.insert(o.key.clone(), Entry { size: o.size, etag: o.etag.clone(), lazy: false });
+            out.fetched += 1;
+            out.fetched_bytes += o.size;
+            Ok(())
+        };
+        let is_last_head = |g: usize| single_head && group[g].key == "head.zr";
+        // Objects of no bytes are whole already.
+        for g in (0..group.len()).filter(|&g| left[g] == 0) {
+            if is_last_head(g) {
+                finished.push(g);
+            } else {
+                finish(g, &mut st, &mut out)?;
+            }
+        }
+        let fetched = remote.fetch_into(jobs.into_iter().map(|(_, f)| f).collect(), opts.parallel, |i, f| {
+            let g = owner[i];
+            done += f.range.end - f.range.start;
             progress(done, total);
+            left[g] -= 1;
+            if left[g] == 0 {
+                if is_last_head(g) {
+                    finished.push(g);
+                } else {
+                    finish(g, &mut st, &mut out)?;
+                }
+            }
             Ok(())
         });
         if let Err(e) = fetched {
-            let _ = fs::remove_file(&part);
+            for (_, part, _) in &files {
+                let _ = fs::remove_file(part);
+            }
             let _ = write_state(&dir, &st);
             return Err(e);
         }
-        f.sync_data().map_err(io_err("sync", &part))?;
-        drop(f);
-        fs::rename(&part, &path).map_err(io_err("rename", &part))?;
-        st.objects.insert(o.key.clone(), Entry { size: o.size, etag: o.etag.clone(), lazy: false });
-        out.fetched += 1;
-        out.fetched_bytes += o.size;
+        for g in finished {
+            finish(g, &mut st, &mut out)?;
+        }
         if saved.elapsed() > Duration::from_secs(2) {
             write_state(&dir, &st)?;
             saved = Instant::now();

@@ -59,6 +59,19 @@ pub struct Stats {
     pub errors: u64,
 }
 
+/// One ranged GET written into a local file ([`Remote::fetch_into`]).
+#[derive(Debug)]
+pub struct Fetch {
+    /// The object's key and the ETag it must still have.
+    pub key: String,
+    pub etag: String,
+    /// The bytes, written at the same offsets of `file`.
+    pub range: Range<u64>,
+    pub file: Arc<std::fs::File>,
+    /// The file's path, as errors name it.
+    pub path: std::path::PathBuf,
+}
+
 /// An object's size and version.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectInfo {
@@ -480,30 +493,97 @@ impl Remote {
         }
     }
 
-    /// Fetches `ranges` of `key` (version `etag`), up to `parallel` in
-    /// flight on the tier's runtime, calling `sink(range, bytes)` on the
-    /// calling thread as each arrives. The first error stops it.
-    pub fn get_ranges(
+    /// Fetches every job's range into its file, up to `parallel` GETs in
+    /// flight across all jobs, each body written at its offset chunk by
+    /// chunk as it arrives, on the tier's runtime threads (no copy of the
+    /// whole body, no single writing thread). `done(job)` is called on the
+    /// calling thread as each job completes. The first error stops it.
+    pub fn fetch_into(
         &self,
-        key: &str,
-        etag: &str,
-        ranges: Vec<Range<u64>>,
+        jobs: Vec<Fetch>,
         parallel: usize,
-        mut sink: impl FnMut(Range<u64>, Bytes) -> Result<()>,
+        mut done: impl FnMut(usize, &Fetch) -> Result<()>,
     ) -> Result<()> {
-        let mut pending = ranges.into_iter();
+        let jobs: Vec<Arc<Fetch>> = jobs.into_iter().map(Arc::new).collect();
+        let mut pending = jobs.iter().cloned().enumerate();
         runtime().block_on(async {
             let mut inflight = futures::stream::FuturesUnordered::new();
             loop {
                 while inflight.len() < parallel.max(1) {
-                    let Some(r) = pending.next() else { break };
-                    let fut = self.range_fut(key, r.clone(), etag);
-                    inflight.push(async move { (r, tokio::spawn(fut).await) });
+                    let Some((i, job)) = pending.next() else { break };
+                    let fut = self.fetch_one(job);
+                    inflight.push(async move { (i, tokio::spawn(fut).await) });
                 }
-                let Some((r, joined)) = inflight.next().await else { return Ok(()) };
-                let bytes = joined.map_err(|e| Error::InvalidArgument(format!("a fetch of {key} failed: {e}")))??;
-                sink(r, bytes)?;
+                let Some((i, joined)) = inflight.next().await else { return Ok(()) };
+                joined.map_err(|e| Error::InvalidArgument(format!("a fetch task failed: {e}")))??;
+                done(i, &jobs[i])?;
             }
         })
+    }
+
+    fn fetch_one(&self, job: Arc<Fetch>) -> impl std::future::Future<Output = Result<()>> + Send + 'static {
+        use std::os::unix::fs::FileExt;
+        let (store, path) = (self.store.clone(), self.path(&job.key));
+        let opts = GetOptions {
+            range: Some(GetRange::Bounded(job.range.clone())),
+            if_match: (!job.etag.is_empty()).then(|| job.etag.clone()),
+            ..Default::default()
+        };
+        self.counters.requests.fetch_add(1, Relaxed);
+        let (deadline, counters, url) = (self.deadline, self.counters.clone(), self.url_of(&job.key));
+        async move {
+            let r = &job.range;
+            let where_ = format!(" bytes {}..{}", r.start, r.end);
+            let body = async {
+                let got = store.get_opts(&path, opts).await.map_err(Err)?;
+                let mut stream = got.into_stream();
+                let mut at = r.start;
+                while let Some(chunk) = stream.next().await {
+                    let chunk = chunk.map_err(Err)?;
+                    if at + chunk.len() as u64 > r.end {
+                        return Err(Ok(at + chunk.len() as u64 - r.start));
+                    }
+                    job.file
+                        .write_all_at(&chunk, at)
+                        .map_err(|e| Err(object_store::Error::Generic { store: "cache", source: Box::new(e) }))?;
+                    at += chunk.len() as u64;
+                }
+                if at != r.end {
+                    return Err(Ok(at - r.start));
+                }
+                Ok(at - r.start)
+            };
+            let out = tokio::time::timeout(deadline, body).await;
+            match out {
+                Ok(Ok(n)) => {
+                    counters.bytes_fetched.fetch_add(n, Relaxed);
+                    Ok(())
+                }
+                Ok(Err(Ok(n))) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::Stale { url, was: format!("{};{where_} came back {n} B long", job.etag) })
+                }
+                Ok(Err(Err(object_store::Error::Precondition { .. }))) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::Stale { url, was: job.etag.clone() })
+                }
+                Ok(Err(Err(object_store::Error::NotFound { .. }))) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::NotFound { url })
+                }
+                Ok(Err(Err(object_store::Error::Generic { store: "cache", source }))) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::Io { op: "write", path: job.path.clone(), source: std::io::Error::other(source) })
+                }
+                Ok(Err(Err(e))) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::Store { url, range: where_, source: e })
+                }
+                Err(_) => {
+                    counters.errors.fetch_add(1, Relaxed);
+                    Err(Error::Timeout { url, range: where_, seconds: deadline.as_secs() })
+                }
+            }
+        }
     }
 }

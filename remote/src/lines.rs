@@ -30,7 +30,7 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::ops::Range;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{FileExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -39,7 +39,7 @@ use std::time::Instant;
 use zring_engine::parts::{Extent, Fill, Pinned};
 
 use crate::cache::{cache_name, is_chunk, read_state};
-use crate::client::Remote;
+use crate::client::{Fetch, Remote};
 use crate::error::{io_err, Error, Result};
 
 /// The most bytes of one ranged GET: neighbouring lines missing together
@@ -55,7 +55,7 @@ struct Obj {
     etag: String,
     size: u64,
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
 }
 
 /// What the cache has done, for `stats()`.
@@ -236,7 +236,7 @@ impl LineCache {
             let path = dir.join(key);
             let file = OpenOptions::new().read(true).write(true).open(&path).map_err(io_err("open", &path))?;
             by_path.insert(PathBuf::from(key), objs.len() as u32);
-            objs.push(Obj { key: key.clone(), etag: e.etag.clone(), size: e.size, path, file });
+            objs.push(Obj { key: key.clone(), etag: e.etag.clone(), size: e.size, path, file: Arc::new(file) });
         }
         // What the other files take on disk: blocks, not lengths (a head of
         // 128 B takes a block of 4 KiB).
@@ -426,32 +426,36 @@ impl LineCache {
             by_obj.entry(k).or_default().push(l);
         }
         let per = (REQUEST_BYTES / self.line).max(1);
+        let mut jobs = Vec::new();
         for (k, mut ls) in by_obj {
             ls.sort_unstable();
             let o = &self.objs[k as usize];
-            let mut ranges: Vec<Range<u64>> = Vec::new();
-            let mut run: Option<(u64, u64)> = None; // first line, lines
+            let mut runs: Vec<(u64, u64)> = Vec::new(); // first line, lines
             for l in ls {
-                run = match run {
-                    Some((a, n)) if a + n == l && n < per => Some((a, n + 1)),
-                    Some((a, n)) => {
-                        ranges.push(self.range((k, a)).start..self.range((k, a + n - 1)).end);
-                        Some((l, 1))
-                    }
-                    None => Some((l, 1)),
-                };
+                match runs.last_mut() {
+                    Some((a, n)) if *a + *n == l && *n < per => *n += 1,
+                    _ => runs.push((l, 1)),
+                }
             }
-            if let Some((a, n)) = run {
-                ranges.push(self.range((k, a)).start..self.range((k, a + n - 1)).end);
+            for (a, n) in runs {
+                let range = self.range((k, a)).start..self.range((k, a + n - 1)).end;
+                if !range.is_empty() {
+                    jobs.push(Fetch {
+                        key: o.key.clone(),
+                        etag: o.etag.clone(),
+                        range,
+                        file: o.file.clone(),
+                        path: o.path.clone(),
+                    });
+                }
             }
-            ranges.retain(|r| !r.is_empty());
-            self.remote.get_ranges(&o.key, &o.etag, ranges, self.parallel, |r, b| {
-                o.file.write_all_at(&b, r.start).map_err(io_err("write", &o.path))?;
-                self.counters.lines_fetched.fetch_add((r.end - r.start).div_ceil(self.line), Relaxed);
-                self.counters.bytes_fetched.fetch_add(b.len() as u64, Relaxed);
-                Ok(())
-            })?;
         }
+        // Every file's runs in one stream of GETs, `parallel` in flight.
+        self.remote.fetch_into(jobs, self.parallel, |_, f| {
+            self.counters.lines_fetched.fetch_add((f.range.end - f.range.start).div_ceil(self.line), Relaxed);
+            self.counters.bytes_fetched.fetch_add(f.range.end - f.range.start, Relaxed);
+            Ok(())
+        })?;
         self.counters.fetch_ns.fetch_add(t.elapsed().as_nanos() as u64, Relaxed);
         Ok(())
     }
