@@ -14,6 +14,12 @@ use zring_engine::{Parts, Store};
 mod parts;
 use parts::{listed, req, stage};
 
+/// An armed fault is the whole process's: the tests that arm one, or that
+/// check a dataset's files, run one at a time (the harness runs tests on
+/// threads side by side; the crash test's checks failed now and then on
+/// the other test's injected EIO).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The child of the crash test: two commits, each acknowledged in a file
 /// once it returned; `ZRING_CRASH_AT` aborts it somewhere.
 #[test]
@@ -34,6 +40,7 @@ fn crash_child() {
 /// the interrupted part again lands it once.
 #[test]
 fn a_commit_killed_at_each_crash_point_keeps_every_acknowledged_commit() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut runs = 0;
     for point in ["parts.manifest_written", "parts.moved_one", "parts.moved", "parts.committed", "atomic.renamed"] {
         for k in 1..=3 {
@@ -92,6 +99,7 @@ fn a_commit_killed_at_each_crash_point_keeps_every_acknowledged_commit() {
 #[test]
 fn a_commit_failed_at_each_operation_stands_whole_or_changed_nothing() {
     use zring_engine::fault::{arm, disarm, Kind};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut tried = 0;
     for kind in [Kind::Open, Kind::Write, Kind::Fsync, Kind::Read] {
         for nth in 1..=12 {

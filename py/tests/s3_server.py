@@ -128,7 +128,8 @@ class _Handler(BaseHTTPRequestHandler):
             srv.upstream.put(path, srv.replace[1])
             srv.replace = None
         c = http.client.HTTPConnection("127.0.0.1", srv.upstream.port, timeout=60)
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+        # The Host header goes as it came: a SigV4 signature covers it.
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "connection"}
         c.request(self.command, self.path, body=body or None, headers=headers)
         r = c.getresponse()
         data = r.read()

@@ -181,7 +181,8 @@ fn share(remote: &Remote, opts: &StageOptions) -> Result<Share> {
         if !all.iter().any(|o| o.key == "head.zr") {
             return Err(Error::NotFound { url: format!("{} (neither {MANIFEST_FILE} nor head.zr)", remote.url()) });
         }
-        return Ok((all.into_iter().filter(|o| !o.key.starts_with('.')).collect(), None));
+        let objects = all.into_iter().filter(|o| !o.key.starts_with('.')).collect();
+        return Ok((with_etags(remote, objects)?, None));
     };
     let m = Manifest::from_bytes(Path::new(&remote.url_of(MANIFEST_FILE)), &bytes)?;
     let mine: Vec<&str> = match opts.rank {
@@ -213,7 +214,17 @@ fn share(remote: &Remote, opts: &StageOptions) -> Result<Share> {
         }
         out.extend(objs);
     }
-    Ok((out, Some((bytes, info))))
+    Ok((with_etags(remote, out)?, Some((bytes, info))))
+}
+
+/// `objects` with the ETag of each the listing gave none (some servers
+/// list none): every ranged GET then carries `If-Match`, so an object
+/// replaced under the run is an error whatever its length.
+fn with_etags(remote: &Remote, mut objects: Vec<ObjectInfo>) -> Result<Vec<ObjectInfo>> {
+    for o in objects.iter_mut().filter(|o| o.etag.is_empty()) {
+        o.etag = remote.head(&o.key)?.etag;
+    }
+    Ok(objects)
 }
 
 fn dir_bytes(dir: &Path) -> u64 {

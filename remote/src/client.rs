@@ -396,10 +396,10 @@ impl Remote {
                 }
                 Ok(b) => Err(Error::Stale {
                     url,
-                    was: format!("{etag}; bytes {}..{} came back {} B long", range.start, range.end, b.len()),
+                    detail: format!("bytes {}..{} came back {} B long", range.start, range.end, b.len()),
                 }),
                 Err(Error::Store { source: object_store::Error::Precondition { .. }, .. }) => {
-                    Err(Error::Stale { url, was: etag })
+                    Err(Error::Stale { url, detail: format!("ETag {etag} when listed, another now") })
                 }
                 Err(e) => Err(e),
             }
@@ -561,11 +561,11 @@ impl Remote {
                 }
                 Ok(Err(Ok(n))) => {
                     counters.errors.fetch_add(1, Relaxed);
-                    Err(Error::Stale { url, was: format!("{};{where_} came back {n} B long", job.etag) })
+                    Err(Error::Stale { url, detail: format!("{} came back {n} B long", where_.trim()) })
                 }
                 Ok(Err(Err(object_store::Error::Precondition { .. }))) => {
                     counters.errors.fetch_add(1, Relaxed);
-                    Err(Error::Stale { url, was: job.etag.clone() })
+                    Err(Error::Stale { url, detail: format!("ETag {} when listed, another now", job.etag) })
                 }
                 Ok(Err(Err(object_store::Error::NotFound { .. }))) => {
                     counters.errors.fetch_add(1, Relaxed);

@@ -12,13 +12,13 @@ pub enum Error {
     /// The object is not there.
     #[error("{url}: no such object")]
     NotFound { url: String },
-    /// The object changed after this host first saw it (its ETag differs):
-    /// what was read of it may belong to another version.
+    /// The object changed after this host listed it (its ETag or its
+    /// length differs): what was read of it may belong to another version.
     #[error(
-        "{url} was replaced while it was being read (ETag {was} when first seen, now another): the dataset \
-         changed under the run; open it again to read the new version"
+        "{url} was replaced while it was being read ({detail}): the dataset changed under the run; open it again \
+         to read the new version"
     )]
-    Stale { url: String, was: String },
+    Stale { url: String, detail: String },
     /// No answer within the deadline (after the retries).
     #[error("{url}{range}: no answer within {seconds} s (the server or the network is not answering)")]
     Timeout { url: String, range: String, seconds: u64 },

@@ -503,9 +503,10 @@ fn engine_err(e: Error) -> zring_engine::Error {
     match e {
         Error::Engine(e) => e,
         Error::Io { op, path, source } => zring_engine::Error::Io { op, path, source },
-        Error::Stale { .. } => {
-            zring_engine::Error::Stale { path: PathBuf::from("object storage"), detail: e.to_string() }
-        }
+        Error::Stale { url, detail } => zring_engine::Error::Stale {
+            path: PathBuf::from(url),
+            detail: format!("it was replaced in object storage while it was being read ({detail})"),
+        },
         other => zring_engine::Error::Io {
             op: "fetch",
             path: PathBuf::from("object storage"),
