@@ -29,8 +29,74 @@ fn remote_err(err: Error) -> PyErr {
     }
 }
 
+/// A Python callable as [`zring_remote::Credentials`]: called (with the
+/// GIL) for new credentials, it returns a dict of `key_id`, `secret_key`,
+/// and optionally `token` and `expires_in` (seconds).
+#[derive(Debug)]
+struct PyCredentials(Py<PyAny>);
+
+impl zring_remote::Credentials for PyCredentials {
+    fn fetch(&self) -> Result<zring_remote::Credential, String> {
+        Python::attach(|py| {
+            let got = self.0.call0(py).map_err(|e| format!("the credentials callable raised {e}"))?;
+            let d = got.bind(py);
+            let item = |k: &str| -> Result<Option<Bound<'_, PyAny>>, String> {
+                match d.get_item(k) {
+                    Ok(v) if v.is_none() => Ok(None),
+                    Ok(v) => Ok(Some(v)),
+                    Err(_) => Ok(None),
+                }
+            };
+            let text = |k: &str| -> Result<Option<String>, String> {
+                item(k)?
+                    .map(|v| {
+                        v.extract::<String>().map_err(|_| format!("the credentials callable's {k:?} is not a string"))
+                    })
+                    .transpose()
+            };
+            let need = |k: &str| -> Result<String, String> {
+                text(k)?.ok_or_else(|| {
+                    format!(
+                        "the credentials callable returned no {k:?} (a dict of key_id, secret_key, token, expires_in)"
+                    )
+                })
+            };
+            let valid_for = match item("expires_in")? {
+                None => None,
+                Some(v) => {
+                    let secs: f64 = v
+                        .extract()
+                        .map_err(|_| "the credentials callable's \"expires_in\" is not a number".to_string())?;
+                    if !(secs.is_finite() && secs > 0.0) {
+                        return Err(format!("the credentials callable's \"expires_in\" must be positive, got {secs}"));
+                    }
+                    Some(std::time::Duration::from_secs_f64(secs))
+                }
+            };
+            Ok(zring_remote::Credential {
+                key_id: need("key_id")?,
+                secret_key: need("secret_key")?,
+                token: text("token")?,
+                valid_for,
+            })
+        })
+    }
+}
+
+/// The remote at `url`. An option `credentials` names a callable that
+/// `zring.remote.options` registered (its `_CREDENTIALS`), which then signs
+/// the requests.
 fn open(url: &str, options: Vec<(String, String)>) -> PyResult<Remote> {
-    Remote::open(url, &options).map_err(remote_err)
+    let (named, rest): (Vec<_>, Vec<_>) = options.into_iter().partition(|(k, _)| k == "credentials");
+    let credentials = match named.first() {
+        None => None,
+        Some((_, id)) => Some(Python::attach(|py| -> PyResult<std::sync::Arc<dyn zring_remote::Credentials>> {
+            let reg = py.import("zring.remote")?.getattr("_CREDENTIALS")?;
+            let f = reg.get_item(id.parse::<u64>().map_err(|_| PyValueError::new_err("a bad credentials id"))?)?;
+            Ok(std::sync::Arc::new(PyCredentials(f.unbind())))
+        })?),
+    };
+    Remote::open_with(url, &rest, credentials).map_err(remote_err)
 }
 
 /// Whether `s` is an object-storage URL (`s3://`, `gs://`, `az://`, `file://`).

@@ -515,3 +515,32 @@ def test_four_ranks_fetch_only_their_parts_and_together_the_dataset_once(s3, buc
     manifest = next(size for k, size, _ in objects if k == "manifest.json")
     assert fetched <= total + 3 * manifest, (fetched, total)
     assert fetched <= 1.05 * total
+
+
+def test_credentials_from_a_callable_are_asked_for_again_before_they_expire(s3, bucket, tmp_path):
+    url = f"s3://{bucket}/ds"
+    _big_parts(tmp_path / "local")
+    remote.upload(tmp_path / "local", url, storage_options=s3.options())
+    calls = []
+
+    def credentials():
+        calls.append(time.time())
+        return {"key_id": "test", "secret_key": "test", "token": f"session-{len(calls)}", "expires_in": 0.5}
+
+    opts = {k: v for k, v in s3.options(cache_line_bytes=65536).items() if k not in ("aws_access_key_id",
+                                                                                      "aws_secret_access_key")}
+    opts["credentials"] = credentials
+    share = remote.stage(url, tmp_path / "probe", storage_options=s3.options())["share_bytes"]
+    with zring.Dataset(url, cache=tmp_path / "cache", cache_disk_bytes=share // 2, storage_options=opts) as ds:
+        before = len(calls)
+        t = time.time()
+        with zring.DataLoader({"x": ds}, batch_size=64, mode=3, seed=1, block_records=16, window_blocks=4) as dl:
+            while time.time() - t < 2.5:
+                next(dl)
+    # One dataset's line cache lives 2.5 s: credentials valid 0.5 s were
+    # fetched again as they ran out, not once.
+    assert len(calls) - before >= 3, calls
+    with pytest.raises(TypeError, match=r"storage_options\['credentials'\] must be a callable"):
+        remote.stage(url, tmp_path / "c", storage_options={"credentials": "key"})
+    with pytest.raises(OSError, match=r"the credentials callable returned no \"secret_key\""):
+        remote.stage(url, tmp_path / "c", storage_options={**s3.options(), "credentials": lambda: {"key_id": "k"}})

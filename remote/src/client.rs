@@ -59,6 +59,60 @@ pub struct Stats {
     pub errors: u64,
 }
 
+/// Credentials for S3 that the caller supplies ([`Remote::open_with`]):
+/// asked for when the last ones are about to expire (a tenth of their
+/// lifetime before, at most a minute), so a run outlives any one of them.
+pub trait Credentials: Send + Sync + std::fmt::Debug + 'static {
+    /// New credentials, or why there are none.
+    fn fetch(&self) -> std::result::Result<Credential, String>;
+}
+
+/// What [`Credentials::fetch`] returns.
+#[derive(Clone, Debug)]
+pub struct Credential {
+    pub key_id: String,
+    pub secret_key: String,
+    pub token: Option<String>,
+    /// How long they stay valid; `None`: for good.
+    pub valid_for: Option<Duration>,
+}
+
+/// [`Credentials`] as object_store asks for them, cached until they are
+/// about to expire.
+#[derive(Debug)]
+struct Refreshing {
+    source: Arc<dyn Credentials>,
+    cached: tokio::sync::Mutex<Option<(Arc<object_store::aws::AwsCredential>, Option<std::time::Instant>)>>,
+}
+
+#[async_trait::async_trait]
+impl object_store::CredentialProvider for Refreshing {
+    type Credential = object_store::aws::AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<Arc<Self::Credential>> {
+        let mut cached = self.cached.lock().await;
+        if let Some((c, until)) = &*cached {
+            if until.is_none_or(|u| std::time::Instant::now() < u) {
+                return Ok(c.clone());
+            }
+        }
+        let generic = |m: String| object_store::Error::Generic { store: "credentials", source: m.into() };
+        let source = self.source.clone();
+        let got = tokio::task::spawn_blocking(move || source.fetch())
+            .await
+            .map_err(|e| generic(e.to_string()))?
+            .map_err(generic)?;
+        let until = got.valid_for.map(|d| std::time::Instant::now() + d - (d / 10).min(Duration::from_secs(60)));
+        let c = Arc::new(object_store::aws::AwsCredential {
+            key_id: got.key_id,
+            secret_key: got.secret_key,
+            token: got.token,
+        });
+        *cached = Some((c.clone(), until));
+        Ok(c)
+    }
+}
+
 /// One ranged GET written into a local file ([`Remote::fetch_into`]).
 #[derive(Debug)]
 pub struct Fetch {
@@ -138,6 +192,16 @@ impl Remote {
     /// `cache_eviction` (`next_use`, or `lru` to compare) are the tier's.
     /// An `http://` endpoint allows plain HTTP.
     pub fn open(url: &str, options: &[(String, String)]) -> Result<Remote> {
+        Remote::open_with(url, options, None)
+    }
+
+    /// [`Remote::open`] signing with `credentials` (S3 only) instead of
+    /// the environment's and the instance's chains.
+    pub fn open_with(
+        url: &str,
+        options: &[(String, String)],
+        credentials: Option<Arc<dyn Credentials>>,
+    ) -> Result<Remote> {
         // TLS through rustls with ring (see Cargo.toml); an error means a
         // provider is installed already, which serves as well. Deprecated
         // as ring has no post-quantum key exchange, which no object store
@@ -220,8 +284,17 @@ impl Remote {
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
+                if let Some(source) = credentials.clone() {
+                    b = b.with_credentials(Arc::new(Refreshing { source, cached: Default::default() }));
+                }
                 let s = b.with_client_options(client).with_retry(retry).build().map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
+            }
+            scheme if credentials.is_some() && !matches!(scheme, "s3" | "s3a") => {
+                return Err(Error::InvalidArgument(format!(
+                    "{url:?}: a credentials callable signs s3:// requests; for {scheme}:// give the store's keys \
+                     in storage_options (or its environment variables)"
+                )))
             }
             "gs" | "gcs" => {
                 let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url);

@@ -18,7 +18,7 @@ mod error;
 mod lines;
 
 pub use cache::{cache_name, hold, stage, Hold, StageOptions, Staged};
-pub use client::{is_url, Fetch, ObjectInfo, Put, Remote, Stats};
+pub use client::{is_url, Credential, Credentials, Fetch, ObjectInfo, Put, Remote, Stats};
 pub use commit::{commit, remove_unlisted, upload_part, upload_store, Committed, NewPart};
 pub use error::{Error, Result};
 pub use lines::{Filler, LineCache, LineStats};

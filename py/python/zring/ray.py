@@ -260,7 +260,10 @@ class ZringDatasink(_Datasink):
         self._url = _remote.is_url(self.path)
         if storage_options is not None and not self._url:
             raise ValueError(f"storage_options= is for datasets in object storage; {self.path} is a local path")
-        self._options = _remote.options(storage_options)
+        _remote.options(storage_options)  # checked here, in the driver
+        # Kept as given: a credentials callable goes to each task with it,
+        # where `options` registers it in that task's process.
+        self._storage_options = storage_options
         self.column = column
         self.mode = mode
         self.codec = codec
@@ -286,6 +289,10 @@ class ZringDatasink(_Datasink):
         if isinstance(self.column, str):
             return Path(self.path)
         return Path(self.path) / f"{column}.zr"
+
+    @property
+    def _options(self) -> list[tuple[str, str]]:
+        return _remote.options(self._storage_options)
 
     def _url_of(self, column: str) -> str:
         """The URL of ``column``'s dataset of parts (in object storage)."""

@@ -40,7 +40,12 @@ tier's own: ``timeout`` (seconds per request, default 30),
 ``connect_timeout`` (5), ``max_retries`` (10), ``retry_timeout``
 (120: a request and its retries end with an error naming the object and
 range by then), ``cache_line_bytes`` (262144) and ``cache_eviction``
-(``"next_use"``, or ``"lru"`` to compare). Throttling (503, 429, SlowDown) and cut connections are
+(``"next_use"``, or ``"lru"`` to compare). ``"credentials"`` may be a
+callable that returns a dict of ``key_id``, ``secret_key`` and optionally
+``token`` and ``expires_in`` (seconds): it signs s3:// requests and is
+called again a tenth of the lifetime (at most a minute) before they expire,
+so a run outlives any one set (profiles, SSO, a vault: what the callable
+reads; object_store alone reads the environment and instance chains). Throttling (503, 429, SlowDown) and cut connections are
 retried with exponential backoff.
 
 :func:`zring.ray.write` writes to a URL: each task uploads its part under
@@ -75,9 +80,18 @@ def _available() -> None:
         raise RuntimeError("this build of zring has no object-storage tier (built without the 'remote' feature)")
 
 
+#: The credentials callables of ``storage_options`` in this process, by
+#: the id their option carries to the extension.
+_CREDENTIALS: dict[int, Any] = {}
+
+
 def options(storage_options: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     """``storage_options`` checked: a mapping of option names to strings
-    (numbers and bools are written as strings)."""
+    (numbers and bools are written as strings). ``"credentials"`` may be a
+    callable returning a dict of ``key_id``, ``secret_key`` and optionally
+    ``token`` and ``expires_in`` (seconds): it signs s3:// requests, and is
+    called again before the credentials it gave expire (AWS profiles, SSO,
+    a vault: whatever the callable reads)."""
     if storage_options is None:
         return []
     if not isinstance(storage_options, Mapping):
@@ -87,6 +101,13 @@ def options(storage_options: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     for k, v in storage_options.items():
         if not isinstance(k, str):
             raise TypeError(f"storage_options keys are option names (str), got {k!r}")
+        if k == "credentials":
+            if not callable(v):
+                raise TypeError(f"storage_options['credentials'] must be a callable returning a dict of key_id, "
+                                f"secret_key, token and expires_in, got {type(v).__name__}")
+            _CREDENTIALS[id(v)] = v
+            out.append((k, str(id(v))))
+            continue
         if isinstance(v, bool):
             v = "true" if v else "false"
         if not isinstance(v, (str, int, float)):
