@@ -36,6 +36,19 @@ def bucket(s3, request):
     return name
 
 
+@pytest.fixture(scope="module")
+def local_ray():
+    """Ray in local mode for the module's Ray tests, shut down after them
+    (unless another module's tests had started it)."""
+    ray = pytest.importorskip("ray")
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield ray
+    if started:
+        ray.shutdown()
+
+
 @pytest.fixture
 def faults(s3):
     proxy = Faults(s3)
@@ -251,12 +264,10 @@ def test_the_cli_stages_a_ranks_share(s3, bucket, tmp_path):
     assert bad.returncode != 0 and "raise --cache-bytes to at least" in bad.stderr, bad.stderr
 
 
-def test_ray_writes_a_dataset_to_a_bucket_and_a_host_reads_its_share(s3, bucket, tmp_path):
-    ray = pytest.importorskip("ray")
-    import zring.ray
+def test_ray_writes_a_dataset_to_a_bucket_and_a_host_reads_its_share(s3, bucket, local_ray, tmp_path):
+    import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    import zring.ray
     url = f"s3://{bucket}/corpus"
     opts = s3.options()
     ds = ray.data.range(10_000, override_num_blocks=8).map_batches(
@@ -401,12 +412,10 @@ class _FailOnce:
 
 
 def test_ray_writes_200000_documents_to_a_bucket_exactly_once_though_a_task_fails_after_its_upload(s3, bucket,
-                                                                                                  tmp_path):
-    ray = pytest.importorskip("ray")
-    import zring.ray
+                                                                                                  local_ray, tmp_path):
+    import ray
 
-    if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    import zring.ray
     url = f"s3://{bucket}/docs"
     opts = s3.options()
     ds = ray.data.range(200_000, override_num_blocks=8).map_batches(
