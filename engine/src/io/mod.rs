@@ -2,7 +2,7 @@
 //! where it is unavailable, [`uring`]), every other file operation behind the
 //! fault-injection seam ([`fs`], [`fault`]), the process's chunk descriptors
 //! ([`fds`]), read-only mappings ([`mmap`]; many small files' at once: [`mapset`]; the CPU cache hint they issue: [`prefetch`]) and the SIGBUS guard that keeps a
-//! file shrinking under a mapping an error ([`sigbus`]), the slabs block
+//! file shrinking under a mapping an error ([`sigbus`]), gathers' scratch buffers ([`scratch`]), the slabs block
 //! reads land in ([`slab`]), the OFD byte-range locks ([`locks`]), and the values each process makes for itself,
 //! which `fork()` locks ([`process`]), and the per-thread dictionary copies
 //! `zstd_dict` records decode after ([`zprefix`]).
@@ -30,6 +30,7 @@ pub(crate) mod prefetch;
     reason = "registers an exit handler, trims the heap, reads thread CPU clocks and (in tests) forks; every block has its SAFETY argument"
 )]
 pub(crate) mod process;
+pub(crate) mod scratch;
 #[allow(
     unsafe_code,
     reason = "installs the SIGBUS handler and maps zero pages over a faulted mapping; every block has its SAFETY argument"

@@ -1,8 +1,14 @@
-//! A gather over the parts of a dataset ([`Parts::gather`]).
+//! A gather over the parts of a dataset ([`Parts::gather`]), and what it
+//! asks of a [`Fill`] first (the extents of its records).
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use super::dense::DENSE_BYTES;
+use super::fill::{Extent, Fill, Pinned};
 use super::open::{OpenPart, Parts};
 use crate::error::{Error, Result};
 use crate::read::request::{Gather, Slots};
@@ -180,5 +186,81 @@ impl Parts {
 
     pub(super) fn source<'a>(&'a self, p: &'a OpenPart, k: usize) -> crate::read::gather::Source<'a> {
         p.view.source(&self.pending[k], &self.ahead[k], &self.mapped[k])
+    }
+}
+
+/// The side of the dataset a [`Fill`] works with (`fill.rs`): the extents
+/// of records, and the fill asked before reads.
+impl Parts {
+    /// Has `fill` make every part's bytes present before they are read
+    /// (once; a second call is an error).
+    pub fn set_fill(&self, fill: Arc<dyn Fill>) -> Result<()> {
+        self.fill.set(fill).map_err(|_| Error::InvalidArgument("the dataset has a fill already".into()))
+    }
+
+    /// Whether the dataset's files are filled before reads ([`Parts::set_fill`]).
+    pub fn has_fill(&self) -> bool {
+        self.fill.get().is_some()
+    }
+
+    fn rel(&self, k: usize, file: String) -> PathBuf {
+        PathBuf::from(&self.manifest.parts[self.numbers[k]].dir).join(file)
+    }
+
+    /// The extents of the records `indices` (dataset indices), one a record.
+    pub fn extents_of(&self, indices: &[u64]) -> Result<Vec<Extent>> {
+        let mut by_part: Vec<(usize, Vec<u64>)> = Vec::new();
+        for &i in indices {
+            let (k, l) = self.locate(i)?;
+            match by_part.iter_mut().find(|(p, _)| *p == k) {
+                Some((_, v)) => v.push(l),
+                None => by_part.push((k, vec![l])),
+            }
+        }
+        let mut out = Vec::with_capacity(indices.len());
+        for (k, local) in by_part {
+            let store = self.store(k)?;
+            out.extend(store.extents(&local)?.into_iter().map(|(f, r)| (self.rel(k, f), r)));
+        }
+        Ok(out)
+    }
+
+    /// The extents of the record `ranges` (dataset indices), few per range
+    /// ([`Store::range_extents`](crate::Store::range_extents)).
+    pub fn extents_of_ranges(&self, ranges: &[Range<u64>]) -> Result<Vec<Extent>> {
+        let mut out = Vec::new();
+        for r in ranges {
+            let mut i = r.start;
+            while i < r.end {
+                let (k, l) = self.locate(i)?;
+                let end = (self.start(k) + self.part_records(k)).min(r.end);
+                let store = self.store(k)?;
+                out.extend(store.range_extents(l..l + (end - i))?.into_iter().map(|(f, r)| (self.rel(k, f), r)));
+                i = end;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Fills the bytes of `indices` if the dataset has a fill; held, they
+    /// stay present.
+    pub fn fill_indices(&self, indices: &[u64]) -> Result<Option<Pinned>> {
+        let Some(f) = self.fill.get() else { return Ok(None) };
+        f.fill(&self.extents_of(indices)?).map(Some)
+    }
+
+    /// Fills the bytes of the record `ranges` if the dataset has a fill.
+    pub fn fill_ranges(&self, ranges: &[Range<u64>]) -> Result<Option<Pinned>> {
+        let Some(f) = self.fill.get() else { return Ok(None) };
+        f.fill(&self.extents_of_ranges(ranges)?).map(Some)
+    }
+
+    /// Tells the fill the windows read next (record ranges each, in order,
+    /// the one being read first); nothing without a fill.
+    pub fn plan(&self, windows: &[Vec<Range<u64>>]) -> Result<()> {
+        let Some(f) = self.fill.get() else { return Ok(()) };
+        let ext: Result<Vec<Vec<Extent>>> = windows.iter().map(|w| self.extents_of_ranges(w)).collect();
+        f.plan(&ext?);
+        Ok(())
     }
 }

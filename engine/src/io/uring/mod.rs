@@ -329,7 +329,7 @@ fn injected(kind: crate::io::fault::Kind, n: usize) -> Option<ReqError> {
 /// A buffer starting at an `ALIGN` boundary, as O_DIRECT transfers require:
 /// an anonymous mapping of its own, unmapped when the buffer is dropped or
 /// grows (a heap buffer of a few MiB, once freed, stayed in the allocator's
-/// arenas; [`crate::io::slab::keep_scratch`]).
+/// arenas; [`crate::io::scratch::keep_scratch`]).
 pub(crate) struct AlignedBuf {
     /// The mapping (page-aligned), `None` before the first.
     map: Option<std::ptr::NonNull<u8>>,

@@ -86,7 +86,7 @@
 //! flight (32 MiB), or an eighth of a smaller budget, to which their limits
 //! then shrink ([`crate::io::slab::set_limits`]); the gathers' scratch
 //! buffers kept between gathers count against the same share
-//! ([`crate::io::slab::keep_scratch`]). The record cache charges each
+//! ([`crate::io::scratch::keep_scratch`]). The record cache charges each
 //! record the slab it is kept in ([`crate::memory::cache`]).
 //!
 //! Detection reads a handful of small files each time (the limits along the

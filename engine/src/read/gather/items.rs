@@ -246,8 +246,8 @@ pub(crate) fn read_group_over(
     from: &[usize],
     hot: &HotQueue<'_, '_, '_>,
 ) -> Result<()> {
-    // Kept between gathers within the budget, else freed ([`crate::io::slab::keep_scratch`]).
-    let mut scratch = crate::io::slab::take_scratch();
+    // Kept between gathers within the budget, else freed ([`crate::io::scratch::keep_scratch`]).
+    let mut scratch = crate::io::scratch::take_scratch();
     // A batch holds a descriptor per chunk file it names until it
     // completes: name at most `batch_files` files per batch (fds.rs).
     let limit = crate::io::fds::batch_files();
@@ -273,7 +273,7 @@ pub(crate) fn read_group_over(
             break r;
         }
     };
-    crate::io::slab::keep_scratch(scratch);
+    crate::io::scratch::keep_scratch(scratch);
     r
 }
 
