@@ -6,8 +6,8 @@ builds it into ``target/tools`` with cargo, about 14 minutes), else moto's.
 Sections, in one run:
 
 1. ``ceiling``: the server's own rate for the ranged GETs the cache makes
-   (8 MiB, 16 in flight, every chunk byte once), fetched by curl (SigV4) to
-   /dev/null: what no client of this server can beat; and the same GETs
+   (8 MiB, 16 in flight, every chunk byte once), fetched by curl (SigV4)
+   and discarded: what no client of this server can beat; and the same GETs
    written to files on the cache's disk (what a cache must also do; on two
    cores the client's copies take CPU from the server).
 2. ``stage``: zring's first fetch of the same share into an empty cache
@@ -125,8 +125,8 @@ def write_local(root: Path, gib: float) -> int:
 
 def ceiling(srv: Server, url: str, opts: dict[str, str], line: int, parallel: int,
             into: Path | None = None) -> tuple[float, int]:
-    """curl's rate for every chunk file's lines, ``parallel`` in flight, to
-    /dev/null or (``into``) each range into a file of its own there."""
+    """curl's rate for every chunk file's lines, ``parallel`` in flight, the
+    bytes discarded or (``into``) each range written to a file of its own there."""
     objs = [(k, size) for k, size, _ in zring._zring.list_objects(url, list(opts.items()), "parts/")
             if k.rsplit("/", 1)[-1].startswith("chunk-")]
     cfg = []
@@ -136,7 +136,7 @@ def ceiling(srv: Server, url: str, opts: dict[str, str], line: int, parallel: in
         for start in range(0, size, line):
             end = min(start + line, size) - 1
             total += end - start + 1
-            dst = "/dev/null" if into is None else str(into / f"{len(cfg)}.bin")
+            dst = os.devnull if into is None else str(into / f"{len(cfg)}.bin")
             cfg += [f'url = "{srv.endpoint}/{prefix}/{key}"', f'range = "{start}-{end}"', f'output = "{dst}"',
                     f'user = "{KEYS["aws_access_key_id"]}:{KEYS["aws_secret_access_key"]}"',
                     'aws-sigv4 = "aws:amz:us-east-1:s3"', 'header = "x-amz-content-sha256: UNSIGNED-PAYLOAD"',
@@ -208,7 +208,7 @@ def main() -> None:
             rows.append((ceil, ceil_files, rate, used / (done["fetched_bytes"] / 2**30)))
             common.note(f"round {r}: ceiling {ceil:.0f} MiB/s, stage {rate:.0f} MiB/s")
         out += ["## First fetch against the server's own rate\n",
-                "| round | curl to /dev/null (MiB/s) | curl to files (MiB/s) | zring stage (MiB/s) | ratio to /dev/null "
+                "| round | curl, bytes discarded (MiB/s) | curl to files (MiB/s) | zring stage (MiB/s) | ratio to discarded "
                 "| ratio to files | zring CPU-s per GiB |",
                 "|---:|---:|---:|---:|---:|---:|---:|"]
         for r, (ceil, ceil_files, rate, cps) in enumerate(rows):
