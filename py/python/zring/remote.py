@@ -7,7 +7,7 @@ Reading one stages the host's share into a cache folder (``cache=``) laid
 out the same way, which the engine then reads as any local dataset, with
 io_uring at the local disk's rate::
 
-    ds = zring.Dataset("s3://corpus/tokens", cache="/nvme/zring-cache",
+    ds = zring.Dataset("s3://corpus/tokens", cache="nvme-cache",
                        rank_parts=(rank, ranks))
 
 Only the parts of ``rank_parts`` (and the manifest) are fetched, in 8 MiB
