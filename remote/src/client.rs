@@ -441,44 +441,6 @@ impl Remote {
         }
     }
 
-    /// Bytes `range` of `key`, of the version with `etag` (empty: any): an
-    /// object replaced since is [`Error::Stale`].
-    pub fn get_range(&self, key: &str, range: Range<u64>, etag: &str) -> Result<Bytes> {
-        runtime().block_on(self.range_fut(key, range, etag))
-    }
-
-    fn range_fut(
-        &self,
-        key: &str,
-        range: Range<u64>,
-        etag: &str,
-    ) -> impl std::future::Future<Output = Result<Bytes>> + Send + 'static {
-        let (store, path) = (self.store.clone(), self.path(key));
-        let opts = GetOptions {
-            range: Some(GetRange::Bounded(range.clone())),
-            if_match: (!etag.is_empty()).then(|| etag.to_string()),
-            ..Default::default()
-        };
-        let got = self.guarded(key, Some(&range), async move { store.get_opts(&path, opts).await?.bytes().await });
-        let (counters, url, etag) = (self.counters.clone(), self.url_of(key), etag.to_string());
-        async move {
-            match got.await {
-                Ok(b) if b.len() as u64 == range.end - range.start => {
-                    counters.bytes_fetched.fetch_add(b.len() as u64, Relaxed);
-                    Ok(b)
-                }
-                Ok(b) => Err(Error::Stale {
-                    url,
-                    detail: format!("bytes {}..{} came back {} B long", range.start, range.end, b.len()),
-                }),
-                Err(Error::Store { source: object_store::Error::Precondition { .. }, .. }) => {
-                    Err(Error::Stale { url, detail: format!("ETag {etag} when listed, another now") })
-                }
-                Err(e) => Err(e),
-            }
-        }
-    }
-
     /// Every object under `sub` (a key prefix ending in `/`, or empty for
     /// the whole prefix), recursively.
     pub fn list(&self, sub: &str) -> Result<Vec<ObjectInfo>> {
