@@ -151,9 +151,22 @@ pub fn stage<'py>(
     d.set_item("fetched_objects", staged.fetched)?;
     d.set_item("reused_objects", staged.reused)?;
     d.set_item("removed_bytes", staged.removed_bytes)?;
-    d.set_item("requests", s.requests)?;
-    d.set_item("request_errors", s.errors)?;
+    request_stats(&d, &s)?;
     Ok(d)
+}
+
+/// A remote's request counters into `d`: requests asked for, HTTP attempts
+/// sent (retries, resumed bodies and listing pages included), throttling
+/// answers, other 5xx answers, attempts with no answer, and requests that
+/// failed after their retries.
+fn request_stats(d: &Bound<'_, PyDict>, s: &zring_remote::Stats) -> PyResult<()> {
+    d.set_item("requests", s.requests)?;
+    d.set_item("http_attempts", s.attempts)?;
+    d.set_item("throttles", s.throttles)?;
+    d.set_item("server_errors", s.server_errors)?;
+    d.set_item("failed_connections", s.failed_connections)?;
+    d.set_item("request_errors", s.errors)?;
+    Ok(())
 }
 
 /// A process's hold on a staged dataset (no other stage evicts it while held).
@@ -308,6 +321,7 @@ impl PyLineCache {
         d.set_item("fetch_seconds", s.fetch_ns as f64 / 1e9)?;
         d.set_item("cache_used_bytes", s.used_bytes)?;
         d.set_item("cache_cap_bytes", s.cap_bytes)?;
+        request_stats(&d, &s.requests)?;
         Ok(d)
     }
 }

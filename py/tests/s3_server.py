@@ -72,7 +72,10 @@ class Faults(ThreadingHTTPServer):
     - ``cut_every = n``: every n-th GET sends half its body and closes;
     - ``hang = True``: requests get no answer (until ``hang`` is unset);
     - ``replace = (path, bytes)``: the first GET of ``path`` (a bucket
-      path) first replaces the object upstream.
+      path) first replaces the object upstream;
+    - ``tokens[token] = t``: a request signed with session token ``token``
+      after time ``t`` gets 400 ExpiredToken, as AWS answers (moto checks
+      no signatures or tokens, so expiry is enforced here).
     """
 
     daemon_threads = True
@@ -83,7 +86,8 @@ class Faults(ThreadingHTTPServer):
         self.cut_every = 0
         self.hang = False
         self.replace: tuple[str, bytes] | None = None
-        self.seen = self.throttled = self.cut = self.gets = 0
+        self.tokens: dict[str, float] = {}
+        self.seen = self.throttled = self.cut = self.gets = self.expired = 0
         #: ``(method, path and query, body bytes sent)`` of every request answered.
         self.log: list[tuple[str, str, int]] = []
         self.lock = threading.Lock()
@@ -119,6 +123,16 @@ class _Handler(BaseHTTPRequestHandler):
                 srv.throttled += 1
             msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
             self.send_response(503)
+            self.send_header("Content-Length", str(len(msg)))
+            self.end_headers()
+            self.wfile.write(msg)
+            return
+        token = self.headers.get("X-Amz-Security-Token")
+        if token in srv.tokens and time.time() > srv.tokens[token]:
+            with srv.lock:
+                srv.expired += 1
+            msg = b"<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
+            self.send_response(400)
             self.send_header("Content-Length", str(len(msg)))
             self.end_headers()
             self.wfile.write(msg)

@@ -191,10 +191,15 @@ def test_throttling_and_bodies_cut_mid_stream_are_retried_and_the_data_is_exact(
     url = f"s3://{bucket}/ds"
     remote.upload(local, url, storage_options=s3.options())
     faults.throttle_every, faults.cut_every = 3, 4
+    st = remote.stage(url, tmp_path / "cache", storage_options=s3.options(faults.endpoint))
     with zring.Dataset(url, cache=tmp_path / "cache", storage_options=s3.options(faults.endpoint)) as ds, \
          zring.Dataset(local) as mine:
         np.testing.assert_array_equal(ds[np.arange(len(ds))], mine[np.arange(len(mine))])
     assert faults.throttled > 0 and faults.cut > 0, (faults.throttled, faults.cut)
+    # The stage's counters saw what the proxy did: every throttle, and an
+    # attempt more than the requests asked for per throttle and per cut.
+    assert st["throttles"] > 0 and st["request_errors"] == 0, st
+    assert st["http_attempts"] >= st["requests"] + st["throttles"], st
 
 
 def test_a_server_that_stops_answering_is_an_error_naming_the_object_within_the_deadline(s3, bucket, faults,
@@ -549,7 +554,49 @@ def test_credentials_from_a_callable_are_asked_for_again_before_they_expire(s3, 
     # One dataset's line cache lives 2.5 s: credentials valid 0.5 s were
     # fetched again as they ran out, not once.
     assert len(calls) - before >= 3, calls
+
     with pytest.raises(TypeError, match=r"storage_options\['credentials'\] must be a callable"):
         remote.stage(url, tmp_path / "c", storage_options={"credentials": "key"})
     with pytest.raises(OSError, match=r"the credentials callable returned no \"secret_key\""):
         remote.stage(url, tmp_path / "c", storage_options={**s3.options(), "credentials": lambda: {"key_id": "k"}})
+
+
+def test_credentials_that_expire_every_second_are_refreshed_and_no_read_fails(s3, bucket, faults, tmp_path):
+    """The proxy refuses a session token after its expiry (ExpiredToken, as
+    AWS does): a run whose callable says when its tokens expire is never
+    refused; one whose callable claims an hour, while its tokens last a
+    second, is refused, so the refusal is real."""
+    url = f"s3://{bucket}/ds"
+    _big_parts(tmp_path / "local")
+    remote.upload(tmp_path / "local", url, storage_options=s3.options())
+    share = remote.stage(url, tmp_path / "probe", storage_options=s3.options())["share_bytes"]
+    base = {k: v for k, v in s3.options(faults.endpoint, cache_line_bytes=65536).items()
+            if k not in ("aws_access_key_id", "aws_secret_access_key")}
+
+    def fresh():
+        token = f"session-{len(faults.tokens)}"
+        faults.tokens[token] = time.time() + 1.0
+        return {"key_id": "test", "secret_key": "test", "token": token, "expires_in": 1.0}
+
+    def stale():
+        # One token, issued once, said to last an hour: it lasts a second.
+        if "stale" not in faults.tokens:
+            faults.tokens["stale"] = time.time() + 1.0
+        return {"key_id": "test", "secret_key": "test", "token": "stale", "expires_in": 3600.0}
+
+    with zring.Dataset(url, cache=tmp_path / "cache", cache_disk_bytes=share // 2,
+                       storage_options={**base, "credentials": fresh}) as ds, \
+         zring.Dataset(tmp_path / "local") as mine:
+        t = time.time()
+        with zring.DataLoader({"x": ds}, batch_size=64, mode=3, seed=1, block_records=16, window_blocks=4) as dl, \
+             zring.DataLoader({"x": mine}, batch_size=64, mode=3, seed=1, block_records=16, window_blocks=4) as ml:
+            while time.time() - t < 3.5:
+                np.testing.assert_array_equal(next(dl)["x"], next(ml)["x"])
+    assert faults.expired == 0 and len(faults.tokens) >= 3, (faults.expired, len(faults.tokens))
+
+    with zring.Dataset(url, cache=tmp_path / "cache2", cache_disk_bytes=share // 2,
+                       storage_options={**base, "credentials": stale}) as ds:
+        time.sleep(1.2)
+        with pytest.raises(OSError, match="ExpiredToken"):
+            ds[np.arange(64)]
+    assert faults.expired > 0

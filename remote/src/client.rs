@@ -22,6 +22,7 @@ use object_store::{
 };
 
 use crate::error::{Error, Result};
+use crate::http::{Counted, Wire};
 
 /// The tier's runtime: two worker threads, shared by every [`Remote`] of
 /// the process. Requests are I/O-bound; the engine's own threads decode.
@@ -44,6 +45,7 @@ pub struct Counters {
     bytes_fetched: AtomicU64,
     bytes_uploaded: AtomicU64,
     errors: AtomicU64,
+    wire: Arc<Wire>,
 }
 
 /// What a [`Remote`] has done, for `stats()`.
@@ -57,6 +59,16 @@ pub struct Stats {
     pub bytes_uploaded: u64,
     /// Requests that failed after their retries.
     pub errors: u64,
+    /// HTTP requests sent: every request, each of its retries, each
+    /// resumption of a body cut mid-stream, and each page of a listing.
+    pub attempts: u64,
+    /// Answers that asked the client to slow down (503, 429, `SlowDown`);
+    /// each was retried after a backoff.
+    pub throttles: u64,
+    /// Other 5xx answers (retried).
+    pub server_errors: u64,
+    /// Attempts that got no answer: refused or cut connections, timeouts.
+    pub failed_connections: u64,
 }
 
 /// Credentials for S3 that the caller supplies ([`Remote::open_with`]):
@@ -277,6 +289,8 @@ impl Remote {
                 OWN_OPTIONS.join(", ")
             ))
         };
+        let counters = Arc::new(Counters::default());
+        let connector = || Counted(counters.wire.clone());
         let built = |e: object_store::Error| Error::Store { url: url.to_string(), range: String::new(), source: e };
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
             "s3" | "s3a" => {
@@ -287,7 +301,7 @@ impl Remote {
                 if let Some(source) = credentials.clone() {
                     b = b.with_credentials(Arc::new(Refreshing { source, cached: Default::default() }));
                 }
-                let s = b.with_client_options(client).with_retry(retry).build().map_err(built)?;
+                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             scheme if credentials.is_some() && !matches!(scheme, "s3" | "s3a") => {
@@ -301,7 +315,7 @@ impl Remote {
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                let s = b.with_client_options(client).with_retry(retry).build().map_err(built)?;
+                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             "az" | "abfs" | "abfss" | "azure" => {
@@ -309,7 +323,7 @@ impl Remote {
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                let s = b.with_client_options(client).with_retry(retry).build().map_err(built)?;
+                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             "file" => {
@@ -333,7 +347,7 @@ impl Remote {
             deadline,
             line,
             lru,
-            counters: Arc::default(),
+            counters,
         })
     }
 
@@ -368,6 +382,10 @@ impl Remote {
             bytes_fetched: c.bytes_fetched.load(Relaxed),
             bytes_uploaded: c.bytes_uploaded.load(Relaxed),
             errors: c.errors.load(Relaxed),
+            attempts: c.wire.attempts.load(Relaxed),
+            throttles: c.wire.throttles.load(Relaxed),
+            server_errors: c.wire.server_errors.load(Relaxed),
+            failed_connections: c.wire.failed_connections.load(Relaxed),
         }
     }
 

@@ -15,6 +15,7 @@ mod cache;
 mod client;
 mod commit;
 mod error;
+mod http;
 mod lines;
 
 pub use cache::{cache_name, hold, stage, Hold, StageOptions, Staged};

@@ -73,6 +73,8 @@ pub struct LineStats {
     /// Bytes the cache's chunk files hold (allocated blocks) and the cap.
     pub used_bytes: u64,
     pub cap_bytes: u64,
+    /// The requests behind the fetches: retries, throttles and the rest.
+    pub requests: crate::Stats,
 }
 
 #[derive(Default)]
@@ -275,6 +277,7 @@ impl LineCache {
             fetch_ns: c.fetch_ns.load(Relaxed),
             used_bytes: self.used(),
             cap_bytes: self.cap,
+            requests: self.remote.stats(),
         }
     }
 

@@ -342,7 +342,8 @@ def stage(
 ) -> dict[str, Any]:
     """Stage url's dataset (or rank (rank, ranks)'s share) into cache; returns
     path, share_bytes, fetched_bytes, fetched_objects, reused_objects,
-    removed_bytes, requests and request_errors. progress(done, total) is
+    removed_bytes, and the request counters requests, http_attempts,
+    throttles, server_errors, failed_connections and request_errors. progress(done, total) is
     called at most every 0.2 s. lazy: fetch the small files only and leave
     the chunk files as holes, to be filled by a LineCache."""
 
@@ -366,7 +367,8 @@ class LineCache:
         """Make the line cache of url staged lazily in cache the fill of the open dataset parts."""
     def stats(self) -> dict[str, Any]:
         """lines_fetched, bytes_fetched, lines_evicted, bytes_evicted,
-        fills_hit, fills_fetched, fetch_seconds, cache_used_bytes, cache_cap_bytes."""
+        fills_hit, fills_fetched, fetch_seconds, cache_used_bytes, cache_cap_bytes,
+        and the request counters (see stage)."""
 
 def upload_part(
     url: str, options: Sequence[tuple[str, str]], local: str | os.PathLike[str], name: str
