@@ -20,8 +20,11 @@ Sections, in one run:
    bytes fetched per cycle against ``(1 - 0.5)`` of the chunk bytes, the
    most blocks the cache held (sampled every 100 ms) against the cap, and
    seconds the reads waited on fetches; eviction by next use and LRU.
+5. ``paced``: the half-cap cache read at a training step's pace (each
+   step's bytes at 100 MiB/s): how long ``next()`` waits once the first
+   window is in.
 
-    python benches/remote.py [--gib 1] [--rounds 3] [--install]
+    python benches/remote.py [--gib 1] [--rounds 5] [--install]
 
 Data in ``$ZRING_BENCH_DIR/remote`` (default ``bench-data/remote``); root for
 drop_caches. The result goes to ``bench-results/remote.md``.
@@ -30,6 +33,7 @@ drop_caches. The result goes to ``bench-results/remote.md``.
 from __future__ import annotations
 
 import argparse
+import resource
 import json
 import os
 import resource
@@ -143,11 +147,22 @@ def ceiling(srv: Server, url: str, opts: dict[str, str], line: int, parallel: in
                     "silent", "fail", "next"]
     with tempfile.NamedTemporaryFile("w", suffix=".curl", delete=False) as f:
         f.write("\n".join(cfg[:-1]) + "\n")
-    t = time.perf_counter()
-    subprocess.run(["curl", "--parallel", "--parallel-max", str(parallel), "--config", f.name], check=True)
-    secs = time.perf_counter() - t
+    t, c = time.perf_counter(), children_cpu()
+    subprocess.run(["curl", "--parallel", "--parallel-max", str(parallel), "--config", f.name], check=True,
+                   stderr=subprocess.DEVNULL)
+    secs, used = time.perf_counter() - t, children_cpu() - c
     os.unlink(f.name)
+    CURL_CPU.append(used / (total / 2**30))
     return total / secs / 2**20, total
+
+
+#: curl's CPU-s per GiB, one entry per ceiling run.
+CURL_CPU: list[float] = []
+
+
+def children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def cycle(ds, n: int, seed: int = 1) -> float:
@@ -161,6 +176,47 @@ def cycle(ds, n: int, seed: int = 1) -> float:
     return secs
 
 
+def paced(url: str, opts: dict[str, str], data: Path, cap: int, n: int, local: Path) -> list[str]:
+    """A training step's pace (each step's bytes at half the fetch rate of the
+    first cycle): after the first window, does any step wait on a fetch
+    longer than the same loader over the local copy waits?"""
+    cache = data / "cache-paced"
+    shutil.rmtree(cache, ignore_errors=True)
+    step_bytes = 256 * RECORD
+    out = ["## A paced run through a cache at half the share: do steps wait on fetches?\n",
+           "Each step sleeps as long as fetching its bytes at 100 MiB/s would take (about half what the "
+           "first cycle fetches at), as a training step would. A window is 8 blocks of 64 records (2 steps). "
+           "`next()` is timed, the first window's steps left out; the same loader over the local copy "
+           "(page cache dropped) is the reference.\n",
+           "| reading | cycle | steps | steps waiting > 1 ms | wait p50 (ms) | wait p99 (ms) | wait max (ms) "
+           "| fetched (MiB) |",
+           "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    pause = step_bytes / (100 * 2**20)
+    for label in ("cache at half the share", "local copy"):
+        common.drop_caches()
+        ds = (zring.Dataset(url, cache=cache, cache_disk_bytes=cap, storage_options=opts) if label.startswith("cache")
+              else zring.Dataset(local))
+        fetched = (lambda: ds.remote_stats()["bytes_fetched"]) if label.startswith("cache") else (lambda: 0)
+        with ds, zring.DataLoader({"x": ds}, batch_size=256, mode=3, seed=3, block_records=64,
+                                  window_blocks=8) as dl:
+            for c_ in range(2):
+                waits = []
+                before = fetched()
+                for k in range(n // 256):
+                    t = time.perf_counter()
+                    next(dl)
+                    w = time.perf_counter() - t
+                    if k >= 2:
+                        waits.append(w)
+                    time.sleep(pause)
+                got = fetched() - before
+                w = np.sort(np.array(waits)) * 1e3
+                out.append(f"| {label} | {c_} | {len(w)} | {int((w > 1).sum())} | {np.percentile(w, 50):.2f} | "
+                           f"{np.percentile(w, 99):.2f} | {w[-1]:.2f} | {got / 2**20:.0f} |")
+    out.append("")
+    return out
+
+
 def allocated(d: Path) -> int:
     return sum(f.stat().st_blocks * 512 for f in d.rglob("*") if f.is_file())
 
@@ -168,7 +224,7 @@ def allocated(d: Path) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gib", type=float, default=1.0)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--install", action="store_true", help="build s3s-fs into target/tools first")
     a = ap.parse_args()
     data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "remote"
@@ -205,16 +261,18 @@ def main() -> None:
             done = remote.stage(url, cache, storage_options=opts)
             secs, used = time.perf_counter() - t, cpu() - c
             rate = done["fetched_bytes"] / secs / 2**20
-            rows.append((ceil, ceil_files, rate, used / (done["fetched_bytes"] / 2**30)))
+            rows.append((ceil, ceil_files, rate, used / (done["fetched_bytes"] / 2**30), CURL_CPU[-2]))
             common.note(f"round {r}: ceiling {ceil:.0f} MiB/s, stage {rate:.0f} MiB/s")
         out += ["## First fetch against the server's own rate\n",
                 "| round | curl, bytes discarded (MiB/s) | curl to files (MiB/s) | zring stage (MiB/s) | ratio to discarded "
-                "| ratio to files | zring CPU-s per GiB |",
-                "|---:|---:|---:|---:|---:|---:|---:|"]
-        for r, (ceil, ceil_files, rate, cps) in enumerate(rows):
+                "| ratio to files | zring CPU-s per GiB | curl (discarding) CPU-s per GiB |",
+                "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r, (ceil, ceil_files, rate, cps, ccps) in enumerate(rows):
             out.append(f"| {r} | {ceil:.0f} | {ceil_files:.0f} | {rate:.0f} | {rate / ceil:.2f} | "
-                       f"{rate / ceil_files:.2f} | {cps:.2f} |")
-        out.append("")
+                       f"{rate / ceil_files:.2f} | {cps:.2f} | {ccps:.2f} |")
+        ratios = sorted(r[2] / r[0] for r in rows)
+        out.append(f"\nMedian ratio to curl discarding: {ratios[len(ratios) // 2]:.2f} "
+                   f"(lowest {ratios[0]:.2f}, highest {ratios[-1]:.2f}). Client and server share the 2 cores.\n")
 
         staged = zring.Dataset(url, cache=data / "cache-stage", storage_options=opts)
         mine = zring.Dataset(local)
@@ -271,6 +329,7 @@ def main() -> None:
         out.append(f"Most held never above the cap ({cap / 2**20:.0f} MiB): allocated blocks of the cache folder, "
                    f"sampled every 100 ms. CPU-s per GiB fetched counts the whole process (the loader's decoding "
                    f"and checks included).\n")
+        out += paced(url, opts, data, cap, n, local)
     finally:
         srv.stop()
     text = "\n".join(out)

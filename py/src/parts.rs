@@ -181,6 +181,7 @@ impl PyParts {
             d.set_item("content", &p.content)?;
             d.set_item("start", parts.start(k))?;
             d.set_item("number", parts.number(k))?;
+            d.set_item("whole_start", parts.whole_start(k))?;
             list.append(d)?;
         }
         Ok(list.into_any())

@@ -177,3 +177,28 @@ def test_errors_name_the_store_and_hint_at_the_store_meant(tmp_path, capsys, mon
     assert cli.main(["convert", "zr/image.zr", "out", "--chunk-bytes", "0"]) == 1
     err = capsys.readouterr().err
     assert "--chunk-bytes must be positive" in err and "block_bytes" not in err, err
+
+
+def test_info_counts_a_ragged_datasets_rows_as_tokens(tmp_path, capsys):
+    from zring import write_ragged
+
+    docs = [np.arange(n, dtype=np.uint16) for n in (5, 0, 17, 300)]
+    write_ragged(tmp_path / "tok", docs, codec="zstd")
+    assert cli.main(["info", str(tmp_path / "tok")]) == 0
+    out = capsys.readouterr().out
+    assert "rows (tokens) 322" in out and "records       4" in out, out
+    write_dataset(tmp_path / "fixed", np.zeros((3, 4), np.float32))
+    assert cli.main(["info", str(tmp_path / "fixed")]) == 0
+    assert "rows (tokens)" not in capsys.readouterr().out
+
+
+def test_a_folder_of_datasets_of_parts_names_them(tmp_path, capsys):
+    # What `zring convert SRC DST --workers N` makes of Megatron partitions: DST/tokens.zr.
+    from zring import parts
+
+    root = tmp_path / "dst" / "tokens.zr"
+    parts.commit(root, [parts.write_part(root, np.arange(6).reshape(3, 2))])
+    assert cli.main(["info", str(tmp_path / "dst")]) == 1
+    assert f"is a directory of stores: {root}" in capsys.readouterr().err
+    assert cli.main(["info", str(tmp_path / "dst" / "tokens")]) == 1
+    assert f"(did you mean {root}?)" in capsys.readouterr().err

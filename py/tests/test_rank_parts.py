@@ -398,3 +398,57 @@ def test_jax_processes_each_read_their_own_parts_and_resume(tmp_path, capsys):
 
 if __name__ == "__main__" and len(sys.argv) == 8 and sys.argv[1] == "worker":
     _jax_worker(*sys.argv[2:])
+
+
+@pytest.mark.parametrize("split", ["969,30,1", "8,1,1", [(0, 100), (100, 300), (300, None)]])
+def test_the_ranks_splits_together_are_the_whole_datasets_split_with_any_rank_count(tmp_path, split):
+    """Megatron's split is global: each rank's validation part is exactly its
+    share of the whole dataset's, so with 4 ranks and with 2 (and 1) the
+    ranks' parts together are the whole dataset's parts."""
+    from zring._split import assign, assign_at
+
+    root = tmp_path / "corpus"
+    total = _write(root, SIZES * 40)
+    with zring.Dataset(root) as whole:
+        want = [set(v[np.arange(len(v))][:, 0].tolist()) for v in zring.split(whole, split, seed=5)]
+    assert sum(len(w) for w in want) == total and len(want[1]) > 0
+    for ranks in (4, 2, 1):
+        got: list[set[int]] = [set() for _ in want]
+        for rank in range(ranks):
+            with zring.Dataset(root, rank_parts=(rank, ranks)) as ds:
+                for k, v in enumerate(zring.split(ds, split, seed=5)):
+                    ids = v[np.arange(len(v))][:, 0].tolist() if len(v) else []
+                    assert not got[k] & set(ids), (ranks, rank, k)
+                    got[k] |= set(ids)
+        assert got == want, ranks
+    # At any indices, the same part as the whole dataset's assignment.
+    n = 10_007
+    at = np.sort(np.random.default_rng(1).choice(n, 3000, replace=False)).astype(np.uint64)
+    np.testing.assert_array_equal(assign_at(at, [969, 30, 1], 3), assign(n, [969, 30, 1], 3)[at])
+    with pytest.raises(ValueError, match="increasing"):
+        assign_at(np.array([5, 3], np.uint64), [1, 1])
+
+
+def test_info_and_verify_check_a_hosts_folder_and_name_the_rank_another_folder_holds(hosts, capsys):
+    root, total, copies = hosts
+    for rank in (1, 3):
+        assert cli.main(["verify", str(copies[rank]), "--ranks", str(RANKS), "--rank", str(rank)]) == 0
+        assert cli.main(["info", str(copies[rank]), "--ranks", str(RANKS), "--rank", str(rank)]) == 0
+        out = capsys.readouterr().out
+        mine = parts.rank_plan(root, RANKS)[rank]
+        assert f"parts         {len(mine)} of {len(SIZES)}: rank {rank} of {RANKS}'s share" in out, out
+        assert f"records       {len(_own_ids(root, rank))}" in out, out
+    # Host 2's folder asked for rank 1: refused, naming the rank it holds.
+    for cmd in ("verify", "info"):
+        assert cli.main([cmd, str(copies[2]), "--ranks", str(RANKS), "--rank", "1"]) == 1
+        err = capsys.readouterr().err
+        assert f"holds rank 2 of {RANKS}'s parts" in err and f"--ranks {RANKS} --rank 2" in err, err
+    # Without --rank, a host's folder is not "damaged": it says whose share it is.
+    assert cli.main(["verify", str(copies[2])]) == 1
+    assert f"holds rank 2 of {RANKS}'s parts" in capsys.readouterr().err
+    # The whole dataset: every record, and no note.
+    assert cli.main(["info", str(root)]) == 0
+    out = capsys.readouterr().out
+    assert f"records       {total}" in out and "note" not in out, out
+    assert cli.main(["info", str(root), "--rank", "1"]) == 1
+    assert "give --ranks N and --rank K together" in capsys.readouterr().err

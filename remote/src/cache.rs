@@ -127,6 +127,24 @@ pub fn cache_name(url: &str, rank: Option<(u32, u32)>) -> String {
     }
 }
 
+/// `f` made `len` bytes long with its blocks allocated up front, so the
+/// ranges fetched at once land in few extents and the file reads back as
+/// fast as one written in order (sparse, 16 writers at once left it in
+/// many, and cold reads of the copy 0.89x the local copy's). A file system
+/// without `fallocate` gets a sparse file.
+fn preallocate(f: &File, len: u64) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    if len > 0 {
+        // SAFETY: fallocate reads no memory of ours; `f` is an open,
+        // writable descriptor for the call's length.
+        let rc = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, len as libc::off_t) };
+        if rc == 0 {
+            return Ok(());
+        }
+    }
+    f.set_len(len)
+}
+
 fn lock(path: &Path, shared: bool) -> Result<File> {
     let f = OpenOptions::new().create(true).truncate(false).write(true).open(path).map_err(io_err("open", path))?;
     if shared { f.lock_shared() } else { f.lock() }.map_err(io_err("lock", path))?;
@@ -415,7 +433,7 @@ pub fn stage(remote: &Remote, cache: &Path, opts: &StageOptions, progress: &mut 
                 .truncate(true)
                 .open(&part)
                 .map_err(io_err("create", &part))?;
-            f.set_len(o.size).map_err(io_err("size", &part))?;
+            preallocate(&f, o.size).map_err(io_err("size", &part))?;
             let f = std::sync::Arc::new(f);
             let n = o.size.div_ceil(line);
             for i in 0..n {

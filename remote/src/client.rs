@@ -301,7 +301,12 @@ impl Remote {
                 if let Some(source) = credentials.clone() {
                     b = b.with_credentials(Arc::new(Refreshing { source, cached: Default::default() }));
                 }
-                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
+                let s = b
+                    .with_client_options(client)
+                    .with_retry(retry)
+                    .with_http_connector(connector())
+                    .build()
+                    .map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             scheme if credentials.is_some() && !matches!(scheme, "s3" | "s3a") => {
@@ -315,7 +320,12 @@ impl Remote {
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
+                let s = b
+                    .with_client_options(client)
+                    .with_retry(retry)
+                    .with_http_connector(connector())
+                    .build()
+                    .map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             "az" | "abfs" | "abfss" | "azure" => {
@@ -323,7 +333,12 @@ impl Remote {
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                let s = b.with_client_options(client).with_retry(retry).with_http_connector(connector()).build().map_err(built)?;
+                let s = b
+                    .with_client_options(client)
+                    .with_retry(retry)
+                    .with_http_connector(connector())
+                    .build()
+                    .map_err(built)?;
                 (Arc::new(s), parsed.path().to_string())
             }
             "file" => {
@@ -340,15 +355,7 @@ impl Remote {
         };
         let prefix = ObjPath::parse(prefix.trim_matches('/'))
             .map_err(|e| Error::InvalidArgument(format!("{url:?}: not an object path: {e}")))?;
-        Ok(Remote {
-            store,
-            prefix,
-            url: url.trim_end_matches('/').to_string(),
-            deadline,
-            line,
-            lru,
-            counters,
-        })
+        Ok(Remote { store, prefix, url: url.trim_end_matches('/').to_string(), deadline, line, lru, counters })
     }
 
     /// The bytes of a cache line (storage option `cache_line_bytes`,

@@ -148,6 +148,11 @@ pub struct Parts {
     pub(super) numbers: Vec<usize>,
     /// `ends[k]`: records in parts `0..=k`.
     pub(super) ends: Vec<u64>,
+    /// Each part's first record's index in the whole dataset (all the
+    /// manifest's parts), which a rank's view of it does not hold.
+    pub(super) whole_starts: Vec<u64>,
+    /// Records in the whole dataset.
+    pub(super) whole_len: u64,
     pub(super) fingerprints: Vec<Fingerprint>,
     pub(super) open: RwLock<Open>,
     /// The first part's `schema.json` text, read when the dataset was opened
@@ -226,6 +231,12 @@ impl Parts {
         let root = dir.to_path_buf();
         let mut manifest = read_manifest(&root)?;
         let mut numbers: Vec<usize> = (0..manifest.parts.len()).collect();
+        let mut whole = Vec::with_capacity(manifest.parts.len());
+        let mut whole_len = 0u64;
+        for p in &manifest.parts {
+            whole.push(whole_len);
+            whole_len = whole_len.saturating_add(p.records);
+        }
         if let Some((rank, ranks)) = rank {
             let records: Vec<u64> = manifest.parts.iter().map(|p| p.records).collect();
             let owner = assign_ranks(&records, ranks);
@@ -244,11 +255,14 @@ impl Parts {
         }
         let capacity = capacity.max(1);
         let n = manifest.parts.len();
+        let whole_starts = numbers.iter().map(|&k| whole[k]).collect();
         let mut parts = Parts {
             root,
             manifest,
             numbers,
             ends,
+            whole_starts,
+            whole_len,
             fingerprints,
             open: RwLock::new(Open {
                 slots: vec![None; n],
@@ -376,6 +390,19 @@ impl Parts {
     /// dataset was opened for a rank).
     pub fn number(&self, k: usize) -> usize {
         self.numbers[k]
+    }
+
+    /// Part `k`'s first record's index in the whole dataset: its start
+    /// when all parts are open, else the records of the manifest's parts
+    /// before it (what splits over the whole dataset key on).
+    pub fn whole_start(&self, k: usize) -> u64 {
+        self.whole_starts[k]
+    }
+
+    /// Records in the whole dataset (every part the manifest listed at
+    /// open), whether or not this handle opened them all.
+    pub fn whole_len(&self) -> u64 {
+        self.whole_len
     }
 
     /// The manifest read at open (only the rank's parts, for

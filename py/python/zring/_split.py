@@ -31,7 +31,11 @@ Two ways to give the parts:
   that exist.
 
 Either way a record's part depends only on its own index (and the seed and
-the parts), never on how many records there are: a store that grows by
+the parts), never on how many records there are. For a rank's share of
+a dataset of parts (``rank_parts=(rank, ranks)``) that index is the
+record's index in the whole dataset (its part's place in the manifest),
+not in the share: the ranks' parts together are the split of the whole
+dataset, whatever the rank count, as Megatron's global split is. A store that grows by
 appends keeps every record in its part, and each part is its old records
 followed by some of the new ones. A :class:`zring.DataLoader` state saved
 over a part resumes over the same part of the grown store as over any grown
@@ -150,6 +154,52 @@ def assign(records: int, parts: Sequence[int], seed: int = 0) -> np.ndarray:
     return out
 
 
+def assign_at(positions: np.ndarray, parts: Sequence[int], seed: int = 0) -> np.ndarray:
+    """:func:`assign` at the given record indices (increasing uint64): the
+    part of each, exactly as ``assign(n, parts, seed)[positions]`` for any
+    ``n`` past them, costing the periods they touch alone. A rank's share of
+    a dataset of parts is split at its records' indices in the whole
+    dataset this way."""
+    parts = [int(p) for p in parts]
+    period = sum(parts)
+    key = np.uint64(_hash64({"parts": parts, "seed": int(seed)}))
+    ends = np.cumsum(parts)
+    pos = np.ascontiguousarray(positions, dtype=np.uint64)
+    out = np.empty(pos.size, dtype=np.int8)
+    if pos.size == 0:
+        return out
+    if pos.size > 1 and bool(np.any(pos[1:] < pos[:-1])):
+        raise ValueError("assign_at needs increasing record indices")
+    q = pos // np.uint64(period)
+    qs, inv = np.unique(q, return_inverse=True)
+    chunk = max(1, (1 << 20) // period)
+    ranks = np.arange(period, dtype=np.int64)
+    within = (pos % np.uint64(period)).astype(np.int64)
+    for c0 in range(0, len(qs), chunk):
+        c1 = min(len(qs), c0 + chunk)
+        lo, hi = np.searchsorted(inv, [c0, c1])
+        base = (qs[c0:c1, None] * np.uint64(period)) + np.arange(period, dtype=np.uint64)
+        h = _mix64(base * np.uint64(0x9E3779B97F4A7C15) + key)
+        order = np.argsort(h, axis=1, kind="stable")
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.broadcast_to(ranks, order.shape), axis=1)
+        out[lo:hi] = np.searchsorted(ends, rank[inv[lo:hi] - c0, within[lo:hi]], side="right")
+    return out
+
+
+def whole_positions(ds: Any) -> np.ndarray | None:
+    """For a rank's share of a dataset of parts (``rank_parts=``): each of its
+    records' index in the whole dataset (increasing uint64). None for any
+    other dataset, whose own indices are the whole dataset's."""
+    if getattr(ds, "rank_parts", None) is None:
+        return None
+    listed = ds._s.parts_list()
+    if not listed:
+        return np.zeros(0, np.uint64)
+    return np.concatenate([np.arange(p["whole_start"], p["whole_start"] + p["records"], dtype=np.uint64)
+                           for p in listed])
+
+
 def _ranges_of(split: Sequence[Any]) -> list[tuple[int, int | None]]:
     out = []
     for r in split:
@@ -204,8 +254,24 @@ class _Splitter:
                 self._cache[n] = [np.flatnonzero(which == k).astype(np.uint64) for k in range(self.count)]
         return self._cache[n]
 
-    def key(self, part: int) -> int:
-        return _hash64({**self.definition, "part": part})
+    def records_at(self, positions: np.ndarray) -> list[np.ndarray]:
+        """Each part's records of a rank's share whose records lie at
+        ``positions`` of the whole dataset: local indices, increasing."""
+        if self.ranges is not None:
+            out = []
+            for a, b in self.ranges:
+                inside = positions >= a
+                if b is not None:
+                    inside &= positions < b
+                out.append(np.flatnonzero(inside).astype(np.uint64))
+            return out
+        which = assign_at(positions, self.parts or [], self.seed)
+        return [np.flatnonzero(which == k).astype(np.uint64) for k in range(self.count)]
+
+    def key(self, part: int, whole: bool = False) -> int:
+        # A rank's view keys on the whole dataset's indices: another key, so a
+        # state saved over a split of the share alone is refused.
+        return _hash64({**self.definition, "part": part, **({"over": "whole"} if whole else {})})
 
 
 class _Names(Sequence[str]):
@@ -325,7 +391,9 @@ def split(data: Any, split: Any, *, seed: int = 0) -> tuple[Any, ...]:
     given (``None``: to the end; a range past the end holds what exists).
 
     A record's part depends on its index alone (and the seed and parts),
-    never on the store's length: after appends every record stays in its
+    never on the store's length (for a rank's share of a dataset of parts,
+    its index in the whole dataset: the ranks' validation parts together
+    are the whole dataset's, with any rank count): after appends every record stays in its
     part, at its place, and each part gains some new records after its old
     ones; a loader state saved over a part resumes over the same part of
     the grown store (the cycle under way ends over the old records). A
@@ -366,7 +434,9 @@ def split(data: Any, split: Any, *, seed: int = 0) -> tuple[Any, ...]:
     def views(ds: Any) -> list[Any]:
         if not isinstance(ds, (Dataset, RaggedDataset)):
             _view(ds, np.zeros(0, np.uint64), 0, 0, {})  # raises the TypeError
-        return [_view(ds, recs, s.key(k), k, s.definition) for k, recs in enumerate(s.records(len(ds)))]
+        pos = whole_positions(ds)
+        recs = s.records(len(ds)) if pos is None else s.records_at(pos)
+        return [_view(ds, r, s.key(k, pos is not None), k, s.definition) for k, r in enumerate(recs)]
 
     def dict_views(streams: Mapping[str, Any]) -> list[dict[str, Any]]:
         lengths = {name: len(ds) for name, ds in streams.items()}
@@ -393,4 +463,5 @@ def split(data: Any, split: Any, *, seed: int = 0) -> tuple[Any, ...]:
     return tuple(views(data))
 
 
-__all__: Sequence[str] = ["SplitDataset", "SplitRaggedDataset", "split", "assign", "parts_of"]
+__all__: Sequence[str] = ["SplitDataset", "SplitRaggedDataset", "split", "assign", "assign_at", "parts_of",
+                          "whole_positions"]

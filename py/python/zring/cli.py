@@ -64,31 +64,126 @@ def _describe_schema(text: str | None) -> tuple[str, str, str]:
     return "dataset", str(dtype), str(tuple(schema.get("shape", [])))
 
 
-def _open(path: str) -> Any:
-    """A read-only handle on the store, or on the dataset of parts, at ``path``."""
+def _open(path: str, ranks: int | None = None, rank: int | None = None) -> Any:
+    """A read-only handle on the store, or on the dataset of parts (rank
+    ``rank`` of ``ranks``'s share of it, when given), at ``path``."""
     if (Path(path) / "manifest.json").is_file():
-        return Parts(path)
+        return Parts(path, rank_parts=None if rank is None else (rank, ranks))
+    if rank is not None:
+        raise ValueError(f"--ranks/--rank read a dataset of parts; {path} has no manifest.json")
     return Store(path, "r")
 
 
+def _rank_args(args: argparse.Namespace) -> str | None:
+    """What is wrong with ``--ranks``/``--rank``, or None."""
+    if args.rank is None and args.ranks is None:
+        return None
+    if args.rank is None or args.ranks is None:
+        return "give --ranks N and --rank K together (rank K of N ranks' share)"
+    if args.ranks < 1 or not 0 <= args.rank < args.ranks:
+        return f"--rank {args.rank} is not one of --ranks {args.ranks} (0 to {max(args.ranks - 1, 0)})"
+    return None
+
+
+def _present_parts(path: Path) -> set[str]:
+    """The manifest's part directories present in the folder."""
+    manifest = json.loads((path / "manifest.json").read_text())
+    return {p["dir"] for p in manifest.get("parts", []) if (path / p["dir"]).is_dir()}
+
+
+def _whose_folder(path: Path, ranks: int | None) -> str | None:
+    """When the folder holds some of a dataset's parts and not all: whose
+    share it holds (rank R of N, trying N = ``ranks``, else 2 to 1024), or
+    None when it holds all of them or matches no rank."""
+    from .parts import rank_plan
+
+    if not (path / "manifest.json").is_file():
+        return None
+    try:
+        present = _present_parts(path)
+        plan = rank_plan(path, 1)[0]
+    except (OSError, ValueError, ZringError):
+        return None
+    if len(present) == len(plan):
+        return None
+    for n in ([ranks] if ranks else range(2, 1025)):
+        if n > len(plan) and ranks is None:
+            break
+        for r, dirs in enumerate(rank_plan(path, n)):
+            if set(dirs) == present:
+                return (f"{path} holds rank {r} of {n}'s parts ({len(present)} of {len(plan)}): "
+                        f"run with --ranks {n} --rank {r}")
+    return None
+
+
+def _tokens(schema_text: str | None, logical: int) -> int | None:
+    """Rows of a ragged dataset (tokens, for a token store), from its
+    logical bytes; None for other stores."""
+    try:
+        schema = json.loads(schema_text or "{}")
+        if not schema.get("ragged"):
+            return None
+        row = _schema.decode_dtype(schema).itemsize * int(np.prod(schema.get("item_shape", []) or [1]))
+        return logical // row if row else None
+    except (TypeError, ValueError, KeyError):
+        return None
+
+
+def _open_or_explain(args: argparse.Namespace) -> Any:
+    """The handle of ``args``' store or share; None after printing why it
+    cannot be opened (a rank's parts missing, naming whose the folder holds)."""
+    bad = _rank_args(args)
+    if bad:
+        print(bad, file=sys.stderr)
+        return None
+    try:
+        return _open(args.path, args.ranks, args.rank)
+    except (ZringError, OSError, ValueError) as exc:
+        if not (Path(args.path) / "manifest.json").is_file():
+            raise  # main() names the store, or the stores a folder holds
+        whose = _whose_folder(Path(args.path), args.ranks)
+        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+        if whose:
+            print(whose, file=sys.stderr)
+        return None
+
+
 def cmd_info(args: argparse.Namespace) -> int:
-    with _open(args.path) as store:
+    handle = _open_or_explain(args)
+    if handle is None:
+        return 1
+    with handle as store:
         stats = store.stats()
         reads = store.read_stats()
         kind, dtype, shape = _describe_schema(store.schema())
         codec = json.loads(store.schema() or "{}").get("codec", "-")
-    disk = _disk_bytes(Path(args.path))
+        whole = None
+        if args.rank is not None:
+            listed = store.parts_list()
+            whole = (stats["parts"], len(_whole_plan(Path(args.path))), sum(p["records"] for p in listed))
+        schema_text = store.schema()
     logical = stats.get("logical_bytes", stats.get("live_bytes", 0))
+    # A rank's share is the parts it holds; the folder may hold others' too.
+    disk = _disk_bytes(Path(args.path)) if whole is None else stats.get("chunk_bytes", 0)
     print(f"path          {args.path}")
     print(f"kind          {kind}")
-    if "parts" in stats:
+    if whole is not None:
+        print(f"parts         {whole[0]} of {whole[1]}: rank {args.rank} of {args.ranks}'s share "
+              f"(manifest generation {stats['generation']})")
+    elif "parts" in stats:
         print(f"parts         {stats['parts']} (manifest generation {stats['generation']})")
+        whose = _whose_folder(Path(args.path), None)
+        if whose:
+            print(f"note          {whose}")
     print(f"records       {stats.get('records', 0)}")
+    tokens = _tokens(schema_text, logical)
+    if tokens is not None:
+        print(f"rows (tokens) {tokens}")
     print(f"codec         {codec}")
     print(f"dtype         {dtype}")
     print(f"sample shape  {shape}")
     print(f"logical size  {_human(logical)}")
-    print(f"on disk       {_human(disk)}")
+    print(f"on disk       {_human(disk)}" + (" (its chunk files)" if whole is not None else ""))
     print(f"ratio         {logical / disk:.2f}x" if disk else "ratio         -")
     print(f"reclaimable   {_human(stats.get('reclaimable', 0))}")
     print(f"dictionary    {'yes' if stats.get('has_dict') else 'no'}")
@@ -106,15 +201,16 @@ def _print_reads(r: dict) -> None:
           f"record cache holds {_human(r['cache_held'])} of {_human(r['cache_capacity'])}")
 
 
+def _whole_plan(path: Path) -> list[str]:
+    from .parts import rank_plan
+
+    return rank_plan(path, 1)[0]
+
+
 def cmd_verify(args: argparse.Namespace) -> int:
-    parts = (Path(args.path) / "manifest.json").is_file()
-    try:
-        handle = _open(args.path)
-    except ZringError as exc:
-        if not parts:
-            raise
-        # Opening a dataset of parts checks each part against its manifest.
-        print(f"FAILED: {type(exc).__name__}: {exc}", file=sys.stderr)
+    # Opening a dataset of parts checks each part against its manifest.
+    handle = _open_or_explain(args)
+    if handle is None:
         return 1
     with handle as store:
         try:
@@ -268,14 +364,22 @@ def cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _share_args(s: argparse.ArgumentParser) -> None:
+    s.add_argument("--ranks", type=int, default=None, help="with --rank: a dataset of parts read by N ranks")
+    s.add_argument("--rank", type=int, default=None,
+                   help="check only rank K's share (what `zring parts --ranks N --rank K` lists): a host's folder")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zring", description="Inspect and manage zring stores.")
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("info", help="records, codec, dtype/shape, size on disk, ratio")
+    s = sub.add_parser("info", help="records, rows (tokens), codec, dtype/shape, size on disk, ratio")
     s.add_argument("path")
+    _share_args(s)
     s.set_defaults(func=cmd_info)
     s = sub.add_parser("verify", help="read and checksum every record")
     s.add_argument("path")
+    _share_args(s)
     s.set_defaults(func=cmd_verify)
     s = sub.add_parser("parts", help="a dataset of parts' committed part directories, and with --ranks N the rank "
                                      "that reads each (rank, tab, directory): what to stage on each host")
@@ -349,11 +453,14 @@ def _hint(path: str | None) -> str:
     p = Path(path)
     if (p / "head.zr").is_file():
         return ""
+    def a_store(d: Path) -> bool:  # a store, or a dataset of parts
+        return (d / "head.zr").is_file() or (d / "manifest.json").is_file()
+
     near = p.with_name(p.name + ".zr") if p.name else None
-    if near is not None and (near / "head.zr").is_file():
+    if near is not None and a_store(near):
         return f" (did you mean {near}?)"
     if p.is_dir():
-        stores = sorted(c.name for c in p.iterdir() if c.name.endswith(".zr") and (c / "head.zr").is_file())
+        stores = sorted(c.name for c in p.iterdir() if c.name.endswith(".zr") and a_store(c))
         if stores:
             shown = ", ".join(str(p / c) for c in stores[:4]) + (", ..." if len(stores) > 4 else "")
             return f" ({p} is a directory of stores: {shown})"
