@@ -113,7 +113,7 @@ def _check_open(ds, rank: int | None, initial: int) -> tuple[int, np.ndarray, li
         # The plan of the newest manifest: prefix-stable, so its first ``count`` parts are planned as
         # they were at this generation.
         plan = zring._zring.rank_plan(str(ds.path), RANKS)
-        want = [n for n, (_dir, _records, r) in enumerate(plan) if r == rank and n < count]
+        want = [n for n, (_dir, _records, r, _bytes) in enumerate(plan) if r == rank and n < count]
     if numbers != want:
         raise AssertionError(f"generation {gen}: parts {numbers}, expected {want}")
     if len(ds) != len(rows):

@@ -489,15 +489,18 @@ pub fn manifest_schema(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Opt
 
 /// Which rank reads each committed part of the dataset at `path` when
 /// `ranks` ranks each read only their own (`zring_engine::parts::assign_ranks`):
-/// a list of `(dir, records, rank)` in manifest order. Reads the manifest
-/// only.
+/// a list of `(dir, records, rank, decoded bytes or None)` in manifest
+/// order. Reads the manifest only.
 #[pyfunction]
-pub fn rank_plan(py: Python<'_>, path: std::path::PathBuf, ranks: u32) -> PyResult<Vec<(String, u64, u32)>> {
+pub fn rank_plan(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+    ranks: u32,
+) -> PyResult<Vec<(String, u64, u32, Option<u64>)>> {
     if ranks == 0 {
         return Err(PyValueError::new_err("ranks must be at least 1"));
     }
     let m = py.detach(|| zring_engine::parts::read_manifest(&path)).map_err(error::engine)?;
-    let records: Vec<u64> = m.parts.iter().map(|p| p.records).collect();
-    let owner = zring_engine::parts::assign_ranks(&records, ranks);
-    Ok(m.parts.into_iter().zip(owner).map(|(p, r)| (p.dir, p.records, r)).collect())
+    let owner = zring_engine::parts::assign_ranks(&zring_engine::parts::placement_weights(&m), ranks);
+    Ok(m.parts.into_iter().zip(owner).map(|(p, r)| (p.dir, p.records, r, p.bytes)).collect())
 }

@@ -212,26 +212,27 @@ pub fn upload_store(py: Python<'_>, url: String, options: Vec<(String, String)>,
     py.detach(|| zring_remote::upload_store(&r, &local, "")).map_err(remote_err)
 }
 
-/// Commit uploaded parts `(name, records, content, schema JSON or None)`
-/// to the dataset at `url`; `(generation, retries, warnings)`.
+/// Commit uploaded parts `(name, records, content, schema JSON or None,
+/// decoded bytes or None)` to the dataset at `url`; `(generation, retries,
+/// warnings)`.
 #[pyfunction]
 pub fn commit(
     py: Python<'_>,
     url: String,
     options: Vec<(String, String)>,
-    parts: Vec<(String, u64, String, Option<String>)>,
+    parts: Vec<(String, u64, String, Option<String>, Option<u64>)>,
     overwrite: bool,
 ) -> PyResult<(u64, u32, Vec<String>)> {
     let r = open(&url, options)?;
     let mut new = Vec::with_capacity(parts.len());
-    for (name, records, content, schema) in parts {
+    for (name, records, content, schema, bytes) in parts {
         let schema = match schema {
             Some(s) => {
                 serde_json::from_str(&s).map_err(|e| PyValueError::new_err(format!("part {name}: schema: {e}")))?
             }
             None => serde_json::Value::Null,
         };
-        new.push(NewPart { name, records, content, schema });
+        new.push(NewPart { name, records, content, schema, bytes });
     }
     let c = py.detach(|| zring_remote::commit(&r, &new, overwrite)).map_err(remote_err)?;
     Ok((c.generation, c.retries, c.warnings))

@@ -452,3 +452,34 @@ def test_info_and_verify_check_a_hosts_folder_and_name_the_rank_another_folder_h
     assert f"records       {total}" in out and "note" not in out, out
     assert cli.main(["info", str(root), "--rank", "1"]) == 1
     assert "give --ranks N and --rank K together" in capsys.readouterr().err
+
+
+def test_ranks_of_a_token_store_hold_about_as_many_tokens_and_parts_lists_the_balance(tmp_path, capsys):
+    """Parts of many short documents and parts of a few long ones: placed by
+    documents, one rank held most tokens; by bytes (tokens) each rank is
+    within one part of the others, stably under appends."""
+    root = tmp_path / "tok"
+    rng = np.random.default_rng(0)
+    lengths = []
+    for k in range(24):
+        docs = [np.full(int(n), k, np.uint16) for n in (rng.integers(1, 20, 500) if k % 3 else
+                                                        rng.integers(2000, 8000, 4))]
+        lengths.append(sum(len(d) for d in docs))
+        parts.commit(root, [parts.write_part(root, docs, codec="zstd")])
+    biggest = max(lengths)
+    for ranks in (2, 4):
+        bal = parts.rank_balance(root, ranks)
+        tokens = [b["bytes"] // 2 for b in bal]
+        assert sum(tokens) == sum(lengths)
+        assert max(tokens) - min(tokens) <= max(0.05 * max(tokens), biggest), (ranks, tokens)
+        for rank in range(ranks):
+            with zring.RaggedDataset(root, rank_parts=(rank, ranks)) as ds:
+                values, _ = ds[np.arange(len(ds))]
+                assert len(values) == tokens[rank]
+    before = parts.rank_plan(root, 4)
+    parts.commit(root, [parts.write_part(root, [np.zeros(5000, np.uint16)])])
+    after = parts.rank_plan(root, 4)
+    assert all(a[:len(b)] == b for a, b in zip(after, before)), "appends move no part"
+    assert cli.main(["parts", str(root), "--ranks", "4"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("rank ") == 4 and "decoded" in err, err

@@ -80,7 +80,7 @@ def test_a_ranks_share_is_staged_alone_and_reads_as_the_local_copy_does(s3, buck
     # A fourth rank count's share lands beside; the folder of rank 0 of 2
     # holds only that rank's parts.
     done = remote.stage(url, tmp_path / "only0", rank=0, ranks=2, storage_options=s3.options())
-    plan = {d: r for d, _, r in zring._zring.rank_plan(str(local), 2)}
+    plan = {d: r for d, _, r, _ in zring._zring.rank_plan(str(local), 2)}
     held = {f.split("/")[1] for f in _files(Path(done["path"])) if f.startswith("parts/")}
     assert held == {d.split("/")[1] for d, r in plan.items() if r == 0}
 
@@ -171,7 +171,7 @@ def test_concurrent_committers_lose_none_of_each_others_parts(s3, bucket, tmp_pa
             info = parts.write_part(root, np.full((10, 1), 100 * k + i, np.int64))
             _zring.upload_part(url, opts, f"{root}/staging/{info.name}", info.name)
             schema = _zring.manifest_schema(root) if False else None
-            print(_zring.commit(url, opts, [(info.name, info.records, info.content, sys.argv[5])], False)[1])
+            print(_zring.commit(url, opts, [(info.name, info.records, info.content, sys.argv[5], 80)], False)[1])
     """)
     import json
     probe = tmp_path / "probe"
@@ -516,7 +516,7 @@ def test_four_ranks_fetch_only_their_parts_and_together_the_dataset_once(s3, buc
     remote.upload(local, url, storage_options=s3.options())
     objects = zring._zring.list_objects(url, list(s3.options().items()), "")
     total = sum(size for _, size, _ in objects)
-    plan = {d.split("/")[1]: r for d, _, r in zring._zring.rank_plan(str(local), 4)}
+    plan = {d.split("/")[1]: r for d, _, r, _ in zring._zring.rank_plan(str(local), 4)}
     fetched = 0
     for rank in range(4):
         faults.log.clear()

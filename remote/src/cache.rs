@@ -32,7 +32,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use zring_engine::parts::{assign_ranks, Manifest, MANIFEST_FILE};
+use zring_engine::parts::{assign_ranks, placement_weights, Manifest, MANIFEST_FILE};
 
 use crate::client::{Fetch, ObjectInfo, Remote};
 use crate::error::{io_err, Error, Result};
@@ -209,8 +209,7 @@ fn share(remote: &Remote, opts: &StageOptions) -> Result<Share> {
             if ranks == 0 || rank >= ranks {
                 return Err(Error::InvalidArgument(format!("rank {rank} of {ranks}: need 0 <= rank < ranks")));
             }
-            let records: Vec<u64> = m.parts.iter().map(|p| p.records).collect();
-            let owner = assign_ranks(&records, ranks);
+            let owner = assign_ranks(&placement_weights(&m), ranks);
             m.parts.iter().zip(owner).filter(|(_, o)| *o == rank).map(|(p, _)| p.dir.as_str()).collect()
         }
     };

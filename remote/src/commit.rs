@@ -27,6 +27,8 @@ pub struct NewPart {
     pub content: String,
     /// The part's schema (its `schema.json` but for the codec).
     pub schema: Value,
+    /// The records' decoded bytes, if known (what ranks are balanced by).
+    pub bytes: Option<u64>,
 }
 
 /// Uploads the files of the local store `local` (a staged part) to
@@ -150,7 +152,7 @@ pub fn commit(remote: &Remote, parts: &[NewPart], overwrite: bool) -> Result<Com
                         "{dir} is listed already with other records: a part is committed once, under a new name"
                     )))
                 }
-                None => list.push(PartEntry { dir, records: p.records, content: p.content.clone() }),
+                None => list.push(PartEntry { dir, records: p.records, content: p.content.clone(), bytes: p.bytes }),
             }
         }
         let generation = old.as_ref().map_or(1, |m| m.generation + 1);

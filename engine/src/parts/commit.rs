@@ -246,7 +246,7 @@ fn is_dir(dir: &Dir, name: &str) -> bool {
 
 /// Opens part folder `name` of `dir` by descriptor and reads its store:
 /// the folder's (device, inode), its fingerprint and schema.
-fn read_part(dir: &Dir, name: &str) -> Result<((u64, u64), Fingerprint, Value)> {
+fn read_part(dir: &Dir, name: &str) -> Result<((u64, u64), Fingerprint, Value, u64)> {
     let p = dir.join(name);
     let held = dir.open_dir(name).map_err(|e| match e {
         Error::Io { source, .. } if matches!(source.raw_os_error(), Some(libc::ELOOP) | Some(libc::ENOTDIR)) => {
@@ -258,7 +258,8 @@ fn read_part(dir: &Dir, name: &str) -> Result<((u64, u64), Fingerprint, Value)> 
     let store = Store::builder(&p).in_dir(Arc::new(held)).open()?;
     let fp = store.fingerprint()?;
     let schema = schema_of(store.schema()?.as_deref(), &p)?;
-    Ok((id, fp, schema))
+    let bytes = store.stats()?.logical_bytes;
+    Ok((id, fp, schema, bytes))
 }
 
 /// A writer of staged parts (`zring.parts.write_part`): holds the
@@ -296,7 +297,7 @@ impl PartWriter {
         if !valid_part_name(name) {
             return Err(invalid_name(name));
         }
-        let (_, fp, schema) = read_part(&self.staging, name)?;
+        let (_, fp, schema, _) = read_part(&self.staging, name)?;
         Ok((fp, schema))
     }
 
@@ -481,18 +482,23 @@ fn prepare(req: &Request) -> Result<Prepared> {
         if !seen.insert(s.name.as_str()) {
             return Err(Error::InvalidArgument(format!("part {} is given twice; give each part once", s.name)));
         }
-        let want = PartEntry { dir: format!("{PARTS_DIR}/{}", s.name), records: s.records, content: s.content.clone() };
+        let mut want = PartEntry {
+            dir: format!("{PARTS_DIR}/{}", s.name),
+            records: s.records,
+            content: s.content.clone(),
+            bytes: None,
+        };
         want.fingerprint()?;
         if let Some(had) = listed.get(want.dir.as_str()) {
             // Committed before: a retried commit.
-            if **had != want {
+            if !had.same_part(&want) {
                 return Err(Error::InvalidArgument(format!(
                     "part {} is committed with {} records (content {}), not the {} records (content {}) given",
                     s.name, had.records, had.content, s.records, s.content
                 )));
             }
             if req.mode == Mode::Overwrite {
-                new.push(want);
+                new.push((*had).clone());
                 if schema.is_none() {
                     schema = Some(old.schema.clone());
                 }
@@ -507,9 +513,9 @@ fn prepare(req: &Request) -> Result<Prepared> {
                 req.root.join(STAGING_DIR).display()
             ))
         })?;
-        let (held, fp, part_schema) = read_part(st, &s.name)?;
+        let (held, fp, part_schema, bytes) = read_part(st, &s.name)?;
         let got = PartEntry::new(want.dir.clone(), fp);
-        if got != want {
+        if !got.same_part(&want) {
             return Err(corrupted(
                 st.join(&s.name).display().to_string(),
                 format!(
@@ -533,6 +539,7 @@ fn prepare(req: &Request) -> Result<Prepared> {
             Some(_) => {}
         }
         moves.push((s.name.clone(), held));
+        want.bytes = Some(bytes);
         new.push(want);
     }
     let keep: HashSet<&str> = new.iter().map(|p| p.dir.as_str()).collect();
@@ -861,11 +868,11 @@ pub fn commit_manifest(dir: &Path, schema: Value, parts: Vec<PartEntry>, replace
         if !seen.insert(p.dir.as_str()) {
             return Err(Error::InvalidArgument(format!("part {:?} is listed twice", p.dir)));
         }
-        let (_, fp, s) = match p.dir.rsplit_once('/') {
+        let (_, fp, s, _) = match p.dir.rsplit_once('/') {
             Some((parent, name)) => read_part(&root.open_rel_dir(parent)?, name)?,
             None => read_part(&root, &p.dir)?,
         };
-        if PartEntry::new(p.dir.clone(), fp) != *p {
+        if !PartEntry::new(p.dir.clone(), fp).same_part(p) {
             return Err(corrupted(
                 root.join(&p.dir).display().to_string(),
                 format!("part {k} holds {} records (content {:08x}), not what its entry says", fp.records, fp.content),

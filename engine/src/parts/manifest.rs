@@ -34,12 +34,23 @@ pub struct PartEntry {
     pub records: u64,
     /// The part's fingerprint content, 8 lower-case hex digits.
     pub content: String,
+    /// The records' decoded bytes (for a token store, tokens times their
+    /// size): what ranks are balanced by ([`placement_weights`]). Absent
+    /// from manifests written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
 }
 
 impl PartEntry {
     /// The entry of a part whose fingerprint is `fp`.
     pub fn new(dir: impl Into<String>, fp: Fingerprint) -> PartEntry {
-        PartEntry { dir: dir.into(), records: fp.records, content: format!("{:08x}", fp.content) }
+        PartEntry { dir: dir.into(), records: fp.records, content: format!("{:08x}", fp.content), bytes: None }
+    }
+
+    /// Whether `other` lists the same part: its folder, records and content
+    /// (its recorded bytes aside).
+    pub fn same_part(&self, other: &PartEntry) -> bool {
+        self.dir == other.dir && self.records == other.records && self.content == other.content
     }
 
     /// The fingerprint the entry records.
@@ -90,6 +101,20 @@ impl Manifest {
     /// which errors name), checked as [`read_manifest`] checks it.
     pub fn from_bytes(path: &Path, bytes: &[u8]) -> Result<Manifest> {
         parse(path, bytes)
+    }
+}
+
+/// What each part weighs when parts are placed on ranks
+/// ([`assign_ranks`](super::assign_ranks)): its decoded bytes when the
+/// manifest records them for every part (so ranks of a token store hold
+/// about as many tokens each; for fixed-size records bytes are records
+/// times one size), else its records (manifests written before bytes were
+/// recorded, and their appends, keep the placement they had).
+pub fn placement_weights(m: &Manifest) -> Vec<u64> {
+    if m.parts.iter().all(|p| p.bytes.is_some()) {
+        m.parts.iter().map(|p| p.bytes.unwrap_or(0)).collect()
+    } else {
+        m.parts.iter().map(|p| p.records).collect()
     }
 }
 

@@ -95,6 +95,7 @@ pub use commit::{
 };
 pub use fill::{Extent, Fill, Pinned};
 pub use manifest::{
-    is_parts, read_manifest, schema_of, Manifest, PartEntry, DROPPED_DIR, MANIFEST_FILE, PARTS_DIR, STAGING_DIR,
+    is_parts, placement_weights, read_manifest, schema_of, Manifest, PartEntry, DROPPED_DIR, MANIFEST_FILE, PARTS_DIR,
+    STAGING_DIR,
 };
 pub use open::{assign_ranks, open_capacity, OpenPart, Parts};

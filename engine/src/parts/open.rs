@@ -90,17 +90,19 @@ pub(super) fn dropped(root: &Path, generation: u64, dir: &str, err: Error) -> Er
 }
 
 /// The rank that reads each part when `ranks` ranks each read only their
-/// own parts: each part in manifest order goes to the rank with the fewest
-/// records so far (the lowest such rank on a tie). Deterministic, within
-/// one part's records of balanced, and prefix-stable: parts appended later
+/// own parts: each part in manifest order goes to the rank with the least
+/// weight so far (the lowest such rank on a tie), a part weighing what
+/// [`placement_weights`](super::placement_weights) says (its decoded bytes,
+/// or its records in older manifests). Deterministic, within one part's
+/// weight of balanced, and prefix-stable: parts appended later
 /// never move an earlier part, so each rank's parts after an append commit
 /// are its parts before plus some new ones, and a state saved over a rank's
 /// parts resumes over them grown.
-pub fn assign_ranks(records: &[u64], ranks: u32) -> Vec<u32> {
+pub fn assign_ranks(weights: &[u64], ranks: u32) -> Vec<u32> {
     // The ranks by (load, rank), least first: O(log ranks) a part.
     let mut heap: std::collections::BinaryHeap<std::cmp::Reverse<(u64, u32)>> =
         (0..ranks.max(1)).map(|k| std::cmp::Reverse((0, k))).collect();
-    records
+    weights
         .iter()
         .map(|&r| {
             let std::cmp::Reverse((load, k)) = heap.pop().expect("at least one rank");
@@ -238,8 +240,7 @@ impl Parts {
             whole_len = whole_len.saturating_add(p.records);
         }
         if let Some((rank, ranks)) = rank {
-            let records: Vec<u64> = manifest.parts.iter().map(|p| p.records).collect();
-            let owner = assign_ranks(&records, ranks);
+            let owner = assign_ranks(&super::placement_weights(&manifest), ranks);
             numbers.retain(|&k| owner[k] == rank);
             manifest.parts = numbers.iter().map(|&k| manifest.parts[k].clone()).collect();
         }

@@ -404,3 +404,26 @@ fn a_trailing_part_of_no_records_still_extends() {
     assert!(grown.extends(before), "a state saved before the append resumes over the grown dataset");
     assert!(grown.extends(grown.fingerprint()));
 }
+
+#[test]
+fn ranks_are_balanced_by_bytes_when_every_part_records_them_else_by_records() {
+    let entry = |records: u64, bytes: Option<u64>| PartEntry {
+        dir: format!("parts/p{records}"),
+        records,
+        content: "00000000".into(),
+        bytes,
+    };
+    // Many short documents, then few long ones: by records the long ones
+    // pile on one rank; by bytes each rank gets about half the tokens.
+    let m = Manifest::new(1, Value::Null, vec![entry(1000, Some(2000)), entry(10, Some(2000)), entry(12, Some(2400))]);
+    assert_eq!(super::placement_weights(&m), vec![2000, 2000, 2400]);
+    assert_eq!(assign_ranks(&super::placement_weights(&m), 2), vec![0, 1, 0]);
+    // One part without bytes (an older manifest, appended to): records, for every part.
+    let old = Manifest::new(1, Value::Null, vec![entry(1000, None), entry(10, Some(2000)), entry(12, Some(2400))]);
+    assert_eq!(super::placement_weights(&old), vec![1000, 10, 12]);
+    // The entry is written without `bytes` when unknown, and read back either way.
+    let text = serde_json::to_string(&entry(3, None)).unwrap();
+    assert!(!text.contains("bytes"), "{text}");
+    let back: PartEntry = serde_json::from_str(&serde_json::to_string(&entry(3, Some(9))).unwrap()).unwrap();
+    assert_eq!(back.bytes, Some(9));
+}

@@ -310,8 +310,8 @@ def abandon_job(dataset: str | os.PathLike[str], job: str) -> None:
 def manifest_schema(path: str | os.PathLike[str]) -> Optional[str]:
     """The schema the manifest at path records (JSON without the codec), or None."""
 
-def rank_plan(path: str | os.PathLike[str], ranks: int) -> list[tuple[str, int, int]]:
-    """(dir, records, rank) of every committed part, from the manifest alone."""
+def rank_plan(path: str | os.PathLike[str], ranks: int) -> list[tuple[str, int, int, Optional[int]]]:
+    """(dir, records, rank, decoded bytes or None) of every committed part, from the manifest alone."""
 
 def commit_parts(requests: Sequence[tuple[str | os.PathLike[str], Sequence[tuple[str, int, str]], bool]],
                  job: Optional[str] = None, older_than: Optional[float] = None,
@@ -381,7 +381,7 @@ def upload_store(url: str, options: Sequence[tuple[str, str]], local: str | os.P
 def commit(
     url: str,
     options: Sequence[tuple[str, str]],
-    parts: Sequence[tuple[str, int, str, Optional[str]]],
+    parts: Sequence[tuple[str, int, str, Optional[str], Optional[int]]],
     overwrite: bool,
 ) -> tuple[int, int, list[str]]:
     """Commit uploaded parts ((name, records, content, schema JSON or None)) to

@@ -239,6 +239,17 @@ def cmd_parts(args: argparse.Namespace) -> int:
     for rank, dirs in enumerate(plan):
         for d in dirs:
             print(f"{rank}\t{d}" if args.ranks > 1 else d)
+    if args.ranks > 1:
+        # The balance, on stderr: stdout stays a list of parts.
+        from .parts import rank_balance
+
+        bal = rank_balance(args.path, args.ranks)
+        unit = "bytes" if all(b["bytes"] is not None for b in bal) else "records"
+        top = max(b[unit] for b in bal) or 1
+        for rank, b in enumerate(bal):
+            size = _human(b["bytes"]) if b["bytes"] is not None else "-"
+            print(f"rank {rank}: {b['parts']} parts, {b['records']} records, {size} decoded "
+                  f"({b[unit] / top:.1%} of the largest rank's {unit})", file=sys.stderr)
     return 0
 
 

@@ -62,7 +62,7 @@ import numpy as np
 from . import _zring
 from ._zrecord import write_dataset, write_ragged
 
-__all__ = ["KEEP_DROPPED", "Job", "PartInfo", "commit", "list_parts", "rank_plan", "write_part"]
+__all__ = ["KEEP_DROPPED", "Job", "PartInfo", "commit", "list_parts", "rank_balance", "rank_plan", "write_part"]
 
 MANIFEST = "manifest.json"
 PARTS_DIR = "parts"
@@ -94,6 +94,10 @@ class PartInfo:
     #: The dataset the part was written for, as :func:`write_part` was given
     #: it (made absolute), to name in an error when it is committed elsewhere.
     dataset: str = ""
+    #: The records' decoded bytes, when known: what the manifest records for
+    #: placing parts on ranks by bytes. A local commit reads them from the
+    #: part itself; a commit to object storage takes them from here.
+    bytes: int | None = None
 
 
 class Job:
@@ -231,23 +235,40 @@ def rank_plan(dataset: str | os.PathLike[str], ranks: int) -> list[list[str]]:
     rank_parts=(rank, ranks))``): ``plan[rank]``, in manifest order. Reads
     the manifest only, so it runs where the parts are not.
 
-    Each part, in manifest order, goes to the rank with the fewest records so
-    far (the lowest on a tie): deterministic, balanced within one part's
-    records, and stable under appends (a part never moves to another rank
+    Each part, in manifest order, goes to the rank with the fewest bytes so
+    far (the records' decoded bytes, which the manifest records for each
+    part: tokens for a token store; the lowest rank on a tie): deterministic,
+    balanced within one part's bytes, and stable under appends (a part never moves to another rank
     when parts are appended after it, so a rank's saved loader state resumes
     over its grown parts). A run with another rank count is another split of
     the parts: a state saved with ``ranks`` ranks does not resume with
     another count (the loader refuses it, naming both counts). ``zring parts
     PATH --ranks N --rank K`` prints what rank ``K``'s host needs (the
     manifest and ``plan[K]``), for ``rsync --files-from``; docs/parts.rst,
-    "Datasets beyond one host", has the rest.
+    "Datasets beyond one host", has the rest. A manifest written before
+    bytes were recorded (zring 0.2.0 and older) places by records, and keeps
+    doing so after appends; :func:`rank_balance` reports the balance.
     """
     ranks = _ranks(ranks)
     rows = _zring.rank_plan(str(dataset), ranks)
     plan: list[list[str]] = [[] for _ in range(ranks)]
-    for d, _records, rank in rows:
+    for d, _records, rank, _bytes in rows:
         plan[rank].append(d)
     return plan
+
+
+def rank_balance(dataset: str | os.PathLike[str], ranks: int) -> list[dict[str, Any]]:
+    """What each of ``ranks`` ranks holds under :func:`rank_plan`: dicts of
+    ``parts``, ``records`` and ``bytes`` (decoded; None when the manifest
+    does not record them), one per rank. Reads the manifest only."""
+    ranks = _ranks(ranks)
+    out: list[dict[str, Any]] = [{"parts": 0, "records": 0, "bytes": 0} for _ in range(ranks)]
+    for _d, records, rank, nbytes in _zring.rank_plan(str(dataset), ranks):
+        r = out[rank]
+        r["parts"] += 1
+        r["records"] += int(records)
+        r["bytes"] = None if nbytes is None or r["bytes"] is None else r["bytes"] + int(nbytes)
+    return out
 
 
 def _ranks(ranks: Any) -> int:

@@ -373,8 +373,9 @@ class ZringDatasink(_Datasink):
             out = {}
             for c in names:
                 info, schema = _write_column(work / c, tables, c, self.codec, self._job)
-                _zring.upload_part(self._url_of(c), self._options, os.fspath(work / c / _parts.STAGING_DIR /
-                                                                             info.name), info.name)
+                local = work / c / _parts.STAGING_DIR / info.name
+                _zring.upload_part(self._url_of(c), self._options, os.fspath(local), info.name)
+                info = dataclasses.replace(info, bytes=_remote.decoded_bytes(local))
                 out[c] = (info, schema)
             return out
         finally:
@@ -410,7 +411,8 @@ class ZringDatasink(_Datasink):
         for c, staged in plan:
             try:
                 g, _, warnings = _zring.commit(self._url_of(c), self._options,
-                                               [(i.name, i.records, i.content, sch) for i, sch in staged], overwrite)
+                                               [(i.name, i.records, i.content, sch, i.bytes) for i, sch in staged],
+                                               overwrite)
             except Exception as e:
                 if done:
                     raise type(e)(f"{e} (columns {done} were committed; {c} and after were not)") from e

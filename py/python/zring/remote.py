@@ -116,6 +116,13 @@ def options(storage_options: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     return out
 
 
+def decoded_bytes(store: str | os.PathLike[str]) -> int:
+    """The decoded bytes of the records of the local store at ``store`` (what
+    a manifest records for each part, and ranks are balanced by)."""
+    with _zring.Store(os.fspath(store), "r") as s:
+        return int(s.stats()["logical_bytes"])
+
+
 def stage(url: str, cache: str | os.PathLike[str], *, rank: int | None = None, ranks: int | None = None,
           cache_bytes: int | None = None, storage_options: Mapping[str, Any] | None = None,
           progress: bool = False) -> dict[str, Any]:
@@ -220,6 +227,6 @@ def upload(local: str | os.PathLike[str], url: str, *, storage_options: Mapping[
     for p in _parts.list_parts(local):
         name = p["dir"].split("/", 1)[1]
         sent += int(_zring.upload_part(url, opts, os.fspath(local / p["dir"]), name))
-        new.append((name, int(p["records"]), str(p["content"]), schema))
+        new.append((name, int(p["records"]), str(p["content"]), schema, decoded_bytes(local / p["dir"])))
     _zring.commit(url, opts, new, False)
     return sent
