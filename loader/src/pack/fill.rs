@@ -431,7 +431,7 @@ impl Packer {
         KEPT.with(|kept| {
             let kept = kept.borrow();
             docs.retain(|&(doc, len)| {
-                let Some(k) = kept.as_ref().filter(|k| k.holds(self.id, doc, len * sb)) else { return true };
+                let Some(k) = kept.iter().find(|k| k.holds(self.id, doc, len * sb)) else { return true };
                 for p in cut.iter().filter(|p| p.doc == doc) {
                     if let Err(e) = copy(p, &k.tokens, tok) {
                         failed = Err(e);
@@ -478,7 +478,7 @@ impl Packer {
         // goes on with).
         for (&(doc, len), _) in docs.iter().zip(&in_part).filter(|(_, &part)| !part) {
             let bytes = usize::try_from(len * sb).map_err(|_| err(format!("document {doc} is too large")))?;
-            let mut buf = KEPT.with(|k| k.borrow_mut().take()).map(|k| k.tokens).unwrap_or_default();
+            let mut buf = KEPT.with(|k| take_kept(&mut k.borrow_mut(), self.id)).map(|k| k.tokens).unwrap_or_default();
             if buf.capacity() > 2 * bytes.max(1 << 20) {
                 // Give back the memory of a much longer document.
                 buf = Vec::new();
@@ -489,7 +489,7 @@ impl Packer {
             for p in cut.iter().filter(|p| p.doc == doc) {
                 copy(p, &buf, tok)?;
             }
-            KEPT.with(|k| *k.borrow_mut() = Some(Kept { packer: self.id, doc, tokens: buf }));
+            KEPT.with(|k| k.borrow_mut().push(Kept { packer: self.id, doc, tokens: buf }));
         }
         Ok(())
     }
@@ -514,7 +514,23 @@ impl Kept {
     }
 }
 
+/// Packers a thread keeps a document for at most: a mixture's sources each
+/// keep their own (so one source's reads do not evict another's long
+/// document), up to this many sources a thread serves.
+const KEPT_PACKERS: usize = 16;
+
+/// The buffer to read packer `packer`'s next document into: its kept one,
+/// taken out, or when the thread keeps `KEPT_PACKERS` packers' documents
+/// already, the least recently kept one's (given up).
+fn take_kept(kept: &mut Vec<Kept>, packer: u64) -> Option<Kept> {
+    if let Some(i) = kept.iter().position(|k| k.packer == packer) {
+        return Some(kept.remove(i));
+    }
+    (kept.len() >= KEPT_PACKERS).then(|| kept.remove(0))
+}
+
 thread_local! {
-    /// At most one document per thread (module docs, "Copying tokens").
-    static KEPT: RefCell<Option<Kept>> = const { RefCell::new(None) };
+    /// At most one document per packer per thread, the most recently kept
+    /// last (module docs, "Copying tokens").
+    static KEPT: RefCell<Vec<Kept>> = const { RefCell::new(Vec::new()) };
 }

@@ -112,10 +112,12 @@
 //!   delivers.
 //! * Any other document (a compressed record) is read and decoded whole,
 //!   and the thread keeps it for the pieces of later steps: each thread
-//!   (each of the loader's workers) keeps one document, the last it read
-//!   whole, so a long document is decoded once per worker that cuts pieces
-//!   of it rather than once per step. The memory is that document's tokens
-//!   per worker, given back when the worker ends.
+//!   (each of the loader's workers) keeps one document per source (per
+//!   packer, up to 16), the last it read whole of that source, so a long
+//!   document is decoded once per worker that cuts pieces of it rather than
+//!   once per step, even when a mixture's other sources cut documents of
+//!   their own between its pieces. The memory is that document's tokens
+//!   per worker and source, given back when the worker ends.
 
 mod ahead;
 mod column;
