@@ -289,3 +289,25 @@ def test_a_uint16_source_mixes_with_int32_sources_and_a_value_too_wide_is_an_err
         with pytest.raises(zring.ZringError, match=r"source 1 \(.*/a\): document \d+ holds the token \d+, which the delivered uint16"):
             for _ in range(5):
                 next(dl)
+
+
+def test_a_long_compressed_document_is_decoded_once_per_worker_inside_a_mixture(tmp_path):
+    """Regression: each worker kept one whole-read document in all, so in a
+    mixture the other source's cut documents evicted a long zstd document
+    between its pieces, and it was decoded again almost every step. Each
+    source now keeps its own: the long document is read whole at most once
+    per worker over 200 steps."""
+    long_docs = [(np.arange(300_000) % 30_000).astype(np.int32)]
+    zring.write_ragged(str(tmp_path / "long"), long_docs, codec="zstd")
+    short = [(7 + np.arange(n)).astype(np.int32) for n in np.random.default_rng(0).integers(100, 400, 2000)]
+    zring.write_ragged(str(tmp_path / "short"), short, codec="zstd")
+    a, b = zring.RaggedDataset(str(tmp_path / "long")), zring.RaggedDataset(str(tmp_path / "short"))
+    workers = 2
+    with zring.DataLoader(zring.pack(zring.mix([a, b], [0.5, 0.5]), 128), batch_size=8, mode=0,
+                          num_workers=workers) as dl:
+        for _ in range(200):
+            batch = next(dl)
+        reads = dl.stats()["reads"]
+    whole = reads["0/tokens"]["records"]
+    assert 1 <= whole <= workers, reads["0/tokens"]
+    assert batch["tokens"].shape == (8, 128)
