@@ -16,8 +16,8 @@ What it shows:
    ``DataLoader`` reads it, and a loader of its documents saves a state.
 4. Four more parts are appended (a new manifest generation), and the saved
    state resumes over the grown corpus: the saved cycle goes on as it would
-   have, and the new documents join at the next cycle. (A packed loader
-   resumes only over the documents it was saved with.)
+   have, and the new documents join at the next cycle (a packed loader's
+   too: its cycle under way ends over the documents it began with).
 
 Run: ``python examples/parts.py [--shards 8] [--docs 500]``.
 """

@@ -88,6 +88,11 @@ pub struct LoaderConfig {
     /// `expect_length` set, it must not pack. [`LoaderConfig::from_state`]
     /// sets it.
     pub expect_pack: Option<Pack>,
+    /// A packed run's sources' documents per cycle as the saved run drew
+    /// them: for source `k`, `(first cycle, documents)` for each stretch of
+    /// cycles (a source that grew during the run has more than one).
+    /// Empty for a new run. [`LoaderConfig::from_state`] sets it.
+    pub expect_pack_growth: Vec<Vec<(u64, u64)>>,
     /// Mode 3's block shape; `None` lets the loader choose it from its
     /// first stream ([`Source::block_shape`](crate::Source::block_shape):
     /// for a store, a block of at least 1 MiB of records and a window of a
@@ -122,6 +127,7 @@ impl LoaderConfig {
             expect_mixture: None,
             schedule: None,
             expect_pack: None,
+            expect_pack_growth: Vec::new(),
             blocks: None,
         }
     }
@@ -142,6 +148,7 @@ impl LoaderConfig {
             expect_fingerprints: state.fingerprints.clone(),
             expect_mixture: state.mixture.clone(),
             expect_pack: state.pack,
+            expect_pack_growth: state.pack_growth.clone(),
             blocks: state.sampler.blocks,
             ..LoaderConfig::new(state.sampler.batch_size)
         }
@@ -178,6 +185,13 @@ pub struct LoaderState {
     /// packed stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pack: Option<Pack>,
+    /// A packed run whose sources grew: for each source, `(first cycle,
+    /// documents)` of each stretch of cycles over one number of documents
+    /// (the cycle under way when a grown source was found finished over the
+    /// documents it began with; the new ones joined at the next). Empty, and
+    /// absent from the serialised form, when no source grew.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pack_growth: Vec<Vec<(u64, u64)>>,
     /// What the run consumed of each source up to `sampler.step` (all
     /// ranks' rows), for people reading the state: never read back.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

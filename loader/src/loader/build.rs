@@ -447,47 +447,12 @@ impl Loader {
             _ => {}
         }
         let label = |k: usize| if mixture { format!("{k}/tokens") } else { "tokens".to_owned() };
-        let mut packers = Vec::with_capacity(sources.len());
-        let mut by_source = Vec::with_capacity(sources.len());
-        let mut weights = Vec::with_capacity(sources.len());
-        // Each source's name (its path) where one was given, for errors.
-        let named: Vec<Option<String>> = sources.iter().map(|s| s.name.clone()).collect();
-        for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
-            let seed = config.seed.wrapping_add(k as u64);
-            let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
-            if let Some(name) = name {
-                what = format!("{what} ({name})");
-            }
-            let name = what;
-            let packer = Packer::new(source, pack, config.mode, seed, tokens, name)
-                .map_err(|source| Error::Pack { stream: label(k), source })?;
-            let packer = Arc::new(packer);
-            let streams: Vec<Stream> = PackColumn::all(&packer)
-                .into_iter()
-                .zip(pack.columns())
-                .map(|(column, name)| Stream::new(*name, Arc::new(column) as Arc<dyn Source>))
-                .collect();
-            packers.push(packer);
-            by_source.push(streams);
-            weights.push(weight);
-        }
-        let labelled: Vec<(String, &dyn Source)> =
-            by_source.iter().enumerate().map(|(k, streams)| (label(k), &*streams[0].source)).collect();
-        let (now, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
-        if let Some(stream) = grown.into_iter().next() {
-            let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
-            let why = "a packed run resumes only over the documents it was saved with".to_owned();
-            // Named by its path where known, not only by its position.
-            let k = (0..named.len()).find(|&k| label(k) == stream);
-            let stream = match k.and_then(|k| named[k].as_ref().map(|n| (k, n))) {
-                Some((k, name)) if mixture => format!("{name} (source {k}, {stream})"),
-                Some((_, name)) => format!("{name} ({stream})"),
-                None => stream,
-            };
-            return Err(Error::CannotGrow { stream, saved, now, why });
-        }
+        // The plan first: a source that grew since the state was saved
+        // finishes the cycle under way at the saved step over its saved
+        // documents, and the plan says how many rows of it came before.
         let plan = if mixture {
-            let lengths = vec![pack::PACKED_ROWS; weights.len()];
+            let lengths = vec![pack::PACKED_ROWS; sources.len()];
+            let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
             Plan::Mixture(mixture_plan(Mode::Sequential, &lengths, &weights, &config)?)
         } else {
             if let Some(saved) = &config.expect_mixture {
@@ -504,6 +469,74 @@ impl Loader {
                 blocks: None,
             })?)
         };
+        let rows_before: Vec<u64> = match &plan {
+            Plan::Mixture(m) => {
+                let mut out = vec![0; sources.len()];
+                m.allocation(config.start_step.saturating_mul(m.batch_len() as u64), &mut out)?;
+                out
+            }
+            _ => vec![config.start_step.saturating_mul(config.batch_size)],
+        };
+        let mut packers = Vec::with_capacity(sources.len());
+        let mut by_source = Vec::with_capacity(sources.len());
+        let mut weights = Vec::with_capacity(sources.len());
+        let mut now = BTreeMap::new();
+        for (k, PackSource { weight, source, tokens, name }) in sources.into_iter().enumerate() {
+            let seed = config.seed.wrapping_add(k as u64);
+            let mut what = if mixture { format!("source {k}") } else { "the source".to_owned() };
+            if let Some(name) = &name {
+                what = format!("{what} ({name})");
+            }
+            let stream = label(k);
+            let shown = match &name {
+                Some(n) if mixture => format!("{n} (source {k}, {stream})"),
+                Some(n) => format!("{n} ({stream})"),
+                None => stream.clone(),
+            };
+            let (fp_now, grew) = {
+                let labelled = [(stream.clone(), &*source)];
+                let (fps, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
+                (fps.get(&stream).copied(), !grown.is_empty())
+            };
+            if let Some(fp) = fp_now {
+                now.insert(stream.clone(), fp);
+            }
+            // The segments of cycles the saved run drew (one, over all the
+            // documents, for a new run), and one more when the source grew.
+            let saved = config.expect_fingerprints.get(&stream).map(|f| f.records);
+            let growth = match config.expect_pack_growth.get(k).filter(|g| !g.is_empty()) {
+                Some(g) => g.clone(),
+                None => vec![(0, saved.filter(|_| grew).unwrap_or(source.len()))],
+            };
+            if grew && growth.last().map(|g| g.1) != saved {
+                return Err(Error::CannotGrow {
+                    stream: shown,
+                    saved: saved.unwrap_or(0),
+                    now: source.len(),
+                    why: format!("the state's documents per cycle {growth:?} do not end at its {saved:?} documents"),
+                });
+            }
+            let mut packer = Packer::grown(source, pack, config.mode, seed, tokens, what, &growth)
+                .map_err(|source| Error::Pack { stream: stream.clone(), source })?;
+            if grew {
+                // The cycle holding the next unit (token, or first-fit row)
+                // ends over the saved documents; the grown ones from the next.
+                let r = rows_before[k];
+                let unit = if pack.mode == crate::PackMode::Concat { r.saturating_mul(pack.seq_len) } else { r };
+                let c = packer.cycle_of_unit(unit).map_err(|source| Error::Pack { stream: stream.clone(), source })?;
+                let docs = packer.source().len();
+                packer.push_segment(c + 1, docs).map_err(|source| Error::Pack { stream: stream.clone(), source })?;
+            }
+            let packer = Arc::new(packer);
+            let streams: Vec<Stream> = PackColumn::all(&packer)
+                .into_iter()
+                .zip(pack.columns())
+                .map(|(column, name)| Stream::new(*name, Arc::new(column) as Arc<dyn Source>))
+                .collect();
+            packers.push(packer);
+            by_source.push(streams);
+            weights.push(weight);
+        }
         let fingerprints = Fingerprints { before: BTreeMap::new(), now };
         let packing = Packing { mode: config.mode, pack, packers };
         Loader::start(plan, by_source, config, fingerprints, Some(packing))

@@ -258,6 +258,12 @@ impl Loader {
             mixture,
             fingerprints,
             pack: ctx.pack.as_ref().map(|p| p.pack),
+            pack_growth: ctx
+                .pack
+                .as_ref()
+                .map(|p| p.packers.iter().map(|k| k.growth()).collect::<Vec<_>>())
+                .filter(|g| g.iter().any(|s| s.len() > 1))
+                .unwrap_or_default(),
             consumed,
         }
     }

@@ -59,16 +59,18 @@ impl Packer {
     /// Mode 3: the window of the document order holding position `p`, as
     /// (cycle, window); `None` in the other modes.
     pub(crate) fn order_window_of(&self, p: u64) -> Option<(u64, u64)> {
-        let (c, q) = (p / self.docs, p % self.docs);
-        Some((c, self.order.cycle_window_of(c, q)?))
+        let (c, q) = self.cycle_of_position(p);
+        let seg = self.segment_of_cycle(c);
+        Some((c, seg.order.cycle_window_of(c - seg.first_cycle, q)?))
     }
 
     /// Window `w` of cycle `c` of the document order (mode 3): its positions
     /// in the stream and its blocks' document ranges; `None` past the
     /// cycle's last window.
     pub(crate) fn order_window(&self, c: u64, w: u64) -> Option<(Range<u64>, Vec<Range<u64>>)> {
-        let (q, blocks) = self.order.cycle_window(c, w)?;
-        let base = c.checked_mul(self.docs)?;
+        let seg = self.segment_of_cycle(c);
+        let (q, blocks) = seg.order.cycle_window(c - seg.first_cycle, w)?;
+        let base = self.cycle_base(c)?;
         Some((base.checked_add(q.start)?..base.checked_add(q.end)?, blocks))
     }
 
@@ -77,14 +79,15 @@ impl Packer {
     /// first token, in first fit the first position of its window.
     pub(crate) fn first_position_of_row(&self, row: u64) -> Result<u64, SourceError> {
         let src = &*self.source;
-        let n = self.docs;
+        let base = |c: u64| self.cycle_base(c).ok_or_else(|| err(format!("cycle {c} is past the position stream")));
         match self.pack.mode {
             PackMode::Concat => {
                 let u =
                     row.checked_mul(self.pack.seq_len).ok_or_else(|| err(format!("row {row} is past 2^64 tokens")))?;
                 let (c, o, idx) = self.locate(u, src)?;
+                let n = self.cycle_docs(c);
                 let j = idx.marks.partition_point(|&m| m <= o) - 1;
-                let first = c * n + j as u64 * MARK_EVERY;
+                let first = base(c)? + j as u64 * MARK_EVERY;
                 let take = MARK_EVERY.min(n - j as u64 * MARK_EVERY) as usize;
                 let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
                 self.docs_at(src, first, &mut docs, &mut lens)?;
@@ -98,7 +101,7 @@ impl Packer {
             PackMode::FirstFit => {
                 let (c, o, idx) = self.locate(row, src)?;
                 let j = idx.marks.partition_point(|&m| m <= o) - 1;
-                Ok(c * n + j as u64 * FIRST_FIT_WINDOW)
+                Ok(base(c)? + j as u64 * FIRST_FIT_WINDOW)
             }
         }
     }

@@ -174,7 +174,8 @@ impl Packer {
         let (c, o, idx) = self.locate(t0, src)?;
         let j = idx.marks.partition_point(|&m| m <= o) - 1;
         let mut acc = idx.marks[j];
-        let mut p = c * self.docs + j as u64 * MARK_EVERY;
+        let mut p = self.cycle_base(c).ok_or_else(|| err(format!("cycle {c} is past the position stream")))?
+            + j as u64 * MARK_EVERY;
         let (mut docs, mut lens) = (vec![0u64; MARK_EVERY as usize], vec![0u64; MARK_EVERY as usize]);
         let mut k = docs.len();
         let mut next = |p: u64, k: &mut usize| -> Result<(u64, u64), SourceError> {

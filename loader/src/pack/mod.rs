@@ -79,6 +79,21 @@
 //! the steps taken except those 8 bytes per cycle, and the state is the
 //! loader's usual few integers.
 //!
+//! # Growth
+//!
+//! A source may grow between a saved state and its resume (appended records
+//! or parts). The cycle holding the next unit to deliver (token, or
+//! first-fit row) ends over the documents it began with, exactly as the run
+//! that never stopped; from the next cycle on, every cycle draws all the
+//! documents. A packer's cycles are thus *segments*: cycles `c_s ..
+//! c_(s+1)` draw documents `0 .. n_s` in an order of their own (keyed from
+//! the seed and `c_s`), and positions run on across segments without a gap.
+//! The state records each source's segments as `(c_s, n_s)` pairs
+//! (`LoaderState::pack_growth`), so a state saved after the growth resumes
+//! exactly too. Seeking works within segments as within cycles: in concat
+//! mode over permutation modes each segment's cycles hold the same tokens,
+//! so a cycle's start is its segment's start plus whole cycles.
+//!
 //! # Mode 3: windows read ahead
 //!
 //! In mode 3 the document order draws a window of blocks of consecutive

@@ -11,17 +11,22 @@ use crate::source::{Source, SourceError};
 
 impl Packer {
     /// The documents at positions `first .. first + out.len()`: position
-    /// `p` is slot `p % block` of the order's step `p / block`.
+    /// `p` of a segment is slot `p % block` of its order's step `p / block`
+    /// (`p` counted from the segment's first position).
     pub(super) fn order_fill(&self, first: u64, out: &mut [u64]) -> Result<(), SourceError> {
-        let block = self.order.batch_len() as u64;
         let mut p = first;
         let mut rest = out;
         while !rest.is_empty() {
-            let (step, slot) = (p / block, p % block);
+            let k = self.segments.partition_point(|s| s.first_pos <= p).max(1) - 1;
+            let seg = &self.segments[k];
+            let end = self.segments.get(k + 1).map_or(u64::MAX, |next| next.first_pos);
+            let block = seg.order.batch_len() as u64;
+            let local = p - seg.first_pos;
+            let (step, slot) = (local / block, local % block);
             // Lossless: both are at most the block, a usize.
-            let take = (block - slot).min(rest.len() as u64) as usize;
+            let take = (block - slot).min(rest.len() as u64).min(end - p) as usize;
             let (now, later) = rest.split_at_mut(take);
-            self.order.fill_slots(step, slot as usize, now)?;
+            seg.order.fill_slots(step, slot as usize, now)?;
             p += take as u64;
             rest = later;
         }
@@ -73,8 +78,9 @@ impl Packer {
     }
 
     pub(super) fn build_cycle(&self, c: u64, src: &dyn Source) -> Result<CycleIndex, SourceError> {
-        let n = self.docs;
-        let base = c.checked_mul(n).ok_or_else(|| err(format!("cycle {c} is past the end of the position stream")))?;
+        let n = self.cycle_docs(c);
+        let base =
+            self.cycle_base(c).ok_or_else(|| err(format!("cycle {c} is past the end of the position stream")))?;
         let step = match self.pack.mode {
             PackMode::Concat => MARK_EVERY,
             PackMode::FirstFit => FIRST_FIT_WINDOW,
@@ -103,9 +109,12 @@ impl Packer {
     /// The cycle holding unit `u` (token or row of the stream), `u`'s
     /// offset in it and its index.
     pub(super) fn locate(&self, u: u64, src: &dyn Source) -> Result<(u64, u64, Arc<CycleIndex>), SourceError> {
-        if let Some(t) = self.uniform {
-            let c = u / t;
-            return Ok((c, u % t, self.cycle(c, src)?));
+        if self.uniform() {
+            let k = self.segments.partition_point(|s| s.uniform.is_some_and(|(start, _)| start <= u)).max(1) - 1;
+            let seg = &self.segments[k];
+            let (start, t) = seg.uniform.expect("uniform");
+            let c = seg.first_cycle + (u - start) / t;
+            return Ok((c, (u - start) % t, self.cycle(c, src)?));
         }
         loop {
             {
@@ -145,17 +154,18 @@ impl Packer {
     /// run at that row has built already).
     pub(crate) fn documents_before(&self, rows: u64) -> Result<(u64, u64), SourceError> {
         let src = &*self.source;
-        let n = self.docs;
         if rows == 0 {
-            return Ok((0, n));
+            return Ok((0, self.cycle_docs(0)));
         }
+        let n;
         let begun = match self.pack.mode {
             PackMode::Concat => {
                 let u = rows.saturating_mul(self.pack.seq_len);
                 let (c, o, idx) = self.locate(u, src)?;
+                n = self.cycle_docs(c);
                 let j = idx.marks.partition_point(|&m| m <= o) - 1;
                 let mut acc = idx.marks[j];
-                let first = c * n + j as u64 * MARK_EVERY;
+                let first = self.cycle_base(c).unwrap_or(u64::MAX) + j as u64 * MARK_EVERY;
                 let take = MARK_EVERY.min(n - j as u64 * MARK_EVERY) as usize;
                 let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
                 self.docs_at(src, first, &mut docs, &mut lens)?;
@@ -169,20 +179,20 @@ impl Packer {
             }
             PackMode::FirstFit => {
                 let (c, o, idx) = self.locate(rows, src)?;
+                n = self.cycle_docs(c);
                 let j = idx.marks.partition_point(|&m| m <= o) - 1;
                 let r = (o - idx.marks[j]) as usize;
                 let w = self.window(c, j as u64, src)?;
                 let placed = if r == 0 { 0 } else { w.ends[r - 1] };
                 let begun = w.pieces[..placed].iter().filter(|p| p.start == 0).count() as u64;
-                c * n + j as u64 * FIRST_FIT_WINDOW + begun
+                self.cycle_base(c).unwrap_or(u64::MAX) + j as u64 * FIRST_FIT_WINDOW + begun
             }
         };
         Ok((begun, n))
     }
 
     pub(super) fn window(&self, c: u64, j: u64, src: &dyn Source) -> Result<Arc<Window>, SourceError> {
-        let per_cycle = self.docs.div_ceil(FIRST_FIT_WINDOW);
-        let key = c.saturating_mul(per_cycle).saturating_add(j);
+        let key = (c, j);
         {
             let kept = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some((_, w)) = kept.iter().find(|(k, _)| *k == key) {
@@ -190,9 +200,11 @@ impl Packer {
             }
         }
         let first = j * FIRST_FIT_WINDOW;
-        let take = FIRST_FIT_WINDOW.min(self.docs - first) as usize;
+        let take = FIRST_FIT_WINDOW.min(self.cycle_docs(c) - first) as usize;
+        let base =
+            self.cycle_base(c).ok_or_else(|| err(format!("cycle {c} is past the end of the position stream")))?;
         let (mut docs, mut lens) = (vec![0; take], vec![0; take]);
-        self.docs_at(src, c * self.docs + first, &mut docs, &mut lens)?;
+        self.docs_at(src, base + first, &mut docs, &mut lens)?;
         let w = Arc::new(first_fit(&docs, &lens, self.pack.seq_len));
         let mut kept = self.windows.lock().unwrap_or_else(PoisonError::into_inner);
         if !kept.iter().any(|(k, _)| *k == key) {
@@ -206,8 +218,13 @@ impl Packer {
 
     /// The tokens (concat) or rows (first fit) before cycle `c`.
     pub(super) fn cycle_start(&self, c: u64, src: &dyn Source) -> Result<u64, SourceError> {
-        if let Some(t) = self.uniform {
-            return c.checked_mul(t).ok_or_else(|| err(format!("cycle {c} is past 2^64 tokens")));
+        if self.uniform() {
+            let seg = self.segment_of_cycle(c);
+            let (start, t) = seg.uniform.expect("uniform");
+            return (c - seg.first_cycle)
+                .checked_mul(t)
+                .and_then(|x| x.checked_add(start))
+                .ok_or_else(|| err(format!("cycle {c} is past 2^64 tokens")));
         }
         loop {
             {
@@ -222,8 +239,7 @@ impl Packer {
 
     /// Concat mode: the tokens of the stream before position `p`.
     pub(super) fn tokens_before(&self, p: u64, src: &dyn Source) -> Result<u64, SourceError> {
-        let n = self.docs;
-        let (c, q) = (p / n, p % n);
+        let (c, q) = self.cycle_of_position(p);
         let start = self.cycle_start(c, src)?;
         let idx = self.cycle(c, src)?;
         let j = q / MARK_EVERY;
@@ -231,7 +247,7 @@ impl Packer {
         let take = (q - j * MARK_EVERY) as usize;
         let (mut docs, mut lens) = (vec![0u64; take], vec![0u64; take]);
         if take > 0 {
-            self.docs_at(src, c * n + j * MARK_EVERY, &mut docs, &mut lens)?;
+            self.docs_at(src, p - q + j * MARK_EVERY, &mut docs, &mut lens)?;
         }
         Ok(start + idx.marks[j as usize] + lens.iter().sum::<u64>())
     }
@@ -240,8 +256,7 @@ impl Packer {
     /// holds position `p`, or with `up` before the first window starting
     /// at or after `p`.
     pub(super) fn rows_before_window(&self, p: u64, up: bool, src: &dyn Source) -> Result<u64, SourceError> {
-        let n = self.docs;
-        let (c, q) = (p / n, p % n);
+        let (c, q) = self.cycle_of_position(p);
         let start = self.cycle_start(c, src)?;
         let idx = self.cycle(c, src)?;
         let j = if up { q.div_ceil(FIRST_FIT_WINDOW) } else { q / FIRST_FIT_WINDOW };
