@@ -38,6 +38,9 @@ pub(super) struct CycleIndex {
     pub(super) total: u64,
 }
 
+/// A first-fit window's (cycle, window of the cycle).
+pub(super) type WindowKey = (u64, u64);
+
 /// One first-fit window, packed: row `r` is `pieces[ends[r-1]..ends[r]]`
 /// (`dst` counted from the row's start).
 pub(super) struct Window {
@@ -87,7 +90,7 @@ pub(crate) struct Packer {
     pub(super) seed: u64,
     pub(super) cycles: Mutex<Cycles>,
     /// First-fit windows kept, by (cycle, window of the cycle).
-    pub(super) windows: Mutex<VecDeque<((u64, u64), Arc<Window>)>>,
+    pub(super) windows: Mutex<VecDeque<(WindowKey, Arc<Window>)>>,
 }
 
 /// Whether every cycle of `mode` (one step of `n`) draws each document
