@@ -120,3 +120,46 @@ def test_first_fit_rows_resume_after_an_append(tmp_path):
         got += [next(dl)["tokens"].reshape(-1) for _ in range(900)]
     stream = np.concatenate(got)
     _cycles(stream[stream >= 0], [old, new])
+
+
+@pytest.mark.parametrize("mode", [2, 3])
+def test_a_mixture_of_record_sources_resumes_after_one_grew(tmp_path, mode):
+    """A mixture of plain (unpacked) sources: the grown source finishes its
+    cycle under way over its saved records, then every record once per
+    cycle; the other source is untouched; a state saved after resumes."""
+    rng = np.random.default_rng(mode)
+    roots = [tmp_path / "a", tmp_path / "b"]
+    for k, r in enumerate(roots):
+        parts.commit(r, [parts.write_part(r, (k * 10_000 + np.arange(300)).reshape(-1, 1).astype(np.int64))])
+    kw = dict(batch_size=10, mode=mode, seed=2)
+
+    def run(state=None, steps=0):
+        srcs = [zring.Dataset(r) for r in roots]
+        with zring.DataLoader(zring.mix([{"x": s} for s in srcs], [0.5, 0.5]), state=state, **kw) as dl:
+            out = [next(dl)["x"][:, 0] for _ in range(steps)]
+            st = dl.state()
+        for s in srcs:
+            s.close()
+        return out, st
+
+    got, state = run(steps=7)
+    alone, _ = run(steps=60)
+    parts.commit(roots[0], [parts.write_part(roots[0], (300 + np.arange(200)).reshape(-1, 1).astype(np.int64))])
+    more, again = run(state, steps=400)
+    assert again["mixture"]["growth"][0][-1][1] == 500 and again["mixture"]["lengths"] == [500, 300]
+    got += more
+    ids = np.concatenate(got)
+    a = ids[ids < 10_000]
+    np.testing.assert_array_equal(np.sort(a[:300]), np.arange(300))       # the cycle under way: saved records
+    np.testing.assert_array_equal(a[:300], np.concatenate(alone)[np.concatenate(alone) < 10_000][:300])
+    np.testing.assert_array_equal(np.sort(a[300:800]), np.arange(500))    # then all of them, once
+    b = ids[ids >= 10_000] - 10_000
+    for c in range(len(b) // 300):
+        np.testing.assert_array_equal(np.sort(b[300 * c:300 * (c + 1)]), np.arange(300))
+    # Resumed from the state saved after the growth: the same rows.
+    tail, _ = run(again, steps=20)
+    srcs = [zring.Dataset(r) for r in roots]
+    with zring.DataLoader(zring.mix([{"x": s} for s in srcs], [0.5, 0.5]), state=again, **kw) as dl:
+        np.testing.assert_array_equal(np.concatenate([next(dl)["x"][:, 0] for _ in range(20)]), np.concatenate(tail))
+    for s in srcs:
+        s.close()

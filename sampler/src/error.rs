@@ -99,6 +99,14 @@ pub enum Error {
     #[error("source {0} is empty")]
     EmptySource(usize),
 
+    /// A source's stretches of cycles that do not follow each other: each
+    /// must start at a later cycle than the one before and over more records.
+    #[error("the growth {growth:?} is not stretches of cycles over more and more records, the first from cycle 0")]
+    BadGrowth {
+        /// `(first cycle, records)` of each stretch.
+        growth: Vec<(u64, u64)>,
+    },
+
     /// The output buffer has the wrong length: it must hold exactly one
     /// (global or shard) batch.
     #[error("the output buffer holds {got} indices but the batch has {expected}")]

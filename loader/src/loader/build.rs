@@ -154,6 +154,10 @@ pub(super) fn mixture_plan(
         kept.push(SchedulePiece { from: at, points: given.points.clone() });
         Mixture::scheduled(mode, lengths, kept, b, seed)?
     };
+    let m = match &saved.growth {
+        Some(g) => m.with_growth(g)?,
+        None => m,
+    };
     Ok(m.with_order(saved.order))
 }
 
@@ -275,9 +279,14 @@ impl Loader {
     /// pipeline, hints, state and errors as [`Loader::new`]. Each row's source is in [`Batch::sources`](crate::Batch::sources); its
     /// index (into that source) in [`Batch::indices`](crate::Batch::indices).
     ///
+    /// A source that grew since the state was saved (appended records, every
+    /// stream of it) finishes the cycle of its stream under way at the saved
+    /// step over its saved records and draws all of them from its next
+    /// cycle (`zring_sampler::Mixture::grow`); the state lists the growth.
+    ///
     /// Errors: those of [`Loader::new`] for each source's streams
-    /// ([`Error::CannotGrow`] for any source that grew since the state was
-    /// saved), [`Error::SourceStreams`] when a source's streams differ from source
+    /// ([`Error::CannotGrow`] for a source only some of whose streams
+    /// grew), [`Error::SourceStreams`] when a source's streams differ from source
     /// 0's in names or layouts, [`Error::MixtureMismatch`] for a state saved
     /// from another mixture, and [`Error::Sampler`] for weights that are not
     /// positive and finite. Any positive weight is taken: a source of under
@@ -310,16 +319,36 @@ impl Loader {
             .flat_map(|(k, source)| source.streams.iter().map(move |s| (format!("{k}/{}", s.name), &*s.source)))
             .collect();
         let (now, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
-        if let Some(stream) = grown.into_iter().next() {
-            let (saved, now) = (config.expect_fingerprints[&stream].records, now[&stream].records);
-            let why = "a mixture resumes only over sources of the lengths it was saved with".to_owned();
-            return Err(Error::CannotGrow { stream, saved, now, why });
-        }
         refuse_pack_state(&config)?;
         let weights: Vec<f64> = sources.iter().map(|s| s.weight).collect();
+        // Sources that grew since the state was saved (every stream of the
+        // source, to one length) finish the cycle under way over their
+        // saved records, and draw all of them from the next.
+        let mut growing: Vec<(usize, u64)> = Vec::new();
+        let mut plan_lengths = lengths.clone();
+        if let Some(saved) = config.expect_mixture.as_ref().filter(|s| s.lengths.len() == lengths.len()) {
+            for (k, source) in sources.iter().enumerate() {
+                let labels: Vec<String> = source.streams.iter().map(|s| format!("{k}/{}", s.name)).collect();
+                let grew = labels.iter().filter(|l| grown.contains(l)).count();
+                if grew == 0 {
+                    continue;
+                }
+                if grew != labels.len() || saved.lengths[k] >= lengths[k] {
+                    let stream = labels.iter().find(|l| !grown.contains(l)).unwrap_or(&labels[0]).clone();
+                    return Err(Error::CannotGrow {
+                        stream,
+                        saved: saved.lengths[k],
+                        now: lengths[k],
+                        why: "every stream of a source must grow with it".to_owned(),
+                    });
+                }
+                growing.push((k, lengths[k]));
+                plan_lengths[k] = saved.lengths[k];
+            }
+        }
         // A saved run goes on in its own row order: one saved before rows
         // were interleaved keeps its grouped batches.
-        let mut mixture = mixture_plan(config.mode, &lengths, &weights, &config)?;
+        let mut mixture = mixture_plan(config.mode, &plan_lengths, &weights, &config)?;
         // Mode 3: each source's windows sized by its weight (a saved run
         // takes its own shapes; one saved before they were chosen, the
         // default), so that they last about as many steps and together take
@@ -331,6 +360,14 @@ impl Loader {
             };
             if let Some(shapes) = shapes {
                 mixture = mixture.with_blocks(&shapes)?;
+            }
+        }
+        if !growing.is_empty() {
+            let mut before = vec![0; lengths.len()];
+            mixture.allocation(config.start_step.saturating_mul(config.batch_size), &mut before)?;
+            for (k, length) in growing {
+                let c = mixture.source_cycle_of(k, before[k]).unwrap_or(0);
+                mixture = mixture.grow(k, c + 1, length)?;
             }
         }
         check_config(&config)?;
@@ -364,9 +401,10 @@ impl Loader {
     /// index). Errors: those of [`Loader::new`], [`Error::InvalidConfig`] for
     /// a `pack` out of range, [`Error::Pack`] for a source that is not
     /// ragged, holds records that are not whole tokens, or no tokens,
-    /// [`Error::PackMismatch`] for a state saved with other packing, and
-    /// [`Error::CannotGrow`] for a source that grew since the state was
-    /// saved.
+    /// [`Error::PackMismatch`] for a state saved with other packing. A
+    /// source that grew since the state was saved finishes the cycle under
+    /// way over its saved documents, and draws all of them from the next
+    /// (the `pack` module docs, "Growth").
     pub fn new_packed(source: Arc<dyn Source>, pack: Pack, config: LoaderConfig) -> Result<Loader, Error> {
         let tokens = TokenType { bytes: pack.token_bytes, signed: pack.signed };
         Loader::packed(vec![PackSource { weight: 1.0, source, tokens, name: None }], false, pack, config)

@@ -178,17 +178,24 @@ class Mixture:
 
         Raises:
             ValueError: The state was saved for a mixture of other sources
-                (another number, or other lengths: the data changed) or for
-                a loader over one stream dict.
+                (another number, or fewer records: the data changed) or for
+                a loader over one stream dict. Sources that grew by appends
+                resume, each finishing its cycle under way first.
         """
         if not isinstance(state, Mapping):
             raise TypeError(f"state must be a dict from DataLoader.state(), got {type(state).__name__}")
         saved = state.get("mixture")
         if not isinstance(saved, Mapping):
             raise ValueError("the state was saved for a loader over one stream dict, not a mixture")
-        if saved.get("lengths") != self.lengths:
-            raise ValueError(f"the state was saved for a mixture of sources of {saved.get('lengths')} records, "
-                             f"these hold {self.lengths}: the data changed; resume over the sources it was saved with")
+        was = saved.get("lengths")
+        # Sources that only grew resume (the Rust loader checks that their
+        # saved records are unchanged): their cycle under way ends over the
+        # saved records, and the new ones join at the next.
+        if not (isinstance(was, list) and len(was) == len(self.lengths)
+                and all(int(a) <= int(b) for a, b in zip(was, self.lengths))):
+            raise ValueError(f"the state was saved for a mixture of sources of {was} records, "
+                             f"these hold {self.lengths}: the data changed; resume over the sources it was saved with "
+                             f"(or over them grown by appends)")
         out = dict(state)
         sampler = dict(out["sampler"])
         sampler["mode"] = _MODE_NAMES.get(sampler["mode"], sampler["mode"])

@@ -217,6 +217,11 @@ pub struct MixtureState {
     /// chose their shapes).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blocks: Option<Vec<Blocks>>,
+    /// Sources that grew during the run: for each source, `(first cycle,
+    /// records)` of each stretch of its cycles ([`Mixture::grow`]); absent
+    /// when none grew. `lengths` are then the last stretches' records.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub growth: Option<Vec<Vec<(u64, u64)>>>,
 }
 
 impl MixtureState {
@@ -449,12 +454,13 @@ impl Mixture {
             return Err(Error::BufferLength { expected: self.lengths.len() as u64, got: shapes.len() as u64 });
         }
         self.streams = self
-            .lengths
+            .streams
             .iter()
             .zip(shapes)
             .enumerate()
-            .map(|(k, (&n, &shape))| {
-                SourceStream::new(self.mode, n, source_seed(self.seed, k), Some(Blocks { shards: 1, ..shape }))
+            .map(|(k, (stream, &shape))| {
+                let shape = Some(Blocks { shards: 1, ..shape });
+                SourceStream::with_growth(self.mode, &stream.growth(), source_seed(self.seed, k), shape)
             })
             .collect::<Result<_, _>>()?;
         self.blocks = Some(shapes.iter().map(|&b| Blocks { shards: 1, ..b }).collect());
@@ -514,13 +520,57 @@ impl Mixture {
 
     /// What a resumed run must find again.
     pub fn state(&self) -> MixtureState {
+        let growth: Vec<Vec<(u64, u64)>> = self.streams.iter().map(SourceStream::growth).collect();
         MixtureState {
             weights: self.weights.clone(),
             lengths: self.lengths.clone(),
             order: self.order,
             schedule: self.schedule.as_ref().map(|s| s.pieces.clone()),
             blocks: self.blocks.clone(),
+            growth: growth.iter().any(|g| g.len() > 1).then_some(growth),
         }
+    }
+
+    /// Source `k`'s stream as `growth` says (`(first cycle, records)` of each
+    /// stretch of cycles, the last over the source's length): what a saved
+    /// [`MixtureState::growth`] restores.
+    pub fn with_growth(mut self, growth: &[Vec<(u64, u64)>]) -> Result<Mixture, Error> {
+        if growth.len() != self.streams.len() {
+            return Err(Error::BufferLength { expected: self.streams.len() as u64, got: growth.len() as u64 });
+        }
+        for (k, g) in growth.iter().enumerate() {
+            if g.last().map(|l| l.1) != Some(self.lengths[k]) {
+                return Err(Error::BadGrowth { growth: g.clone() });
+            }
+            let shape = self.blocks.as_ref().map(|b| b[k]);
+            self.streams[k] = SourceStream::with_growth(self.mode, g, source_seed(self.seed, k), shape)?;
+        }
+        Ok(self)
+    }
+
+    /// Source `k` grown to `length` records from cycle `first_cycle` of its
+    /// stream on: the cycles before draw as they did, later ones from all
+    /// `length` records (in an order keyed apart). `first_cycle` must be
+    /// after its last stretch's first cycle, `length` above its records.
+    pub fn grow(mut self, k: usize, first_cycle: u64, length: u64) -> Result<Mixture, Error> {
+        let Some(stream) = self.streams.get_mut(k) else {
+            return Err(Error::BufferLength { expected: self.lengths.len() as u64, got: k as u64 });
+        };
+        let mut growth = stream.growth();
+        let last = *growth.last().expect("a stream has a segment");
+        if first_cycle <= last.0 || length <= last.1 {
+            growth.push((first_cycle, length));
+            return Err(Error::BadGrowth { growth });
+        }
+        stream.push(first_cycle, length)?;
+        self.lengths[k] = length;
+        Ok(self)
+    }
+
+    /// The cycle of source `k`'s stream that holds its position `p` (the
+    /// source's rows so far, [`Mixture::allocation`]).
+    pub fn source_cycle_of(&self, k: usize, p: u64) -> Option<u64> {
+        Some(self.streams.get(k)?.cycle_of(p).0)
     }
 
     /// The pieces of the schedule, `None` for fixed weights.

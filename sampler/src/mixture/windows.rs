@@ -17,8 +17,8 @@ impl Mixture {
     pub fn source_window(&self, k: usize, step: u64) -> Option<Window> {
         let stream = self.blocked_stream(k)?;
         let p = self.allocation_of(k, step.checked_mul(self.batch_size)?);
-        let (cycle, q) = (p / stream.length, p % stream.length);
-        let w = stream.sampler.cycle_window_of(cycle, q)?;
+        let (cycle, q) = stream.cycle_of(p);
+        let w = stream.cycle_window_of(cycle, q)?;
         self.stream_window(k, cycle, w)
     }
 
@@ -28,7 +28,7 @@ impl Mixture {
         let (cycle, w, k) = window.at;
         let k = usize::try_from(k).ok()?;
         let stream = self.blocked_stream(k)?;
-        match stream.sampler.cycle_window(cycle, w + 1) {
+        match stream.cycle_window(cycle, w + 1) {
             Some(_) => self.stream_window(k, cycle, w + 1),
             None => self.stream_window(k, cycle.checked_add(1)?, 0),
         }
@@ -47,10 +47,10 @@ impl Mixture {
             return Ok(());
         };
         let k = k as usize;
-        let Some((positions, _)) = stream.sampler.cycle_window(cycle, w) else {
+        let Some((positions, _)) = stream.cycle_window(cycle, w) else {
             return Ok(());
         };
-        let Some(base) = cycle.checked_mul(stream.length) else {
+        let Some(base) = stream.cycle_base(cycle) else {
             return Ok(());
         };
         // The steps of the window's stream positions, walked once: the
@@ -67,7 +67,7 @@ impl Mixture {
             by_position.push(t);
         }
         for (o, &i) in out.iter_mut().zip(indices) {
-            let Some(q) = stream.sampler.cycle_position(cycle, i) else {
+            let Some(q) = stream.cycle_position(cycle, i) else {
                 continue;
             };
             *o = (base + q).checked_sub(lo).and_then(|d| by_position.get(d as usize)).copied();
@@ -123,8 +123,8 @@ impl Mixture {
     /// Window `w` of cycle `cycle` of source `k`'s stream, in steps.
     fn stream_window(&self, k: usize, cycle: u64, w: u64) -> Option<Window> {
         let stream = self.blocked_stream(k)?;
-        let (positions, records) = stream.sampler.cycle_window(cycle, w)?;
-        let base = cycle.checked_mul(stream.length)?;
+        let (positions, records) = stream.cycle_window(cycle, w)?;
+        let base = stream.cycle_base(cycle)?;
         let (lo, hi) = (base.checked_add(positions.start)?, base.checked_add(positions.end)?);
         let first = self.step_of_position(k, lo)?;
         let last = self.step_of_position(k, hi - 1)?;
