@@ -487,6 +487,9 @@ pub fn manifest_schema(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Opt
     Ok((!m.schema.is_null()).then(|| m.schema.to_string()))
 }
 
+/// A part as [`rank_plan`] lists it: directory, records, rank, decoded bytes.
+type PlannedPart = (String, u64, u32, Option<u64>);
+
 /// Which rank reads each committed part of the dataset at `path` when
 /// `ranks` ranks each read only their own (`zring_engine::parts::assign_ranks`):
 /// a list of `(dir, records, rank, decoded bytes or None)` in manifest
@@ -496,7 +499,7 @@ pub fn rank_plan(
     py: Python<'_>,
     path: std::path::PathBuf,
     ranks: u32,
-) -> PyResult<Vec<(String, u64, u32, Option<u64>)>> {
+) -> PyResult<Vec<PlannedPart>> {
     if ranks == 0 {
         return Err(PyValueError::new_err("ranks must be at least 1"));
     }

@@ -212,6 +212,9 @@ pub fn upload_store(py: Python<'_>, url: String, options: Vec<(String, String)>,
     py.detach(|| zring_remote::upload_store(&r, &local, "")).map_err(remote_err)
 }
 
+/// An uploaded part to commit: name, records, content, schema JSON, decoded bytes.
+type UploadedPart = (String, u64, String, Option<String>, Option<u64>);
+
 /// Commit uploaded parts `(name, records, content, schema JSON or None,
 /// decoded bytes or None)` to the dataset at `url`; `(generation, retries,
 /// warnings)`.
@@ -220,7 +223,7 @@ pub fn commit(
     py: Python<'_>,
     url: String,
     options: Vec<(String, String)>,
-    parts: Vec<(String, u64, String, Option<String>, Option<u64>)>,
+    parts: Vec<UploadedPart>,
     overwrite: bool,
 ) -> PyResult<(u64, u32, Vec<String>)> {
     let r = open(&url, options)?;
