@@ -141,6 +141,7 @@ def main() -> None:
     ap.add_argument("--secs", type=float, default=4.0)
     a = ap.parse_args()
     base = Path(os.environ.get("ZRING_BENCH_DIR", common.REPO / "bench-data")) / "lm_ranks"
+    base.mkdir(parents=True, exist_ok=True)
     out = ["# Four hosts on one corpus of real text: balance, the long documents' host, global splits\n",
            f"`python benches/lm_ranks.py --long {a.long} --long-tokens {a.long_tokens} --parts {a.parts} "
            f"--secs {a.secs:g}`\n", common.machine(base), ""]

@@ -31,6 +31,7 @@ from ._convert import convert
 from ._mix import Mixture, mix
 from ._schedule import Schedule, schedule
 from ._pack import Packed, pack
+from ._curriculum import CurriculumLoader, Ramp, ramp, rampup_batch_size
 from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
@@ -39,6 +40,7 @@ from . import parts
 __all__ = [
     "ChecksumError",
     "CorruptError",
+    "CurriculumLoader",
     "DataLoader",
     "Dataset",
     "LockedError",
@@ -48,6 +50,7 @@ __all__ = [
     "PoisonedError",
     "StaleError",
     "RaggedDataset",
+    "Ramp",
     "Sampler",
     "Schedule",
     "Store",
@@ -60,6 +63,8 @@ __all__ = [
     "mix",
     "pack",
     "pad",
+    "ramp",
+    "rampup_batch_size",
     "schedule",
     "parts",
     "set_cache_bytes",

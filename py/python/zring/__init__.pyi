@@ -189,9 +189,55 @@ class Packed:
     def spec(self) -> tuple[Any, ...]:
         """The pack= argument of the Rust loader."""
 
+class Ramp:
+    """An int as a function of the step (zring.ramp)."""
+    steps: list[int]
+    values: list[int]
+    interpolate: str
+    multiple: int
+    #: (first step, value) where the value changes.
+    pieces: list[tuple[int, int]]
+    def __call__(self, step: int) -> int: ...
+    def distinct(self) -> list[int]: ...
+    def definition(self) -> dict[str, Any]: ...
+
+def ramp(
+    points: Union[Mapping[int, int], Sequence[tuple[int, int]]], *, interpolate: str = "step", multiple: int = 1
+) -> Ramp:
+    """An int that changes with the step ({step: value}, the first at 0; held, or
+    linear between points rounded to multiple): DataLoader's batch_size, pack's seq_len."""
+
+def rampup_batch_size(start: int, increment: int, samples: int, target: int) -> Ramp:
+    """Megatron's --rampup-batch-size start increment samples, toward target, as a Ramp of the step."""
+
+class CurriculumLoader:
+    """A DataLoader whose batch size and packed sequence length follow ramps:
+    what DataLoader(...) returns given a Ramp. Steps take ticks of a fixed-shape
+    loader (tick rows of unit tokens) laid end to end."""
+
+    batch: Ramp
+    seq: Optional[Ramp]
+    unit: int
+    tick: int
+    step: int
+    last_step: Optional[int]
+    last_indices: Optional[npt.NDArray[np.uint64]]
+    last_sources: Optional[npt.NDArray[np.int64]]
+    def ticks_at(self, step: int) -> int: ...
+    def ticks_before(self, step: int) -> int: ...
+    def __iter__(self) -> "CurriculumLoader": ...
+    def __next__(self) -> Any: ...
+    def next(self) -> Any: ...
+    def state(self) -> dict[str, Any]:
+        """{"curriculum", "step", "inner"}: pass as state= to resume; set "step" to seek."""
+    def stats(self) -> dict[str, Any]: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> "CurriculumLoader": ...
+    def __exit__(self, *exc: object) -> None: ...
+
 def pack(
     source: Union[RaggedDataset, Mixture],
-    seq_len: int,
+    seq_len: Union[int, Ramp],
     *,
     mode: str = "concat",
     pad_id: Optional[int] = None,
@@ -385,7 +431,7 @@ class DataLoader:
         self,
         streams: Union[Mapping[str, Union[Dataset, RaggedDataset]], Mixture, Packed],
         num_workers: Optional[int] = None,
-        batch_size: Optional[int] = None,
+        batch_size: Union[int, Ramp, None] = None,
         prefetch_size: int = 4,
         mode: Optional[int] = None,
         seed: Optional[int] = None,

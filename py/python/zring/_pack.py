@@ -149,8 +149,18 @@ class Packed:
     def __init__(self, source: RaggedDataset | Mixture, seq_len: int, mode: str, pad_id: int | None,
                  labels: bool = False, mask_boundaries: bool = False, eod_id: int | None = None,
                  bos_id: int | None = None, dtype: Any = None):
+        from ._curriculum import Ramp, _gcd
+
+        #: A sequence-length ramp (:mod:`zring._curriculum`), else None.
+        self.seq_ramp: Ramp | None = None
+        if isinstance(seq_len, Ramp):
+            if mode != "concat":
+                raise ValueError('a seq_len ramp needs mode="concat": first-fit rows are padded bins, which do not '
+                                 "join into longer rows")
+            self.seq_ramp = seq_len
+            seq_len = _gcd(seq_len.distinct())
         if not _util.is_int(seq_len):
-            raise TypeError(f"seq_len must be an int, got {type(seq_len).__name__} {seq_len!r}")
+            raise TypeError(f"seq_len must be an int or a zring.ramp, got {type(seq_len).__name__} {seq_len!r}")
         if not 1 <= seq_len <= 2**31 - 1:
             raise ValueError(f"seq_len must be at least 1 (and below 2**31), got {seq_len}")
         if mode not in _MODES:
@@ -202,6 +212,14 @@ class Packed:
         self._eod_bits = _token(eod_id, "eod_id", self.dtype)
         self._bos_bits = _token(bos_id, "bos_id", self.dtype)
 
+    def with_seq_len(self, seq_len: int) -> "Packed":
+        """The same packing in rows of ``seq_len`` tokens, without a ramp."""
+        import copy
+
+        out = copy.copy(self)
+        out.seq_len, out.seq_ramp = int(seq_len), None
+        return out
+
     def spec(self) -> tuple[Any, ...]:
         """The ``pack=`` argument of the Rust loader."""
         return (self.seq_len, self.mode, self._pad_bits, self.dtype.itemsize, self.dtype.kind == "i", self.labels,
@@ -243,7 +261,8 @@ def pack(source: RaggedDataset | Mixture, seq_len: int, *, mode: str = "concat",
     Args:
         source: A RaggedDataset of 1-D integer documents, or a ``zring.mix``
             of them (their dtypes may differ).
-        seq_len: Tokens per row.
+        seq_len: Tokens per row, or a :func:`zring.ramp` of the step (a
+            sequence-length curriculum, concat mode: :mod:`zring._curriculum`).
         mode: ``"concat"`` or ``"first_fit"``.
         pad_id: The token written into padding. Concat mode never pads and
             needs none; ``"first_fit"`` requires it (no token id is assumed

@@ -507,6 +507,30 @@ class DataLoader(_util.Closeable):
     indices of the batch last returned.
     """
 
+    def __new__(cls, streams: Any = None, *args: Any, **kwargs: Any) -> Any:
+        # A batch-size or sequence-length ramp: a curriculum loader over a
+        # DataLoader of fixed ticks (zring._curriculum).
+        from ._curriculum import CurriculumLoader, Ramp
+
+        if cls is DataLoader:
+            import inspect
+
+            bound = inspect.signature(DataLoader.__init__).bind(None, streams, *args, **kwargs)
+            a = dict(bound.arguments)
+            a.pop("self")
+            batch, seq = a.get("batch_size"), getattr(streams, "seq_ramp", None)
+            if isinstance(batch, Ramp) or seq is not None:
+                source = a.pop("streams")
+                state, shard = a.pop("state", None), a.pop("shard", None)
+                transform = a.pop("transform", _identity)
+                a.pop("transform_workers", None)
+                a.pop("batch_size", None)
+                if not isinstance(batch, Ramp):
+                    batch = Ramp({0: 256 if batch is None else int(batch)})
+                return CurriculumLoader(DataLoader, source, batch, seq, state=state, shard=shard,
+                                        transform=transform, kwargs={**a, "transform_workers": 0})
+        return super().__new__(cls)
+
     def __init__(self, streams: Mapping[str, Dataset | RaggedDataset] | Mixture, num_workers: int | None = None,
                  batch_size: int | None = None, prefetch_size: int = 4, mode: int | None = None,
                  seed: int | None = None,
@@ -540,7 +564,10 @@ class DataLoader(_util.Closeable):
                 prefetch_size)`` is below the core count each gather also
                 uses zring's decode pool; from there on each thread gathers
                 alone.
-            batch_size: Records per step (before sharding); default 256.
+            batch_size: Records per step (before sharding); default 256. Or
+                a :func:`zring.ramp` of the step (a batch-size ramp-up; with
+                it, or a ``seq_len`` ramp in :func:`zring.pack`, this returns
+                a :class:`zring.CurriculumLoader`: :mod:`zring._curriculum`).
             prefetch_size: Steps gathered ahead of the consumer (>= 1). With
                 transform workers, up to ``transform_workers + prefetch_size``
                 more steps may be transformed (or being transformed) and

@@ -94,8 +94,8 @@ class PartInfo:
     #: The dataset the part was written for, as :func:`write_part` was given
     #: it (made absolute), to name in an error when it is committed elsewhere.
     dataset: str = ""
-    #: The records' decoded bytes, when known: what the manifest records for
-    #: placing parts on ranks by bytes. A local commit reads them from the
+    #: The records' decoded bytes when known, which the manifest records to
+    #: place parts on ranks by bytes. A local commit reads them from the
     #: part itself; a commit to object storage takes them from here.
     bytes: int | None = None
 
