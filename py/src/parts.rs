@@ -495,11 +495,7 @@ type PlannedPart = (String, u64, u32, Option<u64>);
 /// a list of `(dir, records, rank, decoded bytes or None)` in manifest
 /// order. Reads the manifest only.
 #[pyfunction]
-pub fn rank_plan(
-    py: Python<'_>,
-    path: std::path::PathBuf,
-    ranks: u32,
-) -> PyResult<Vec<PlannedPart>> {
+pub fn rank_plan(py: Python<'_>, path: std::path::PathBuf, ranks: u32) -> PyResult<Vec<PlannedPart>> {
     if ranks == 0 {
         return Err(PyValueError::new_err("ranks must be at least 1"));
     }
