@@ -403,6 +403,14 @@ impl PyLoader {
         to_py(py, &state)
     }
 
+    /// Per source, the records delivered in the cycle under way before
+    /// `step` (documents begun, for packed rows) and the cycle's records
+    /// (`zring_loader::Loader::delivered_in_cycle`).
+    fn delivered_in_cycle<'py>(&self, py: Python<'py>, step: u64) -> PyResult<Vec<(Bound<'py, PyArray1<u64>>, u64)>> {
+        let got = py.detach(|| self.with(|l| l.delivered_in_cycle(step)))?.map_err(error::loader)?;
+        Ok(got.into_iter().map(|(d, n)| (PyArray1::from_vec(py, d), n)).collect())
+    }
+
     /// The records per batch this loader delivers.
     fn batch_len(&self, py: Python<'_>) -> PyResult<usize> {
         py.detach(|| self.with(|l| l.batch_len()))

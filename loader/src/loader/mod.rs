@@ -311,6 +311,60 @@ impl Loader {
             .collect()
     }
 
+    /// For an elastic resume (another rank count): per source, the records
+    /// the run delivered in the cycle under way before `step`, in the order
+    /// drawn (for packed rows, the documents begun), and the records that
+    /// cycle draws from. A loader of one set of streams in mode 2 or 3, or of
+    /// packed rows; [`Error::InvalidConfig`] otherwise (iid and sequential
+    /// runs have no cycle to finish, and a mixture of record sources or a
+    /// grown run is not taken).
+    pub fn delivered_in_cycle(&self, step: u64) -> Result<Vec<(Vec<u64>, u64)>, Error> {
+        let ctx = &self.shared.ctx;
+        if let Some(p) = &ctx.pack {
+            let rows: Vec<u64> = match &ctx.plan {
+                Plan::Mixture(m) => {
+                    let mut out = vec![0; m.lengths().len()];
+                    m.allocation(step.saturating_mul(m.batch_len() as u64), &mut out)?;
+                    out
+                }
+                plan => vec![step.saturating_mul(plan.shard_len(Shard::ALL)? as u64)],
+            };
+            return p
+                .packers
+                .iter()
+                .zip(rows)
+                .enumerate()
+                .map(|(k, (packer, r))| {
+                    packer.begun_in_cycle(r).map_err(|source| Error::Pack { stream: format!("{k}/tokens"), source })
+                })
+                .collect();
+        }
+        let unsupported = || Error::InvalidConfig {
+            field: "elastic resume",
+            value: step,
+            expected: "a loader of one set of streams in mode 2 or 3 (not grown), or of packed rows",
+        };
+        match &ctx.plan {
+            Plan::Single(s) => {
+                let st = s.state();
+                if !matches!(st.mode, zring_sampler::Mode::Cyclic | zring_sampler::Mode::Blocked) || st.origin != 0 {
+                    return Err(unsupported());
+                }
+                let b = s.batch_len() as u64;
+                let per = (st.length / b).max(1);
+                let start = step - step % per;
+                let mut out = Vec::with_capacity(((step - start) * b) as usize);
+                let mut buf = vec![0u64; b as usize];
+                for t in start..step {
+                    s.fill(t, &mut buf)?;
+                    out.extend_from_slice(&buf);
+                }
+                Ok(vec![(out, st.length)])
+            }
+            _ => Err(unsupported()),
+        }
+    }
+
     /// The step of the batch the next [`Loader::next`] returns.
     pub fn next_step(&self) -> u64 {
         self.next_step

@@ -191,6 +191,26 @@ impl Packer {
         Ok((begun, n))
     }
 
+    /// The documents of the cycle under way at row `rows` that the rows
+    /// before it began (their first token, or BOS, delivered), in the order
+    /// drawn, and the documents of that cycle: what an elastic resume leaves
+    /// out of the rest of the cycle.
+    pub(crate) fn begun_in_cycle(&self, rows: u64) -> Result<(Vec<u64>, u64), SourceError> {
+        let src = &*self.source;
+        let unit = match self.pack.mode {
+            PackMode::Concat => rows.saturating_mul(self.pack.seq_len),
+            PackMode::FirstFit => rows,
+        };
+        let (c, _, _) = self.locate(unit, src)?;
+        let base = self.cycle_base(c).ok_or_else(|| err(format!("cycle {c} is past the position stream")))?;
+        let n = self.cycle_docs(c);
+        let (begun, _) = self.documents_before(rows)?;
+        let k = begun.saturating_sub(base).min(n);
+        let mut docs = vec![0u64; usize::try_from(k).map_err(|_| err("too many documents".into()))?];
+        self.order_fill(base, &mut docs)?;
+        Ok((docs, n))
+    }
+
     pub(super) fn window(&self, c: u64, j: u64, src: &dyn Source) -> Result<Arc<Window>, SourceError> {
         let key = (c, j);
         {

@@ -36,6 +36,7 @@ from ._split import SplitDataset, SplitRaggedDataset, split
 from .dataloader import DataLoader
 from .dataset import Dataset, RaggedDataset, pad
 from . import parts
+from . import elastic
 
 __all__ = [
     "ChecksumError",
@@ -67,6 +68,7 @@ __all__ = [
     "rampup_batch_size",
     "schedule",
     "parts",
+    "elastic",
     "set_cache_bytes",
     "split",
     "write_dataset",

@@ -410,14 +410,22 @@ def _check_one_pass(streams: Any, mode: int | None, state: Any, last_batch: Any)
     if isinstance(streams, Packed) and streams.mode != "concat":
         raise ValueError("one_pass=True packs in mode=\"concat\" only (the rows of a first-fit pass are not "
                          "counted ahead); pack the evaluation split with mode=\"concat\"")
+    # Packed rows may take a shuffled pass: every cycle of the document order
+    # in modes 2 and 3 holds each document once, and the tokens past the
+    # pass's end are cut by their place in the stream.
+    shuffled = isinstance(streams, Packed)
+    allowed = (0, 2, 3) if shuffled else (0,)
+    names = {0: "Sequential", 2: "Cyclic", 3: "Blocked"}
     if state is not None:
         saved = state.get("sampler", {}).get("mode") if isinstance(state, Mapping) else None
-        if saved not in (0, "Sequential"):
-            raise ValueError(f"one_pass=True reads in order (mode 0); the state was saved in mode {saved!r}")
+        if saved not in allowed and saved not in [names[m] for m in allowed]:
+            raise ValueError(f"one_pass=True reads in order (mode 0{', or 2 or 3 for packed rows' if shuffled else ''}); "
+                             f"the state was saved in mode {saved!r}")
         return mode
-    if mode is not None and mode != 0:
-        raise ValueError(f"one_pass=True reads in order (mode 0), got mode={mode!r}: leave mode out")
-    return 0
+    if mode is not None and mode not in allowed:
+        raise ValueError(f"one_pass=True reads in order (mode 0{', or 2 or 3 for packed rows' if shuffled else ''}), "
+                         f"got mode={mode!r}: leave mode out")
+    return 0 if mode is None else mode
 
 
 class _Pass:
@@ -640,8 +648,10 @@ class DataLoader(_util.Closeable):
                 measured budget).
             one_pass: A finite loader for evaluation: it reads the streams
                 (or a :func:`zring.pack` of one source, concat mode) once,
-                in order (mode 0, which it defaults to; another mode is
-                refused), ``len(loader)`` steps from step 0, then raises
+                in order (mode 0, which it defaults to; packed rows may also
+                take mode 2 or 3, a shuffled pass: each cycle of their
+                document order holds every document once), ``len(loader)``
+                steps from step 0, then raises
                 StopIteration. A batch of ``n`` records holds records ``i *
                 n`` up to ``(i + 1) * n``; a packed one the rows of one pass
                 over the tokens (``ceil(T / seq_len)`` rows of the ``T``
