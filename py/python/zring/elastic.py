@@ -114,8 +114,8 @@ def remaining(states: Sequence[Mapping[str, Any]], open_rank: Callable[[int, int
 class ElasticLoader(_util.Closeable):
     """Rank ``rank`` of ``ranks`` going on with a run its ``states`` saved with
     another rank count (module docs). Iterate it as a DataLoader; it has
-    :meth:`state`, :meth:`close` and ``phase`` (1: the rest of the cycle
-    under way, 2: the new placement)."""
+    ``state()``, ``close()`` and ``phase`` (1: the rest of the cycle under
+    way, 2: the new placement)."""
 
     def __init__(self, states: Sequence[Mapping[str, Any]] | None, open_rank: Callable[[int, int], Any], *,
                  rank: int, ranks: int, seed: int = 0, state: Mapping[str, Any] | None = None,
