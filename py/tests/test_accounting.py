@@ -77,7 +77,7 @@ def test_a_packed_mixture_counts_documents_and_tokens(tmp_path):
     assert state["sampler"]["length"] == 2 * 2**62
 
 
-def test_a_packed_source_that_grew_is_named_by_its_path(tmp_path):
+def test_a_packed_source_that_grew_resumes_and_one_that_changed_is_named_by_its_path(tmp_path):
     docs = [np.arange(5, dtype=np.int32)] * 20
     for k in range(3):
         zring.write_ragged(tmp_path / f"d{k}", docs)
@@ -86,6 +86,10 @@ def test_a_packed_source_that_grew_is_named_by_its_path(tmp_path):
         next(dl)
         state = dl.state()
     zring.write_ragged(tmp_path / "d2", docs[:3], append=True)
+    with zring.DataLoader(zring.pack(m(), 4), state=state) as dl:
+        next(dl)
+        assert [g[-1][1] for g in dl.state()["pack_growth"]] == [20, 20, 23]
+    zring.write_ragged(tmp_path / "d2", [np.arange(7, dtype=np.int32)] * 20, overwrite=True)
     with pytest.raises(ValueError, match=f"{tmp_path / 'd2'} \\(source 2, 2/tokens\\)"):
         zring.DataLoader(zring.pack(m(), 4), state=state)
 

@@ -533,7 +533,13 @@ impl Loader {
             };
             let (fp_now, grew) = {
                 let labelled = [(stream.clone(), &*source)];
-                let (fps, grown) = check_fingerprints(&labelled, &config.expect_fingerprints)?;
+                // Errors name the source by its path where known.
+                let (fps, grown) = check_fingerprints(&labelled, &config.expect_fingerprints).map_err(|e| match e {
+                    Error::StreamChanged { saved, now, .. } => {
+                        Error::StreamChanged { stream: shown.clone(), saved, now }
+                    }
+                    other => other,
+                })?;
                 (fps.get(&stream).copied(), !grown.is_empty())
             };
             if let Some(fp) = fp_now {
