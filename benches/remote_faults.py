@@ -59,6 +59,8 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=300)
     ap.add_argument("--phase", type=float, default=20)
     ap.add_argument("--mib", type=int, default=256)
+    ap.add_argument("--token-life", type=float, default=60,
+                    help="seconds each session token lasts: the proxy refuses it after (ExpiredToken)")
     a = ap.parse_args()
     data = Path(os.environ.get("ZRING_BENCH_DIR", REPO / "bench-data")) / "remote-faults"
     shutil.rmtree(data, ignore_errors=True)
@@ -74,15 +76,28 @@ def main() -> None:
     srv = bench.Server(data / "s3", install=False)
     proxy = Faults(Upstream(srv))  # type: ignore[arg-type]
     out = [f"# A {a.seconds:.0f}-second mode-3 run through a faulty S3 proxy\n",
-           f"`python benches/remote_faults.py --seconds {a.seconds:g} --phase {a.phase:g} --mib {a.mib}`; server: "
+           f"`python benches/remote_faults.py --seconds {a.seconds:g} --phase {a.phase:g} --mib {a.mib} --token-life {a.token_life:g}`; server: "
            f"{srv.kind}; {n_parts} parts of {per} raw 64 KiB records; cache capped at half the share; phases of "
-           f"{a.phase:g} s: none, every 3rd request 503 SlowDown, every 4th GET cut mid-body, both.\n",
+           f"{a.phase:g} s: none, every 3rd request 503 SlowDown, every 4th GET cut mid-body, both; credentials "
+           f"from a callable, session tokens that the proxy refuses {a.token_life:g} s after they are issued.\n",
            common.machine(data), ""]
     try:
         url = f"s3://{bench.BUCKET}/ds"
         remote.upload(local, url, storage_options=srv.options())
-        opts = srv.options()
+        opts = {k: v for k, v in srv.options().items() if k not in ("aws_access_key_id", "aws_secret_access_key")}
         opts["aws_endpoint"] = proxy.endpoint
+        keys = srv.options()
+        issued: list[float] = []
+
+        def credentials() -> dict:
+            # A session token the proxy refuses once its life is over.
+            token = f"session-{len(issued)}"
+            issued.append(time.time())
+            proxy.tokens[token] = time.time() + a.token_life
+            return {"key_id": keys["aws_access_key_id"], "secret_key": keys["aws_secret_access_key"],
+                    "token": token, "expires_in": a.token_life}
+
+        opts["credentials"] = credentials
         share = remote.stage(url, data / "probe", storage_options=srv.options())["share_bytes"]
         cap = share // 2
         ds = zring.Dataset(url, cache=data / "cache", cache_disk_bytes=cap, storage_options=opts)
@@ -111,9 +126,11 @@ def main() -> None:
         secs = time.perf_counter() - t0
         st = ds.remote_stats()
         out += ["| seconds | steps | failed steps | cycles | cycles with every record once | GiB fetched | "
-                "throttled requests | cut bodies |", "|---:|---:|---:|---:|---:|---:|---:|---:|",
+                "throttled requests (proxy / client's count) | cut bodies | HTTP attempts / requests | session tokens "
+                "issued | requests refused as expired |", "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
                 f"| {secs:.0f} | {steps} | {failed} | {cycles} | {cycles_exact} | {st['bytes_fetched'] / 2**30:.2f} | "
-                f"{proxy.throttled} | {proxy.cut} |", ""]
+                f"{proxy.throttled} / {st['throttles']} | {proxy.cut} | {st['http_attempts']:,} / {st['requests']:,} | "
+                f"{len(issued)} | {proxy.expired} |", ""]
         if errors:
             out.append(f"First error: `{errors[0]}`\n")
         ds.close()
