@@ -209,6 +209,9 @@ class Loader:
         """The resumable state (with each stream's fingerprint)."""
     def state_at(self, step: int) -> dict[str, Any]:
         """The state that resumes at step."""
+    def delivered_in_cycle(self, step: int) -> list[tuple[npt.NDArray[np.uint64], int]]:
+        """Per source, the records delivered in the cycle under way before step (documents begun,
+        for packed rows) and that cycle's records: for zring.elastic."""
     def batch_len(self) -> int:
         """Records per delivered batch."""
     def stats(self) -> dict[str, Any]:
@@ -270,7 +273,8 @@ class Parts:
     def generation(self) -> int:
         """The manifest's generation (commits so far)."""
     def parts_list(self) -> list[dict[str, Any]]:
-        """The parts read: dir, records, content, start, number."""
+        """The parts read: dir, records, content, start, number, whole_start (the first record's index in the
+        whole dataset, for a rank's share)."""
     def __len__(self) -> int: ...
     def lengths(self, idx: npt.NDArray[np.uint64]) -> npt.NDArray[np.uint64]: ...
     def gather(self, idx: npt.NDArray[np.uint64], dst: npt.NDArray[np.uint8], stride: int) -> None: ...

@@ -219,8 +219,9 @@ def _stage(dataset: str | os.PathLike[str], store: str | os.PathLike[str],
 def list_parts(dataset: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The committed parts of the dataset at ``dataset``, in order: dicts of
     ``dir`` (relative to the dataset), ``records``, ``content``, ``start``
-    (the dataset index of the part's first record) and ``number`` (its place
-    in the manifest); ``[]`` for a folder with no manifest yet. Opens (and
+    (the dataset index of the part's first record), ``number`` (its place
+    in the manifest) and ``whole_start`` (equal to ``start`` here: the
+    index in the whole dataset, which differs for a rank's share); ``[]`` for a folder with no manifest yet. Opens (and
     checks) every part."""
     root = Path(dataset)
     if not (root / MANIFEST).is_file() and not (root / PARTS_DIR).is_dir():
