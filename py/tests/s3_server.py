@@ -107,6 +107,14 @@ class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *a: Any) -> None:
         pass
 
+    def _error(self, status: int, code: str, message: str) -> None:
+        """An S3 error answer."""
+        msg = f"<Error><Code>{code}</Code><Message>{message}</Message></Error>".encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(msg)))
+        self.end_headers()
+        self.wfile.write(msg)
+
     def _any(self) -> None:
         srv: Faults = self.server  # type: ignore[assignment]
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
@@ -121,22 +129,12 @@ class _Handler(BaseHTTPRequestHandler):
         if srv.throttle_every and n % srv.throttle_every == 0:
             with srv.lock:
                 srv.throttled += 1
-            msg = b"<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-            self.send_response(503)
-            self.send_header("Content-Length", str(len(msg)))
-            self.end_headers()
-            self.wfile.write(msg)
-            return
+            return self._error(503, "SlowDown", "Please reduce your request rate.")
         token = self.headers.get("X-Amz-Security-Token")
         if token in srv.tokens and time.time() > srv.tokens[token]:
             with srv.lock:
                 srv.expired += 1
-            msg = b"<Error><Code>ExpiredToken</Code><Message>The provided token has expired.</Message></Error>"
-            self.send_response(400)
-            self.send_header("Content-Length", str(len(msg)))
-            self.end_headers()
-            self.wfile.write(msg)
-            return
+            return self._error(400, "ExpiredToken", "The provided token has expired.")
         path = self.path.split("?")[0]
         if self.command == "GET" and srv.replace and srv.replace[0] == path:
             srv.upstream.put(path, srv.replace[1])
