@@ -292,22 +292,36 @@ impl Remote {
         let counters = Arc::new(Counters::default());
         let connector = || Counted(counters.wire.clone());
         let built = |e: object_store::Error| Error::Store { url: url.to_string(), range: String::new(), source: e };
-        let (store, prefix): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
-            "s3" | "s3a" => {
-                let mut b = object_store::aws::AmazonS3Builder::from_env().with_url(url);
+        // The clouds' builders are types of their own with the same calls:
+        // the storage options applied, then the tier's client, retries and
+        // counted HTTP connector.
+        macro_rules! configured {
+            ($builder:expr) => {{
+                let mut b = $builder;
                 for (k, v) in &rest {
                     b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
                 }
-                if let Some(source) = credentials.clone() {
-                    b = b.with_credentials(Arc::new(Refreshing { source, cached: Default::default() }));
-                }
-                let s = b
+                b
+            }};
+        }
+        macro_rules! store {
+            ($builder:expr) => {{
+                let s = $builder
                     .with_client_options(client)
                     .with_retry(retry)
                     .with_http_connector(connector())
                     .build()
                     .map_err(built)?;
-                (Arc::new(s), parsed.path().to_string())
+                (Arc::new(s) as Arc<dyn ObjectStore>, parsed.path().to_string())
+            }};
+        }
+        let (store, prefix): (Arc<dyn ObjectStore>, String) = match parsed.scheme() {
+            "s3" | "s3a" => {
+                let mut b = configured!(object_store::aws::AmazonS3Builder::from_env().with_url(url));
+                if let Some(source) = credentials.clone() {
+                    b = b.with_credentials(Arc::new(Refreshing { source, cached: Default::default() }));
+                }
+                store!(b)
             }
             scheme if credentials.is_some() && !matches!(scheme, "s3" | "s3a") => {
                 return Err(Error::InvalidArgument(format!(
@@ -315,31 +329,9 @@ impl Remote {
                      in storage_options (or its environment variables)"
                 )))
             }
-            "gs" | "gcs" => {
-                let mut b = object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url);
-                for (k, v) in &rest {
-                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
-                }
-                let s = b
-                    .with_client_options(client)
-                    .with_retry(retry)
-                    .with_http_connector(connector())
-                    .build()
-                    .map_err(built)?;
-                (Arc::new(s), parsed.path().to_string())
-            }
+            "gs" | "gcs" => store!(configured!(object_store::gcp::GoogleCloudStorageBuilder::from_env().with_url(url))),
             "az" | "abfs" | "abfss" | "azure" => {
-                let mut b = object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url);
-                for (k, v) in &rest {
-                    b = b.with_config(k.parse().map_err(|e| bad_key(k, e))?, v);
-                }
-                let s = b
-                    .with_client_options(client)
-                    .with_retry(retry)
-                    .with_http_connector(connector())
-                    .build()
-                    .map_err(built)?;
-                (Arc::new(s), parsed.path().to_string())
+                store!(configured!(object_store::azure::MicrosoftAzureBuilder::from_env().with_url(url)))
             }
             "file" => {
                 if let Some((k, _)) = rest.first() {

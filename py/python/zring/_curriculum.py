@@ -257,7 +257,7 @@ class CurriculumLoader(_util.Closeable):
 
     def __next__(self) -> Any:
         t = self.step
-        n, rows, seq = self.ticks_at(t), self.batch(t), self._seq(t)
+        n, seq = self.ticks_at(t), self._seq(t)
         parts, indices, sources = [], [], []
         for _ in range(n):
             parts.append(self._inner.next())
@@ -269,7 +269,6 @@ class CurriculumLoader(_util.Closeable):
         self.last_sources = np.concatenate(sources) if sources else None
         self.last_step = t
         self.step = t + 1
-        del rows
         return self.transform(batch)
 
     def next(self) -> Any:
